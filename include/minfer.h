@@ -1,0 +1,153 @@
+/* minfer.h - the public C API of minfer. Keep this header narrow: opaque
+ * handles, option structs with defaults, callbacks. The CLI uses nothing else.
+ *
+ * Errors: functions that can fail take (char *err, size_t errlen) and, on
+ * failure, return NULL or a negative value and write one line naming the
+ * problem into err. */
+#ifndef MINFER_H
+#define MINFER_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef struct minfer_model minfer_model;
+typedef struct minfer_session minfer_session;
+typedef struct minfer_sampler minfer_sampler;
+
+/* ---- model ------------------------------------------------------------------------ */
+
+/* fraction in [0, 1]; what names the current step ("loading", "uploading"). */
+typedef void (*minfer_progress_fn)(void *user, float fraction, const char *what);
+
+typedef struct minfer_model_options {
+    const char *path;          /* GGUF file (first part of a split model) */
+    int32_t n_threads;         /* 0: all cores */
+    const char *device;        /* "auto" (default), "cpu", "cuda" */
+    int32_t n_gpu_layers;      /* -1: all (default), 0: none; other values are refused */
+    const char *backends;      /* NULL: default list; else e.g. "ref,cpu" (MINFER_BACKENDS) */
+    minfer_progress_fn progress;
+    void *progress_user;
+} minfer_model_options;
+
+void minfer_model_options_default(minfer_model_options *o);
+minfer_model *minfer_model_load(const minfer_model_options *o, char *err, size_t errlen);
+void minfer_model_free(minfer_model *m);
+
+int32_t minfer_model_n_vocab(const minfer_model *m);
+int32_t minfer_model_n_ctx_train(const minfer_model *m);
+int32_t minfer_model_n_layers(const minfer_model *m);
+int64_t minfer_model_n_params(const minfer_model *m);
+uint64_t minfer_model_size(const minfer_model *m);      /* weight bytes */
+const char *minfer_model_arch(const minfer_model *m);   /* "llama", "qwen2", "qwen3" */
+/* "qwen2 0.5B Q4_K_M"-style description for reports. */
+const char *minfer_model_desc(const minfer_model *m);
+/* Backend that runs the graph: "cpu", "cuda", ... */
+const char *minfer_model_backend(const minfer_model *m);
+
+/* ---- tokens -------------------------------------------------------------------------- */
+
+/* Returns the token count (may exceed cap: then only cap are written), or -1. */
+int64_t minfer_tokenize(const minfer_model *m, const char *text, size_t len, bool add_special,
+                        bool parse_special, int32_t *out, int64_t cap);
+/* Bytes of one token (not NUL-terminated); returns the length or -1. */
+int32_t minfer_token_to_piece(const minfer_model *m, int32_t token, char *buf, size_t cap);
+bool minfer_token_is_eog(const minfer_model *m, int32_t token);
+int32_t minfer_token_bos(const minfer_model *m);
+int32_t minfer_token_eos(const minfer_model *m);
+
+/* Renders a chat with the model's template (or the named one: "chatml",
+ * "llama3"); add_assistant opens the assistant turn. Returns a malloc'd
+ * string (free with free()) or NULL. */
+typedef struct minfer_chat_message {
+    const char *role;    /* "system", "user", "assistant" */
+    const char *content;
+} minfer_chat_message;
+char *minfer_chat_apply(const minfer_model *m, const char *template_name,
+                        const minfer_chat_message *msgs, int32_t n, bool add_assistant,
+                        char *err, size_t errlen);
+
+/* ---- session ------------------------------------------------------------------------------ */
+
+typedef struct minfer_session_options {
+    int32_t n_ctx;            /* 0: min(model context, 4096) */
+    int32_t n_batch;          /* prefill batch, default 512 */
+    const char *cache_type;   /* "f32" (default), "f16", "q8_0"; MINFER_CACHE_TYPE overrides */
+    bool logits_all;          /* keep logits of every position of the last batch */
+} minfer_session_options;
+
+void minfer_session_options_default(minfer_session_options *o);
+minfer_session *minfer_session_new(minfer_model *m, const minfer_session_options *o, char *err,
+                                   size_t errlen);
+void minfer_session_free(minfer_session *s);
+
+int32_t minfer_session_n_ctx(const minfer_session *s);
+int32_t minfer_session_n_past(const minfer_session *s);
+uint64_t minfer_session_kv_bytes(const minfer_session *s);
+/* Forgets the context (n_past = 0). */
+void minfer_session_reset(minfer_session *s);
+
+/* Runs tokens through the model after the current context, in batches of
+ * n_batch. Fails (nothing run) if n_past + n would exceed n_ctx. */
+int minfer_prefill(minfer_session *s, const int32_t *tokens, int32_t n, char *err, size_t errlen);
+/* One token (a prefill of 1). */
+int minfer_decode(minfer_session *s, int32_t token, char *err, size_t errlen);
+/* Logits (n_vocab floats) of the last position run. */
+const float *minfer_logits(const minfer_session *s);
+/* With logits_all: logits of position i of the last batch (0 <= i < batch size). */
+const float *minfer_logits_ith(const minfer_session *s, int32_t i);
+
+/* ---- sampling --------------------------------------------------------------------------------- */
+
+typedef struct minfer_sampler_options {
+    float temp;               /* 0.8; <= 0 means greedy */
+    int32_t top_k;            /* 40; <= 0 disables */
+    float top_p;              /* 0.95; 1 disables */
+    float min_p;              /* 0.05; 0 disables */
+    float repeat_penalty;     /* 1.0 (off) */
+    int32_t repeat_last_n;    /* 64 */
+    float presence_penalty;   /* 0 */
+    float frequency_penalty;  /* 0 */
+    uint64_t seed;            /* 0xFFFFFFFF... means random */
+} minfer_sampler_options;
+
+void minfer_sampler_options_default(minfer_sampler_options *o);
+minfer_sampler *minfer_sampler_new(const minfer_sampler_options *o);
+void minfer_sampler_free(minfer_sampler *s);
+int32_t minfer_sampler_sample(minfer_sampler *s, const float *logits, int32_t n_vocab);
+/* Records a token in the penalty window (prompt and generated tokens). */
+void minfer_sampler_accept(minfer_sampler *s, int32_t token);
+
+/* ---- generation ------------------------------------------------------------------------------------- */
+
+/* Called with each generated token and its text (complete UTF-8 only; may be
+ * empty while a multibyte character is pending). Return false to stop. A last
+ * call with token -1 may carry U+FFFD for an incomplete trailing character. */
+typedef bool (*minfer_token_fn)(void *user, int32_t token, const char *text, size_t len);
+
+typedef struct minfer_generate_stats {
+    int32_t n_prompt, n_generated;
+    double prompt_ms, gen_ms;
+    uint64_t weight_bytes;    /* streamed per generated token */
+    bool stopped_eog, stopped_ctx;
+} minfer_generate_stats;
+
+/* Tokenizes prompt (parse_special; BOS only when the context is empty),
+ * prefills it, then samples up to n_predict tokens (-1: until end of
+ * generation or context), calling cb for each; every emitted token is decoded
+ * into the context, so a later call continues the conversation. An empty
+ * prompt on a non-empty context continues from the last logits (no prefill).
+ * smp NULL: greedy. A full context stops generation cleanly
+ * (stats->stopped_ctx); a prompt that does not fit is an error. */
+int minfer_generate(minfer_session *s, minfer_sampler *smp, const char *prompt, int32_t n_predict,
+                    minfer_token_fn cb, void *user, minfer_generate_stats *stats, char *err,
+                    size_t errlen);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

@@ -1,0 +1,49 @@
+#!/usr/bin/env bash
+# The whole test suite, from a fresh Debian machine (run as root):
+#   1. dependencies (apt, .venv) and the SmolLM2 model
+#   2. Release build with gcc, warnings as errors, the CUDA backend compiled
+#      when nvcc is present; every ctest test
+#   3. clang build with ASan + UBSan: the unit tests, then each libFuzzer
+#      target for MINFER_FUZZ_SECONDS (default 60) seconds
+set -euo pipefail
+root=$(cd "$(dirname "$0")/.." && pwd)
+cd "$root"
+jobs=$(nproc)
+fuzz_seconds=${MINFER_FUZZ_SECONDS:-60}
+
+bash scripts/deps.sh --test
+bash scripts/fetch-model.sh
+
+if command -v nvcc >/dev/null || [ -x /usr/local/cuda/bin/nvcc ]; then
+    export PATH="$PATH:/usr/local/cuda/bin"
+fi
+
+echo "== build (gcc, -Werror) =="
+cmake -S . -B build-test -DCMAKE_BUILD_TYPE=Release -DMINFER_WERROR=ON \
+      -DMINFER_PYTHON="$root/.venv/bin/python" >/dev/null
+cmake --build build-test -j"$jobs"
+echo "== tests =="
+ctest --test-dir build-test --output-on-failure -j"$jobs"
+
+echo "== sanitizer build (clang, ASan+UBSan, libFuzzer) =="
+CC=clang cmake -S . -B build-asan -DCMAKE_BUILD_TYPE=RelWithDebInfo -DMINFER_WERROR=ON \
+      -DMINFER_SANITIZE=ON -DMINFER_FUZZ=ON -DMINFER_CUDA=OFF \
+      -DMINFER_PYTHON="$root/.venv/bin/python" >/dev/null
+cmake --build build-asan -j"$jobs"
+echo "== unit tests under ASan+UBSan =="
+ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=print_stacktrace=1 \
+    ctest --test-dir build-asan -L unit --output-on-failure -j"$jobs"
+
+echo "== fuzzing (${fuzz_seconds}s per target) =="
+for f in build-asan/fuzz_*; do
+    [ -x "$f" ] || continue
+    name=$(basename "$f")
+    corpus="build-asan/corpus-$name"
+    mkdir -p "$corpus"
+    seeds="fuzz/corpus/${name#fuzz_}"
+    [ -d "$seeds" ] && cp -n "$seeds"/* "$corpus"/ 2>/dev/null || true
+    echo "-- $name"
+    "$f" -max_total_time="$fuzz_seconds" -rss_limit_mb=2048 -print_final_stats=1 "$corpus" \
+        2>&1 | tail -n 12
+done
+echo "== all tests passed =="

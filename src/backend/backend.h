@@ -1,0 +1,109 @@
+/* backend.h - the backend contract (DESIGN.md §3, seed §2.1).
+ *
+ * A backend is an executor: it owns a pool of buffers and knows how to run
+ * graph ops on one piece of hardware. Every backend (cpu, ref, cuda, metal)
+ * implements mf_backend_ops and includes this header, so signature drift is a
+ * compile error.
+ *
+ * Rules:
+ *  - Buffers are int32 ids into the backend's own pool, never raw pointers
+ *    across the seam. An output id may equal an input id (liveness reuse):
+ *    every op must work in place.
+ *  - supports_op / supports_fused are asked at build time; a refusal is not an
+ *    error, it makes a split. execute_node on a node supports_op refused, a
+ *    missing weight or bad metadata is an error naming the node and numbers —
+ *    never a silent fallback.
+ *  - execute_node encodes/launches and may return before the work is done;
+ *    synchronize is the (bounded) wait, called at every split end.
+ *  - alloc_fresh buffers are never handed out again by alloc_buffer until
+ *    freed (split-boundary staging). */
+#ifndef MF_BACKEND_H
+#define MF_BACKEND_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "base/base.h"
+#include "graph/graph.h"
+
+typedef struct mf_backend mf_backend;
+
+typedef enum mf_fused_kind {
+    MF_FUSE_QKV,          /* FUSED_QKV */
+    MF_FUSE_QKV_NORM,     /* FUSED_QKV_NORM */
+    MF_FUSE_FFN,          /* FUSED_FFN */
+    MF_FUSE_QKV_EPILOGUE, /* QKV_BIAS_ROPE_STORE */
+    MF_FUSE_SWIGLU,       /* fusion pass: SILU + MUL -> SWIGLU */
+    MF_FUSE_COUNT
+} mf_fused_kind;
+
+/* A layer's two persistent KV regions (ids in the executing backend's pool),
+ * -1 for nodes outside attention. Layout of a region: n_ctx rows of kv_dim
+ * elements of kv_type (f32, f16 or q8_0 blocks), row r = position r. */
+typedef struct mf_kv_pair {
+    int32_t k, v;
+} mf_kv_pair;
+
+/* Per-forward values that do not change the graph (so a cached graph stays
+ * valid): where this batch starts in the KV cache. */
+typedef struct mf_exec_args {
+    int32_t n_past;   /* position of the first token of the batch */
+    int32_t n_tokens; /* tokens in the batch (== graph params n_tokens) */
+    int32_t n_ctx;
+    uint32_t kv_type;
+} mf_exec_args;
+
+typedef struct mf_backend_ops {
+    const char *(*name)(const mf_backend *b);
+    bool (*supports_op)(const mf_backend *b, const mf_node *node);
+    bool (*supports_fused)(const mf_backend *b, mf_fused_kind kind);
+
+    /* Buffer pool (sizes in bytes). alloc_buffer may recycle a freed buffer of
+     * the same size; alloc_fresh never does. Return the id or -1 (err set). */
+    int32_t (*alloc_buffer)(mf_backend *b, size_t nbytes, mf_error *err);
+    void (*free_buffer)(mf_backend *b, int32_t id);
+    int32_t (*alloc_fresh)(mf_backend *b, size_t nbytes, mf_error *err);
+
+    /* Runs node `node` of g: in_ids[i] holds src i (already on this backend),
+     * out_id receives the output, kv the node's layer regions. */
+    int (*execute_node)(mf_backend *b, const mf_graph *g, int32_t node, const int32_t *in_ids,
+                        int32_t out_id, mf_kv_pair kv, const mf_exec_args *args, mf_error *err);
+
+    /* Host access at split boundaries; only after synchronize for outputs. */
+    int (*read_host)(mf_backend *b, int32_t id, size_t offset, void *dst, size_t nbytes,
+                     mf_error *err);
+    int (*write_host)(mf_backend *b, int32_t id, size_t offset, const void *src, size_t nbytes,
+                      mf_error *err);
+    int (*synchronize)(mf_backend *b, mf_error *err);
+
+    /* Optional (NULL allowed). has_weight: for the all-weights-registered gate;
+     * NULL means the backend reads every weight from the mapping. */
+    bool (*has_weight)(const mf_backend *b, const char *name);
+    /* Optional hooks around one forward (CUDA graph capture/replay). */
+    int (*begin_forward)(mf_backend *b, const mf_graph *g, const mf_exec_args *args, mf_error *err);
+    int (*end_forward)(mf_backend *b, const mf_graph *g, const mf_exec_args *args, mf_error *err);
+
+    void (*free)(mf_backend *b);
+} mf_backend_ops;
+
+typedef enum mf_backend_kind {
+    MF_BACKEND_CPU,
+    MF_BACKEND_REF,
+    MF_BACKEND_CUDA,
+    MF_BACKEND_METAL,
+} mf_backend_kind;
+
+struct mf_backend {
+    const mf_backend_ops *ops;
+    mf_backend_kind kind;
+    bool is_gpu;
+    void *ctx;
+};
+
+/* Constructors. The weight table must outlive the backend. */
+int mf_backend_cpu_new(const mf_weights *w, int n_threads, mf_backend **out, mf_error *err);
+int mf_backend_ref_new(const mf_weights *w, mf_backend **out, mf_error *err);
+void mf_backend_free(mf_backend *b);
+
+#endif

@@ -1,0 +1,519 @@
+/* cpu_backend.c - the CPU backend: glue from graph nodes to the kernels of
+ * kernels.h (seed §2.1: "its buffers are plain memory, execute_node just calls
+ * the function, synchronize is a no-op").
+ *
+ * Buffers are 64-byte aligned host allocations in a pool indexed by id; the
+ * free list is exact-size (the allocator asks for size classes). Weights are
+ * resolved by GGUF name in the mf_weights table at execute time; norm weights
+ * and biases stored as F16/BF16 are converted to f32 once and cached under
+ * the same name. Every op works in place (out id == in id). */
+#include <stdlib.h>
+#include <string.h>
+
+#include "backend/backend.h"
+#include "backend/cpu/kernels.h"
+
+typedef struct cpu_buf {
+    void *p;
+    size_t n;
+    bool free;
+} cpu_buf;
+
+enum { N_SCRATCH = 4 };
+
+typedef struct cpu_be {
+    mf_backend base;
+    const mf_weights *w;
+    mf_cpu_ctx *cpu;
+    cpu_buf *bufs;
+    int32_t n_bufs, cap_bufs;
+    mf_weights *f32; /* converted small weights, by name */
+    float *scratch[N_SCRATCH];
+    size_t scratch_n[N_SCRATCH];
+} cpu_be;
+
+static cpu_be *CB(const mf_backend *b) {
+    return (cpu_be *)b->ctx;
+}
+
+static const char *cpu_name(const mf_backend *b) {
+    return "cpu";
+}
+
+/* ---- buffer pool -------------------------------------------------------------------- */
+
+static int32_t pool_new(cpu_be *c, size_t nbytes, mf_error *err) {
+    size_t n = (nbytes + 63) / 64 * 64;
+    void *p = aligned_alloc(64, n ? n : 64);
+    if (!p)
+        return mf_errorf(err, "cpu: out of memory allocating a %zu-byte buffer", nbytes);
+    if (c->n_bufs == c->cap_bufs) {
+        c->cap_bufs = c->cap_bufs ? c->cap_bufs * 2 : 64;
+        c->bufs = mf_realloc(c->bufs, (size_t)c->cap_bufs * sizeof *c->bufs);
+    }
+    c->bufs[c->n_bufs] = (cpu_buf){.p = p, .n = nbytes, .free = false};
+    return c->n_bufs++;
+}
+
+static int32_t cpu_alloc_buffer(mf_backend *b, size_t nbytes, mf_error *err) {
+    cpu_be *c = CB(b);
+    for (int32_t i = 0; i < c->n_bufs; i++)
+        if (c->bufs[i].free && c->bufs[i].n == nbytes) {
+            c->bufs[i].free = false;
+            return i;
+        }
+    return pool_new(c, nbytes, err);
+}
+
+static int32_t cpu_alloc_fresh(mf_backend *b, size_t nbytes, mf_error *err) {
+    return pool_new(CB(b), nbytes, err);
+}
+
+static void cpu_free_buffer(mf_backend *b, int32_t id) {
+    cpu_be *c = CB(b);
+    MF_ASSERT(id >= 0 && id < c->n_bufs);
+    c->bufs[id].free = true;
+}
+
+/* A freed id may still carry a value at run time: the allocator frees after
+ * the last consumer during its walk, so "free" here means "recyclable by the
+ * next alloc_buffer", not "unused". Hence only the range is checked. */
+static void *bufp(cpu_be *c, int32_t id) {
+    MF_ASSERT(id >= 0 && id < c->n_bufs);
+    return c->bufs[id].p;
+}
+
+static int cpu_read_host(mf_backend *b, int32_t id, size_t off, void *dst, size_t n, mf_error *err) {
+    cpu_be *c = CB(b);
+    if (id < 0 || id >= c->n_bufs || off > c->bufs[id].n || n > c->bufs[id].n - off)
+        return mf_errorf(err, "cpu: read_host buffer %d [%zu, +%zu) out of range", id, off, n);
+    memcpy(dst, (char *)c->bufs[id].p + off, n);
+    return 0;
+}
+
+static int cpu_write_host(mf_backend *b, int32_t id, size_t off, const void *src, size_t n, mf_error *err) {
+    cpu_be *c = CB(b);
+    if (id < 0 || id >= c->n_bufs || off > c->bufs[id].n || n > c->bufs[id].n - off)
+        return mf_errorf(err, "cpu: write_host buffer %d [%zu, +%zu) out of range", id, off, n);
+    memcpy((char *)c->bufs[id].p + off, src, n);
+    return 0;
+}
+
+static int cpu_synchronize(mf_backend *b, mf_error *err) {
+    return 0; /* every kernel has returned by the time execute_node does */
+}
+
+static float *scratch(cpu_be *c, int slot, size_t n_floats) {
+    if (n_floats > c->scratch_n[slot]) {
+        free(c->scratch[slot]);
+        size_t bytes = (n_floats * sizeof(float) + 63) / 64 * 64;
+        c->scratch[slot] = aligned_alloc(64, bytes);
+        MF_ASSERT(c->scratch[slot]);
+        c->scratch_n[slot] = n_floats;
+    }
+    return c->scratch[slot];
+}
+
+/* ---- capability -------------------------------------------------------------------- */
+
+static bool mm_ok(const mf_matmul_meta *m) {
+    return mf_cpu_dot_get(m->wtype, MF_ISA_SCALAR) != NULL && mf_type_row_size(m->wtype, m->n_in) != 0;
+}
+
+static bool cpu_supports_op(const mf_backend *b, const mf_node *n) {
+    switch (n->op) {
+    case MF_OP_MATMUL:
+        return mm_ok(&n->meta.matmul);
+    case MF_OP_GETROWS:
+        if (n->meta.getrows.mode == 0) {
+            const mf_type_traits *t = mf_type_get(n->meta.getrows.wtype);
+            return t && t->to_float && mf_type_row_size(n->meta.getrows.wtype, n->ne[0]) != 0;
+        }
+        return true;
+    case MF_OP_FUSED_QKV:
+    case MF_OP_FUSED_QKV_NORM:
+        return mm_ok(&n->meta.qkv.q) && mm_ok(&n->meta.qkv.k) && mm_ok(&n->meta.qkv.v);
+    case MF_OP_FUSED_FFN:
+        return mm_ok(&n->meta.ffn.gate) && mm_ok(&n->meta.ffn.up);
+    case MF_OP_QKV_BIAS_ROPE_STORE:
+        return false;
+    default:
+        return (unsigned)n->op < MF_OP_COUNT;
+    }
+}
+
+static bool cpu_supports_fused(const mf_backend *b, mf_fused_kind kind) {
+    return kind == MF_FUSE_QKV || kind == MF_FUSE_QKV_NORM || kind == MF_FUSE_FFN || kind == MF_FUSE_SWIGLU;
+}
+
+/* ---- weights ----------------------------------------------------------------------- */
+
+#define NODE_ERR(fmt, ...) \
+    mf_errorf(err, "cpu: node %d '%s' (%s): " fmt, id, n->name, mf_op_name(n->op), __VA_ARGS__)
+
+/* The weight `name` of type wtype and shape {ne0, ne1}, or NULL with err set
+ * naming both shapes. */
+static const mf_weight *weight(cpu_be *c, const mf_graph *g, int32_t id, const char *name,
+                               uint32_t wtype, int64_t ne0, int64_t ne1, mf_error *err) {
+    const mf_node *n = &g->nodes[id];
+    const mf_weight *w = mf_weights_find(c->w, name);
+    if (!w) {
+        NODE_ERR("weight '%s' not found", name ? name : "(null)");
+        return NULL;
+    }
+    if (w->type != wtype) {
+        NODE_ERR("weight '%s' is %s, node expects %s", name, mf_type_name(w->type), mf_type_name(wtype));
+        return NULL;
+    }
+    if (w->ne[0] != ne0 || w->ne[1] != ne1 || w->ne[2] != 1 || w->ne[3] != 1) {
+        NODE_ERR("weight '%s' has shape [%lld, %lld, %lld, %lld], node needs [%lld, %lld]", name,
+                 (long long)w->ne[0], (long long)w->ne[1], (long long)w->ne[2], (long long)w->ne[3],
+                 (long long)ne0, (long long)ne1);
+        return NULL;
+    }
+    return w;
+}
+
+/* A vector weight (norm, bias) of n floats as f32: F32 in place, F16/BF16
+ * converted once and cached. */
+static const float *weight_f32(cpu_be *c, const mf_graph *g, int32_t id, const char *name, int64_t n_el,
+                               mf_error *err) {
+    const mf_node *n = &g->nodes[id];
+    const mf_weight *cw = mf_weights_find(c->f32, name);
+    if (cw)
+        return cw->data;
+    const mf_weight *w = mf_weights_find(c->w, name);
+    if (!w) {
+        NODE_ERR("weight '%s' not found", name ? name : "(null)");
+        return NULL;
+    }
+    if (w->ne[0] * w->ne[1] * w->ne[2] * w->ne[3] != n_el || w->ne[0] != n_el) {
+        NODE_ERR("weight '%s' has shape [%lld, %lld, %lld, %lld], node needs [%lld]", name,
+                 (long long)w->ne[0], (long long)w->ne[1], (long long)w->ne[2], (long long)w->ne[3],
+                 (long long)n_el);
+        return NULL;
+    }
+    if (w->type == MF_TYPE_F32)
+        return w->data;
+    const mf_type_traits *t = mf_type_get(w->type);
+    if (w->type != MF_TYPE_F16 && w->type != MF_TYPE_BF16 && !(t && t->to_float && t->block_size == 1)) {
+        NODE_ERR("weight '%s' is %s; vector weights must be f32, f16 or bf16", name, mf_type_name(w->type));
+        return NULL;
+    }
+    float *f = mf_malloc((size_t)n_el * sizeof *f);
+    mf_dequantize_rows(w->type, w->data, f, 1, n_el);
+    mf_weight cwt = {.name = name, .type = MF_TYPE_F32, .n_dims = 1, .ne = {n_el, 1, 1, 1},
+                     .nbytes = (uint64_t)n_el * 4};
+    if (mf_weights_add_owned(c->f32, &cwt, f, err))
+        return NULL;
+    return f;
+}
+
+static void add_bias(float *y, const float *bias, int64_t n_out, int64_t nt) {
+    for (int64_t t = 0; t < nt; t++)
+        mf_cpu_add(y + t * n_out, bias, y + t * n_out, n_out);
+}
+
+/* ---- the ops ----------------------------------------------------------------------- */
+
+static int exec_matmul(cpu_be *c, const mf_graph *g, int32_t id, const float *x, float *y,
+                       mf_error *err) {
+    const mf_node *n = &g->nodes[id];
+    const mf_matmul_meta *m = &n->meta.matmul;
+    int64_t nt = n->ne[1];
+    const mf_weight *w = weight(c, g, id, m->weight, m->wtype, m->n_in, m->n_out, err);
+    if (!w)
+        return -1;
+    const float *bias = NULL;
+    if (m->bias && !(bias = weight_f32(c, g, id, m->bias, m->n_out, err)))
+        return -1;
+    float *dst = (x == y) ? scratch(c, 0, (size_t)(m->n_out * nt)) : y;
+    mf_cpu_matmul(c->cpu, m->wtype, w->data, m->n_in, m->n_out, x, nt, dst);
+    if (bias)
+        add_bias(dst, bias, m->n_out, nt);
+    if (dst != y)
+        memcpy(y, dst, (size_t)(m->n_out * nt) * sizeof *y);
+    return 0;
+}
+
+static int exec_getrows(cpu_be *c, const mf_graph *g, int32_t id, const void *x, float *y, mf_error *err) {
+    const mf_node *n = &g->nodes[id];
+    const mf_node *a = &g->nodes[n->src[0]];
+    int64_t d = n->ne[0], nr = n->ne[1];
+    if (n->meta.getrows.mode == 1) {
+        memmove(y, (const float *)x + n->meta.getrows.first * a->ne[0], (size_t)(d * nr) * sizeof *y);
+        return 0;
+    }
+    const mf_weight *w = mf_weights_find(c->w, n->meta.getrows.weight);
+    if (!w)
+        return NODE_ERR("weight '%s' not found", n->meta.getrows.weight);
+    if (w->type != n->meta.getrows.wtype || w->ne[0] != d || w->ne[2] != 1 || w->ne[3] != 1)
+        return NODE_ERR("weight '%s' is %s [%lld, %lld], node needs %s [%lld, n_vocab]", w->name,
+                        mf_type_name(w->type), (long long)w->ne[0], (long long)w->ne[1],
+                        mf_type_name(n->meta.getrows.wtype), (long long)d);
+    size_t row = mf_type_row_size(w->type, d);
+    const int32_t *ids = x;
+    /* Gather into scratch first: the ids buffer may be the output buffer. */
+    float *dst = (x == (const void *)y) ? scratch(c, 0, (size_t)(d * nr)) : y;
+    for (int64_t t = 0; t < nr; t++) {
+        if (ids[t] < 0 || ids[t] >= w->ne[1])
+            return NODE_ERR("token id %d at row %lld outside [0, %lld) of '%s'", ids[t], (long long)t,
+                            (long long)w->ne[1], w->name);
+        mf_dequantize_rows(w->type, (const uint8_t *)w->data + (size_t)ids[t] * row, dst + t * d, 1, d);
+    }
+    if (dst != y)
+        memcpy(y, dst, (size_t)(d * nr) * sizeof *y);
+    return 0;
+}
+
+static void exec_permute(cpu_be *c, const mf_node *n, const mf_node *a, const float *x, float *y) {
+    int64_t nel = mf_node_nelem(n);
+    float *dst = (x == y) ? scratch(c, 0, (size_t)nel) : y;
+    /* stride in the source of each output axis */
+    int64_t sstride[4] = {1, a->ne[0], a->ne[0] * a->ne[1], a->ne[0] * a->ne[1] * a->ne[2]};
+    int64_t st[4];
+    for (int d = 0; d < 4; d++)
+        st[d] = sstride[n->meta.permute.axes[d]];
+    int64_t o = 0;
+    for (int64_t i3 = 0; i3 < n->ne[3]; i3++)
+        for (int64_t i2 = 0; i2 < n->ne[2]; i2++)
+            for (int64_t i1 = 0; i1 < n->ne[1]; i1++)
+                for (int64_t i0 = 0; i0 < n->ne[0]; i0++)
+                    dst[o++] = x[i0 * st[0] + i1 * st[1] + i2 * st[2] + i3 * st[3]];
+    if (dst != y)
+        memcpy(y, dst, (size_t)nel * sizeof *y);
+}
+
+static int check_kv(const mf_graph *g, int32_t id, mf_kv_pair kv, const mf_exec_args *a, int64_t nt,
+                    mf_error *err) {
+    const mf_node *n = &g->nodes[id];
+    if (kv.k < 0 || kv.v < 0)
+        return NODE_ERR("no KV regions for layer %d", mf_node_kv_layer(n));
+    if (a->n_past < 0 || a->n_past + nt > a->n_ctx)
+        return NODE_ERR("positions [%d, %lld) outside the context of %d", a->n_past,
+                        (long long)(a->n_past + nt), a->n_ctx);
+    return 0;
+}
+
+static int exec_fused_qkv(cpu_be *c, const mf_graph *g, int32_t id, const float *x, const int32_t *pos,
+                          float *y, mf_kv_pair kv, const mf_exec_args *a, mf_error *err) {
+    const mf_node *n = &g->nodes[id];
+    const mf_qkv_meta *m = &n->meta.qkv;
+    int64_t nt = n->ne[1], n_in = m->q.n_in;
+    if (check_kv(g, id, kv, a, nt, err))
+        return -1;
+    const mf_matmul_meta *mms[3] = {&m->q, &m->k, &m->v};
+    mf_cpu_mm mm[3];
+    for (int j = 0; j < 3; j++) {
+        const mf_weight *w = weight(c, g, id, mms[j]->weight, mms[j]->wtype, n_in, mms[j]->n_out, err);
+        if (!w)
+            return -1;
+        mm[j] = (mf_cpu_mm){.wtype = mms[j]->wtype, .w = w->data, .n_out = mms[j]->n_out,
+                            .y = scratch(c, j, (size_t)(mms[j]->n_out * nt))};
+    }
+    mf_cpu_matmul_multi(c->cpu, mm, 3, n_in, x, nt);
+    for (int j = 0; j < 3; j++) {
+        if (!mms[j]->bias)
+            continue;
+        const float *bias = weight_f32(c, g, id, mms[j]->bias, mms[j]->n_out, err);
+        if (!bias)
+            return -1;
+        add_bias(mm[j].y, bias, mms[j]->n_out, nt);
+    }
+    if (n->op == MF_OP_FUSED_QKV_NORM) {
+        const float *qn = weight_f32(c, g, id, m->q_norm, m->head_dim, err);
+        const float *kn = qn ? weight_f32(c, g, id, m->k_norm, m->head_dim, err) : NULL;
+        if (!kn)
+            return -1;
+        mf_cpu_rmsnorm(c->cpu, mm[0].y, qn, mm[0].y, m->head_dim, nt * m->n_head, m->norm_eps);
+        mf_cpu_rmsnorm(c->cpu, mm[1].y, kn, mm[1].y, m->head_dim, nt * m->n_head_kv, m->norm_eps);
+    }
+    const mf_rope_meta *rq = &m->rope_q, *rk = &m->rope_k;
+    mf_cpu_rope(c->cpu, mm[0].y, nt, rq->n_head, rq->head_dim, rq->n_rot, pos, rq->mode, rq->theta,
+                rq->freq_scale);
+    mf_cpu_rope(c->cpu, mm[1].y, nt, rk->n_head, rk->head_dim, rk->n_rot, pos, rk->mode, rk->theta,
+                rk->freq_scale);
+    mf_cpu_kv_store(a->kv_type, bufp(c, kv.k), g->kv_dim, a->n_past, mm[1].y, nt);
+    mf_cpu_kv_store(a->kv_type, bufp(c, kv.v), g->kv_dim, a->n_past, mm[2].y, nt);
+    memcpy(y, mm[0].y, (size_t)(m->q.n_out * nt) * sizeof *y);
+    return 0;
+}
+
+static int exec_fused_ffn(cpu_be *c, const mf_graph *g, int32_t id, const float *x, float *y,
+                          mf_error *err) {
+    const mf_node *n = &g->nodes[id];
+    const mf_ffn_meta *m = &n->meta.ffn;
+    int64_t nt = n->ne[1], n_ff = m->gate.n_out;
+    const mf_weight *wg = weight(c, g, id, m->gate.weight, m->gate.wtype, m->gate.n_in, n_ff, err);
+    const mf_weight *wu = wg ? weight(c, g, id, m->up.weight, m->up.wtype, m->up.n_in, n_ff, err) : NULL;
+    if (!wu)
+        return -1;
+    mf_cpu_mm mm[2] = {
+        {.wtype = m->gate.wtype, .w = wg->data, .n_out = n_ff, .y = scratch(c, 0, (size_t)(n_ff * nt))},
+        {.wtype = m->up.wtype, .w = wu->data, .n_out = n_ff, .y = scratch(c, 1, (size_t)(n_ff * nt))},
+    };
+    mf_cpu_matmul_multi(c->cpu, mm, 2, m->gate.n_in, x, nt);
+    const mf_matmul_meta *mms[2] = {&m->gate, &m->up};
+    for (int j = 0; j < 2; j++) {
+        if (!mms[j]->bias)
+            continue;
+        const float *bias = weight_f32(c, g, id, mms[j]->bias, n_ff, err);
+        if (!bias)
+            return -1;
+        add_bias(mm[j].y, bias, n_ff, nt);
+    }
+    mf_cpu_swiglu(mm[0].y, mm[1].y, y, n_ff * nt);
+    return 0;
+}
+
+static int cpu_execute_node(mf_backend *b, const mf_graph *g, int32_t id, const int32_t *in,
+                            int32_t out, mf_kv_pair kv, const mf_exec_args *a, mf_error *err) {
+    cpu_be *c = CB(b);
+    const mf_node *n = &g->nodes[id];
+    if (n->op == MF_OP_INPUT || n->op == MF_OP_RESHAPE)
+        return 0; /* filled by the host / same bytes as the source */
+    if (!cpu_supports_op(b, n))
+        return NODE_ERR("not supported by the cpu backend%s", "");
+    const mf_node *a0 = n->n_src > 0 ? &g->nodes[n->src[0]] : NULL;
+    const mf_node *a1 = n->n_src > 1 ? &g->nodes[n->src[1]] : NULL;
+    void *x0 = (n->n_src > 0 && in[0] >= 0) ? bufp(c, in[0]) : NULL;
+    void *x1 = (n->n_src > 1 && in[1] >= 0) ? bufp(c, in[1]) : NULL;
+    float *y = out >= 0 ? bufp(c, out) : NULL;
+    int64_t nel = mf_node_nelem(n);
+    if (nel > 0 && !y)
+        return NODE_ERR("no output buffer for %lld elements", (long long)nel);
+    switch (n->op) {
+    case MF_OP_ADD:
+        mf_cpu_add(x0, x1, y, nel);
+        return 0;
+    case MF_OP_MUL:
+        if (mf_node_nelem(a1) == a1->ne[0] && nel != a1->ne[0]) {
+            for (int64_t r = 0; r < nel / n->ne[0]; r++)
+                mf_cpu_mul((float *)x0 + r * n->ne[0], x1, y + r * n->ne[0], n->ne[0]);
+        } else {
+            mf_cpu_mul(x0, x1, y, nel);
+        }
+        return 0;
+    case MF_OP_SCALE:
+        mf_cpu_scale(x0, n->meta.scale.s, y, nel);
+        return 0;
+    case MF_OP_SILU:
+        mf_cpu_silu(x0, y, nel);
+        return 0;
+    case MF_OP_SWIGLU:
+        mf_cpu_swiglu(x0, x1, y, nel);
+        return 0;
+    case MF_OP_RMSNORM:
+    case MF_OP_QKNORM: {
+        int64_t w = n->op == MF_OP_QKNORM ? n->meta.norm.head_dim : n->ne[0];
+        const float *nw = NULL;
+        if (n->meta.norm.weight && !(nw = weight_f32(c, g, id, n->meta.norm.weight, w, err)))
+            return -1;
+        mf_cpu_rmsnorm(c->cpu, x0, nw, y, w, nel / w, n->meta.norm.eps);
+        return 0;
+    }
+    case MF_OP_MATMUL:
+        return exec_matmul(c, g, id, x0, y, err);
+    case MF_OP_GETROWS:
+        return exec_getrows(c, g, id, x0, y, err);
+    case MF_OP_ROPE: {
+        const mf_rope_meta *r = &n->meta.rope;
+        if (y != x0)
+            memcpy(y, x0, (size_t)nel * sizeof *y);
+        mf_cpu_rope(c->cpu, y, n->ne[1], r->n_head, r->head_dim, r->n_rot, x1, r->mode, r->theta,
+                    r->freq_scale);
+        return 0;
+    }
+    case MF_OP_KVCACHE_STORE:
+        if (check_kv(g, id, kv, a, a0->ne[1], err))
+            return -1;
+        mf_cpu_kv_store(a->kv_type, bufp(c, kv.k), g->kv_dim, a->n_past, x0, a0->ne[1]);
+        mf_cpu_kv_store(a->kv_type, bufp(c, kv.v), g->kv_dim, a->n_past, x1, a1->ne[1]);
+        return 0;
+    case MF_OP_KVCACHE_LOAD:
+        if (check_kv(g, id, kv, a, 0, err))
+            return -1;
+        if (n->ne[1] > a->n_ctx)
+            return NODE_ERR("%lld rows of a %d-row cache", (long long)n->ne[1], a->n_ctx);
+        mf_cpu_kv_load(a->kv_type, bufp(c, n->meta.kv.which ? kv.v : kv.k), g->kv_dim, n->ne[1], y);
+        return 0;
+    case MF_OP_ATTN: {
+        const mf_attn_meta *m = &n->meta.attn;
+        if (check_kv(g, id, kv, a, n->ne[1], err))
+            return -1;
+        float *dst = (x0 == (void *)y) ? scratch(c, 0, (size_t)nel) : y;
+        mf_cpu_attn(c->cpu, x0, n->ne[1], m->n_head, m->n_head_kv, m->head_dim, bufp(c, kv.k),
+                    bufp(c, kv.v), a->kv_type, a->n_past, m->scale, dst);
+        if (dst != y)
+            memcpy(y, dst, (size_t)nel * sizeof *y);
+        return 0;
+    }
+    case MF_OP_SOFTMAX:
+        if (y != x0)
+            memcpy(y, x0, (size_t)nel * sizeof *y);
+        for (int64_t r = 0; r < nel / n->ne[0]; r++)
+            mf_cpu_softmax(y + r * n->ne[0], n->ne[0], n->meta.softmax.scale);
+        return 0;
+    case MF_OP_VIEW:
+        for (int64_t r = 0; r < n->ne[1]; r++)
+            memmove(y + r * n->ne[0], (const float *)x0 + r * a0->ne[0] + n->meta.view.offset,
+                    (size_t)n->ne[0] * sizeof *y);
+        return 0;
+    case MF_OP_PERMUTE:
+        exec_permute(c, n, a0, x0, y);
+        return 0;
+    case MF_OP_FUSED_QKV:
+    case MF_OP_FUSED_QKV_NORM:
+        return exec_fused_qkv(c, g, id, x0, x1, y, kv, a, err);
+    case MF_OP_FUSED_FFN:
+        return exec_fused_ffn(c, g, id, x0, y, err);
+    default:
+        return NODE_ERR("no cpu arm for this op%s", "");
+    }
+}
+
+static void cpu_free(mf_backend *b) {
+    cpu_be *c = CB(b);
+    for (int32_t i = 0; i < c->n_bufs; i++)
+        free(c->bufs[i].p);
+    free(c->bufs);
+    for (int i = 0; i < N_SCRATCH; i++)
+        free(c->scratch[i]);
+    mf_weights_free(c->f32);
+    mf_cpu_ctx_free(c->cpu);
+    free(c);
+}
+
+static const mf_backend_ops cpu_ops = {
+    .name = cpu_name,
+    .supports_op = cpu_supports_op,
+    .supports_fused = cpu_supports_fused,
+    .alloc_buffer = cpu_alloc_buffer,
+    .free_buffer = cpu_free_buffer,
+    .alloc_fresh = cpu_alloc_fresh,
+    .execute_node = cpu_execute_node,
+    .read_host = cpu_read_host,
+    .write_host = cpu_write_host,
+    .synchronize = cpu_synchronize,
+    .has_weight = NULL,
+    .begin_forward = NULL,
+    .end_forward = NULL,
+    .free = cpu_free,
+};
+
+int mf_backend_cpu_new(const mf_weights *w, int n_threads, mf_backend **out, mf_error *err) {
+    *out = NULL;
+    if (!w)
+        return mf_errorf(err, "cpu backend: no weight table");
+    cpu_be *c = mf_calloc(1, sizeof *c);
+    c->w = w;
+    c->cpu = mf_cpu_ctx_new(n_threads);
+    if (!c->cpu) {
+        free(c);
+        return mf_errorf(err, "cpu backend: cannot start %d threads", n_threads);
+    }
+    c->f32 = mf_weights_new();
+    c->base = (mf_backend){.ops = &cpu_ops, .kind = MF_BACKEND_CPU, .is_gpu = false, .ctx = c};
+    *out = &c->base;
+    return 0;
+}

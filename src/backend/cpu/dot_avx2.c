@@ -1,0 +1,498 @@
+/* dot_avx2.c - AVX2 + FMA + F16C dot products and activation quantizers.
+ *
+ * Compiled with -mavx2 -mfma -mf16c; reached only through mf_cpu_dot_get /
+ * mf_cpu_quantize_act after the cpuid check. Integer kernels multiply
+ * unsigned weight levels by signed activation levels with maddubs (pairs into
+ * int16, never saturating for our ranges: 2 * 63 * 127 < 32767) and widen with
+ * madd; signed x signed uses the sign trick (|w| * sign(a, w)). Per-block
+ * float scaling accumulates in 8 lanes, summed once at the end. The
+ * quantizers reproduce the scalar bytes exactly (same float operations, the
+ * same rounding rules). */
+#include <immintrin.h>
+#include <math.h>
+#include <string.h>
+
+#include "backend/cpu/kernels_isa.h"
+
+/* ==== helpers ============================================================== */
+
+static inline float h2f(uint16_t h) { return _cvtsh_ss(h); }
+
+static inline float hsum_ps(__m256 v) {
+    __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+    s = _mm_add_ps(s, _mm_movehl_ps(s, s));
+    s = _mm_add_ss(s, _mm_movehdup_ps(s));
+    return _mm_cvtss_f32(s);
+}
+
+static inline int hsum_epi32(__m256i v) {
+    __m128i s = _mm_add_epi32(_mm256_castsi256_si128(v), _mm256_extracti128_si256(v, 1));
+    s = _mm_add_epi32(s, _mm_shuffle_epi32(s, _MM_SHUFFLE(1, 0, 3, 2)));
+    s = _mm_add_epi32(s, _mm_shuffle_epi32(s, _MM_SHUFFLE(2, 3, 0, 1)));
+    return _mm_cvtsi128_si32(s);
+}
+
+/* unsigned bytes x signed bytes -> 8 int32 sums of 4 products */
+static inline __m256i mad_u8i8(__m256i u, __m256i s) {
+    return _mm256_madd_epi16(_mm256_maddubs_epi16(u, s), _mm256_set1_epi16(1));
+}
+
+/* signed bytes x signed bytes -> 8 int32 sums of 4 products */
+static inline __m256i mad_i8i8(__m256i x, __m256i y) {
+    return mad_u8i8(_mm256_sign_epi8(x, x), _mm256_sign_epi8(y, x));
+}
+
+/* 16 packed nibble bytes -> 32 bytes: low nibbles first, then high nibbles
+ * (element j and j + 16 of a 32-block share byte j). */
+static inline __m256i nibbles32(const uint8_t *qs) {
+    const __m128i t = _mm_loadu_si128((const __m128i *)qs);
+    const __m256i b = _mm256_set_m128i(_mm_srli_epi16(t, 4), t);
+    return _mm256_and_si256(b, _mm256_set1_epi8(0x0f));
+}
+
+/* Bit j of the 32-bit mask -> byte j = 0xff, else 0. Byte j is first given
+ * the mask byte j / 8 (shuffle within each 128-bit half: half 0 reads bytes
+ * 0/1, half 1 bytes 2/3) and then tested against bit j % 8. */
+static inline __m256i bits_to_bytes(uint32_t m) {
+    const __m256i idx = _mm256_setr_epi64x(0, 0x0101010101010101ll, 0x0202020202020202ll, 0x0303030303030303ll);
+    const __m256i bit = _mm256_set1_epi64x((long long)0x8040201008040201ull);
+    const __m256i v = _mm256_shuffle_epi8(_mm256_set1_epi32((int)m), idx);
+    return _mm256_cmpeq_epi8(_mm256_and_si256(v, bit), bit);
+}
+
+static inline uint32_t load_u32(const uint8_t *p) {
+    uint32_t v;
+    memcpy(&v, p, 4);
+    return v;
+}
+
+/* ==== float dots =========================================================== */
+
+static float tail_f32(const float *w, const float *a, int64_t i, int64_t n) {
+    float s = 0;
+    for (; i < n; i++)
+        s += w[i] * a[i];
+    return s;
+}
+
+static void dot_f32(int64_t n, float *s, const void *vw, const void *va) {
+    const float *w = vw, *a = va;
+    __m256 acc0 = _mm256_setzero_ps(), acc1 = acc0, acc2 = acc0, acc3 = acc0;
+    int64_t i = 0;
+    for (; i + 32 <= n; i += 32) {
+        acc0 = _mm256_fmadd_ps(_mm256_loadu_ps(w + i), _mm256_loadu_ps(a + i), acc0);
+        acc1 = _mm256_fmadd_ps(_mm256_loadu_ps(w + i + 8), _mm256_loadu_ps(a + i + 8), acc1);
+        acc2 = _mm256_fmadd_ps(_mm256_loadu_ps(w + i + 16), _mm256_loadu_ps(a + i + 16), acc2);
+        acc3 = _mm256_fmadd_ps(_mm256_loadu_ps(w + i + 24), _mm256_loadu_ps(a + i + 24), acc3);
+    }
+    for (; i + 8 <= n; i += 8)
+        acc0 = _mm256_fmadd_ps(_mm256_loadu_ps(w + i), _mm256_loadu_ps(a + i), acc0);
+    acc0 = _mm256_add_ps(_mm256_add_ps(acc0, acc1), _mm256_add_ps(acc2, acc3));
+    *s = hsum_ps(acc0) + tail_f32(w, a, i, n);
+}
+
+static void dot_f16(int64_t n, float *s, const void *vw, const void *va) {
+    const uint16_t *w = vw;
+    const float *a = va;
+    __m256 acc0 = _mm256_setzero_ps(), acc1 = acc0, acc2 = acc0, acc3 = acc0;
+    int64_t i = 0;
+#define LD16(p) _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(p)))
+    for (; i + 32 <= n; i += 32) {
+        acc0 = _mm256_fmadd_ps(LD16(w + i), _mm256_loadu_ps(a + i), acc0);
+        acc1 = _mm256_fmadd_ps(LD16(w + i + 8), _mm256_loadu_ps(a + i + 8), acc1);
+        acc2 = _mm256_fmadd_ps(LD16(w + i + 16), _mm256_loadu_ps(a + i + 16), acc2);
+        acc3 = _mm256_fmadd_ps(LD16(w + i + 24), _mm256_loadu_ps(a + i + 24), acc3);
+    }
+    for (; i + 8 <= n; i += 8)
+        acc0 = _mm256_fmadd_ps(LD16(w + i), _mm256_loadu_ps(a + i), acc0);
+#undef LD16
+    acc0 = _mm256_add_ps(_mm256_add_ps(acc0, acc1), _mm256_add_ps(acc2, acc3));
+    float t = 0;
+    for (; i < n; i++)
+        t += h2f(w[i]) * a[i];
+    *s = hsum_ps(acc0) + t;
+}
+
+static void dot_bf16(int64_t n, float *s, const void *vw, const void *va) {
+    const uint16_t *w = vw;
+    const float *a = va;
+    __m256 acc0 = _mm256_setzero_ps(), acc1 = acc0;
+    int64_t i = 0;
+#define LDB(p) \
+    _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(_mm_loadu_si128((const __m128i *)(p))), 16))
+    for (; i + 16 <= n; i += 16) {
+        acc0 = _mm256_fmadd_ps(LDB(w + i), _mm256_loadu_ps(a + i), acc0);
+        acc1 = _mm256_fmadd_ps(LDB(w + i + 8), _mm256_loadu_ps(a + i + 8), acc1);
+    }
+    for (; i + 8 <= n; i += 8)
+        acc0 = _mm256_fmadd_ps(LDB(w + i), _mm256_loadu_ps(a + i), acc0);
+#undef LDB
+    float t = 0;
+    for (; i < n; i++)
+        t += mf_bf16_to_fp32(w[i]) * a[i];
+    *s = hsum_ps(_mm256_add_ps(acc0, acc1)) + t;
+}
+
+/* ==== 32-element blocks ===================================================== */
+
+static void dot_q4_0(int64_t n, float *s, const void *vw, const void *va) {
+    const mf_block_q4_0 *w = vw;
+    const mf_block_q8_0 *a = va;
+    __m256 acc = _mm256_setzero_ps();
+    for (int64_t b = 0; b < n / MF_QK4_0; b++) {
+        const __m256i q = _mm256_sub_epi8(nibbles32(w[b].qs), _mm256_set1_epi8(8));
+        const __m256i p = mad_i8i8(q, _mm256_loadu_si256((const __m256i *)a[b].qs));
+        acc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(p), _mm256_set1_ps(h2f(w[b].d) * h2f(a[b].d)), acc);
+    }
+    *s = hsum_ps(acc);
+}
+
+static void dot_q4_1(int64_t n, float *s, const void *vw, const void *va) {
+    const mf_block_q4_1 *w = vw;
+    const mf_block_q8_1 *a = va;
+    __m256 acc = _mm256_setzero_ps();
+    float sm = 0;
+    for (int64_t b = 0; b < n / MF_QK4_1; b++) {
+        const __m256i p = mad_u8i8(nibbles32(w[b].qs), _mm256_loadu_si256((const __m256i *)a[b].qs));
+        acc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(p), _mm256_set1_ps(h2f(w[b].d) * h2f(a[b].d)), acc);
+        sm += h2f(w[b].m) * h2f(a[b].s);
+    }
+    *s = hsum_ps(acc) + sm;
+}
+
+static void dot_q5_0(int64_t n, float *s, const void *vw, const void *va) {
+    const mf_block_q5_0 *w = vw;
+    const mf_block_q8_0 *a = va;
+    __m256 acc = _mm256_setzero_ps();
+    for (int64_t b = 0; b < n / MF_QK5_0; b++) {
+        const __m256i hi = _mm256_and_si256(bits_to_bytes(load_u32(w[b].qh)), _mm256_set1_epi8(0x10));
+        const __m256i q = _mm256_sub_epi8(_mm256_or_si256(nibbles32(w[b].qs), hi), _mm256_set1_epi8(16));
+        const __m256i p = mad_i8i8(q, _mm256_loadu_si256((const __m256i *)a[b].qs));
+        acc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(p), _mm256_set1_ps(h2f(w[b].d) * h2f(a[b].d)), acc);
+    }
+    *s = hsum_ps(acc);
+}
+
+static void dot_q5_1(int64_t n, float *s, const void *vw, const void *va) {
+    const mf_block_q5_1 *w = vw;
+    const mf_block_q8_1 *a = va;
+    __m256 acc = _mm256_setzero_ps();
+    float sm = 0;
+    for (int64_t b = 0; b < n / MF_QK5_1; b++) {
+        const __m256i hi = _mm256_and_si256(bits_to_bytes(load_u32(w[b].qh)), _mm256_set1_epi8(0x10));
+        const __m256i q = _mm256_or_si256(nibbles32(w[b].qs), hi);
+        const __m256i p = mad_u8i8(q, _mm256_loadu_si256((const __m256i *)a[b].qs));
+        acc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(p), _mm256_set1_ps(h2f(w[b].d) * h2f(a[b].d)), acc);
+        sm += h2f(w[b].m) * h2f(a[b].s);
+    }
+    *s = hsum_ps(acc) + sm;
+}
+
+static void dot_q8_0(int64_t n, float *s, const void *vw, const void *va) {
+    const mf_block_q8_0 *w = vw;
+    const mf_block_q8_0 *a = va;
+    __m256 acc = _mm256_setzero_ps();
+    for (int64_t b = 0; b < n / MF_QK8_0; b++) {
+        const __m256i p = mad_i8i8(_mm256_loadu_si256((const __m256i *)w[b].qs),
+                                   _mm256_loadu_si256((const __m256i *)a[b].qs));
+        acc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(p), _mm256_set1_ps(h2f(w[b].d) * h2f(a[b].d)), acc);
+    }
+    *s = hsum_ps(acc);
+}
+
+/* ==== K-quants =============================================================== */
+
+/* 32 unsigned levels x 32 activations with one int16 scale per 16 elements:
+ * int32 lanes 0-3 carry elements 0-15 times sc0, lanes 4-7 elements 16-31
+ * times sc1. */
+static inline __m256i mad_scaled16(__m256i u, __m256i a, int sc0, int sc1) {
+    const __m256i sc = _mm256_set_m128i(_mm_set1_epi16((short)sc1), _mm_set1_epi16((short)sc0));
+    return _mm256_madd_epi16(_mm256_maddubs_epi16(u, a), sc);
+}
+
+static inline __m256i load256(const void *p) { return _mm256_loadu_si256((const __m256i *)p); }
+
+static void dot_q2_K(int64_t n, float *s, const void *vw, const void *va) {
+    const mf_block_q2_K *w = vw;
+    const mf_block_q8_K *a = va;
+    const __m256i m3 = _mm256_set1_epi8(3);
+    __m256 acc = _mm256_setzero_ps();
+    float sm = 0;
+    for (int64_t b = 0; b < n / MF_QK_K; b++) {
+        const uint8_t *sc = w[b].scales;
+        int summs = 0;
+        for (int j = 0; j < 16; j++)
+            summs += (sc[j] >> 4) * a[b].bsums[j];
+        __m256i isum = _mm256_setzero_si256();
+        for (int h = 0; h < 2; h++) {
+            const __m256i q = load256(w[b].qs + 32 * h);
+            for (int g = 0; g < 4; g++) {
+                const __m256i u = _mm256_and_si256(_mm256_srli_epi16(q, 2 * g), m3);
+                const int j = 8 * h + 2 * g;
+                isum = _mm256_add_epi32(isum, mad_scaled16(u, load256(a[b].qs + 128 * h + 32 * g), sc[j] & 0x0f,
+                                                           sc[j + 1] & 0x0f));
+            }
+        }
+        acc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(isum), _mm256_set1_ps(a[b].d * h2f(w[b].d)), acc);
+        sm += a[b].d * h2f(w[b].dmin) * (float)summs;
+    }
+    *s = hsum_ps(acc) - sm;
+}
+
+static void dot_q3_K(int64_t n, float *s, const void *vw, const void *va) {
+    const mf_block_q3_K *w = vw;
+    const mf_block_q8_K *a = va;
+    const __m256i m3 = _mm256_set1_epi8(3), four = _mm256_set1_epi8(4);
+    float sum = 0;
+    for (int64_t b = 0; b < n / MF_QK_K; b++) {
+        int sc[16];
+        const uint8_t *ps = w[b].scales;
+        for (int j = 0; j < 16; j++) {
+            const int lo = j < 8 ? (ps[j] & 0x0f) : (ps[j - 8] >> 4);
+            sc[j] = (lo | (((ps[8 + j % 4] >> (2 * (j / 4))) & 3) << 4)) - 32;
+        }
+        /* q = u - 4 with u = q2 | 4 * hbit in [0, 7]: sum q*a = sum u*a - 4 sum a */
+        int corr = 0;
+        for (int j = 0; j < 16; j++)
+            corr += sc[j] * a[b].bsums[j];
+        const __m256i hm = load256(w[b].hmask);
+        __m256i isum = _mm256_setzero_si256();
+        for (int h = 0; h < 2; h++) {
+            const __m256i q = load256(w[b].qs + 32 * h);
+            for (int g = 0; g < 4; g++) {
+                const __m256i bit = _mm256_set1_epi8((char)(1 << (4 * h + g)));
+                const __m256i hb = _mm256_and_si256(_mm256_cmpeq_epi8(_mm256_and_si256(hm, bit), bit), four);
+                const __m256i u = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(q, 2 * g), m3), hb);
+                const int j = 8 * h + 2 * g;
+                isum = _mm256_add_epi32(isum, mad_scaled16(u, load256(a[b].qs + 128 * h + 32 * g), sc[j], sc[j + 1]));
+            }
+        }
+        const int total = hsum_epi32(isum) - 4 * corr;
+        sum += a[b].d * h2f(w[b].d) * (float)total;
+    }
+    *s = sum;
+}
+
+/* Unpacks the 6-bit scales and mins of the 8 groups of a Q4_K/Q5_K block. */
+static inline void k4_unpack(const uint8_t s[12], int sc[8], int m[8]) {
+    for (int j = 0; j < 4; j++) {
+        sc[j] = s[j] & 63;
+        m[j] = s[j + 4] & 63;
+        sc[j + 4] = (s[j + 8] & 0x0f) | ((s[j] >> 6) << 4);
+        m[j + 4] = (s[j + 8] >> 4) | ((s[j + 4] >> 6) << 4);
+    }
+}
+
+static void dot_q4_K(int64_t n, float *s, const void *vw, const void *va) {
+    const mf_block_q4_K *w = vw;
+    const mf_block_q8_K *a = va;
+    const __m256i m4 = _mm256_set1_epi8(0x0f);
+    __m256 acc = _mm256_setzero_ps();
+    float sm = 0;
+    for (int64_t b = 0; b < n / MF_QK_K; b++) {
+        int sc[8], m[8], summ = 0;
+        k4_unpack(w[b].scales, sc, m);
+        for (int j = 0; j < 8; j++)
+            summ += m[j] * (a[b].bsums[2 * j] + a[b].bsums[2 * j + 1]);
+        __m256i isum = _mm256_setzero_si256();
+        for (int p = 0; p < 4; p++) {
+            const __m256i q = load256(w[b].qs + 32 * p);
+            const __m256i lo = _mm256_and_si256(q, m4), hi = _mm256_and_si256(_mm256_srli_epi16(q, 4), m4);
+            isum = _mm256_add_epi32(isum, mad_scaled16(lo, load256(a[b].qs + 64 * p), sc[2 * p], sc[2 * p]));
+            isum = _mm256_add_epi32(isum, mad_scaled16(hi, load256(a[b].qs + 64 * p + 32), sc[2 * p + 1], sc[2 * p + 1]));
+        }
+        acc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(isum), _mm256_set1_ps(a[b].d * h2f(w[b].d)), acc);
+        sm += a[b].d * h2f(w[b].dmin) * (float)summ;
+    }
+    *s = hsum_ps(acc) - sm;
+}
+
+static void dot_q5_K(int64_t n, float *s, const void *vw, const void *va) {
+    const mf_block_q5_K *w = vw;
+    const mf_block_q8_K *a = va;
+    const __m256i m4 = _mm256_set1_epi8(0x0f), b5 = _mm256_set1_epi8(0x10);
+    __m256 acc = _mm256_setzero_ps();
+    float sm = 0;
+    for (int64_t b = 0; b < n / MF_QK_K; b++) {
+        int sc[8], m[8], summ = 0;
+        k4_unpack(w[b].scales, sc, m);
+        for (int j = 0; j < 8; j++)
+            summ += m[j] * (a[b].bsums[2 * j] + a[b].bsums[2 * j + 1]);
+        const __m256i qh = load256(w[b].qh);
+        __m256i isum = _mm256_setzero_si256();
+        for (int p = 0; p < 4; p++) {
+            const __m256i q = load256(w[b].qs + 32 * p);
+            const __m256i bl = _mm256_set1_epi8((char)(1 << (2 * p))), bh = _mm256_set1_epi8((char)(2 << (2 * p)));
+            const __m256i hl = _mm256_and_si256(_mm256_cmpeq_epi8(_mm256_and_si256(qh, bl), bl), b5);
+            const __m256i hh = _mm256_and_si256(_mm256_cmpeq_epi8(_mm256_and_si256(qh, bh), bh), b5);
+            const __m256i lo = _mm256_or_si256(_mm256_and_si256(q, m4), hl);
+            const __m256i hi = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(q, 4), m4), hh);
+            isum = _mm256_add_epi32(isum, mad_scaled16(lo, load256(a[b].qs + 64 * p), sc[2 * p], sc[2 * p]));
+            isum = _mm256_add_epi32(isum, mad_scaled16(hi, load256(a[b].qs + 64 * p + 32), sc[2 * p + 1], sc[2 * p + 1]));
+        }
+        acc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(isum), _mm256_set1_ps(a[b].d * h2f(w[b].d)), acc);
+        sm += a[b].d * h2f(w[b].dmin) * (float)summ;
+    }
+    *s = hsum_ps(acc) - sm;
+}
+
+static void dot_q6_K(int64_t n, float *s, const void *vw, const void *va) {
+    const mf_block_q6_K *w = vw;
+    const mf_block_q8_K *a = va;
+    const __m256i m4 = _mm256_set1_epi8(0x0f), m3 = _mm256_set1_epi8(3);
+    float sum = 0;
+    for (int64_t b = 0; b < n / MF_QK_K; b++) {
+        const int8_t *sc = w[b].scales;
+        /* levels are stored biased by 32: sum (q-32)*a = sum q*a - 32 sum a */
+        int corr = 0;
+        for (int j = 0; j < 16; j++)
+            corr += sc[j] * a[b].bsums[j];
+        __m256i isum = _mm256_setzero_si256();
+        for (int h = 0; h < 2; h++) {
+            const __m256i l0 = load256(w[b].ql + 64 * h), l1 = load256(w[b].ql + 64 * h + 32);
+            const __m256i qh = load256(w[b].qh + 32 * h);
+            const __m256i lo[4] = {_mm256_and_si256(l0, m4), _mm256_and_si256(l1, m4),
+                                   _mm256_and_si256(_mm256_srli_epi16(l0, 4), m4),
+                                   _mm256_and_si256(_mm256_srli_epi16(l1, 4), m4)};
+            for (int g = 0; g < 4; g++) {
+                const __m256i hi = _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(qh, 2 * g), m3), 4);
+                const __m256i u = _mm256_or_si256(lo[g], hi);
+                const int j = 8 * h + 2 * g;
+                isum = _mm256_add_epi32(isum, mad_scaled16(u, load256(a[b].qs + 128 * h + 32 * g), sc[j], sc[j + 1]));
+            }
+        }
+        const int total = hsum_epi32(isum) - 32 * corr;
+        sum += a[b].d * h2f(w[b].d) * (float)total;
+    }
+    *s = sum;
+}
+
+/* ==== activation quantizers ================================================== */
+
+/* roundf (half away from zero) of 8 floats, exactly: truncate, then step one
+ * away from zero when the dropped fraction is >= 0.5 (the subtraction is
+ * exact for |v| < 2^23). */
+static inline __m256 round_away(__m256 v) {
+    const __m256 sign = _mm256_set1_ps(-0.0f);
+    const __m256 t = _mm256_round_ps(v, _MM_FROUND_TO_ZERO | _MM_FROUND_NO_EXC);
+    const __m256 frac = _mm256_andnot_ps(sign, _mm256_sub_ps(v, t));
+    const __m256 step = _mm256_or_ps(_mm256_and_ps(v, sign), _mm256_set1_ps(1.0f));
+    return _mm256_add_ps(t, _mm256_and_ps(_mm256_cmp_ps(frac, _mm256_set1_ps(0.5f), _CMP_GE_OQ), step));
+}
+
+static inline float hmax_ps(__m256 v) {
+    __m128 m = _mm_max_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+    m = _mm_max_ps(m, _mm_movehl_ps(m, m));
+    m = _mm_max_ss(m, _mm_movehdup_ps(m));
+    return _mm_cvtss_f32(m);
+}
+
+/* 32 int32 in four vectors -> 32 int8 in element order. */
+static inline __m256i pack32(__m256i i0, __m256i i1, __m256i i2, __m256i i3) {
+    const __m256i p01 = _mm256_packs_epi32(i0, i1), p23 = _mm256_packs_epi32(i2, i3);
+    const __m256i p = _mm256_packs_epi16(p01, p23);
+    /* packs interleave the 128-bit halves: 0 2 4 6 1 3 5 7 in dwords */
+    return _mm256_permutevar8x32_epi32(p, _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7));
+}
+
+/* One 32-block to levels with roundf(x * id); stores d as f16 in *dh and as
+ * float in *df, returns the level sum. */
+static inline int q8_block(const float *x, int8_t *qs, uint16_t *dh, float *df) {
+    const __m256 abs_mask = _mm256_castsi256_ps(_mm256_set1_epi32(0x7fffffff));
+    __m256 v[4];
+    __m256 mx = _mm256_setzero_ps();
+    for (int k = 0; k < 4; k++) {
+        v[k] = _mm256_loadu_ps(x + 8 * k);
+        mx = _mm256_max_ps(mx, _mm256_and_ps(v[k], abs_mask));
+    }
+    const float d = hmax_ps(mx) / 127;
+    const float id = d ? 1.0f / d : 0.0f;
+    *dh = mf_fp32_to_fp16(d);
+    *df = d;
+    const __m256 vid = _mm256_set1_ps(id);
+    __m256i q[4];
+    for (int k = 0; k < 4; k++)
+        q[k] = _mm256_cvtps_epi32(round_away(_mm256_mul_ps(v[k], vid)));
+    _mm256_storeu_si256((__m256i *)qs, pack32(q[0], q[1], q[2], q[3]));
+    return hsum_epi32(_mm256_add_epi32(_mm256_add_epi32(q[0], q[1]), _mm256_add_epi32(q[2], q[3])));
+}
+
+static void quant_q8_0(const float *x, void *vy, int64_t n) {
+    mf_block_q8_0 *y = vy;
+    float d;
+    for (int64_t b = 0; b < n / MF_QK8_0; b++)
+        q8_block(x + 32 * b, y[b].qs, &y[b].d, &d);
+}
+
+static void quant_q8_1(const float *x, void *vy, int64_t n) {
+    mf_block_q8_1 *y = vy;
+    for (int64_t b = 0; b < n / MF_QK8_1; b++) {
+        float d;
+        const int sum = q8_block(x + 32 * b, y[b].qs, &y[b].d, &d);
+        y[b].s = mf_fp32_to_fp16((float)sum * d);
+    }
+}
+
+static void quant_q8_K(const float *x, void *vy, int64_t n) {
+    mf_block_q8_K *y = vy;
+    const __m256 abs_mask = _mm256_castsi256_ps(_mm256_set1_epi32(0x7fffffff));
+    for (int64_t b = 0; b < n / MF_QK_K; b++, x += MF_QK_K) {
+        __m256 mx = _mm256_setzero_ps();
+        for (int k = 0; k < 32; k++)
+            mx = _mm256_max_ps(mx, _mm256_and_ps(_mm256_loadu_ps(x + 8 * k), abs_mask));
+        const float amax = hmax_ps(mx);
+        if (!amax) {
+            memset(&y[b], 0, sizeof y[b]);
+            continue;
+        }
+        float max = 0; /* the first element of largest magnitude, with its sign */
+        for (int j = 0; j < MF_QK_K; j++)
+            if (fabsf(x[j]) == amax) {
+                max = x[j];
+                break;
+            }
+        const float iscale = -127.0f / max;
+        const __m256 vs = _mm256_set1_ps(iscale);
+        const __m256i lim = _mm256_set1_epi32(127);
+        for (int k = 0; k < 8; k++) {
+            __m256i q[4];
+            for (int i = 0; i < 4; i++) /* round half to even: the default MXCSR mode */
+                q[i] = _mm256_min_epi32(_mm256_cvtps_epi32(_mm256_mul_ps(_mm256_loadu_ps(x + 32 * k + 8 * i), vs)), lim);
+            _mm256_storeu_si256((__m256i *)(y[b].qs + 32 * k), pack32(q[0], q[1], q[2], q[3]));
+            y[b].bsums[2 * k] = (int16_t)hsum_epi32(_mm256_add_epi32(q[0], q[1]));
+            y[b].bsums[2 * k + 1] = (int16_t)hsum_epi32(_mm256_add_epi32(q[2], q[3]));
+        }
+        y[b].d = 1 / iscale;
+    }
+}
+
+bool mf_cpu_quantize_act_avx2(uint32_t act_type, const float *x, void *y, int64_t n) {
+    switch (act_type) {
+    case MF_TYPE_Q8_0: quant_q8_0(x, y, n); return true;
+    case MF_TYPE_Q8_1: quant_q8_1(x, y, n); return true;
+    case MF_TYPE_Q8_K: quant_q8_K(x, y, n); return true;
+    default: return false;
+    }
+}
+
+static const mf_cpu_dot dots_avx2[MF_TYPE_COUNT] = {
+    [MF_TYPE_F32] = {MF_TYPE_F32, dot_f32},
+    [MF_TYPE_F16] = {MF_TYPE_F32, dot_f16},
+    [MF_TYPE_BF16] = {MF_TYPE_F32, dot_bf16},
+    [MF_TYPE_Q4_0] = {MF_TYPE_Q8_0, dot_q4_0},
+    [MF_TYPE_Q4_1] = {MF_TYPE_Q8_1, dot_q4_1},
+    [MF_TYPE_Q5_0] = {MF_TYPE_Q8_0, dot_q5_0},
+    [MF_TYPE_Q5_1] = {MF_TYPE_Q8_1, dot_q5_1},
+    [MF_TYPE_Q8_0] = {MF_TYPE_Q8_0, dot_q8_0},
+    [MF_TYPE_Q2_K] = {MF_TYPE_Q8_K, dot_q2_K},
+    [MF_TYPE_Q3_K] = {MF_TYPE_Q8_K, dot_q3_K},
+    [MF_TYPE_Q4_K] = {MF_TYPE_Q8_K, dot_q4_K},
+    [MF_TYPE_Q5_K] = {MF_TYPE_Q8_K, dot_q5_K},
+    [MF_TYPE_Q6_K] = {MF_TYPE_Q8_K, dot_q6_K},
+};
+
+const mf_cpu_dot *mf_cpu_dot_avx2(uint32_t wtype) {
+    if (wtype >= MF_TYPE_COUNT || !dots_avx2[wtype].dot)
+        return NULL;
+    return &dots_avx2[wtype];
+}

@@ -1,0 +1,79 @@
+/* kernels_isa.h - private to src/backend/cpu: the seam between the portable
+ * kernels and the per-ISA files (dot_avx2.c, dot_avx512.c).
+ *
+ * Each ISA file exports a lookup that returns its dot kernel for a weight type
+ * (NULL where it has none, and the dispatcher falls back to a lower ISA) and an
+ * activation quantizer that returns false for formats it does not handle. The
+ * ISA versions must produce the same quantized activations as the scalar ones,
+ * byte for byte, so a dot kernel can be checked against its scalar twin on the
+ * same input. They may only be called after mf_cpu_isa_best() said the CPU
+ * runs them. */
+#ifndef MF_CPU_KERNELS_ISA_H
+#define MF_CPU_KERNELS_ISA_H
+
+#include "backend/cpu/kernels.h"
+
+#if defined(__x86_64__) || defined(__i386__)
+#define MF_CPU_X86 1
+#else
+#define MF_CPU_X86 0
+#endif
+/* [neon] 64-bit ARM: dot_neon.c (ARMv8.2 dotprod + fp16) */
+#if defined(__aarch64__)
+#define MF_CPU_ARM 1
+#else
+#define MF_CPU_ARM 0
+#endif
+
+/* isa lowered to what the hardware runs (ignores MINFER_CPU_ISA). */
+mf_cpu_isa mf_cpu_isa_clamp(mf_cpu_isa isa);
+
+/* The activation format each weight type's dot product consumes. */
+uint32_t mf_cpu_act_type(uint32_t wtype);
+
+const mf_cpu_dot *mf_cpu_dot_scalar(uint32_t wtype);
+void mf_cpu_quantize_act_scalar(uint32_t act_type, const float *x, void *y, int64_t n);
+
+#if MF_CPU_X86
+const mf_cpu_dot *mf_cpu_dot_avx2(uint32_t wtype);
+bool mf_cpu_quantize_act_avx2(uint32_t act_type, const float *x, void *y, int64_t n);
+const mf_cpu_dot *mf_cpu_dot_avx512(uint32_t wtype);
+bool mf_cpu_quantize_act_avx512(uint32_t act_type, const float *x, void *y, int64_t n);
+
+/* Multi-token tile (gemm_avx512.c): rows (<= 32) weight rows of wtype at w
+ * times nt tokens of Q8_0 activations (rows of a_row bytes at act, with their
+ * block scales ad and level sums as, nt x n_in/32 each) into y[t * ldy + r].
+ * Bit-identical to the scalar twin of the dot; scratch holds
+ * mf_cpu_gemm_scratch(n_in) bytes private to the caller. */
+typedef struct mf_cpu_gemm_tile {
+    uint32_t wtype;
+    const uint8_t *w;
+    size_t w_row;
+    int64_t rows, n_in, nt;
+    const uint8_t *act;
+    size_t a_row;
+    const float *ad;
+    const int32_t *as;
+    float *y;
+    int64_t ldy;
+    void *scratch;
+} mf_cpu_gemm_tile;
+bool mf_cpu_gemm_supported(uint32_t wtype);
+size_t mf_cpu_gemm_scratch(int64_t n_in);
+void mf_cpu_gemm_avx512(const mf_cpu_gemm_tile *g);
+#endif
+#if MF_CPU_ARM /* [neon] */
+const mf_cpu_dot *mf_cpu_dot_neon(uint32_t wtype);
+bool mf_cpu_quantize_act_neon(uint32_t act_type, const float *x, void *y, int64_t n);
+#endif
+
+/* Context scratch for attention: n_floats, 64-byte aligned, valid until the
+ * next call on the same context. */
+float *mf_cpu_ctx_attn_scratch(mf_cpu_ctx *c, size_t n_floats);
+
+/* Float helpers shared by attention and the float dots: 8 independent
+ * accumulators in a fixed order, so the compiler can vectorize them without
+ * reassociating and the result does not depend on the ISA it picked. */
+float mf_cpu_dot_f32(const float *a, const float *b, int64_t n);
+
+#endif

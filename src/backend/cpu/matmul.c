@@ -1,0 +1,298 @@
+/* matmul.c - the CPU context (pool + scratch) and the quantized matmul.
+ *
+ * A matmul call quantizes the nt activation rows once into the context's
+ * scratch (one copy per distinct activation format), then hands out tiles of
+ * (rows x tokens) to the pool through an atomic counter. Every output element
+ * is one call of the type's dot kernel on one weight row and one activation
+ * row, so the result is the same bits whatever the thread count or the tile
+ * that computed it: determinism comes from the kernel, not the schedule. Within
+ * a tile the loop runs weight row by weight row over the tile's tokens, so a
+ * weight row is read from memory once and reused from L1 for every token. */
+#include <stdatomic.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "backend/cpu/kernels_isa.h"
+
+struct mf_cpu_ctx {
+    mf_pool *pool;
+    int n_threads;
+    mf_cpu_isa isa;
+    uint8_t *act; /* quantized activations of the current matmul */
+    size_t act_cap;
+    float *attn; /* per-thread attention scratch */
+    size_t attn_cap;
+    uint8_t *pack; /* per-thread packed weight panels of the multi-token tiles */
+    size_t pack_cap;
+};
+
+mf_cpu_ctx *mf_cpu_ctx_new(int n_threads) {
+    mf_pool *pool = mf_pool_new(n_threads);
+    if (!pool)
+        return NULL;
+    mf_cpu_ctx *c = mf_calloc(1, sizeof *c);
+    c->pool = pool;
+    c->n_threads = mf_pool_size(pool);
+    c->isa = mf_cpu_isa_best();
+    return c;
+}
+
+void mf_cpu_ctx_free(mf_cpu_ctx *c) {
+    if (!c)
+        return;
+    mf_pool_free(c->pool);
+    free(c->act);
+    free(c->attn);
+    free(c->pack);
+    free(c);
+}
+
+int mf_cpu_ctx_threads(const mf_cpu_ctx *c) { return c->n_threads; }
+mf_pool *mf_cpu_ctx_pool(mf_cpu_ctx *c) { return c->pool; }
+void mf_cpu_ctx_set_isa(mf_cpu_ctx *c, mf_cpu_isa isa) { c->isa = mf_cpu_isa_clamp(isa); }
+mf_cpu_isa mf_cpu_ctx_isa(const mf_cpu_ctx *c) { return c->isa; }
+
+/* Scratch of at least n bytes, 64-byte aligned, valid until the next call. */
+static void *ctx_scratch(uint8_t **buf, size_t *cap, size_t n) {
+    if (n + 64 > *cap) {
+        free(*buf);
+        *cap = (n + 64) + (n + 64) / 4;
+        *buf = mf_malloc(*cap);
+    }
+    return (void *)(((uintptr_t)*buf + 63) & ~(uintptr_t)63);
+}
+
+float *mf_cpu_ctx_attn_scratch(mf_cpu_ctx *c, size_t n_floats) {
+    return ctx_scratch((uint8_t **)&c->attn, &c->attn_cap, n_floats * sizeof(float));
+}
+
+/* ==== activation quantization ============================================= */
+
+#define ACT_KINDS 4 /* F32, Q8_0, Q8_1, Q8_K */
+
+typedef struct quant_job {
+    const float *x;
+    int64_t n_in, nt;
+    int n_kind;
+    uint32_t type[ACT_KINDS];
+    uint8_t *dst[ACT_KINDS];
+    size_t row[ACT_KINDS];
+    mf_cpu_isa isa;
+    int aux_kind;   /* the Q8_0 kind whose block scales/sums the tiles read; -1: none */
+    float *ad;      /* nt x n_in/32 block scales as floats */
+    int32_t *as;    /* nt x n_in/32 level sums */
+} quant_job;
+
+static void quant_worker(void *vjob, int ith, int nth) {
+    const quant_job *j = vjob;
+    for (int64_t i = ith; i < j->n_kind * j->nt; i += nth) {
+        const int k = (int)(i / j->nt);
+        const int64_t t = i % j->nt;
+        uint8_t *row = j->dst[k] + (size_t)t * j->row[k];
+        mf_cpu_quantize_act(j->type[k], j->x + t * j->n_in, row, j->n_in, j->isa);
+        if (k == j->aux_kind) {
+            const mf_block_q8_0 *blk = (const mf_block_q8_0 *)row;
+            const int64_t nb = j->n_in / MF_QK8_0;
+            for (int64_t b = 0; b < nb; b++) {
+                int sum = 0;
+                for (int e = 0; e < MF_QK8_0; e++)
+                    sum += blk[b].qs[e];
+                j->ad[t * nb + b] = mf_fp16_to_fp32(blk[b].d);
+                j->as[t * nb + b] = sum;
+            }
+        }
+    }
+}
+
+/* ==== tiled dot products ==================================================== */
+
+#define MM_MAX_PARTS 8
+
+typedef struct mm_part {
+    const uint8_t *w;
+    size_t w_row; /* bytes per weight row */
+    mf_vec_dot_fn dot;
+    uint32_t wtype;
+    bool gemm; /* multi-token tiles of gemm_avx512.c (tile_rows == 32) */
+    const uint8_t *a;
+    size_t a_row; /* bytes per activation row */
+    float *y;
+    int64_t n_out;
+    int64_t tile0; /* global index of this part's first tile */
+    int64_t n_rt;  /* row tiles */
+} mm_part;
+
+typedef struct mm_job {
+    mm_part part[MM_MAX_PARTS];
+    int n_part;
+    int64_t n_in, nt;
+    int64_t tile_rows, tile_toks, n_tt; /* tile shape; token tiles per row tile */
+    int64_t n_tiles;
+    const float *ad;   /* Q8_0 block scales and level sums for gemm parts */
+    const int32_t *as;
+    uint8_t *pack;     /* per-thread panel scratch, pack_stride bytes each */
+    size_t pack_stride;
+    _Atomic int64_t next;
+} mm_job;
+
+static void mm_tile(const mm_job *j, const mm_part *p, int64_t k, int ith) {
+    const int64_t r0 = (k / j->n_tt) * j->tile_rows, t0 = (k % j->n_tt) * j->tile_toks;
+    const int64_t r1 = r0 + j->tile_rows < p->n_out ? r0 + j->tile_rows : p->n_out;
+    const int64_t t1 = t0 + j->tile_toks < j->nt ? t0 + j->tile_toks : j->nt;
+#if MF_CPU_X86
+    if (p->gemm) {
+        const int64_t nb = j->n_in / MF_QK8_0;
+        const mf_cpu_gemm_tile g = {
+            .wtype = p->wtype, .w = p->w + (size_t)r0 * p->w_row, .w_row = p->w_row, .rows = r1 - r0,
+            .n_in = j->n_in, .nt = t1 - t0, .act = p->a + (size_t)t0 * p->a_row, .a_row = p->a_row,
+            .ad = j->ad + t0 * nb, .as = j->as + t0 * nb, .y = p->y + t0 * p->n_out + r0, .ldy = p->n_out,
+            .scratch = j->pack + (size_t)ith * j->pack_stride};
+        mf_cpu_gemm_avx512(&g);
+        return;
+    }
+#else
+    (void)ith;
+#endif
+    for (int64_t r = r0; r < r1; r++) {
+        const uint8_t *w = p->w + (size_t)r * p->w_row;
+        for (int64_t t = t0; t < t1; t++)
+            p->dot(j->n_in, &p->y[t * p->n_out + r], w, p->a + (size_t)t * p->a_row);
+    }
+}
+
+static void mm_worker(void *vjob, int ith, int nth) {
+    mm_job *j = vjob;
+    (void)nth;
+    int pi = 0;
+    for (;;) {
+        const int64_t k = atomic_fetch_add_explicit(&j->next, 1, memory_order_relaxed);
+        if (k >= j->n_tiles)
+            break;
+        while (k >= j->part[pi].tile0 + j->part[pi].n_rt * j->n_tt)
+            pi++;
+        while (k < j->part[pi].tile0)
+            pi--;
+        mm_tile(j, &j->part[pi], k - j->part[pi].tile0, ith);
+    }
+}
+
+/* The matmuls of mm (all reading x, nt rows of n_in floats) in one parallel
+ * region. Weight types, n_in divisibility and the number of parts are our own
+ * invariants: the backend's supports_op refuses anything else before here. */
+void mf_cpu_matmul_multi(mf_cpu_ctx *c, const mf_cpu_mm *mm, int n_mm, int64_t n_in,
+                         const float *x, int64_t nt) {
+    MF_ASSERT(n_mm >= 1 && n_mm <= MM_MAX_PARTS);
+    if (nt <= 0)
+        return;
+    quant_job q = {.x = x, .n_in = n_in, .nt = nt, .isa = c->isa, .aux_kind = -1};
+    const mf_cpu_dot *dots[MM_MAX_PARTS];
+    int kind_of[MM_MAX_PARTS];
+    bool gemm[MM_MAX_PARTS], any_gemm = false;
+    size_t total = 0;
+    int64_t sum_out = 0;
+    for (int i = 0; i < n_mm; i++) {
+        dots[i] = mf_cpu_dot_get(mm[i].wtype, c->isa);
+        MF_ASSERT(dots[i] != NULL);
+        MF_ASSERT(mf_type_row_size(mm[i].wtype, n_in) > 0);
+        sum_out += mm[i].n_out;
+        kind_of[i] = -1;
+        gemm[i] = false;
+#if MF_CPU_X86
+        gemm[i] = c->isa >= MF_ISA_AVX512 && mf_cpu_gemm_supported(mm[i].wtype);
+        any_gemm |= gemm[i];
+#endif
+        if (dots[i]->act_type == MF_TYPE_F32)
+            continue;
+        for (int k = 0; k < q.n_kind; k++)
+            if (q.type[k] == dots[i]->act_type)
+                kind_of[i] = k;
+        if (kind_of[i] < 0) {
+            const int k = q.n_kind++;
+            q.type[k] = dots[i]->act_type;
+            q.row[k] = mf_type_row_size(q.type[k], n_in);
+            MF_ASSERT(q.row[k] > 0);
+            total += (q.row[k] * (size_t)nt + 63) & ~(size_t)63;
+            kind_of[i] = k;
+        }
+        if (gemm[i])
+            q.aux_kind = kind_of[i];
+    }
+    const size_t aux_bytes = any_gemm ? (size_t)(nt * (n_in / MF_QK8_0)) * 4 : 0;
+    if (q.n_kind) {
+        uint8_t *buf = ctx_scratch(&c->act, &c->act_cap, total + 2 * aux_bytes + 128);
+        for (int k = 0; k < q.n_kind; k++) {
+            q.dst[k] = buf;
+            buf += (q.row[k] * (size_t)nt + 63) & ~(size_t)63;
+        }
+        if (any_gemm) {
+            q.ad = (float *)buf;
+            q.as = (int32_t *)(buf + ((aux_bytes + 63) & ~(size_t)63));
+        }
+        if (q.n_kind * nt == 1)
+            quant_worker(&q, 0, 1);
+        else
+            mf_pool_run(c->pool, quant_worker, &q);
+    }
+
+    mm_job *j = mf_calloc(1, sizeof *j); /* small; heap keeps the atomic off a shared stack line */
+    j->n_part = n_mm;
+    j->n_in = n_in;
+    j->nt = nt;
+    const int64_t nth = c->n_threads;
+    if (any_gemm) {
+        /* a 32-row panel is unpacked once per tile and reused for up to 128
+         * tokens (their activations stay in L2) */
+        j->tile_rows = 32;
+        j->tile_toks = nt < 128 ? nt : 128;
+#if MF_CPU_X86
+        j->pack_stride = (mf_cpu_gemm_scratch(n_in) + 63) & ~(size_t)63;
+        j->pack = ctx_scratch(&c->pack, &c->pack_cap, j->pack_stride * (size_t)nth);
+#endif
+        j->ad = q.ad;
+        j->as = q.as;
+    } else if (nt == 1) {
+        /* ~8 tiles per thread for balance, small enough tiles to spread,
+         * large enough that the counter is not contended */
+        j->tile_toks = 1;
+        j->tile_rows = sum_out / (nth * 8);
+        j->tile_rows = j->tile_rows < 1 ? 1 : j->tile_rows > 64 ? 64 : j->tile_rows;
+    } else {
+        j->tile_toks = nt < 16 ? nt : 16;
+        j->tile_rows = 8;
+    }
+    j->n_tt = (nt + j->tile_toks - 1) / j->tile_toks;
+    int64_t tiles = 0;
+    for (int i = 0; i < n_mm; i++) {
+        mm_part *p = &j->part[i];
+        p->w = mm[i].w;
+        p->w_row = mf_type_row_size(mm[i].wtype, n_in);
+        p->dot = dots[i]->dot;
+        p->wtype = mm[i].wtype;
+        p->gemm = gemm[i];
+        if (dots[i]->act_type == MF_TYPE_F32) {
+            p->a = (const uint8_t *)x;
+            p->a_row = (size_t)n_in * sizeof(float);
+        } else {
+            p->a = q.dst[kind_of[i]];
+            p->a_row = q.row[kind_of[i]];
+        }
+        p->y = mm[i].y;
+        p->n_out = mm[i].n_out;
+        p->tile0 = tiles;
+        p->n_rt = (p->n_out + j->tile_rows - 1) / j->tile_rows;
+        tiles += p->n_rt * j->n_tt;
+    }
+    j->n_tiles = tiles;
+    atomic_init(&j->next, 0);
+    if (tiles == 1)
+        mm_worker(j, 0, 1);
+    else
+        mf_pool_run(c->pool, mm_worker, j);
+    free(j);
+}
+
+void mf_cpu_matmul(mf_cpu_ctx *c, uint32_t wtype, const void *w, int64_t n_in, int64_t n_out,
+                   const float *x, int64_t nt, float *y) {
+    const mf_cpu_mm mm = {.wtype = wtype, .w = w, .n_out = n_out, .y = y};
+    mf_cpu_matmul_multi(c, &mm, 1, n_in, x, nt);
+}

@@ -1,0 +1,172 @@
+/* cuda_args.h - kernel argument structs of the CUDA backend, declared once.
+ *
+ * Included by the host code (cuda_backend.c, plain C) and by every kernel
+ * file (.cu, C++), so the two sides cannot disagree on a field. Each kernel
+ * family exports one C-callable launcher, mf_cu_<family>(args, stream), which
+ * enqueues its kernel(s) on the stream and returns cudaGetLastError() of the
+ * launch (never waits). Pointers are device pointers; shapes are element
+ * counts; a row is ne[0] contiguous elements. */
+#ifndef MF_CUDA_ARGS_H
+#define MF_CUDA_ARGS_H
+
+#include <stdint.h>
+
+#include <cuda_runtime_api.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* Device-side fault report: the first kernel that sees an impossible value
+ * (a token id past the vocabulary) writes it here; synchronize reads it back
+ * and fails naming the node. code 0 = no fault. */
+typedef struct mf_cu_fault {
+    int32_t code;   /* mf_cu_fault_code */
+    int32_t node;   /* graph node index that launched the kernel */
+    int64_t value;  /* the offending value */
+    int64_t limit;  /* the bound it broke */
+} mf_cu_fault;
+
+enum mf_cu_fault_code { MF_CU_FAULT_NONE = 0, MF_CU_FAULT_TOKEN_ID = 1 };
+
+/* y[t, o] = sum_i W[o, i] x[t, i] (+ bias[o]):  W (n_in, n_out) of wtype,
+ * x (n_in, nt) f32, y (n_out, nt) f32. y must not alias x. */
+typedef struct mf_cu_matmul_args {
+    uint32_t wtype;
+    const void *w;          /* n_out rows of row_bytes */
+    uint64_t row_bytes;
+    const float *x;
+    const float *bias;      /* NULL: none */
+    float *y;
+    int64_t n_in, n_out, nt;
+    int32_t force_gemm;     /* tests: 1 GEMM, -1 GEMV, 0 choose by nt */
+} mf_cu_matmul_args;
+cudaError_t mf_cu_matmul(const mf_cu_matmul_args *a, cudaStream_t s);
+
+/* nrows rows of n: y = x / sqrt(mean(x^2) + eps) * w (w has n elements, NULL:
+ * no weight). QkNorm is this with n = head_dim. y may equal x. */
+typedef struct mf_cu_norm_args {
+    const float *x;
+    const float *w;
+    float *y;
+    int64_t n, nrows;
+    float eps;
+} mf_cu_norm_args;
+cudaError_t mf_cu_rmsnorm(const mf_cu_norm_args *a, cudaStream_t s);
+
+/* RoPE of nt rows of n_head heads of head_dim at positions pos[t] (device
+ * I32), or pos0 + t when pos is NULL. y may equal x; dims >= n_rot copied. */
+typedef struct mf_cu_rope_args {
+    const float *x;
+    float *y;
+    const int32_t *pos;
+    int64_t pos0;
+    int64_t nt;
+    int32_t n_head, head_dim, n_rot, mode;
+    float theta, freq_scale;
+} mf_cu_rope_args;
+cudaError_t mf_cu_rope(const mf_cu_rope_args *a, cudaStream_t s);
+
+/* Elementwise ops over n elements (y may equal a or b). MUL with b_n < n
+ * broadcasts b (b_n elements, a row) along a. */
+enum mf_cu_ew_op {
+    MF_CU_EW_ADD,
+    MF_CU_EW_MUL,
+    MF_CU_EW_SCALE,
+    MF_CU_EW_SILU,
+    MF_CU_EW_SWIGLU, /* silu(a) * b */
+    MF_CU_EW_COPY,
+};
+typedef struct mf_cu_ew_args {
+    int32_t op;
+    const float *a, *b;
+    float *y;
+    int64_t n, b_n;
+    float s;
+} mf_cu_ew_args;
+cudaError_t mf_cu_elementwise(const mf_cu_ew_args *a, cudaStream_t s);
+
+/* Row softmax of x * scale, nrows rows of n (y may equal x). */
+typedef struct mf_cu_softmax_args {
+    const float *x;
+    float *y;
+    int64_t n, nrows;
+    float scale;
+} mf_cu_softmax_args;
+cudaError_t mf_cu_softmax(const mf_cu_softmax_args *a, cudaStream_t s);
+
+/* Generic strided 4-d copy of 4-byte elements: y[i0,i1,i2,i3] (contiguous,
+ * shape ne) = x[i0*st[0] + i1*st[1] + i2*st[2] + i3*st[3]]. VIEW, PERMUTE and
+ * row select are this. y must not alias x. */
+typedef struct mf_cu_copy_args {
+    const void *x;
+    void *y;
+    int64_t ne[4];
+    int64_t st[4];
+} mf_cu_copy_args;
+cudaError_t mf_cu_copy4d(const mf_cu_copy_args *a, cudaStream_t s);
+
+/* Embedding gather: y[t] = dequant(W row ids[t]), W n_rows rows of n of
+ * wtype. An id outside [0, n_rows) writes NaN and reports a fault. */
+typedef struct mf_cu_getrows_args {
+    uint32_t wtype;
+    const void *w;
+    uint64_t row_bytes;
+    int64_t n, n_rows;
+    const int32_t *ids;
+    int64_t nt;
+    float *y;
+    mf_cu_fault *fault;
+    int32_t node;
+} mf_cu_getrows_args;
+cudaError_t mf_cu_getrows(const mf_cu_getrows_args *a, cudaStream_t s);
+
+/* KV cache rows: store nt rows of kv_dim floats at rows [pos0, pos0 + nt) of a
+ * region of kv_type (f32, f16, q8_0); load rows [0, n) as floats. */
+typedef struct mf_cu_kv_args {
+    uint32_t kv_type;
+    void *cache;
+    int64_t kv_dim;
+    int64_t pos0, nt;
+    const float *src; /* store */
+    float *dst;       /* load */
+} mf_cu_kv_args;
+cudaError_t mf_cu_kv_store(const mf_cu_kv_args *a, cudaStream_t s);
+cudaError_t mf_cu_kv_load(const mf_cu_kv_args *a, cudaStream_t s);
+
+/* Causal GQA attention over the cache: token t at position n_past + t
+ * attends to rows [0, n_past + t]; q/out nt rows of n_head * head_dim; head
+ * h reads KV head h / (n_head / n_head_kv). out may equal q. */
+#define MF_CU_ATTN_MAX_HEAD_DIM 256
+typedef struct mf_cu_attn_args {
+    const float *q;
+    float *out;
+    const void *k, *v;
+    uint32_t kv_type;
+    int64_t nt, n_past;
+    int32_t n_head, n_head_kv, head_dim;
+    float scale;
+} mf_cu_attn_args;
+cudaError_t mf_cu_attn(const mf_cu_attn_args *a, cudaStream_t s);
+
+/* Weight types with a matmul / getrows kernel. */
+int mf_cu_type_supported(uint32_t wtype);
+
+/* Start-up probes, one per kernel file: resolve every kernel of the family on
+ * the current device (cudaFuncGetAttributes) and check its static shared
+ * memory against smem_limit and its launch width against the kernel's
+ * limit. On failure *bad names the kernel. A kernel image missing for this
+ * GPU fails here, at start, not at the first token. */
+cudaError_t mf_cu_probe_matmul(size_t smem_limit, const char **bad);
+cudaError_t mf_cu_probe_norm(size_t smem_limit, const char **bad);
+cudaError_t mf_cu_probe_rope(size_t smem_limit, const char **bad);
+cudaError_t mf_cu_probe_elementwise(size_t smem_limit, const char **bad);
+cudaError_t mf_cu_probe_getrows(size_t smem_limit, const char **bad);
+cudaError_t mf_cu_probe_kv(size_t smem_limit, const char **bad);
+cudaError_t mf_cu_probe_attn(size_t smem_limit, const char **bad);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif

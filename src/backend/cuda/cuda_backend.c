@@ -1,0 +1,1120 @@
+/* cuda_backend.c - the CUDA backend: device, stream, buffer pool, weight
+ * registry, the op dispatch (supports_op, execute_node) and the bounded
+ * synchronize.
+ *
+ * Shape of one forward: the scheduler calls execute_node per node, which
+ * checks the node's buffers and weights against the shapes it is about to
+ * launch (an out-of-bounds shape is an error naming the node and numbers,
+ * before any launch) and enqueues one or a few kernels on the single stream;
+ * stream order is the barrier between dependent kernels. synchronize polls
+ * the stream against a deadline, then reads the device fault word. Host
+ * copies go through a pinned staging area: write_host copies the caller's
+ * bytes there and enqueues the upload (so it returns before the copy runs),
+ * read_host waits for the stream first. Every CUDA call is checked; its
+ * error names the call and file:line. */
+#include "backend/cuda/cuda_backend.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include <cuda_runtime_api.h>
+
+#include "backend/cuda/cuda_args.h"
+#include "quant/quant.h"
+
+#define TRACE_N 16
+#define N_SCRATCH 4
+#define PIN_BYTES ((size_t)64 << 20)
+#define WEIGHT_ALIGN 256
+#define NO_WEIGHT UINT64_MAX
+
+typedef struct cu_buf {
+    void *p;
+    size_t size;
+    bool free;
+} cu_buf;
+
+typedef struct cu_trace {
+    int32_t node;
+    char name[MF_NODE_NAME];
+    const char *op;
+    const char *kernel;
+    int64_t d0, d1; /* the launch's leading extents (rows, tokens ...) */
+} cu_trace;
+
+typedef struct cu_ctx {
+    const mf_weights *w;
+    int device;
+    char desc[160];
+    size_t smem_per_block;
+    cudaStream_t stream;
+
+    cu_buf *bufs;
+    int32_t n_bufs, cap_bufs;
+
+    uint8_t *wmem;          /* every uploaded weight, WEIGHT_ALIGN-aligned */
+    int64_t n_w;            /* weights in the table at construction */
+    uint64_t *woff;         /* per weight index: offset in wmem or NO_WEIGHT */
+    uint64_t wbytes;
+
+    uint8_t *pin;           /* pinned staging for host copies */
+    size_t pin_used;
+
+    void *scr[N_SCRATCH];
+    size_t scr_cap[N_SCRATCH];
+
+    mf_cu_fault *fault;     /* mapped pinned memory the kernels write */
+
+    cu_trace ring[TRACE_N];
+    int64_t n_launched;
+    long timeout_ms;
+    int matmul_mode;
+} cu_ctx;
+
+#define CX(b) ((cu_ctx *)(b)->ctx)
+
+/* ---- errors ------------------------------------------------------------------------ */
+
+static int cu_err(mf_error *err, const char *call, cudaError_t e, const char *file, int line) {
+    return mf_errorf(err, "cuda: %s failed: %s (%s) at %s:%d", call, cudaGetErrorName(e),
+                     cudaGetErrorString(e), file, line);
+}
+
+#define CU_TRY(call)                                                     \
+    do {                                                                 \
+        cudaError_t e_ = (call);                                         \
+        if (e_ != cudaSuccess)                                           \
+            return cu_err(err, #call, e_, __FILE__, __LINE__);           \
+    } while (0)
+
+/* Prints the launch ring (oldest first) to stderr and appends the last three
+ * launches to err's message. */
+static void dump_ring(cu_ctx *c, mf_error *err) {
+    int64_t n = c->n_launched < TRACE_N ? c->n_launched : TRACE_N;
+    fprintf(stderr, "cuda: last %lld kernels launched (oldest first):\n", (long long)n);
+    for (int64_t i = c->n_launched - n; i < c->n_launched; i++) {
+        const cu_trace *t = &c->ring[i % TRACE_N];
+        fprintf(stderr, "  #%lld node %d '%s' (%s): %s [%lld x %lld]\n", (long long)i, t->node,
+                t->name, t->op, t->kernel, (long long)t->d0, (long long)t->d1);
+    }
+    if (!err)
+        return;
+    char tail[200] = "";
+    size_t len = 0;
+    for (int64_t i = c->n_launched - (n < 3 ? n : 3); i < c->n_launched; i++) {
+        const cu_trace *t = &c->ring[i % TRACE_N];
+        int k = snprintf(tail + len, sizeof tail - len, "%s%s@%d'%s'", len ? ", " : "", t->kernel,
+                         t->node, t->name);
+        if (k < 0 || (size_t)k >= sizeof tail - len)
+            break;
+        len += (size_t)k;
+    }
+    size_t ml = strlen(err->msg);
+    snprintf(err->msg + ml, sizeof err->msg - ml, "; last kernels: %s (16 on stderr)", tail);
+}
+
+/* ---- bounded waits ------------------------------------------------------------------ */
+
+static void nap_us(long us) {
+    struct timespec ts = {.tv_sec = 0, .tv_nsec = us * 1000L};
+    nanosleep(&ts, NULL);
+}
+
+/* Waits until the stream is idle, at most timeout_ms: spins on
+ * cudaStreamQuery for the first 2 ms (decode steps are short), then sleeps
+ * in growing naps. Then reports a fault a kernel recorded. `what` names the
+ * caller for the message. */
+static int cu_wait(cu_ctx *c, const char *what, mf_error *err) {
+    const uint64_t t0 = mf_time_ns();
+    const uint64_t limit = (uint64_t)c->timeout_ms * 1000000ull;
+    long nap = 20;
+    for (;;) {
+        cudaError_t e = cudaStreamQuery(c->stream);
+        if (e == cudaSuccess)
+            break;
+        if (e != cudaErrorNotReady) {
+            cu_err(err, "cudaStreamQuery", e, __FILE__, __LINE__);
+            mf_error_prefix(err, "cuda: %s", what);
+            dump_ring(c, err);
+            return -1;
+        }
+        const uint64_t dt = mf_time_ns() - t0;
+        if (dt > limit) {
+            mf_errorf(err, "cuda: %s: the GPU did not finish within %ld ms (MINFER_GPU_TIMEOUT_MS)",
+                      what, c->timeout_ms);
+            dump_ring(c, err);
+            return -1;
+        }
+        if (dt > 2000000ull) {
+            nap_us(nap);
+            if (nap < 1000)
+                nap *= 2;
+        }
+    }
+    c->pin_used = 0;
+    volatile mf_cu_fault *f = c->fault;
+    if (f && f->code != MF_CU_FAULT_NONE) {
+        int32_t code = f->code, node = f->node;
+        long long v = (long long)f->value, lim = (long long)f->limit;
+        f->code = MF_CU_FAULT_NONE;
+        if (code == MF_CU_FAULT_TOKEN_ID)
+            return mf_errorf(err, "cuda: %s: node %d (getrows): token id %lld outside [0, %lld)", what,
+                             node, v, lim);
+        return mf_errorf(err, "cuda: %s: node %d: device fault code %d (value %lld, limit %lld)", what,
+                         node, code, v, lim);
+    }
+    return 0;
+}
+
+/* Waits for an event with the same deadline rule (weight upload). */
+static int cu_wait_event(cu_ctx *c, cudaEvent_t ev, mf_error *err) {
+    const uint64_t t0 = mf_time_ns();
+    for (;;) {
+        cudaError_t e = cudaEventQuery(ev);
+        if (e == cudaSuccess)
+            return 0;
+        if (e != cudaErrorNotReady)
+            return cu_err(err, "cudaEventQuery", e, __FILE__, __LINE__);
+        if (mf_time_ns() - t0 > (uint64_t)c->timeout_ms * 1000000ull)
+            return mf_errorf(err, "cuda: weight upload did not finish within %ld ms", c->timeout_ms);
+        nap_us(50);
+    }
+}
+
+/* ---- buffer pool --------------------------------------------------------------------- */
+
+static int32_t new_buf(cu_ctx *c, size_t nbytes, mf_error *err) {
+    size_t sz = nbytes ? nbytes : 4;
+    void *p = NULL;
+    cudaError_t e = cudaMalloc(&p, sz);
+    if (e != cudaSuccess) {
+        size_t fr = 0, tot = 0;
+        cudaGetLastError(); /* clear the allocation error */
+        cudaMemGetInfo(&fr, &tot);
+        mf_errorf(err, "cuda: cudaMalloc(%zu bytes) failed: %s (%zu of %zu bytes free) at %s:%d", sz,
+                  cudaGetErrorName(e), fr, tot, __FILE__, __LINE__);
+        return -1;
+    }
+    if (c->n_bufs == c->cap_bufs) {
+        c->cap_bufs = c->cap_bufs ? 2 * c->cap_bufs : 64;
+        c->bufs = mf_realloc(c->bufs, (size_t)c->cap_bufs * sizeof *c->bufs);
+    }
+    c->bufs[c->n_bufs] = (cu_buf){.p = p, .size = nbytes, .free = false};
+    return c->n_bufs++;
+}
+
+/* Exact-size free list: a freed buffer of the same byte count is reused. */
+static int32_t cu_alloc_buffer(mf_backend *b, size_t nbytes, mf_error *err) {
+    cu_ctx *c = CX(b);
+    for (int32_t i = 0; i < c->n_bufs; i++)
+        if (c->bufs[i].free && c->bufs[i].size == nbytes && c->bufs[i].p) {
+            c->bufs[i].free = false;
+            return i;
+        }
+    return new_buf(c, nbytes, err);
+}
+
+/* Never from the free list: split staging must not clobber ids whose contents
+ * are still in flight in this execute. It joins the free list when freed. */
+static int32_t cu_alloc_fresh(mf_backend *b, size_t nbytes, mf_error *err) {
+    return new_buf(CX(b), nbytes, err);
+}
+
+static void cu_free_buffer(mf_backend *b, int32_t id) {
+    cu_ctx *c = CX(b);
+    if (id >= 0 && id < c->n_bufs)
+        c->bufs[id].free = true;
+}
+
+/* ---- host copies ------------------------------------------------------------------------ */
+
+static int check_window(cu_ctx *c, int32_t id, size_t off, size_t nbytes, const char *what,
+                        mf_error *err) {
+    if (id < 0 || id >= c->n_bufs || c->bufs[id].free)
+        return mf_errorf(err, "cuda: %s: buffer id %d is not a live buffer (%d in the pool)", what, id,
+                         c->n_bufs);
+    if (off > c->bufs[id].size || nbytes > c->bufs[id].size - off)
+        return mf_errorf(err, "cuda: %s: bytes [%zu, %zu) outside buffer %d of %zu bytes", what, off,
+                         off + nbytes, id, c->bufs[id].size);
+    return 0;
+}
+
+/* Copies into pinned staging and enqueues the upload; waits only when the
+ * staging area is full. */
+static int cu_write_host(mf_backend *b, int32_t id, size_t off, const void *src, size_t nbytes,
+                         mf_error *err) {
+    cu_ctx *c = CX(b);
+    if (check_window(c, id, off, nbytes, "write_host", err))
+        return -1;
+    const uint8_t *s = src;
+    while (nbytes > 0) {
+        size_t chunk = nbytes < PIN_BYTES ? nbytes : PIN_BYTES;
+        if (c->pin_used + chunk > PIN_BYTES && cu_wait(c, "write_host", err))
+            return -1;
+        memcpy(c->pin + c->pin_used, s, chunk);
+        CU_TRY(cudaMemcpyAsync((uint8_t *)c->bufs[id].p + off, c->pin + c->pin_used, chunk,
+                               cudaMemcpyHostToDevice, c->stream));
+        c->pin_used += (chunk + 255) & ~(size_t)255;
+        s += chunk;
+        off += chunk;
+        nbytes -= chunk;
+    }
+    return 0;
+}
+
+static int cu_read_host(mf_backend *b, int32_t id, size_t off, void *dst, size_t nbytes,
+                        mf_error *err) {
+    cu_ctx *c = CX(b);
+    if (check_window(c, id, off, nbytes, "read_host", err))
+        return -1;
+    uint8_t *d = dst;
+    while (nbytes > 0) {
+        size_t chunk = nbytes < PIN_BYTES ? nbytes : PIN_BYTES;
+        if (cu_wait(c, "read_host", err))
+            return -1;
+        CU_TRY(cudaMemcpyAsync(c->pin, (const uint8_t *)c->bufs[id].p + off, chunk,
+                               cudaMemcpyDeviceToHost, c->stream));
+        if (cu_wait(c, "read_host", err))
+            return -1;
+        memcpy(d, c->pin, chunk);
+        d += chunk;
+        off += chunk;
+        nbytes -= chunk;
+    }
+    return 0;
+}
+
+static int cu_synchronize(mf_backend *b, mf_error *err) {
+    return cu_wait(CX(b), "synchronize", err);
+}
+
+/* ---- weights ------------------------------------------------------------------------------ */
+
+static const mf_weight *weight_at_name(const cu_ctx *c, const char *name, int64_t *idx) {
+    const mf_weight *wt = mf_weights_find(c->w, name);
+    if (!wt)
+        return NULL;
+    int64_t i = wt - mf_weights_at(c->w, 0);
+    if (i < 0 || i >= c->n_w || c->woff[i] == NO_WEIGHT)
+        return NULL;
+    *idx = i;
+    return wt;
+}
+
+static bool cu_has_weight(const mf_backend *b, const char *name) {
+    int64_t i;
+    return name && weight_at_name(CX(b), name, &i) != NULL;
+}
+
+/* Bytes of one row of a weight of `type` with n elements, 0 when impossible. */
+static size_t row_bytes(uint32_t type, int64_t n) {
+    return mf_type_row_size(type, n);
+}
+
+static bool uploadable(const mf_weight *wt) {
+    if (!mf_cu_type_supported(wt->type) || !wt->data || wt->nbytes == 0)
+        return false;
+    const size_t rb = row_bytes(wt->type, wt->ne[0]);
+    if (rb == 0)
+        return false;
+    uint64_t rows = 1;
+    for (uint32_t d = 1; d < 4; d++)
+        rows *= (uint64_t)(wt->ne[d] > 0 ? wt->ne[d] : 1);
+    return rb * rows <= wt->nbytes;
+}
+
+/* One device allocation for every weight; copies stream through two halves of
+ * the pinned staging area, each guarded by an event so a half is refilled only
+ * after its previous copy finished. */
+static int upload_weights(cu_ctx *c, mf_cuda_progress_fn progress, void *user, mf_error *err) {
+    c->n_w = mf_weights_count(c->w);
+    c->woff = mf_malloc((size_t)(c->n_w > 0 ? c->n_w : 1) * sizeof *c->woff);
+    uint64_t total = 0;
+    for (int64_t i = 0; i < c->n_w; i++) {
+        const mf_weight *wt = mf_weights_at(c->w, i);
+        c->woff[i] = NO_WEIGHT;
+        if (uploadable(wt)) {
+            c->woff[i] = total;
+            total += (wt->nbytes + WEIGHT_ALIGN - 1) & ~(uint64_t)(WEIGHT_ALIGN - 1);
+        }
+    }
+    c->wbytes = total;
+    if (total == 0)
+        return 0;
+    size_t fr = 0, tot = 0;
+    CU_TRY(cudaMemGetInfo(&fr, &tot));
+    if (total > fr)
+        return mf_errorf(err, "cuda: the weights need %llu bytes, the device has %zu of %zu free",
+                         (unsigned long long)total, fr, tot);
+    CU_TRY(cudaMalloc((void **)&c->wmem, total));
+
+    cudaEvent_t ev[2];
+    CU_TRY(cudaEventCreateWithFlags(&ev[0], cudaEventDisableTiming));
+    if (cudaEventCreateWithFlags(&ev[1], cudaEventDisableTiming) != cudaSuccess) {
+        cudaEventDestroy(ev[0]);
+        return mf_errorf(err, "cuda: cudaEventCreateWithFlags failed at %s:%d", __FILE__, __LINE__);
+    }
+    const size_t half = PIN_BYTES / 2;
+    bool used[2] = {false, false};
+    int k = 0, rc = 0;
+    uint64_t done = 0;
+    for (int64_t i = 0; i < c->n_w && !rc; i++) {
+        if (c->woff[i] == NO_WEIGHT)
+            continue;
+        const mf_weight *wt = mf_weights_at(c->w, i);
+        const uint8_t *src = wt->data;
+        for (uint64_t o = 0; o < wt->nbytes && !rc; o += half) {
+            size_t chunk = (size_t)(wt->nbytes - o < half ? wt->nbytes - o : half);
+            if (used[k] && cu_wait_event(c, ev[k], err)) {
+                rc = -1;
+                break;
+            }
+            uint8_t *stage = c->pin + (size_t)k * half;
+            memcpy(stage, src + o, chunk);
+            cudaError_t e = cudaMemcpyAsync(c->wmem + c->woff[i] + o, stage, chunk,
+                                            cudaMemcpyHostToDevice, c->stream);
+            if (e == cudaSuccess)
+                e = cudaEventRecord(ev[k], c->stream);
+            if (e != cudaSuccess) {
+                rc = cu_err(err, "cudaMemcpyAsync(weight)", e, __FILE__, __LINE__);
+                mf_error_prefix(err, "weight '%s'", wt->name);
+                break;
+            }
+            used[k] = true;
+            k ^= 1;
+            done += chunk;
+            if (progress)
+                progress(user, done, total);
+        }
+    }
+    if (!rc)
+        rc = cu_wait(c, "weight upload", err);
+    cudaEventDestroy(ev[0]);
+    cudaEventDestroy(ev[1]);
+    return rc;
+}
+
+/* ---- capability -------------------------------------------------------------------------- */
+
+static bool is_kquant(uint32_t t) {
+    return t == MF_TYPE_Q2_K || t == MF_TYPE_Q3_K || t == MF_TYPE_Q4_K || t == MF_TYPE_Q5_K ||
+           t == MF_TYPE_Q6_K;
+}
+
+static bool mm_ok(const mf_matmul_meta *m) {
+    if (!mf_cu_type_supported(m->wtype) || m->n_in <= 0 || m->n_out <= 0)
+        return false;
+    if (is_kquant(m->wtype) && m->n_in % MF_QK_K != 0)
+        return false; /* the kernels walk whole super-blocks: a tail would be dropped */
+    return row_bytes(m->wtype, m->n_in) != 0;
+}
+
+static bool norm_weight_ok(const cu_ctx *c, const char *name) {
+    if (!name)
+        return true;
+    const mf_weight *wt = mf_weights_find(c->w, name);
+    return !wt || wt->type == MF_TYPE_F32; /* a missing one is the gate's business */
+}
+
+static const char *cu_name(const mf_backend *b) {
+    return "cuda";
+}
+
+static bool cu_supports_op(const mf_backend *b, const mf_node *n) {
+    const cu_ctx *c = CX(b);
+    switch (n->op) {
+    case MF_OP_MATMUL:
+        return mm_ok(&n->meta.matmul);
+    case MF_OP_GETROWS:
+        if (n->meta.getrows.mode == 0)
+            return mf_cu_type_supported(n->meta.getrows.wtype) &&
+                   row_bytes(n->meta.getrows.wtype, n->ne[0]) != 0;
+        return true;
+    case MF_OP_RMSNORM:
+    case MF_OP_QKNORM:
+        return norm_weight_ok(c, n->meta.norm.weight);
+    case MF_OP_ATTN:
+        return n->meta.attn.head_dim > 0 && n->meta.attn.head_dim <= MF_CU_ATTN_MAX_HEAD_DIM;
+    case MF_OP_FUSED_QKV:
+    case MF_OP_FUSED_QKV_NORM:
+        if (!mm_ok(&n->meta.qkv.q) || !mm_ok(&n->meta.qkv.k) || !mm_ok(&n->meta.qkv.v))
+            return false;
+        /* fall through */
+    case MF_OP_QKV_BIAS_ROPE_STORE:
+        return n->meta.qkv.head_dim > 0 && norm_weight_ok(c, n->meta.qkv.q_norm) &&
+               norm_weight_ok(c, n->meta.qkv.k_norm);
+    case MF_OP_FUSED_FFN:
+        return mm_ok(&n->meta.ffn.gate) && mm_ok(&n->meta.ffn.up);
+    default:
+        return (unsigned)n->op < MF_OP_COUNT;
+    }
+}
+
+static bool cu_supports_fused(const mf_backend *b, mf_fused_kind kind) {
+    return kind < MF_FUSE_COUNT;
+}
+
+/* ---- execute: helpers ---------------------------------------------------------------------- */
+
+typedef struct exec {
+    cu_ctx *c;
+    const mf_graph *g;
+    const mf_node *n;
+    int32_t id;
+    mf_error *err;
+} exec;
+
+#define NODE_ERR(x, fmt, ...)                                                                   \
+    mf_errorf((x)->err, "cuda: node %d '%s' (%s): " fmt, (x)->id, (x)->n->name,                 \
+              mf_op_name((x)->n->op), __VA_ARGS__)
+
+/* The device pointer of buffer `id` after checking it holds `need` bytes. */
+static void *buf_ptr(exec *x, int32_t id, size_t need, const char *role) {
+    cu_ctx *c = x->c;
+    if (id < 0 || id >= c->n_bufs || !c->bufs[id].p) {
+        NODE_ERR(x, "%s buffer id %d is not in the pool (%d buffers)", role, id, c->n_bufs);
+        return NULL;
+    }
+    if (c->bufs[id].size < need) {
+        NODE_ERR(x, "%s buffer %d holds %zu bytes, the launch needs %zu", role, id, c->bufs[id].size,
+                 need);
+        return NULL;
+    }
+    return c->bufs[id].p;
+}
+
+static size_t f32b(int64_t n) {
+    return n > 0 ? (size_t)n * 4 : 0;
+}
+
+/* Scratch slot k with at least nbytes (grown after waiting for the stream,
+ * since kernels in flight may still use the old one). */
+static float *scratch(exec *x, int k, size_t nbytes) {
+    cu_ctx *c = x->c;
+    if (c->scr_cap[k] >= nbytes)
+        return c->scr[k];
+    if (cu_wait(c, "growing scratch", x->err))
+        return NULL;
+    if (c->scr[k])
+        cudaFree(c->scr[k]);
+    c->scr[k] = NULL;
+    c->scr_cap[k] = 0;
+    size_t want = nbytes + nbytes / 4 + 4096;
+    cudaError_t e = cudaMalloc(&c->scr[k], want);
+    if (e != cudaSuccess) {
+        c->scr[k] = NULL;
+        cudaGetLastError();
+        NODE_ERR(x, "scratch of %zu bytes: cudaMalloc failed: %s", want, cudaGetErrorName(e));
+        return NULL;
+    }
+    c->scr_cap[k] = want;
+    return c->scr[k];
+}
+
+/* Records a launch in the ring and turns its launch status into an error. */
+static int launched(exec *x, const char *kernel, int64_t d0, int64_t d1, cudaError_t e) {
+    cu_ctx *c = x->c;
+    cu_trace *t = &c->ring[c->n_launched++ % TRACE_N];
+    t->node = x->id;
+    snprintf(t->name, sizeof t->name, "%s", x->n->name);
+    t->op = mf_op_name(x->n->op);
+    t->kernel = kernel;
+    t->d0 = d0;
+    t->d1 = d1;
+    if (e == cudaSuccess)
+        return 0;
+    NODE_ERR(x, "launching %s [%lld x %lld]: %s (%s)", kernel, (long long)d0, (long long)d1,
+             cudaGetErrorName(e), cudaGetErrorString(e));
+    dump_ring(c, x->err);
+    return -1;
+}
+
+/* Device pointer of weight `name` checked against type and shape. */
+static const void *weight_ptr(exec *x, const char *name, uint32_t type, int64_t ne0, int64_t ne1) {
+    int64_t i;
+    const mf_weight *wt = name ? weight_at_name(x->c, name, &i) : NULL;
+    if (!wt) {
+        NODE_ERR(x, "weight '%s' not on the GPU", name ? name : "(null)");
+        return NULL;
+    }
+    if (wt->type != type) {
+        NODE_ERR(x, "weight '%s' is %s, the node expects %s", name, mf_type_name(wt->type),
+                 mf_type_name(type));
+        return NULL;
+    }
+    int64_t rows = wt->ne[1] > 0 ? wt->ne[1] : 1;
+    if (wt->ne[0] != ne0 || (ne1 >= 0 && rows != ne1) || (wt->n_dims > 2 && (wt->ne[2] > 1 || wt->ne[3] > 1))) {
+        NODE_ERR(x, "weight '%s' has shape [%lld %lld %lld %lld], the node expects [%lld %lld]", name,
+                 (long long)wt->ne[0], (long long)wt->ne[1], (long long)wt->ne[2], (long long)wt->ne[3],
+                 (long long)ne0, (long long)ne1);
+        return NULL;
+    }
+    return x->c->wmem + x->c->woff[i];
+}
+
+static const float *norm_weight(exec *x, const char *name, int64_t n) {
+    if (!name)
+        return NULL;
+    return weight_ptr(x, name, MF_TYPE_F32, n, 1);
+}
+
+/* y (n_out x nt) = W x (+ bias) with the node's matmul meta; y must not alias x. */
+static int run_matmul(exec *x, const mf_matmul_meta *m, const float *in, float *y, int64_t nt) {
+    if (!mm_ok(m))
+        return NODE_ERR(x, "weight '%s' of type %s with n_in %lld has no CUDA kernel (K-quants need "
+                        "n_in %% 256 == 0)", m->weight, mf_type_name(m->wtype), (long long)m->n_in);
+    const void *w = weight_ptr(x, m->weight, m->wtype, m->n_in, m->n_out);
+    if (!w)
+        return -1;
+    const float *bias = NULL;
+    if (m->bias && !(bias = weight_ptr(x, m->bias, MF_TYPE_F32, m->n_out, 1)))
+        return -1;
+    mf_cu_matmul_args a = {.wtype = m->wtype, .w = w, .row_bytes = row_bytes(m->wtype, m->n_in),
+                           .x = in, .bias = bias, .y = y, .n_in = m->n_in, .n_out = m->n_out,
+                           .nt = nt, .force_gemm = x->c->matmul_mode};
+    return launched(x, "matmul", m->n_out, nt, mf_cu_matmul(&a, x->c->stream));
+}
+
+static int run_ew(exec *x, int op, const float *a, const float *b, float *y, int64_t n, int64_t b_n,
+                  float s) {
+    mf_cu_ew_args e = {.op = op, .a = a, .b = b, .y = y, .n = n, .b_n = b_n, .s = s};
+    return launched(x, "elementwise", n, op, mf_cu_elementwise(&e, x->c->stream));
+}
+
+static int run_norm(exec *x, const float *in, const float *w, float *y, int64_t n, int64_t rows,
+                    float eps) {
+    mf_cu_norm_args a = {.x = in, .w = w, .y = y, .n = n, .nrows = rows, .eps = eps};
+    return launched(x, "rmsnorm", rows, n, mf_cu_rmsnorm(&a, x->c->stream));
+}
+
+static int run_rope(exec *x, const mf_rope_meta *r, const float *in, float *y, const int32_t *pos,
+                    int64_t pos0, int64_t nt) {
+    if (r->n_head <= 0 || r->head_dim <= 0 || r->n_rot <= 0 || r->n_rot > r->head_dim || r->n_rot % 2)
+        return NODE_ERR(x, "rope n_head %d head_dim %d n_rot %d", r->n_head, r->head_dim, r->n_rot);
+    mf_cu_rope_args a = {.x = in, .y = y, .pos = pos, .pos0 = pos0, .nt = nt, .n_head = r->n_head,
+                         .head_dim = r->head_dim, .n_rot = r->n_rot, .mode = r->mode,
+                         .theta = r->theta, .freq_scale = r->freq_scale};
+    return launched(x, "rope", nt, r->n_head, mf_cu_rope(&a, x->c->stream));
+}
+
+/* The layer's K (which 0) or V region, checked to hold `rows` rows. */
+static void *kv_region(exec *x, int32_t id, const mf_exec_args *ea, int64_t rows, const char *which) {
+    const uint32_t t = ea->kv_type;
+    if (t != MF_TYPE_F32 && t != MF_TYPE_F16 && t != MF_TYPE_Q8_0) {
+        NODE_ERR(x, "KV cache type %s (%u) is not f32, f16 or q8_0", mf_type_name(t), t);
+        return NULL;
+    }
+    const size_t rb = row_bytes(t, x->g->kv_dim);
+    if (rb == 0) {
+        NODE_ERR(x, "KV cache type %s needs kv_dim %% 32 == 0, kv_dim is %lld", mf_type_name(t),
+                 (long long)x->g->kv_dim);
+        return NULL;
+    }
+    if (id < 0) {
+        NODE_ERR(x, "layer %d has no %s region", mf_node_kv_layer(x->n), which);
+        return NULL;
+    }
+    if (rows > ea->n_ctx) {
+        NODE_ERR(x, "needs KV rows [0, %lld) but n_ctx is %d", (long long)rows, ea->n_ctx);
+        return NULL;
+    }
+    return buf_ptr(x, id, rb * (size_t)rows, which);
+}
+
+static int run_store(exec *x, void *kc, void *vc, const mf_exec_args *ea, const float *k,
+                     const float *v, int64_t nt) {
+    mf_cu_kv_args a = {.kv_type = ea->kv_type, .cache = kc, .kv_dim = x->g->kv_dim,
+                       .pos0 = ea->n_past, .nt = nt, .src = k};
+    if (launched(x, "kv_store(k)", nt, x->g->kv_dim, mf_cu_kv_store(&a, x->c->stream)))
+        return -1;
+    a.cache = vc;
+    a.src = v;
+    return launched(x, "kv_store(v)", nt, x->g->kv_dim, mf_cu_kv_store(&a, x->c->stream));
+}
+
+static int d2d(exec *x, void *dst, const void *src, size_t nbytes) {
+    if (dst == src || nbytes == 0)
+        return 0;
+    cudaError_t e = cudaMemcpyAsync(dst, src, nbytes, cudaMemcpyDeviceToDevice, x->c->stream);
+    return launched(x, "memcpy d2d", (int64_t)nbytes, 1, e);
+}
+
+/* ---- execute: fused attention input ---------------------------------------------------------- */
+
+/* FUSED_QKV(_NORM): three matmuls into scratch (the output may alias x),
+ * optional per-head norms, RoPE of K in place and of Q into the output, the
+ * K/V store at n_past. QKV_BIAS_ROPE_STORE: the same tail on three given
+ * matmul outputs (biases added here; positions src3 or n_past + t). */
+static int exec_qkv(exec *x, const int32_t *in, int32_t out, mf_kv_pair kv, const mf_exec_args *ea) {
+    const mf_node *n = x->n;
+    const mf_qkv_meta *m = &n->meta.qkv;
+    const int64_t nt = n->ne[1], q_dim = (int64_t)m->n_head * m->head_dim, kvd = x->g->kv_dim;
+    if (q_dim != n->ne[0] || (int64_t)m->n_head_kv * m->head_dim != kvd)
+        return NODE_ERR(x, "n_head %d n_head_kv %d head_dim %d for width %lld, kv_dim %lld", m->n_head,
+                        m->n_head_kv, m->head_dim, (long long)n->ne[0], (long long)kvd);
+    float *y = buf_ptr(x, out, f32b(q_dim * nt), "output");
+    void *kc = kv_region(x, kv.k, ea, ea->n_past + nt, "K");
+    void *vc = kc ? kv_region(x, kv.v, ea, ea->n_past + nt, "V") : NULL;
+    if (!y || !vc)
+        return -1;
+    float *sq = scratch(x, 0, f32b(q_dim * nt));
+    float *sk = sq ? scratch(x, 1, f32b(kvd * nt)) : NULL;
+    float *sv = sk ? scratch(x, 2, f32b(kvd * nt)) : NULL;
+    if (!sv)
+        return -1;
+    const int32_t *pos = NULL;
+    if (n->op == MF_OP_QKV_BIAS_ROPE_STORE) {
+        const float *q = buf_ptr(x, in[0], f32b(q_dim * nt), "q");
+        const float *k = q ? buf_ptr(x, in[1], f32b(kvd * nt), "k") : NULL;
+        const float *v = k ? buf_ptr(x, in[2], f32b(kvd * nt), "v") : NULL;
+        if (!v)
+            return -1;
+        const mf_matmul_meta *mm[3] = {&m->q, &m->k, &m->v};
+        const float *src[3] = {q, k, v};
+        float *dst[3] = {sq, sk, sv};
+        const int64_t w[3] = {q_dim, kvd, kvd};
+        for (int i = 0; i < 3; i++) {
+            const float *bias = NULL;
+            if (mm[i]->bias && !(bias = weight_ptr(x, mm[i]->bias, MF_TYPE_F32, w[i], 1)))
+                return -1;
+            if (bias ? run_ew(x, MF_CU_EW_ADD, src[i], bias, dst[i], w[i] * nt, w[i], 0)
+                     : run_ew(x, MF_CU_EW_COPY, src[i], NULL, dst[i], w[i] * nt, 0, 0))
+                return -1;
+        }
+        if (n->n_src > 3 && !(pos = buf_ptr(x, in[3], (size_t)nt * 4, "positions")))
+            return -1;
+    } else {
+        const float *xin = buf_ptr(x, in[0], f32b(m->q.n_in * nt), "input");
+        if (!xin || !(pos = buf_ptr(x, in[1], (size_t)nt * 4, "positions")))
+            return -1;
+        if (m->k.n_out != kvd || m->v.n_out != kvd || m->q.n_out != q_dim)
+            return NODE_ERR(x, "q/k/v n_out %lld/%lld/%lld vs q_dim %lld, kv_dim %lld",
+                            (long long)m->q.n_out, (long long)m->k.n_out, (long long)m->v.n_out,
+                            (long long)q_dim, (long long)kvd);
+        if (run_matmul(x, &m->q, xin, sq, nt) || run_matmul(x, &m->k, xin, sk, nt) ||
+            run_matmul(x, &m->v, xin, sv, nt))
+            return -1;
+    }
+    if (m->q_norm || m->k_norm || n->op == MF_OP_FUSED_QKV_NORM) {
+        const float *qn = norm_weight(x, m->q_norm, m->head_dim);
+        const float *kn = qn ? norm_weight(x, m->k_norm, m->head_dim) : NULL;
+        if (!kn)
+            return m->q_norm && m->k_norm ? -1 : NODE_ERR(x, "needs q_norm and k_norm weights%s", "");
+        if (run_norm(x, sq, qn, sq, m->head_dim, nt * m->n_head, m->norm_eps) ||
+            run_norm(x, sk, kn, sk, m->head_dim, nt * m->n_head_kv, m->norm_eps))
+            return -1;
+    }
+    if ((int64_t)m->rope_q.n_head * m->rope_q.head_dim != q_dim ||
+        (int64_t)m->rope_k.n_head * m->rope_k.head_dim != kvd)
+        return NODE_ERR(x, "rope q %dx%d / k %dx%d for widths %lld / %lld", m->rope_q.n_head,
+                        m->rope_q.head_dim, m->rope_k.n_head, m->rope_k.head_dim, (long long)q_dim,
+                        (long long)kvd);
+    if (run_rope(x, &m->rope_k, sk, sk, pos, ea->n_past, nt) ||
+        run_store(x, kc, vc, ea, sk, sv, nt) || run_rope(x, &m->rope_q, sq, y, pos, ea->n_past, nt))
+        return -1;
+    return 0;
+}
+
+/* ---- execute -------------------------------------------------------------------------------- */
+
+static int cu_execute_node(mf_backend *b, const mf_graph *g, int32_t node, const int32_t *in,
+                           int32_t out, mf_kv_pair kv, const mf_exec_args *ea, mf_error *err) {
+    cu_ctx *c = CX(b);
+    if (node < 0 || node >= g->n_nodes)
+        return mf_errorf(err, "cuda: node %d outside the graph (%d nodes)", node, g->n_nodes);
+    exec xx = {.c = c, .g = g, .n = &g->nodes[node], .id = node, .err = err};
+    exec *x = &xx;
+    const mf_node *n = x->n;
+    if (!cu_supports_op(b, n))
+        return NODE_ERR(x, "the CUDA backend refused this op at build time (supports_op)%s", "");
+    const int64_t ne = mf_node_nelem(n);
+    const int64_t nt = n->ne[1];
+    const mf_node *s0 = n->n_src > 0 ? &g->nodes[n->src[0]] : NULL;
+    const mf_node *s1 = n->n_src > 1 ? &g->nodes[n->src[1]] : NULL;
+    cudaStream_t st = c->stream;
+
+    switch (n->op) {
+    case MF_OP_INPUT:
+        return 0;
+    case MF_OP_ADD:
+    case MF_OP_SWIGLU: {
+        if (mf_node_nelem(s0) != ne || mf_node_nelem(s1) != ne)
+            return NODE_ERR(x, "srcs of %lld and %lld elements for an output of %lld",
+                            (long long)mf_node_nelem(s0), (long long)mf_node_nelem(s1), (long long)ne);
+        const float *a = buf_ptr(x, in[0], f32b(ne), "src0");
+        const float *bb = a ? buf_ptr(x, in[1], f32b(ne), "src1") : NULL;
+        float *y = bb ? buf_ptr(x, out, f32b(ne), "output") : NULL;
+        if (!y)
+            return -1;
+        return run_ew(x, n->op == MF_OP_ADD ? MF_CU_EW_ADD : MF_CU_EW_SWIGLU, a, bb, y, ne, ne, 0);
+    }
+    case MF_OP_MUL: {
+        const int64_t bn = mf_node_nelem(s1);
+        if (mf_node_nelem(s0) != ne || (bn != ne && bn != n->ne[0]))
+            return NODE_ERR(x, "src1 of %lld elements neither matches %lld nor is one row of %lld",
+                            (long long)bn, (long long)ne, (long long)n->ne[0]);
+        const float *a = buf_ptr(x, in[0], f32b(ne), "src0");
+        const float *bb = a ? buf_ptr(x, in[1], f32b(bn), "src1") : NULL;
+        float *y = bb ? buf_ptr(x, out, f32b(ne), "output") : NULL;
+        if (!y)
+            return -1;
+        if (bn != ne && out == in[1]) { /* the broadcast row would be overwritten under its readers */
+            float *s = scratch(x, 0, f32b(ne));
+            if (!s || run_ew(x, MF_CU_EW_MUL, a, bb, s, ne, bn, 0))
+                return -1;
+            return d2d(x, y, s, f32b(ne));
+        }
+        return run_ew(x, MF_CU_EW_MUL, a, bb, y, ne, bn, 0);
+    }
+    case MF_OP_SCALE:
+    case MF_OP_SILU: {
+        if (mf_node_nelem(s0) != ne)
+            return NODE_ERR(x, "src of %lld elements for %lld", (long long)mf_node_nelem(s0), (long long)ne);
+        const float *a = buf_ptr(x, in[0], f32b(ne), "src0");
+        float *y = a ? buf_ptr(x, out, f32b(ne), "output") : NULL;
+        if (!y)
+            return -1;
+        return run_ew(x, n->op == MF_OP_SCALE ? MF_CU_EW_SCALE : MF_CU_EW_SILU, a, NULL, y, ne, 0,
+                      n->meta.scale.s);
+    }
+    case MF_OP_RMSNORM:
+    case MF_OP_QKNORM: {
+        const int64_t w = n->op == MF_OP_QKNORM ? n->meta.norm.head_dim : n->ne[0];
+        if (w <= 0 || ne % w || mf_node_nelem(s0) != ne)
+            return NODE_ERR(x, "row width %lld for %lld elements (src %lld)", (long long)w,
+                            (long long)ne, (long long)mf_node_nelem(s0));
+        const float *wt = NULL;
+        if (n->meta.norm.weight && !(wt = norm_weight(x, n->meta.norm.weight, w)))
+            return -1;
+        const float *a = buf_ptr(x, in[0], f32b(ne), "src0");
+        float *y = a ? buf_ptr(x, out, f32b(ne), "output") : NULL;
+        if (!y)
+            return -1;
+        return run_norm(x, a, wt, y, w, ne / w, n->meta.norm.eps);
+    }
+    case MF_OP_MATMUL: {
+        const mf_matmul_meta *m = &n->meta.matmul;
+        if (s0->ne[0] != m->n_in || n->ne[0] != m->n_out || s0->ne[1] != nt)
+            return NODE_ERR(x, "input %lldx%lld, output %lldx%lld for weight '%s' n_in %lld n_out %lld",
+                            (long long)s0->ne[0], (long long)s0->ne[1], (long long)n->ne[0],
+                            (long long)nt, m->weight, (long long)m->n_in, (long long)m->n_out);
+        const float *a = buf_ptr(x, in[0], f32b(m->n_in * nt), "input");
+        float *y = a ? buf_ptr(x, out, f32b(m->n_out * nt), "output") : NULL;
+        if (!y)
+            return -1;
+        if (out == in[0]) { /* other rows still read the input while rows are written */
+            float *s = scratch(x, 0, f32b(m->n_out * nt));
+            if (!s || run_matmul(x, m, a, s, nt))
+                return -1;
+            return d2d(x, y, s, f32b(m->n_out * nt));
+        }
+        return run_matmul(x, m, a, y, nt);
+    }
+    case MF_OP_GETROWS: {
+        const int64_t w = n->ne[0];
+        float *y = buf_ptr(x, out, f32b(ne), "output");
+        if (!y)
+            return -1;
+        if (n->meta.getrows.mode == 0) {
+            if (s0->dtype != MF_DTYPE_I32 || s0->ne[0] != nt)
+                return NODE_ERR(x, "%lld ids (%s) for %lld rows", (long long)s0->ne[0],
+                                s0->dtype == MF_DTYPE_I32 ? "i32" : "f32", (long long)nt);
+            const uint32_t wtype = n->meta.getrows.wtype;
+            const void *wp = weight_ptr(x, n->meta.getrows.weight, wtype, w, -1);
+            const int32_t *ids = wp ? buf_ptr(x, in[0], (size_t)nt * 4, "ids") : NULL;
+            if (!ids)
+                return -1;
+            const mf_weight *wt = mf_weights_find(c->w, n->meta.getrows.weight);
+            mf_cu_getrows_args a = {.wtype = wtype, .w = wp, .row_bytes = row_bytes(wtype, w),
+                                    .n = w, .n_rows = wt->ne[1] > 0 ? wt->ne[1] : 1, .ids = ids,
+                                    .nt = nt, .y = y, .fault = c->fault, .node = node};
+            return launched(x, "getrows", nt, w, mf_cu_getrows(&a, st));
+        }
+        const int64_t first = n->meta.getrows.first;
+        if (first < 0 || first + nt > s0->ne[1] || s0->ne[0] != w)
+            return NODE_ERR(x, "rows [%lld, %lld) of a %lldx%lld input", (long long)first,
+                            (long long)(first + nt), (long long)s0->ne[0], (long long)s0->ne[1]);
+        const uint8_t *a = buf_ptr(x, in[0], f32b(mf_node_nelem(s0)), "src0");
+        if (!a)
+            return -1;
+        if (out == in[0]) /* a row shift inside one buffer: memmove semantics */
+            return first == 0 ? 0 : NODE_ERR(x, "row select [%lld, ...) in place", (long long)first);
+        return d2d(x, y, a + f32b(first * w), f32b(ne));
+    }
+    case MF_OP_ROPE: {
+        if (mf_node_nelem(s0) != ne || s1->dtype != MF_DTYPE_I32 || s1->ne[0] != nt ||
+            (int64_t)n->meta.rope.n_head * n->meta.rope.head_dim != n->ne[0])
+            return NODE_ERR(x, "x %lldx%lld, %lld positions, n_head %d head_dim %d", (long long)s0->ne[0],
+                            (long long)s0->ne[1], (long long)s1->ne[0], n->meta.rope.n_head,
+                            n->meta.rope.head_dim);
+        const float *a = buf_ptr(x, in[0], f32b(ne), "src0");
+        const int32_t *pos = a ? buf_ptr(x, in[1], (size_t)nt * 4, "positions") : NULL;
+        float *y = pos ? buf_ptr(x, out, f32b(ne), "output") : NULL;
+        if (!y)
+            return -1;
+        return run_rope(x, &n->meta.rope, a, y, pos, 0, nt);
+    }
+    case MF_OP_KVCACHE_STORE: {
+        const int64_t kvd = g->kv_dim, ntk = s0->ne[1];
+        if (s0->ne[0] != kvd || s1->ne[0] != kvd || s1->ne[1] != ntk)
+            return NODE_ERR(x, "K %lldx%lld / V %lldx%lld vs kv_dim %lld", (long long)s0->ne[0],
+                            (long long)ntk, (long long)s1->ne[0], (long long)s1->ne[1], (long long)kvd);
+        void *kc = kv_region(x, kv.k, ea, ea->n_past + ntk, "K");
+        void *vc = kc ? kv_region(x, kv.v, ea, ea->n_past + ntk, "V") : NULL;
+        const float *k = vc ? buf_ptr(x, in[0], f32b(kvd * ntk), "K src") : NULL;
+        const float *v = k ? buf_ptr(x, in[1], f32b(kvd * ntk), "V src") : NULL;
+        if (!v)
+            return -1;
+        return run_store(x, kc, vc, ea, k, v, ntk);
+    }
+    case MF_OP_KVCACHE_LOAD: {
+        if (n->ne[0] != g->kv_dim)
+            return NODE_ERR(x, "width %lld vs kv_dim %lld", (long long)n->ne[0], (long long)g->kv_dim);
+        void *r = kv_region(x, n->meta.kv.which ? kv.v : kv.k, ea, nt, n->meta.kv.which ? "V" : "K");
+        float *y = r ? buf_ptr(x, out, f32b(ne), "output") : NULL;
+        if (!y)
+            return -1;
+        mf_cu_kv_args a = {.kv_type = ea->kv_type, .cache = r, .kv_dim = g->kv_dim, .nt = nt, .dst = y};
+        return launched(x, "kv_load", nt, g->kv_dim, mf_cu_kv_load(&a, st));
+    }
+    case MF_OP_ATTN: {
+        const mf_attn_meta *m = &n->meta.attn;
+        if (m->n_head <= 0 || m->n_head_kv <= 0 || m->n_head % m->n_head_kv ||
+            (int64_t)m->n_head * m->head_dim != n->ne[0] ||
+            (int64_t)m->n_head_kv * m->head_dim != g->kv_dim || m->head_dim > MF_CU_ATTN_MAX_HEAD_DIM ||
+            mf_node_nelem(s0) != ne)
+            return NODE_ERR(x, "n_head %d n_head_kv %d head_dim %d (max %d) for width %lld, kv_dim %lld",
+                            m->n_head, m->n_head_kv, m->head_dim, MF_CU_ATTN_MAX_HEAD_DIM,
+                            (long long)n->ne[0], (long long)g->kv_dim);
+        void *kc = kv_region(x, kv.k, ea, ea->n_past + nt, "K");
+        void *vc = kc ? kv_region(x, kv.v, ea, ea->n_past + nt, "V") : NULL;
+        const float *q = vc ? buf_ptr(x, in[0], f32b(ne), "q") : NULL;
+        float *y = q ? buf_ptr(x, out, f32b(ne), "output") : NULL;
+        if (!y)
+            return -1;
+        mf_cu_attn_args a = {.q = q, .out = y, .k = kc, .v = vc, .kv_type = ea->kv_type, .nt = nt,
+                             .n_past = ea->n_past, .n_head = m->n_head, .n_head_kv = m->n_head_kv,
+                             .head_dim = m->head_dim, .scale = m->scale};
+        return launched(x, "attn", nt, m->n_head, mf_cu_attn(&a, st));
+    }
+    case MF_OP_SOFTMAX: {
+        if (mf_node_nelem(s0) != ne)
+            return NODE_ERR(x, "src of %lld elements for %lld", (long long)mf_node_nelem(s0), (long long)ne);
+        const float *a = buf_ptr(x, in[0], f32b(ne), "src0");
+        float *y = a ? buf_ptr(x, out, f32b(ne), "output") : NULL;
+        if (!y)
+            return -1;
+        mf_cu_softmax_args sa = {.x = a, .y = y, .n = n->ne[0], .nrows = ne / n->ne[0],
+                                 .scale = n->meta.softmax.scale};
+        return launched(x, "softmax", sa.nrows, sa.n, mf_cu_softmax(&sa, st));
+    }
+    case MF_OP_VIEW:
+    case MF_OP_PERMUTE: {
+        mf_cu_copy_args a = {.ne = {n->ne[0], n->ne[1], n->ne[2], n->ne[3]}};
+        const int64_t srows = s0->ne[1] * s0->ne[2] * s0->ne[3];
+        int64_t base = 0;
+        if (n->op == MF_OP_VIEW) {
+            base = n->meta.view.offset;
+            if (base < 0 || base + n->ne[0] > s0->ne[0] || ne / n->ne[0] != srows)
+                return NODE_ERR(x, "columns [%lld, %lld) of width %lld, %lld rows of %lld",
+                                (long long)base, (long long)(base + n->ne[0]), (long long)s0->ne[0],
+                                (long long)(ne / n->ne[0]), (long long)srows);
+            a.st[0] = 1;
+            a.st[1] = s0->ne[0];
+            a.st[2] = s0->ne[0] * s0->ne[1];
+            a.st[3] = a.st[2] * s0->ne[2];
+        } else {
+            int64_t sst[4] = {1, s0->ne[0], s0->ne[0] * s0->ne[1], s0->ne[0] * s0->ne[1] * s0->ne[2]};
+            for (int d = 0; d < 4; d++) {
+                int ax = n->meta.permute.axes[d];
+                if (ax < 0 || ax > 3 || n->ne[d] != s0->ne[ax])
+                    return NODE_ERR(x, "axis %d -> %d: %lld vs %lld", d, ax, (long long)n->ne[d],
+                                    (long long)(ax >= 0 && ax < 4 ? s0->ne[ax] : -1));
+                a.st[d] = sst[ax];
+            }
+        }
+        const uint8_t *src = buf_ptr(x, in[0], f32b(mf_node_nelem(s0)), "src0");
+        float *y = src ? buf_ptr(x, out, f32b(ne), "output") : NULL;
+        if (!y)
+            return -1;
+        a.x = src + f32b(base);
+        if (out == in[0]) { /* a gather from the buffer being written: go through scratch */
+            float *s = scratch(x, 0, f32b(ne));
+            a.y = s;
+            if (!s || launched(x, "copy4d", ne, 1, mf_cu_copy4d(&a, st)))
+                return -1;
+            return d2d(x, y, s, f32b(ne));
+        }
+        a.y = y;
+        return launched(x, "copy4d", ne, 1, mf_cu_copy4d(&a, st));
+    }
+    case MF_OP_RESHAPE: {
+        if (mf_node_nelem(s0) != ne)
+            return NODE_ERR(x, "%lld elements from %lld", (long long)ne, (long long)mf_node_nelem(s0));
+        if (out == in[0])
+            return 0;
+        const void *a = buf_ptr(x, in[0], f32b(ne), "src0");
+        void *y = a ? buf_ptr(x, out, f32b(ne), "output") : NULL;
+        return y ? d2d(x, y, a, f32b(ne)) : -1;
+    }
+    case MF_OP_FUSED_QKV:
+    case MF_OP_FUSED_QKV_NORM:
+    case MF_OP_QKV_BIAS_ROPE_STORE:
+        return exec_qkv(x, in, out, kv, ea);
+    case MF_OP_FUSED_FFN: {
+        const mf_ffn_meta *m = &n->meta.ffn;
+        const int64_t nf = m->gate.n_out;
+        if (m->up.n_out != nf || n->ne[0] != nf || s0->ne[0] != m->gate.n_in || s0->ne[0] != m->up.n_in)
+            return NODE_ERR(x, "gate %lldx%lld, up %lldx%lld, input width %lld, output %lld",
+                            (long long)m->gate.n_in, (long long)nf, (long long)m->up.n_in,
+                            (long long)m->up.n_out, (long long)s0->ne[0], (long long)n->ne[0]);
+        const float *a = buf_ptr(x, in[0], f32b(s0->ne[0] * nt), "input");
+        float *y = a ? buf_ptr(x, out, f32b(nf * nt), "output") : NULL;
+        float *sg = y ? scratch(x, 0, f32b(nf * nt)) : NULL;
+        float *su = sg ? scratch(x, 1, f32b(nf * nt)) : NULL;
+        if (!su || run_matmul(x, &m->gate, a, sg, nt) || run_matmul(x, &m->up, a, su, nt))
+            return -1;
+        return run_ew(x, MF_CU_EW_SWIGLU, sg, su, y, nf * nt, nf * nt, 0);
+    }
+    default:
+        return NODE_ERR(x, "no CUDA arm for this op%s", "");
+    }
+}
+
+/* ---- lifetime ------------------------------------------------------------------------------- */
+
+static void cu_free(mf_backend *b) {
+    cu_ctx *c = CX(b);
+    if (c->stream) {
+        mf_error e;
+        if (cu_wait(c, "free", &e))
+            fprintf(stderr, "%s\n", e.msg);
+    }
+    for (int32_t i = 0; i < c->n_bufs; i++)
+        if (c->bufs[i].p)
+            cudaFree(c->bufs[i].p);
+    free(c->bufs);
+    for (int i = 0; i < N_SCRATCH; i++)
+        if (c->scr[i])
+            cudaFree(c->scr[i]);
+    if (c->wmem)
+        cudaFree(c->wmem);
+    free(c->woff);
+    if (c->pin)
+        cudaFreeHost(c->pin);
+    if (c->fault)
+        cudaFreeHost(c->fault);
+    if (c->stream)
+        cudaStreamDestroy(c->stream);
+    free(c);
+    free(b);
+}
+
+static const mf_backend_ops cu_ops = {
+    .name = cu_name,
+    .supports_op = cu_supports_op,
+    .supports_fused = cu_supports_fused,
+    .alloc_buffer = cu_alloc_buffer,
+    .free_buffer = cu_free_buffer,
+    .alloc_fresh = cu_alloc_fresh,
+    .execute_node = cu_execute_node,
+    .read_host = cu_read_host,
+    .write_host = cu_write_host,
+    .synchronize = cu_synchronize,
+    .has_weight = cu_has_weight,
+    .begin_forward = NULL,
+    .end_forward = NULL,
+    .free = cu_free,
+};
+
+/* Device choice and checks, before anything is allocated on it. */
+static int open_device(cu_ctx *c, mf_error *err) {
+    int count = 0;
+    cudaError_t e = cudaGetDeviceCount(&count);
+    if (e != cudaSuccess)
+        return mf_errorf(err, "cuda: no usable device: cudaGetDeviceCount: %s (%s)", cudaGetErrorName(e),
+                         cudaGetErrorString(e));
+    if (count <= 0)
+        return mf_errorf(err, "cuda: no CUDA device found");
+    long dev = mf_env_int("MINFER_CUDA_DEVICE", 0);
+    if (dev < 0 || dev >= count)
+        return mf_errorf(err, "cuda: MINFER_CUDA_DEVICE=%ld but %d device(s) exist", dev, count);
+    c->device = (int)dev;
+    CU_TRY(cudaSetDevice(c->device));
+    struct cudaDeviceProp p;
+    CU_TRY(cudaGetDeviceProperties(&p, c->device));
+    if (p.major < 7)
+        return mf_errorf(err, "cuda: device %d '%s' has compute capability %d.%d; minfer needs 7.0 or newer",
+                         c->device, p.name, p.major, p.minor);
+    c->smem_per_block = p.sharedMemPerBlock;
+    snprintf(c->desc, sizeof c->desc, "%s, cc %d.%d, %d SMs, %.1f GiB, %zu KiB shared/block", p.name,
+             p.major, p.minor, p.multiProcessorCount, (double)p.totalGlobalMem / (1024.0 * 1024 * 1024),
+             p.sharedMemPerBlock / 1024);
+    const char *bad = "?";
+    cudaError_t (*probes[])(size_t, const char **) = {
+        mf_cu_probe_matmul, mf_cu_probe_norm, mf_cu_probe_rope, mf_cu_probe_elementwise,
+        mf_cu_probe_getrows, mf_cu_probe_kv, mf_cu_probe_attn};
+    for (size_t i = 0; i < sizeof probes / sizeof probes[0]; i++) {
+        e = probes[i](c->smem_per_block, &bad);
+        if (e != cudaSuccess) {
+            cudaGetLastError();
+            return mf_errorf(err, "cuda: kernel %s unusable on '%s' (cc %d.%d, %zu bytes shared/block): %s "
+                             "(built for the wrong architecture? see MINFER_CUDA_ARCHS)",
+                             bad, p.name, p.major, p.minor, c->smem_per_block, cudaGetErrorName(e));
+        }
+    }
+    return 0;
+}
+
+int mf_backend_cuda_new_progress(const mf_weights *w, mf_cuda_progress_fn progress, void *user,
+                                 mf_backend **out, mf_error *err) {
+    *out = NULL;
+    if (mf_env_flag("MINFER_DISABLE_CUDA"))
+        return mf_errorf(err, "cuda: disabled by MINFER_DISABLE_CUDA");
+    cu_ctx *c = mf_calloc(1, sizeof *c);
+    mf_backend *b = mf_calloc(1, sizeof *b);
+    b->ops = &cu_ops;
+    b->kind = MF_BACKEND_CUDA;
+    b->is_gpu = true;
+    b->ctx = c;
+    c->w = w;
+    c->timeout_ms = mf_env_int("MINFER_GPU_TIMEOUT_MS", 10000);
+    if (c->timeout_ms <= 0)
+        c->timeout_ms = 10000;
+    if (open_device(c, err))
+        goto fail;
+    cudaError_t e = cudaStreamCreateWithFlags(&c->stream, cudaStreamNonBlocking);
+    if (e == cudaSuccess)
+        e = cudaMallocHost((void **)&c->pin, PIN_BYTES);
+    if (e == cudaSuccess)
+        e = cudaHostAlloc((void **)&c->fault, sizeof *c->fault, cudaHostAllocMapped);
+    if (e != cudaSuccess) {
+        cu_err(err, "stream / pinned staging setup", e, __FILE__, __LINE__);
+        goto fail;
+    }
+    memset(c->fault, 0, sizeof *c->fault);
+    if (upload_weights(c, progress, user, err))
+        goto fail;
+    mf_log(MF_LOG_INFO, "cuda: using device %d: %s; %llu bytes of weights uploaded", c->device, c->desc,
+           (unsigned long long)c->wbytes);
+    *out = b;
+    return 0;
+fail:
+    mf_error_prefix(err, "cuda backend");
+    cu_free(b);
+    return -1;
+}
+
+int mf_backend_cuda_new(const mf_weights *w, mf_backend **out, mf_error *err) {
+    return mf_backend_cuda_new_progress(w, NULL, NULL, out, err);
+}
+
+const char *mf_cuda_device_desc(const mf_backend *b) {
+    return CX(b)->desc;
+}
+
+void mf_cuda_set_matmul_mode(mf_backend *b, int mode) {
+    CX(b)->matmul_mode = mode;
+}

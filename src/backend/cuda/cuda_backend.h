@@ -1,0 +1,42 @@
+/* cuda_backend.h - the CUDA backend (NVIDIA GPUs, compute capability >= 7.0).
+ *
+ * mf_backend_cuda_new picks a device (MINFER_CUDA_DEVICE, default 0), checks
+ * it (cc >= 7.0, every kernel resolvable, shared-memory needs within the
+ * device's limit), creates one stream, and uploads every weight of a type it
+ * has kernels for (F32 F16 BF16 Q4_0 Q4_1 Q5_0 Q5_1 Q8_0 Q2_K..Q6_K) once,
+ * through pinned staging, registered by GGUF name (has_weight answers the
+ * all-weights-registered gate). Activations are f32 device buffers.
+ *
+ * execute_node only launches; synchronize is the bounded wait (default 10 s,
+ * MINFER_GPU_TIMEOUT_MS) and on a timeout or a device fault fails naming the
+ * last 16 kernels launched (also printed to stderr).
+ *
+ * Levers: MINFER_DISABLE_CUDA=1 makes the constructor fail with a message
+ * (the caller then runs on the CPU); MINFER_CUDA_DEVICE=N; MINFER_GPU_TIMEOUT_MS.
+ * Without a usable device or driver the constructor fails the same way:
+ * never an abort. */
+#ifndef MF_CUDA_BACKEND_H
+#define MF_CUDA_BACKEND_H
+
+#include <stdint.h>
+
+#include "backend/backend.h"
+
+/* Called during the weight upload with bytes done and total. */
+typedef void (*mf_cuda_progress_fn)(void *user, uint64_t done, uint64_t total);
+
+/* The weight table must outlive the backend. Returns 0 and *out, or -1 with
+ * err saying why (disabled, no device, cc too low, out of device memory). */
+int mf_backend_cuda_new(const mf_weights *w, mf_backend **out, mf_error *err);
+int mf_backend_cuda_new_progress(const mf_weights *w, mf_cuda_progress_fn progress, void *user,
+                                 mf_backend **out, mf_error *err);
+
+/* One line describing the device in use ("NVIDIA H200, cc 9.0, 132 SMs,
+ * 139.8 GiB"), for logs and tests. */
+const char *mf_cuda_device_desc(const mf_backend *b);
+
+/* Tests: force the matmul kernel family (1 GEMM, -1 GEMV, 0 by token
+ * count). Not for production use. */
+void mf_cuda_set_matmul_mode(mf_backend *b, int mode);
+
+#endif

@@ -1,0 +1,74 @@
+/* kvstore.cu - KV cache rows: store (f32 copy, f16 round-to-nearest-even,
+ * q8_0 with the CPU's rounding: d = amax / 127, q = roundf(x / d)) and load
+ * back as f32. Rows are positions: row pos0 + t receives source row t. */
+#include <math.h>
+
+#include "backend/cuda/cuda_args.h"
+#include "backend/cuda/kv.cuh"
+
+static __global__ void kv_store_kernel(mf_cu_kv_args a) {
+    const int64_t t = blockIdx.y;
+    const float *src = a.src + t * a.kv_dim;
+    uint8_t *row = (uint8_t *)a.cache + (uint64_t)(a.pos0 + t) * mf_kv_row_bytes(a.kv_type, a.kv_dim);
+    if (a.kv_type == MF_TYPE_Q8_0) {
+        /* one warp per 32-element block; every lane of a warp stays to the
+         * shuffles, out-of-range warps compute on block 0 and skip stores */
+        const int64_t nb = a.kv_dim / MF_QK8_0;
+        const int64_t b = (int64_t)blockIdx.x * (blockDim.x / 32) + (threadIdx.x >> 5);
+        const int lane = threadIdx.x & 31;
+        const bool valid = b < nb;
+        const float x = src[(valid ? b : 0) * MF_QK8_0 + lane];
+        float amax = fabsf(x);
+#pragma unroll
+        for (int off = 16; off > 0; off >>= 1)
+            amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, off));
+        const float d = amax / 127.0f;
+        const float id = d != 0.0f ? 1.0f / d : 0.0f;
+        if (valid) {
+            mf_block_q8_0 *blk = (mf_block_q8_0 *)row + b;
+            blk->qs[lane] = (int8_t)roundf(x * id);
+            if (lane == 0)
+                blk->d = __half_as_ushort(__float2half_rn(d));
+        }
+        return;
+    }
+    const int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
+    if (i >= a.kv_dim)
+        return;
+    if (a.kv_type == MF_TYPE_F32)
+        ((float *)row)[i] = src[i];
+    else
+        ((__half *)row)[i] = __float2half_rn(src[i]);
+}
+
+extern "C" cudaError_t mf_cu_kv_store(const mf_cu_kv_args *a, cudaStream_t s) {
+    if (a->nt <= 0)
+        return cudaSuccess;
+    const int64_t per = a->kv_type == MF_TYPE_Q8_0 ? (a->kv_dim / MF_QK8_0) * 32 : a->kv_dim;
+    dim3 grid((unsigned)((per + 255) / 256), (unsigned)a->nt);
+    kv_store_kernel<<<grid, 256, 0, s>>>(*a);
+    return cudaGetLastError();
+}
+
+static __global__ void kv_load_kernel(mf_cu_kv_args a) {
+    const int64_t r = blockIdx.x; /* rows on x: n_ctx may pass the 65535 limit of y */
+    const uint8_t *row = (const uint8_t *)a.cache + (uint64_t)r * mf_kv_row_bytes(a.kv_type, a.kv_dim);
+    for (int64_t i = threadIdx.x; i < a.kv_dim; i += blockDim.x)
+        a.dst[r * a.kv_dim + i] = mf_kv_get(a.kv_type, row, i);
+}
+
+/* Loads rows [0, a->nt) (nt counts rows here). */
+extern "C" cudaError_t mf_cu_kv_load(const mf_cu_kv_args *a, cudaStream_t s) {
+    if (a->nt <= 0)
+        return cudaSuccess;
+    kv_load_kernel<<<(unsigned)a->nt, 256, 0, s>>>(*a);
+    return cudaGetLastError();
+}
+
+#include "backend/cuda/probe.cuh"
+
+extern "C" cudaError_t mf_cu_probe_kv(size_t smem_limit, const char **bad) {
+    MF_PROBE(kv_store_kernel, 256);
+    MF_PROBE(kv_load_kernel, 256);
+    return cudaSuccess;
+}

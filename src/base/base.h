@@ -1,0 +1,123 @@
+/* base.h - the ground every module stands on: error values, logging,
+ * fp16/bf16 conversion, environment levers, timers, a bounds-checked byte
+ * cursor and the worker thread pool.
+ *
+ * Conventions used across minfer:
+ *   - A fallible function returns int: 0 on success, -1 on failure, and fills
+ *     the caller's mf_error with one line naming the thing and the numbers.
+ *   - MF_ASSERT guards invariants of our own code (aborts with file:line); it
+ *     is never used on untrusted input. */
+#ifndef MF_BASE_H
+#define MF_BASE_H
+
+#include <stdarg.h>
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+/* ---- errors ------------------------------------------------------------- */
+
+typedef struct mf_error {
+    char msg[512];
+} mf_error;
+
+/* Formats the message into err (if non-NULL) and returns -1, so that
+ * `return mf_errorf(err, "...", ...);` reads as one statement. */
+int mf_errorf(mf_error *err, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+/* Prefixes an existing message: "ctx: old message". Returns -1. */
+int mf_error_prefix(mf_error *err, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+
+#define MF_ASSERT(cond)                                                              \
+    do {                                                                             \
+        if (!(cond))                                                                 \
+            mf_panic(__FILE__, __LINE__, "assertion failed: %s", #cond);            \
+    } while (0)
+
+_Noreturn void mf_panic(const char *file, int line, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+
+/* Allocation that cannot fail silently: aborts with the size on OOM. */
+void *mf_malloc(size_t n);
+void *mf_calloc(size_t n, size_t size);
+void *mf_realloc(void *p, size_t n);
+char *mf_strdup(const char *s);
+
+/* ---- overflow-safe arithmetic -------------------------------------------- */
+
+/* Return false (and leave *out unspecified) when the result does not fit. */
+static inline bool mf_mul_u64(uint64_t a, uint64_t b, uint64_t *out) {
+    return !__builtin_mul_overflow(a, b, out);
+}
+static inline bool mf_add_u64(uint64_t a, uint64_t b, uint64_t *out) {
+    return !__builtin_add_overflow(a, b, out);
+}
+
+/* ---- logging ------------------------------------------------------------ */
+
+typedef enum { MF_LOG_DEBUG, MF_LOG_INFO, MF_LOG_WARN, MF_LOG_ERROR } mf_log_level;
+
+/* Writes one line to stderr when level >= the current level (MINFER_LOG:
+ * debug|info|warn|error; default warn). */
+void mf_log(mf_log_level level, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+void mf_log_set_level(mf_log_level level);
+mf_log_level mf_log_get_level(void);
+
+/* ---- fp16 / bf16 -------------------------------------------------------- */
+
+typedef uint16_t mf_fp16; /* IEEE 754 binary16 bits */
+typedef uint16_t mf_bf16; /* bfloat16 bits */
+
+float mf_fp16_to_fp32(mf_fp16 h);
+mf_fp16 mf_fp32_to_fp16(float f); /* round to nearest even, overflow to inf */
+static inline float mf_bf16_to_fp32(mf_bf16 h) {
+    union { uint32_t u; float f; } v = {.u = (uint32_t)h << 16};
+    return v.f;
+}
+mf_bf16 mf_fp32_to_bf16(float f); /* round to nearest even; NaN stays NaN */
+
+/* ---- environment levers (docs/ENV.md lists every MINFER_* name) -------- */
+
+/* Integer value of an environment variable, or def when unset/empty. A value
+ * that is not an integer is reported once on stderr and def is used. */
+long mf_env_int(const char *name, long def);
+/* True when set to anything other than "", "0", "false", "off", "no". */
+bool mf_env_flag(const char *name);
+const char *mf_env_str(const char *name, const char *def);
+
+/* ---- time ---------------------------------------------------------------- */
+
+uint64_t mf_time_ns(void); /* monotonic clock */
+
+/* ---- bounds-checked cursor for untrusted bytes ---------------------------- */
+
+/* A read cursor over [buf, buf+size). The first failed read sets err (sticky)
+ * and every later read returns zeros, so a parser checks once per record. */
+typedef struct mf_cursor {
+    const uint8_t *buf;
+    uint64_t size;
+    uint64_t pos;
+    bool failed;
+} mf_cursor;
+
+static inline bool mf_cursor_can(const mf_cursor *c, uint64_t n) {
+    return !c->failed && !(n > c->size || c->pos > c->size - n);
+}
+
+/* ---- thread pool ----------------------------------------------------------- */
+
+/* A fixed set of worker threads that run one parallel-for at a time. Workers
+ * spin briefly before sleeping on a condition variable, so back-to-back
+ * matmuls of one forward pay little wake-up latency. */
+typedef struct mf_pool mf_pool;
+
+/* fn(ctx, ith, nth): ith in [0, nth) is the calling thread's index. */
+typedef void (*mf_pool_fn)(void *ctx, int ith, int nth);
+
+mf_pool *mf_pool_new(int n_threads); /* n_threads <= 0: number of cores */
+void mf_pool_free(mf_pool *pool);
+int mf_pool_size(const mf_pool *pool);
+/* Runs fn on all threads (the caller is thread 0) and returns when all are done. */
+void mf_pool_run(mf_pool *pool, mf_pool_fn fn, void *ctx);
+int mf_cpu_count(void);
+
+#endif

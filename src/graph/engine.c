@@ -1,0 +1,532 @@
+/* engine.c - the graph cache, KV regions and the scheduler (seed §3.2.9).
+ *
+ * Per forward: compare the params with the cached graph's (mf_graph_params_eq);
+ * on a difference rebuild (builder -> validate -> assign -> fuse -> KV regions
+ * -> alloc). Then fill the INPUT nodes, walk the splits (synchronize the
+ * previous backend at each change, copy the split's inputs across through a
+ * host round trip into its staging buffers, execute_node per node) and read
+ * the OUTPUT node after the final synchronize. */
+#include "graph/engine.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "graph/passes.h"
+
+typedef struct kv_region {
+    int32_t backend; /* -1: not allocated yet */
+    int32_t k, v;
+    uint32_t type;
+} kv_region;
+
+typedef struct ext_input {
+    const void *data;
+    size_t nbytes;
+} ext_input;
+
+struct mf_engine {
+    mf_engine_opts o;
+    mf_backend *be[MF_MAX_BACKENDS];
+    int nb;
+    uint32_t enabled;
+    bool alternate, trace, trace_nodes, profile;
+
+    bool cached;
+    mf_graph g;
+    mf_graph_params gp;
+    mf_plan plan;
+    int64_t n_builds;
+
+    kv_region *kv; /* o.n_layers */
+    ext_input *ext;
+    int n_ext;
+
+    uint8_t *host; /* bounce buffer for cross-backend copies */
+    size_t host_cap;
+    int32_t *pos;  /* positions scratch */
+    int32_t pos_cap;
+
+    uint64_t prof_ns[MF_OP_COUNT];
+    int64_t prof_n[MF_OP_COUNT];
+};
+
+void mf_backend_free(mf_backend *b) {
+    if (b)
+        b->ops->free(b);
+}
+
+/* ---- construction ------------------------------------------------------------------ */
+
+int mf_engine_new(const mf_engine_opts *o, mf_backend **backends, int n_backends, mf_engine **out,
+                  mf_error *err) {
+    *out = NULL;
+    int rc = 0;
+    if (n_backends < 1 || n_backends > MF_MAX_BACKENDS)
+        rc = mf_errorf(err, "engine: %d backends (1..%d)", n_backends, MF_MAX_BACKENDS);
+    else if (o->n_layers < 0 || o->n_ctx <= 0 || (o->n_layers > 0 && o->kv_dim <= 0) || o->n_vocab < 0)
+        rc = mf_errorf(err, "engine: n_layers %d, kv_dim %lld, n_ctx %d, n_vocab %lld", o->n_layers,
+                       (long long)o->kv_dim, o->n_ctx, (long long)o->n_vocab);
+    else if (o->kv_type != MF_TYPE_F32 && o->kv_type != MF_TYPE_F16 && o->kv_type != MF_TYPE_Q8_0)
+        rc = mf_errorf(err, "engine: kv cache type %s (%u) is not f32, f16 or q8_0",
+                       mf_type_name(o->kv_type), o->kv_type);
+    else if (o->n_layers > 0 && mf_type_row_size(o->kv_type, o->kv_dim) == 0)
+        rc = mf_errorf(err, "engine: kv cache type %s needs kv_dim %% %lld == 0 (kv_dim %lld)",
+                       mf_type_name(o->kv_type), (long long)mf_type_get(o->kv_type)->block_size,
+                       (long long)o->kv_dim);
+    if (rc) {
+        for (int i = 0; i < n_backends; i++)
+            mf_backend_free(backends[i]);
+        return rc;
+    }
+    mf_engine *e = mf_calloc(1, sizeof *e);
+    e->o = *o;
+    e->nb = n_backends;
+    for (int i = 0; i < n_backends; i++)
+        e->be[i] = backends[i];
+    e->enabled = (1u << n_backends) - 1;
+    e->alternate = mf_env_flag("MINFER_ALTERNATE_BACKENDS");
+    e->trace = mf_env_int("MINFER_GRAPH_TRACE", 0) > 0;
+    e->trace_nodes = mf_env_int("MINFER_GRAPH_TRACE", 0) >= 2; /* 2: also every node */
+    e->profile = mf_env_flag("MINFER_OP_PROFILE");
+    e->kv = mf_malloc(((size_t)o->n_layers + 1) * sizeof *e->kv);
+    for (int32_t l = 0; l < o->n_layers; l++)
+        e->kv[l] = (kv_region){.backend = -1, .k = -1, .v = -1, .type = o->kv_type};
+    *out = e;
+    return 0;
+}
+
+static void drop_graph(mf_engine *e) {
+    if (e->cached)
+        mf_plan_free(&e->plan, e->be);
+    mf_graph_free(&e->g);
+    e->cached = false;
+}
+
+static void print_profile(const mf_engine *e) {
+    uint64_t total = 0;
+    for (int op = 0; op < MF_OP_COUNT; op++)
+        total += e->prof_ns[op];
+    if (!total)
+        return;
+    fprintf(stderr, "op profile (wall time per op, synchronized after each node):\n");
+    fprintf(stderr, "  %-20s %10s %12s %10s %6s\n", "op", "count", "total ms", "avg us", "%");
+    bool done[MF_OP_COUNT] = {0};
+    for (;;) {
+        int best = -1;
+        for (int op = 0; op < MF_OP_COUNT; op++)
+            if (!done[op] && e->prof_n[op] && (best < 0 || e->prof_ns[op] > e->prof_ns[best]))
+                best = op;
+        if (best < 0)
+            break;
+        done[best] = true;
+        fprintf(stderr, "  %-20s %10lld %12.3f %10.2f %6.1f\n", mf_op_name((mf_op)best),
+                (long long)e->prof_n[best], e->prof_ns[best] / 1e6,
+                e->prof_ns[best] / 1e3 / (double)e->prof_n[best], 100.0 * e->prof_ns[best] / total);
+    }
+}
+
+void mf_engine_free(mf_engine *e) {
+    if (!e)
+        return;
+    if (e->profile)
+        print_profile(e);
+    drop_graph(e);
+    for (int32_t l = 0; l < e->o.n_layers; l++) {
+        if (e->kv[l].backend < 0)
+            continue;
+        mf_backend *b = e->be[e->kv[l].backend];
+        b->ops->free_buffer(b, e->kv[l].k);
+        b->ops->free_buffer(b, e->kv[l].v);
+    }
+    for (int i = 0; i < e->nb; i++)
+        mf_backend_free(e->be[i]);
+    free(e->kv);
+    free(e->ext);
+    free(e->host);
+    free(e->pos);
+    free(e);
+}
+
+/* ---- small accessors -------------------------------------------------------------- */
+
+int mf_engine_n_backends(const mf_engine *e) {
+    return e->nb;
+}
+
+mf_backend *mf_engine_backend(const mf_engine *e, int i) {
+    return (i >= 0 && i < e->nb) ? e->be[i] : NULL;
+}
+
+int64_t mf_engine_n_builds(const mf_engine *e) {
+    return e->n_builds;
+}
+
+void mf_engine_invalidate(mf_engine *e) {
+    drop_graph(e);
+}
+
+void mf_engine_set_alternate(mf_engine *e, bool on) {
+    if (e->alternate != on)
+        drop_graph(e);
+    e->alternate = on;
+}
+
+void mf_engine_set_backend_enabled(mf_engine *e, int i, bool on) {
+    MF_ASSERT(i >= 0 && i < e->nb);
+    if (on)
+        e->enabled |= 1u << i;
+    else
+        e->enabled &= ~(1u << i);
+}
+
+uint32_t mf_engine_participants(const mf_engine *e, const mf_graph_params *p) {
+    uint32_t m = e->enabled;
+    for (int i = 0; i < e->nb; i++)
+        if (e->be[i]->is_gpu && !(p && p->gpu))
+            m &= ~(1u << i);
+    return m;
+}
+
+bool mf_engine_supports_fused(const mf_engine *e, const mf_graph_params *p, mf_fused_kind kind) {
+    uint32_t m = mf_engine_participants(e, p);
+    for (int i = 0; i < e->nb; i++)
+        if (m >> i & 1u)
+            return e->be[i]->ops->supports_fused(e->be[i], kind);
+    return false;
+}
+
+void mf_engine_set_external(mf_engine *e, int k, const void *data, size_t nbytes) {
+    MF_ASSERT(k >= 0);
+    if (k >= e->n_ext) {
+        e->ext = mf_realloc(e->ext, (size_t)(k + 1) * sizeof *e->ext);
+        memset(e->ext + e->n_ext, 0, (size_t)(k + 1 - e->n_ext) * sizeof *e->ext);
+        e->n_ext = k + 1;
+    }
+    e->ext[k] = (ext_input){data, nbytes};
+}
+
+int32_t mf_engine_n_splits(const mf_engine *e) {
+    return e->cached ? e->plan.n_splits : 0;
+}
+
+const mf_graph *mf_engine_graph(const mf_engine *e) {
+    return e->cached ? &e->g : NULL;
+}
+
+static void *host_buf(mf_engine *e, size_t n) {
+    if (n > e->host_cap) {
+        free(e->host);
+        e->host = mf_malloc(n);
+        e->host_cap = n;
+    }
+    return e->host;
+}
+
+/* ---- KV regions -------------------------------------------------------------------- */
+
+/* Puts layer l's regions on backend b in type `type`: allocates (zeroed) on
+ * first use; when a rebuild moved the layer's attention or changed the cache
+ * type, carries the contents over through the host (converting the rows). */
+static int kv_place(mf_engine *e, int32_t l, int32_t b, uint32_t type, mf_error *err) {
+    kv_region *r = &e->kv[l];
+    if (r->backend == b && r->type == type)
+        return 0;
+    const int64_t n_ctx = e->o.n_ctx, kv_dim = e->o.kv_dim;
+    size_t row = mf_type_row_size(type, kv_dim);
+    if (row == 0)
+        return mf_errorf(err, "engine: kv cache type %s needs kv_dim %% %lld == 0 (kv_dim %lld)",
+                         mf_type_name(type), (long long)mf_type_get(type)->block_size, (long long)kv_dim);
+    size_t bytes = row * (size_t)n_ctx;
+    mf_backend *nbk = e->be[b];
+    int32_t ids[2] = {-1, -1};
+    void *dst = mf_calloc(bytes, 1);
+    float *tmp = NULL;
+    void *src = NULL;
+    int rc = 0;
+    for (int w = 0; w < 2 && !rc; w++) {
+        if (r->backend >= 0) {
+            mf_backend *obk = e->be[r->backend];
+            size_t obytes = mf_type_row_size(r->type, kv_dim) * (size_t)n_ctx;
+            src = src ? src : mf_malloc(obytes);
+            if (obk->ops->read_host(obk, w ? r->v : r->k, 0, src, obytes, err)) {
+                rc = mf_error_prefix(err, "engine: migrating KV of layer %d", l);
+                break;
+            }
+            if (r->type == type) {
+                memcpy(dst, src, bytes);
+            } else {
+                tmp = tmp ? tmp : mf_malloc((size_t)(n_ctx * kv_dim) * sizeof *tmp);
+                mf_dequantize_rows(r->type, src, tmp, n_ctx, kv_dim);
+                mf_quantize_rows(type, tmp, dst, n_ctx, kv_dim);
+            }
+        }
+        ids[w] = nbk->ops->alloc_fresh(nbk, bytes, err);
+        if (ids[w] < 0 || nbk->ops->write_host(nbk, ids[w], 0, dst, bytes, err))
+            rc = mf_error_prefix(err, "engine: KV region of layer %d (%zu bytes) on %s", l, bytes,
+                                 nbk->ops->name(nbk));
+    }
+    free(dst);
+    free(tmp);
+    free(src);
+    if (rc) {
+        for (int w = 0; w < 2; w++)
+            if (ids[w] >= 0)
+                nbk->ops->free_buffer(nbk, ids[w]);
+        return -1;
+    }
+    if (r->backend >= 0) {
+        mf_backend *obk = e->be[r->backend];
+        obk->ops->free_buffer(obk, r->k);
+        obk->ops->free_buffer(obk, r->v);
+    }
+    *r = (kv_region){.backend = b, .k = ids[0], .v = ids[1], .type = type};
+    return 0;
+}
+
+/* ---- rebuild ---------------------------------------------------------------------- */
+
+static void print_trace(const mf_engine *e) {
+    const mf_graph *g = &e->g;
+    fprintf(stderr, "graph build %lld: %d nodes, %d splits (n_tokens %d, backends 0x%x)\n",
+            (long long)e->n_builds, g->n_nodes, e->plan.n_splits, e->gp.n_tokens, e->gp.backends);
+    for (int32_t s = 0; s < e->plan.n_splits; s++) {
+        const mf_split *sp = &e->plan.splits[s];
+        mf_backend *b = e->be[sp->backend];
+        fprintf(stderr, "  split %d: %s nodes %d-%d (%d ops, %d inputs copied in)\n", s,
+                b->ops->name(b), sp->first, sp->last, sp->n_nodes, sp->n_inputs);
+    }
+    fprintf(stderr, "  %-20s", "op \\ backend");
+    for (int b = 0; b < e->nb; b++)
+        fprintf(stderr, " %8s", e->be[b]->ops->name(e->be[b]));
+    fprintf(stderr, "\n");
+    for (int op = 0; op < MF_OP_COUNT; op++) {
+        int64_t cnt[MF_MAX_BACKENDS] = {0}, any = 0;
+        for (int32_t i = 0; i < g->n_nodes; i++) {
+            const mf_node *n = &g->nodes[i];
+            if (!(n->flags & MF_NODE_DEAD) && n->op == (mf_op)op && n->backend >= 0) {
+                cnt[n->backend]++;
+                any++;
+            }
+        }
+        if (!any)
+            continue;
+        fprintf(stderr, "  %-20s", mf_op_name((mf_op)op));
+        for (int b = 0; b < e->nb; b++)
+            fprintf(stderr, " %8lld", (long long)cnt[b]);
+        fprintf(stderr, "\n");
+    }
+    for (int b = 0; b < e->nb; b++)
+        if (e->plan.n_buffers[b])
+            fprintf(stderr, "  %s: %d buffers, %.2f MiB\n", e->be[b]->ops->name(e->be[b]), e->plan.n_buffers[b],
+                    e->plan.bytes[b] / 1048576.0);
+    fprintf(stderr, "  %d nodes write in place\n", e->plan.n_inplace);
+}
+
+static int rebuild(mf_engine *e, const mf_graph_params *p, mf_graph_build_fn build, void *ctx,
+                   mf_error *err) {
+    drop_graph(e);
+    mf_graph *g = &e->g;
+    mf_graph_init(g);
+    g->n_layers = e->o.n_layers;
+    g->kv_dim = e->o.kv_dim;
+    if (build(ctx, p, g, err))
+        goto fail;
+    if (g->n_layers != e->o.n_layers || g->kv_dim != e->o.kv_dim) {
+        mf_errorf(err, "engine: graph has %d KV layers of width %lld, engine %d of %lld", g->n_layers,
+                  (long long)g->kv_dim, e->o.n_layers, (long long)e->o.kv_dim);
+        goto fail;
+    }
+    if (mf_graph_validate(g, err) ||
+        mf_assign_backends(g, e->be, e->nb, p->backends, e->alternate, err))
+        goto fail;
+    mf_fuse(g, e->be, p);
+    for (int32_t i = 0; i < g->n_nodes; i++) {
+        const mf_node *n = &g->nodes[i];
+        int32_t l = mf_node_kv_layer(n);
+        if (!(n->flags & MF_NODE_DEAD) && l >= 0 && kv_place(e, l, n->backend, p->kv_type, err))
+            goto fail;
+    }
+    if (mf_alloc_plan(g, e->be, e->nb, &e->plan, err))
+        goto fail;
+    host_buf(e, e->plan.max_copy);
+    e->cached = true;
+    e->gp = *p;
+    e->n_builds++;
+    if (e->trace)
+        print_trace(e);
+    if (e->trace_nodes)
+        mf_graph_print(g, stderr);
+    return 0;
+fail:
+    mf_graph_free(g);
+    return -1;
+}
+
+/* ---- forward ---------------------------------------------------------------------- */
+
+static int fill_inputs(mf_engine *e, const int32_t *tokens, const mf_exec_args *a, mf_error *err) {
+    const mf_graph *g = &e->g;
+    int k_ext = 0;
+    for (int32_t i = 0; i < g->n_nodes; i++) {
+        const mf_node *n = &g->nodes[i];
+        if ((n->flags & MF_NODE_DEAD) || n->op != MF_OP_INPUT)
+            continue;
+        size_t nb = mf_node_nbytes(n);
+        const void *data = NULL;
+        switch (n->meta.input.kind) {
+        case MF_INPUT_TOKENS:
+        case MF_INPUT_POSITIONS:
+            if (mf_node_nelem(n) != a->n_tokens)
+                return mf_errorf(err, "forward: input node %d '%s' has %lld elements for %d tokens", i,
+                                 n->name, (long long)mf_node_nelem(n), a->n_tokens);
+            if (n->meta.input.kind == MF_INPUT_TOKENS) {
+                if (!tokens)
+                    return mf_errorf(err, "forward: graph reads tokens (node %d '%s') but none given", i,
+                                     n->name);
+                data = tokens;
+            } else {
+                if (e->pos_cap < a->n_tokens) {
+                    free(e->pos);
+                    e->pos = mf_malloc((size_t)a->n_tokens * sizeof *e->pos);
+                    e->pos_cap = a->n_tokens;
+                }
+                for (int32_t t = 0; t < a->n_tokens; t++)
+                    e->pos[t] = a->n_past + t;
+                data = e->pos;
+            }
+            break;
+        case MF_INPUT_EXTERNAL:
+            if (k_ext >= e->n_ext || !e->ext[k_ext].data || e->ext[k_ext].nbytes != nb)
+                return mf_errorf(err, "forward: external input %d (node %d '%s', %zu bytes) not set or %zu bytes",
+                                 k_ext, i, n->name, nb, k_ext < e->n_ext ? e->ext[k_ext].nbytes : 0);
+            data = e->ext[k_ext++].data;
+            break;
+        }
+        if (nb == 0 || n->buf < 0)
+            continue;
+        mf_backend *b = e->be[e->plan.buf_backend[i]];
+        if (b->ops->write_host(b, n->buf, 0, data, nb, err))
+            return mf_error_prefix(err, "forward: input node %d '%s'", i, n->name);
+    }
+    return 0;
+}
+
+/* Runs every split; the last split's backend is left unsynchronized in *last
+ * (end_forward hooks go before that final wait). */
+static int run_splits(mf_engine *e, const mf_exec_args *a, int32_t *last, mf_error *err) {
+    mf_graph *g = &e->g;
+    const mf_plan *pl = &e->plan;
+    int32_t prev = -1;
+    for (int32_t s = 0; s < pl->n_splits; s++) {
+        const mf_split *sp = &pl->splits[s];
+        mf_backend *b = e->be[sp->backend];
+        if (prev >= 0 && e->be[prev]->ops->synchronize(e->be[prev], err))
+            return mf_error_prefix(err, "forward: synchronize %s", e->be[prev]->ops->name(e->be[prev]));
+        for (int32_t k = 0; k < sp->n_inputs; k++) {
+            int32_t src = sp->inputs[k];
+            mf_backend *sb = e->be[pl->buf_backend[src]];
+            size_t nb = mf_node_nbytes(&g->nodes[src]);
+            void *h = host_buf(e, nb);
+            if (sb->ops->read_host(sb, g->nodes[src].buf, 0, h, nb, err) ||
+                b->ops->write_host(b, sp->staging[k], 0, h, nb, err))
+                return mf_error_prefix(err, "forward: copying node %d '%s' from %s to %s", src,
+                                       g->nodes[src].name, sb->ops->name(sb), b->ops->name(b));
+        }
+        for (int32_t i = sp->first; i <= sp->last; i++) {
+            const mf_node *n = &g->nodes[i];
+            if (!mf_node_executes(n))
+                continue;
+            if (n->backend != sp->backend || (n->buf >= 0 && pl->buf_backend[i] != sp->backend))
+                return mf_errorf(err, "forward: assignment/alloc mismatch: node %d '%s' (%s) on backend %d, "
+                                 "buffer on %d, split %d on %d", i, n->name, mf_op_name(n->op), n->backend,
+                                 pl->buf_backend[i], s, sp->backend);
+            int32_t in_ids[MF_MAX_SRC];
+            for (int j = 0; j < n->n_src; j++) {
+                int32_t src = n->src[j];
+                in_ids[j] = g->nodes[src].buf;
+                if (pl->buf_backend[src] >= 0 && pl->buf_backend[src] != sp->backend) {
+                    in_ids[j] = -1;
+                    for (int32_t k = 0; k < sp->n_inputs; k++)
+                        if (sp->inputs[k] == src)
+                            in_ids[j] = sp->staging[k];
+                    MF_ASSERT(in_ids[j] >= 0);
+                }
+            }
+            mf_kv_pair kv = {-1, -1};
+            int32_t l = mf_node_kv_layer(n);
+            if (l >= 0) {
+                if (e->kv[l].backend != sp->backend)
+                    return mf_errorf(err, "forward: assignment/alloc mismatch: node %d '%s' (%s) runs on %d "
+                                     "but layer %d's KV lives on %d", i, n->name, mf_op_name(n->op),
+                                     sp->backend, l, e->kv[l].backend);
+                kv = (mf_kv_pair){e->kv[l].k, e->kv[l].v};
+            }
+            uint64_t t0 = e->profile ? mf_time_ns() : 0;
+            if (b->ops->execute_node(b, g, i, in_ids, n->buf, kv, a, err))
+                return -1;
+            if (e->profile) {
+                if (b->ops->synchronize(b, err))
+                    return mf_error_prefix(err, "forward: synchronize after node %d '%s'", i, n->name);
+                e->prof_ns[n->op] += mf_time_ns() - t0;
+                e->prof_n[n->op]++;
+            }
+        }
+        prev = sp->backend;
+    }
+    *last = prev;
+    return 0;
+}
+
+int mf_engine_forward(mf_engine *e, mf_graph_params *p, mf_graph_build_fn build, void *build_ctx,
+                      const int32_t *tokens, int32_t n_past, float *logits, mf_error *err) {
+    if (p->n_tokens <= 0 || n_past < 0)
+        return mf_errorf(err, "forward: n_tokens %d, n_past %d", p->n_tokens, n_past);
+    if (p->n_ctx == 0)
+        p->n_ctx = e->o.n_ctx;
+    if (p->n_ctx != e->o.n_ctx)
+        return mf_errorf(err, "forward: params n_ctx %d != engine n_ctx %d", p->n_ctx, e->o.n_ctx);
+    if ((int64_t)n_past + p->n_tokens > p->n_ctx)
+        return mf_errorf(err, "forward: context full: n_past %d + n_tokens %d > n_ctx %d", n_past,
+                         p->n_tokens, p->n_ctx);
+    p->backends = mf_engine_participants(e, p);
+    if (!e->cached || !mf_graph_params_eq(p, &e->gp))
+        if (rebuild(e, p, build, build_ctx, err))
+            return -1;
+
+    mf_exec_args a = {.n_past = n_past, .n_tokens = p->n_tokens, .n_ctx = p->n_ctx, .kv_type = p->kv_type};
+    uint32_t used = 0;
+    for (int32_t s = 0; s < e->plan.n_splits; s++)
+        used |= 1u << e->plan.splits[s].backend;
+    for (int b = 0; b < e->nb; b++)
+        if ((used >> b & 1u) && e->be[b]->ops->begin_forward &&
+            e->be[b]->ops->begin_forward(e->be[b], &e->g, &a, err))
+            return -1;
+    int32_t last = -1;
+    if (fill_inputs(e, tokens, &a, err) || run_splits(e, &a, &last, err))
+        return -1;
+    for (int b = 0; b < e->nb; b++)
+        if ((used >> b & 1u) && e->be[b]->ops->end_forward &&
+            e->be[b]->ops->end_forward(e->be[b], &e->g, &a, err))
+            return -1;
+    if (last >= 0 && e->be[last]->ops->synchronize(e->be[last], err))
+        return mf_error_prefix(err, "forward: synchronize %s", e->be[last]->ops->name(e->be[last]));
+
+    if (!logits)
+        return 0;
+    int32_t out = -1;
+    for (int32_t i = 0; i < e->g.n_nodes; i++)
+        if ((e->g.nodes[i].flags & MF_NODE_OUTPUT) && !(e->g.nodes[i].flags & MF_NODE_DEAD))
+            out = i;
+    if (out < 0)
+        return mf_errorf(err, "forward: the graph has no node flagged output");
+    const mf_node *n = &e->g.nodes[out];
+    size_t want = (size_t)p->n_outputs * (size_t)e->o.n_vocab * sizeof(float);
+    if (mf_node_nbytes(n) != want || n->buf < 0)
+        return mf_errorf(err, "forward: output node %d '%s' has %zu bytes, %d rows of %lld logits need %zu",
+                         out, n->name, mf_node_nbytes(n), p->n_outputs, (long long)e->o.n_vocab, want);
+    mf_backend *b = e->be[e->plan.buf_backend[out]];
+    if (b->ops->read_host(b, n->buf, 0, logits, want, err))
+        return mf_error_prefix(err, "forward: reading logits of node %d '%s'", out, n->name);
+    return 0;
+}

@@ -1,0 +1,83 @@
+/* engine.h - the graph machinery around the backends: backend assignment,
+ * fusion pass, liveness allocation, the scheduler, and the graph cache.
+ *
+ * The model supplies a builder callback; mf_engine_forward reuses the cached
+ * graph when the params are equal (mf_graph_params_eq), else rebuilds:
+ * build -> assign (priority metal, cuda, ref, cpu; first supports_op yes) ->
+ * fuse (supports_fused) -> alloc (liveness, KV regions) -> run splits.
+ *
+ * Levers: MINFER_GRAPH_TRACE=1 prints the split table and the op x backend
+ * census at each rebuild; MINFER_OP_PROFILE=1 prints per-op time at exit. */
+#ifndef MF_ENGINE_H
+#define MF_ENGINE_H
+
+#include "backend/backend.h"
+#include "graph/graph.h"
+
+typedef struct mf_engine mf_engine;
+
+/* Builds the graph for p into g (initialised, empty). */
+typedef int (*mf_graph_build_fn)(void *ctx, const mf_graph_params *p, mf_graph *g, mf_error *err);
+
+typedef struct mf_engine_opts {
+    int32_t n_layers;   /* KV pairs */
+    int64_t kv_dim;     /* K/V row width per layer */
+    int32_t n_ctx;
+    uint32_t kv_type;   /* MF_TYPE_F32 / F16 / Q8_0 */
+    int64_t n_vocab;    /* logits row width */
+} mf_engine_opts;
+
+/* Takes ownership of the backends, also on failure (in priority order: the
+ * first whose supports_op says yes gets a node). Per forward, each backend
+ * running a split gets begin_forward before the inputs are filled and
+ * end_forward after its last node, before the final synchronize. */
+int mf_engine_new(const mf_engine_opts *o, mf_backend **backends, int n_backends, mf_engine **out,
+                  mf_error *err);
+void mf_engine_free(mf_engine *e);
+
+int mf_engine_n_backends(const mf_engine *e);
+mf_backend *mf_engine_backend(const mf_engine *e, int i);
+
+/* One forward of n_tokens tokens at positions n_past.. : fills the params'
+ * backends field (and n_ctx when 0), reuses or rebuilds the graph, runs it,
+ * and copies p->n_outputs rows of logits (n_vocab floats each) from the node
+ * flagged MF_NODE_OUTPUT into logits (NULL: not read). tokens may be NULL
+ * when the graph has no TOKENS input. n_past + n_tokens > n_ctx is an error,
+ * and so is a p->n_ctx other than the engine's. */
+int mf_engine_forward(mf_engine *e, mf_graph_params *p, mf_graph_build_fn build, void *build_ctx,
+                      const int32_t *tokens, int32_t n_past, float *logits, mf_error *err);
+
+/* Number of graph (re)builds so far (tests check reuse). */
+int64_t mf_engine_n_builds(const mf_engine *e);
+/* Drops the cached graph so the next forward rebuilds (KV contents are kept). */
+void mf_engine_invalidate(mf_engine *e);
+/* Test hook: assign node i to backend (i % n_backends_supporting) instead of by
+ * priority, to alternate backends node by node (MINFER_ALTERNATE_BACKENDS=1,
+ * read at mf_engine_new). Changing it drops the cached graph. */
+void mf_engine_set_alternate(mf_engine *e, bool on);
+
+/* Participation: backend i takes part in the next builds (default: all).
+ * Params.backends (filled by mf_engine_forward) is the mask of enabled
+ * backends, less the GPU ones when params.gpu is false (the all-weights-
+ * registered gate), so a change forces a rebuild. KV regions follow their
+ * layer's attention to its new backend (contents migrated). */
+void mf_engine_set_backend_enabled(mf_engine *e, int i, bool on);
+/* The participation mask mf_engine_forward would use for p (p->gpu read). */
+uint32_t mf_engine_participants(const mf_engine *e, const mf_graph_params *p);
+
+/* Whether the builder may emit fused node `kind`: true when the highest-
+ * priority backend taking part under p (p->gpu read) supports it. */
+bool mf_engine_supports_fused(const mf_engine *e, const mf_graph_params *p, mf_fused_kind kind);
+
+/* Host data for the k-th MF_INPUT_EXTERNAL node of the graph (in node
+ * order), read at each following forward: nbytes must equal the node's
+ * bytes. The pointer must stay valid until it is replaced or the engine
+ * freed. (Op tests feed activations this way.) */
+void mf_engine_set_external(mf_engine *e, int k, const void *data, size_t nbytes);
+
+/* Splits of the cached graph (0 when none; tests check alternation). */
+int32_t mf_engine_n_splits(const mf_engine *e);
+/* The cached graph (NULL when none): node backends and buffers for tests. */
+const mf_graph *mf_engine_graph(const mf_engine *e);
+
+#endif

@@ -1,0 +1,182 @@
+/* api_model.c - the public model handle: GGUF model + tokenizer + chat
+ * template + the backend choice, and the token/chat helpers of minfer.h. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "runtime/runtime.h"
+
+void minfer_model_options_default(minfer_model_options *o) {
+    *o = (minfer_model_options){.path = NULL,
+                                .n_threads = 0,
+                                .device = "auto",
+                                .n_gpu_layers = -1,
+                                .backends = NULL,
+                                .progress = NULL,
+                                .progress_user = NULL};
+}
+
+static void set_err(char *err, size_t errlen, const mf_error *e) {
+    if (err && errlen)
+        snprintf(err, errlen, "%s", e->msg);
+}
+
+/* Parses a backend list ("ref,cpu"). The cpu backend must be in it: it is the
+ * only one that runs every op, so a graph always has a home. */
+static int parse_backends(minfer_model *mm, const char *list, const char *source, mf_error *err) {
+    mm->n_be = 0;
+    bool cpu = false;
+    const char *p = list;
+    while (*p) {
+        const char *e = strchr(p, ',');
+        size_t n = e ? (size_t)(e - p) : strlen(p);
+        mf_backend_choice c;
+        if (n == 3 && !strncmp(p, "cpu", 3))
+            c = MF_BE_CPU;
+        else if (n == 3 && !strncmp(p, "ref", 3))
+            c = MF_BE_REF;
+        else
+            return mf_errorf(err, "%s '%s': unknown backend '%.*s' (known: cpu, ref)", source, list,
+                             (int)n, p);
+        for (int i = 0; i < mm->n_be; i++)
+            if (mm->be[i] == c)
+                return mf_errorf(err, "%s '%s': backend '%.*s' listed twice", source, list, (int)n,
+                                 p);
+        if (mm->n_be == MF_RT_MAX_BACKENDS)
+            return mf_errorf(err, "%s '%s': too many backends", source, list);
+        mm->be[mm->n_be++] = c;
+        cpu |= c == MF_BE_CPU;
+        p += n;
+        if (*p == ',')
+            p++;
+    }
+    if (!cpu)
+        return mf_errorf(err, "%s '%s': the cpu backend must be in the list", source, list);
+    mm->backend_name[0] = 0;
+    for (int i = 0; i < mm->n_be; i++) {
+        size_t l = strlen(mm->backend_name);
+        snprintf(mm->backend_name + l, sizeof mm->backend_name - l, "%s%s", i ? "," : "",
+                 mm->be[i] == MF_BE_CPU ? "cpu" : "ref");
+    }
+    return 0;
+}
+
+/* Resolves device / n_gpu_layers / backends. This build has no GPU backend
+ * constructor in backend.h, so "cuda" is refused and "auto" means cpu. */
+static int choose_backends(minfer_model *mm, const minfer_model_options *o, mf_error *err) {
+    const char *dev = o->device && *o->device ? o->device : "auto";
+    if (strcmp(dev, "auto") && strcmp(dev, "cpu") && strcmp(dev, "cuda"))
+        return mf_errorf(err, "model: unknown device '%s' (cpu, cuda, auto)", dev);
+    if (o->n_gpu_layers != -1 && o->n_gpu_layers != 0)
+        return mf_errorf(err,
+                         "model: n_gpu_layers %d is not supported (-1: all layers, 0: none; the "
+                         "GPU takes the whole model or nothing)",
+                         o->n_gpu_layers);
+    if (!strcmp(dev, "cuda"))
+        return mf_errorf(err, "model: device 'cuda' is not available in this build");
+    const char *list = o->backends;
+    const char *source = "backends";
+    if (!list || !*list) {
+        list = mf_env_str("MINFER_BACKENDS", NULL);
+        source = "MINFER_BACKENDS";
+    }
+    if (!list || !*list)
+        list = "cpu";
+    return parse_backends(mm, list, source, err);
+}
+
+minfer_model *minfer_model_load(const minfer_model_options *o, char *err, size_t errlen) {
+    mf_error e = {{0}};
+    minfer_model_options def;
+    if (!o) {
+        minfer_model_options_default(&def);
+        o = &def;
+    }
+    if (!o->path || !*o->path) {
+        mf_errorf(&e, "model: no model path given");
+        set_err(err, errlen, &e);
+        return NULL;
+    }
+    minfer_model *mm = mf_calloc(1, sizeof *mm);
+    mm->n_threads = o->n_threads > 0 ? o->n_threads : mf_cpu_count();
+    if (choose_backends(mm, o, &e) ||
+        mf_model_load(o->path, o->progress, o->progress_user, &mm->m, &e))
+        goto fail;
+    if (mf_tokenizer_from_gguf(mm->m->gguf, &mm->tok, &e))
+        goto fail;
+    if (mf_tokenizer_n_vocab(mm->tok) > mm->m->hp.n_vocab) {
+        /* A tokenizer id past the embedding would index outside token_embd. */
+        mf_errorf(&e, "model: tokenizer has %d tokens but token_embd.weight has %d rows",
+                  mf_tokenizer_n_vocab(mm->tok), mm->m->hp.n_vocab);
+        goto fail;
+    }
+    mf_chat_template_detect(mm->m->gguf, mm->tok, &mm->tmpl);
+    return mm;
+fail:
+    set_err(err, errlen, &e);
+    minfer_model_free(mm);
+    return NULL;
+}
+
+void minfer_model_free(minfer_model *m) {
+    if (!m)
+        return;
+    mf_tokenizer_free(m->tok);
+    mf_model_free(m->m);
+    free(m);
+}
+
+int32_t minfer_model_n_vocab(const minfer_model *m) { return m->m->hp.n_vocab; }
+int32_t minfer_model_n_ctx_train(const minfer_model *m) { return m->m->hp.n_ctx_train; }
+int32_t minfer_model_n_layers(const minfer_model *m) { return m->m->hp.n_layer; }
+int64_t minfer_model_n_params(const minfer_model *m) { return m->m->n_params; }
+uint64_t minfer_model_size(const minfer_model *m) { return m->m->weight_bytes; }
+const char *minfer_model_arch(const minfer_model *m) { return mf_arch_name(m->m->arch); }
+const char *minfer_model_desc(const minfer_model *m) { return m->m->desc; }
+const char *minfer_model_backend(const minfer_model *m) { return m->backend_name; }
+
+/* ---- tokens ------------------------------------------------------------------------ */
+
+int64_t minfer_tokenize(const minfer_model *m, const char *text, size_t len, bool add_special,
+                        bool parse_special, int32_t *out, int64_t cap) {
+    mf_error e;
+    return mf_tokenize(m->tok, text, len, add_special, parse_special, out, cap, &e);
+}
+
+int32_t minfer_token_to_piece(const minfer_model *m, int32_t token, char *buf, size_t cap) {
+    return mf_token_to_piece(m->tok, token, false, buf, cap);
+}
+
+bool minfer_token_is_eog(const minfer_model *m, int32_t token) {
+    return mf_token_is_eog(m->tok, token);
+}
+
+int32_t minfer_token_bos(const minfer_model *m) { return mf_token_bos(m->tok); }
+int32_t minfer_token_eos(const minfer_model *m) { return mf_token_eos(m->tok); }
+
+char *minfer_chat_apply(const minfer_model *m, const char *template_name,
+                        const minfer_chat_message *msgs, int32_t n, bool add_assistant, char *err,
+                        size_t errlen) {
+    mf_error e;
+    mf_chat_template t = m->tmpl;
+    if (template_name && *template_name && mf_chat_template_from_name(template_name, &t, &e)) {
+        set_err(err, errlen, &e);
+        return NULL;
+    }
+    if (n < 0) {
+        mf_errorf(&e, "chat: %d messages", n);
+        set_err(err, errlen, &e);
+        return NULL;
+    }
+    mf_chat_msg *cm = mf_malloc(((size_t)n + 1) * sizeof *cm);
+    for (int32_t i = 0; i < n; i++)
+        cm[i] = (mf_chat_msg){.role = msgs[i].role, .content = msgs[i].content};
+    char *s = mf_chat_render(t, cm, n, add_assistant);
+    free(cm);
+    if (!s) {
+        mf_errorf(&e, "chat: template '%s' could not render the messages",
+                  mf_chat_template_name(t));
+        set_err(err, errlen, &e);
+    }
+    return s;
+}

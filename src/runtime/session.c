@@ -1,0 +1,234 @@
+/* session.c - a session: the engine (backends + cached graph + KV cache) for
+ * one context, prefill in batches, one-token decode, and the graph params of
+ * each forward (the reuse identity: n_tokens, outputs, participation,
+ * fusions). */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "quant/quant.h"
+#include "runtime/runtime.h"
+
+#define DEFAULT_CTX 4096
+#define DEFAULT_BATCH 512
+
+void minfer_session_options_default(minfer_session_options *o) {
+    *o = (minfer_session_options){.n_ctx = 0, .n_batch = DEFAULT_BATCH, .cache_type = NULL,
+                                  .logits_all = false};
+}
+
+static void set_err(char *err, size_t errlen, const mf_error *e) {
+    if (err && errlen)
+        snprintf(err, errlen, "%s", e->msg);
+}
+
+static int parse_cache_type(const char *name, const char *source, int64_t kv_dim, uint32_t *out,
+                            mf_error *err) {
+    if (!strcmp(name, "f32"))
+        *out = MF_TYPE_F32;
+    else if (!strcmp(name, "f16"))
+        *out = MF_TYPE_F16;
+    else if (!strcmp(name, "q8_0"))
+        *out = MF_TYPE_Q8_0;
+    else
+        return mf_errorf(err, "session: %s '%s' is not a cache type (f32, f16, q8_0)", source,
+                         name);
+    if (*out == MF_TYPE_Q8_0 && kv_dim % 32 != 0)
+        return mf_errorf(err,
+                         "session: cache type q8_0 needs the KV row width %% 32 == 0, this model's "
+                         "is %lld",
+                         (long long)kv_dim);
+    return 0;
+}
+
+/* Makes the engine backends in the model's priority list and decides who
+ * takes part: a GPU backend only through the all-weights-registered gate. */
+static int make_engine(minfer_session *s, mf_error *err) {
+    const minfer_model *mm = s->model;
+    const mf_model *m = mm->m;
+    mf_backend *be[MF_RT_MAX_BACKENDS];
+    int n = 0;
+    for (int i = 0; i < mm->n_be; i++) {
+        int rc = mm->be[i] == MF_BE_CPU ? mf_backend_cpu_new(m->weights, mm->n_threads, &be[n], err)
+                                        : mf_backend_ref_new(m->weights, &be[n], err);
+        if (rc) {
+            while (n > 0)
+                mf_backend_free(be[--n]);
+            return mf_error_prefix(err, "session");
+        }
+        n++;
+    }
+    /* The gate runs before any graph exists: all or nothing per GPU backend. */
+    bool off[MF_RT_MAX_BACKENDS] = {false};
+    s->gpu = false;
+    for (int i = 0; i < n; i++) {
+        const char *missing = NULL;
+        if (be[i]->is_gpu && !mf_model_weights_on(m, be[i], &missing)) {
+            fprintf(stderr,
+                    "session: %s does not hold weight '%s'; the whole graph runs on the CPU\n",
+                    be[i]->ops->name(be[i]), missing);
+            off[i] = true;
+            continue;
+        }
+        s->gpu |= be[i]->is_gpu;
+    }
+    mf_engine_opts eo = {.n_layers = m->hp.n_layer,
+                         .kv_dim = (int64_t)m->hp.n_head_kv * m->hp.head_dim,
+                         .n_ctx = s->n_ctx,
+                         .kv_type = s->kv_type,
+                         .n_vocab = m->hp.n_vocab};
+    if (mf_engine_new(&eo, be, n, &s->eng, err)) /* frees the backends on failure */
+        return mf_error_prefix(err, "session");
+    for (int i = 0; i < n; i++)
+        if (off[i])
+            mf_engine_set_backend_enabled(s->eng, i, false);
+    return 0;
+}
+
+minfer_session *minfer_session_new(minfer_model *mm, const minfer_session_options *o, char *err,
+                                   size_t errlen) {
+    mf_error e = {{0}};
+    minfer_session_options def;
+    if (!o) {
+        minfer_session_options_default(&def);
+        o = &def;
+    }
+    const mf_hparams *hp = &mm->m->hp;
+    const int64_t kv_dim = (int64_t)hp->n_head_kv * hp->head_dim;
+    minfer_session *s = mf_calloc(1, sizeof *s);
+    s->model = mm;
+    if (o->n_ctx < 0) {
+        mf_errorf(&e, "session: n_ctx %d is negative", o->n_ctx);
+        goto fail;
+    }
+    s->n_ctx = o->n_ctx ? o->n_ctx
+                        : (hp->n_ctx_train < DEFAULT_CTX ? hp->n_ctx_train : DEFAULT_CTX);
+    s->n_batch = o->n_batch > 0 ? o->n_batch : DEFAULT_BATCH;
+    if (s->n_batch > s->n_ctx)
+        s->n_batch = s->n_ctx;
+    s->logits_all = o->logits_all;
+
+    const char *ct = mf_env_str("MINFER_CACHE_TYPE", NULL);
+    const char *src = "MINFER_CACHE_TYPE";
+    if (!ct || !*ct) {
+        ct = o->cache_type && *o->cache_type ? o->cache_type : "f32";
+        src = "cache type";
+    }
+    if (parse_cache_type(ct, src, kv_dim, &s->kv_type, &e))
+        goto fail;
+
+    s->fuse_off[MF_FUSE_QKV] = s->fuse_off[MF_FUSE_QKV_NORM] = mf_env_flag("MINFER_NO_FUSE_QKV");
+    s->fuse_off[MF_FUSE_FFN] = mf_env_flag("MINFER_NO_FUSE_FFN");
+    s->fuse_off[MF_FUSE_SWIGLU] = mf_env_flag("MINFER_NO_FUSE_SWIGLU");
+    s->rebuild_each = mf_env_flag("MINFER_GRAPH_REBUILD");
+
+    /* Said before allocating, so a context too large for memory is explained. */
+    uint64_t kv_bytes = minfer_session_kv_bytes(s);
+    if (mf_log_get_level() <= MF_LOG_WARN)
+        fprintf(stderr, "session: n_ctx %d, KV cache %s %.2f MiB (%d layers x 2 x %d x %lld)\n",
+                s->n_ctx, mf_type_name(s->kv_type), (double)kv_bytes / (1024.0 * 1024.0),
+                hp->n_layer, s->n_ctx, (long long)kv_dim);
+    size_t rows = s->logits_all ? (size_t)s->n_batch : 1;
+    s->logits = mf_calloc(rows * (size_t)hp->n_vocab, sizeof *s->logits);
+    if (make_engine(s, &e))
+        goto fail;
+    return s;
+fail:
+    set_err(err, errlen, &e);
+    minfer_session_free(s);
+    return NULL;
+}
+
+void minfer_session_free(minfer_session *s) {
+    if (!s)
+        return;
+    mf_engine_free(s->eng);
+    free(s->logits);
+    free(s);
+}
+
+int32_t minfer_session_n_ctx(const minfer_session *s) { return s->n_ctx; }
+int32_t minfer_session_n_past(const minfer_session *s) { return s->n_past; }
+
+uint64_t minfer_session_kv_bytes(const minfer_session *s) {
+    const mf_hparams *hp = &s->model->m->hp;
+    return 2ull * (uint64_t)hp->n_layer * (uint64_t)s->n_ctx *
+           mf_type_row_size(s->kv_type, (int64_t)hp->n_head_kv * hp->head_dim);
+}
+
+void minfer_session_reset(minfer_session *s) {
+    s->n_past = 0;
+    s->n_logits = 0;
+}
+
+/* One engine forward of nt tokens at n_past (nt <= n_batch). */
+static int forward(minfer_session *s, const int32_t *toks, int32_t nt, mf_error *err) {
+    const bool decode = nt == 1;
+    const bool qwen3 = s->model->m->arch == MF_ARCH_QWEN3;
+    const mf_fused_kind qkv = qwen3 ? MF_FUSE_QKV_NORM : MF_FUSE_QKV;
+    mf_graph_params p = {
+        .n_tokens = nt,
+        .n_outputs = s->logits_all ? nt : 1,
+        .n_ctx = s->n_ctx,
+        .kv_type = s->kv_type,
+        .gpu = s->gpu, /* the engine derives p.backends from it */
+    };
+    p.fuse_qkv = decode && !s->fuse_off[qkv] && mf_engine_supports_fused(s->eng, &p, qkv);
+    p.fuse_ffn = decode && !s->fuse_off[MF_FUSE_FFN] &&
+                 mf_engine_supports_fused(s->eng, &p, MF_FUSE_FFN);
+    p.fuse_swiglu = !s->fuse_off[MF_FUSE_SWIGLU] &&
+                    mf_engine_supports_fused(s->eng, &p, MF_FUSE_SWIGLU);
+    if (s->rebuild_each)
+        mf_engine_invalidate(s->eng);
+    if (mf_engine_forward(s->eng, &p, mf_model_build_graph, s->model->m, toks, s->n_past,
+                          s->logits, err))
+        return -1;
+    s->n_past += nt;
+    s->n_logits = p.n_outputs;
+    return 0;
+}
+
+int minfer_prefill(minfer_session *s, const int32_t *tokens, int32_t n, char *err, size_t errlen) {
+    mf_error e = {{0}};
+    const int32_t n_vocab = s->model->m->hp.n_vocab;
+    if (n <= 0) {
+        mf_errorf(&e, "prefill: %d tokens", n);
+        goto fail;
+    }
+    if ((int64_t)s->n_past + n > s->n_ctx) {
+        mf_errorf(&e, "context full: %d tokens in context + %d new > n_ctx %d", s->n_past, n,
+                  s->n_ctx);
+        goto fail;
+    }
+    for (int32_t i = 0; i < n; i++)
+        if (tokens[i] < 0 || tokens[i] >= n_vocab) {
+            mf_errorf(&e, "prefill: token %d has id %d outside the vocabulary (%d)", i, tokens[i],
+                      n_vocab);
+            goto fail;
+        }
+    for (int32_t i = 0; i < n; i += s->n_batch) {
+        int32_t nb = n - i < s->n_batch ? n - i : s->n_batch;
+        if (forward(s, tokens + i, nb, &e))
+            goto fail;
+    }
+    return 0;
+fail:
+    set_err(err, errlen, &e);
+    return -1;
+}
+
+int minfer_decode(minfer_session *s, int32_t token, char *err, size_t errlen) {
+    return minfer_prefill(s, &token, 1, err, errlen);
+}
+
+const float *minfer_logits(const minfer_session *s) {
+    if (s->n_logits <= 0)
+        return NULL;
+    return s->logits + (size_t)(s->n_logits - 1) * (size_t)s->model->m->hp.n_vocab;
+}
+
+const float *minfer_logits_ith(const minfer_session *s, int32_t i) {
+    if (i < 0 || i >= s->n_logits)
+        return NULL;
+    return s->logits + (size_t)i * (size_t)s->model->m->hp.n_vocab;
+}

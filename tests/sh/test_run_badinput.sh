@@ -1,0 +1,121 @@
+#!/usr/bin/env bash
+# minfer run / chat / perplexity on bad input: every bad flag, value or file
+# gives a non-zero exit (2 for usage, 1 for the rest) and exactly one stderr
+# line naming the problem; never a crash.
+set -u
+BIN=${MINFER_BIN:-minfer}
+MODEL=${MINFER_MODEL:?MINFER_MODEL must name the SmolLM2 GGUF}
+PY=${MINFER_PYTHON:-python3}
+TMP=${MINFER_TMP:-/tmp}/run_badinput.$$
+mkdir -p "$TMP"
+trap 'rm -rf "$TMP"' EXIT
+fails=0
+n=0
+pass() { n=$((n + 1)); }
+fail() { echo "FAIL: $*"; fails=$((fails + 1)); }
+
+# expect_fail WANT_RC PATTERN CMD...: exit WANT_RC, stderr exactly one line
+# containing PATTERN, no crash report anywhere.
+expect_fail() {
+    local want=$1 pat=$2
+    shift 2
+    "$@" </dev/null >"$TMP/out" 2>"$TMP/err"
+    local rc=$?
+    local lines
+    lines=$(wc -l <"$TMP/err")
+    if grep -qE 'Segmentation|Sanitizer|Aborted|core dumped' "$TMP/out" "$TMP/err"; then
+        fail "'$*' crashed: $(cat "$TMP/err")"; return
+    fi
+    if [ $rc -ne "$want" ]; then fail "'$*' exited $rc, want $want: $(cat "$TMP/err")"; return; fi
+    if [ "$lines" -ne 1 ]; then fail "'$*' printed $lines stderr lines:"; cat "$TMP/err"; return; fi
+    if ! grep -qiF -- "$pat" "$TMP/err"; then fail "'$*' stderr lacks '$pat': $(cat "$TMP/err")"; return; fi
+    echo "ok: $* -> $(cat "$TMP/err")"
+    pass
+}
+
+# ---- tiny hand-made GGUFs (no tokenizer needed: the model check comes first) ----
+"$PY" - "$TMP" <<'EOF' || { echo "FAIL: cannot write test GGUFs"; exit 1; }
+import sys, numpy as np, gguf
+d = sys.argv[1]
+rng = np.random.default_rng(1)
+def f32(*shape):  # numpy shape is (ne1, ne0)
+    return rng.standard_normal(shape).astype(np.float32)
+def llama(path, arch="llama", drop=None, override=None, heads=4, kv=2):
+    w = gguf.GGUFWriter(path, arch)
+    w.add_block_count(1); w.add_context_length(64); w.add_embedding_length(64)
+    w.add_feed_forward_length(128); w.add_head_count(heads); w.add_head_count_kv(kv)
+    w.add_layer_norm_rms_eps(1e-5)
+    t = {"token_embd.weight": f32(100, 64), "output_norm.weight": f32(64),
+         "blk.0.attn_norm.weight": f32(64), "blk.0.attn_q.weight": f32(64, 64),
+         "blk.0.attn_k.weight": f32(32, 64), "blk.0.attn_v.weight": f32(32, 64),
+         "blk.0.attn_output.weight": f32(64, 64), "blk.0.ffn_norm.weight": f32(64),
+         "blk.0.ffn_gate.weight": f32(128, 64), "blk.0.ffn_up.weight": f32(128, 64),
+         "blk.0.ffn_down.weight": f32(64, 128)}
+    if drop: del t[drop]
+    if override: t.update(override)
+    for k, v in t.items(): w.add_tensor(k, v)
+    w.write_header_to_file(); w.write_kv_data_to_file(); w.write_tensors_to_file(); w.close()
+llama(f"{d}/gpt2.gguf", arch="gpt2")
+llama(f"{d}/missing.gguf", drop="blk.0.ffn_up.weight")
+llama(f"{d}/shape.gguf", override={"blk.0.attn_k.weight": f32(48, 64)})
+llama(f"{d}/type.gguf", override={"blk.0.ffn_up.weight": np.ones((128, 64), np.int32)})
+llama(f"{d}/heads.gguf", heads=4, kv=3)
+llama(f"{d}/qwen2.gguf", arch="qwen2")  # qwen2 without its Q/K/V biases
+EOF
+printf 'this is not a gguf file, just some text\n' >"$TMP/text.gguf"
+head -c 20000 /dev/urandom >"$TMP/random.gguf"
+long=$(for i in $(seq 1 200); do printf 'word%d ' "$i"; done)
+printf 'short text\n' >"$TMP/short.txt"
+
+R="$BIN run -m $MODEL"
+# ---- usage errors: exit 2 ----
+expect_fail 2 "-n" $R -p hi -n -5
+expect_fail 2 "-c" $R -p hi -c -1
+expect_fail 2 "unknown option" $R -p hi --bogus
+expect_fail 2 "needs a value" $R -p
+expect_fail 2 "needs a value" $R -p hi -n
+expect_fail 2 "not a number" $R -p hi --temp abc
+expect_fail 2 "not an integer" $R -p hi --top-k 1.5
+expect_fail 2 "--top-p" $R -p hi --top-p 1.5
+expect_fail 2 "prompt" $R
+expect_fail 2 "exclusive" $R -p hi -f "$TMP/short.txt"
+expect_fail 2 "differ" $R -p hi -ctk f16 -ctv q8_0
+expect_fail 2 "unknown option" "$BIN" chat -m "$MODEL" -p hi
+expect_fail 2 "-f" "$BIN" perplexity -m "$MODEL"
+expect_fail 2 "unknown option" "$BIN" perplexity -m "$MODEL" -f "$TMP/short.txt" --nope
+expect_fail 2 "-c" "$BIN" perplexity -m "$MODEL" -f "$TMP/short.txt" -c -4
+
+# ---- bad files and values: exit 1 ----
+expect_fail 1 "not found" "$BIN" run -m "$TMP/nonexistent.gguf" -p hi
+expect_fail 1 "gguf" "$BIN" run -m "$TMP/text.gguf" -p hi
+expect_fail 1 "gguf" "$BIN" run -m "$TMP/random.gguf" -p hi
+expect_fail 1 "unsupported architecture 'gpt2'" "$BIN" run -m "$TMP/gpt2.gguf" -p hi
+expect_fail 1 "tensor 'blk.0.ffn_up.weight' not found" "$BIN" run -m "$TMP/missing.gguf" -p hi
+expect_fail 1 "expected [64, 32]" "$BIN" run -m "$TMP/shape.gguf" -p hi
+expect_fail 1 "unsupported type" "$BIN" run -m "$TMP/type.gguf" -p hi
+expect_fail 1 "head_count_kv 3" "$BIN" run -m "$TMP/heads.gguf" -p hi
+expect_fail 1 "attn_q.bias' not found" "$BIN" run -m "$TMP/qwen2.gguf" -p hi
+expect_fail 1 "context" $R -c 16 -p "$long"
+expect_fail 1 "cannot open" $R -f "$TMP/no-such-prompt.txt"
+expect_fail 1 "cache type" $R -p hi -ctk q4_0
+expect_fail 1 "cuda" $R -p hi --device cuda
+expect_fail 1 "unknown device" $R -p hi --device tpu
+expect_fail 1 "n_gpu_layers" $R -p hi -ngl 5
+expect_fail 1 "unknown backend" env MINFER_BACKENDS=gpu,cpu $R -p hi
+expect_fail 1 "not found" "$BIN" chat -m "$TMP/nonexistent.gguf"
+expect_fail 1 "unsupported architecture" "$BIN" perplexity -m "$TMP/gpt2.gguf" -f "$TMP/short.txt"
+expect_fail 1 "fewer than one chunk" "$BIN" perplexity -m "$MODEL" -f "$TMP/short.txt" -c 128
+expect_fail 1 "cannot read" "$BIN" perplexity -m "$MODEL" -f "$TMP/no-such.txt"
+
+# --help tells the truth: every flag it lists is accepted by the parser.
+"$BIN" run --help >"$TMP/help" 2>&1 && pass || fail "run --help failed"
+for f in -m -p -f -n --chat --logits-out --no-display-prompt -sys --chat-template -c -b -t \
+         -ctk -ctv -ngl --device -s --temp --top-k --top-p --min-p --repeat-penalty \
+         --repeat-last-n --presence-penalty --frequency-penalty; do
+    grep -qF -- "$f" "$TMP/help" && pass || fail "run --help does not mention $f"
+done
+"$BIN" perplexity --help >/dev/null 2>&1 && pass || fail "perplexity --help failed"
+"$BIN" chat --help >/dev/null 2>&1 && pass || fail "chat --help failed"
+
+echo "$n passed, $fails failed"
+[ $fails -eq 0 ]

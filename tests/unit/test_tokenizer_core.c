@@ -1,0 +1,408 @@
+/* test_tokenizer_core.c - tokenizer core on vocabs built in code: byte-level
+ * BPE merge order, special-token matching, spm byte fallback and score
+ * order, the streaming detokenizer, chat templates, error messages, and
+ * (when the model file is there) the SmolLM2 vocab. */
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "mf_test.h"
+#include "tokenizer/tokenizer.h"
+
+/* ---- a small gpt2-style vocab ---------------------------------------------------- */
+
+static uint32_t gpt2_cp(int b) {
+    if ((b >= 33 && b <= 126) || (b >= 161 && b <= 172) || b >= 174)
+        return (uint32_t)b;
+    int k = 0;
+    for (int x = 0; x < b; x++)
+        if (!((x >= 33 && x <= 126) || (x >= 161 && x <= 172) || x >= 174))
+            k++;
+    return 256u + (uint32_t)k;
+}
+
+static void put_utf8(char *o, uint32_t cp) {
+    if (cp < 0x80) {
+        o[0] = (char)cp, o[1] = 0;
+    } else {
+        o[0] = (char)(0xC0 | (cp >> 6)), o[1] = (char)(0x80 | (cp & 0x3F)), o[2] = 0;
+    }
+}
+
+enum { V_BYTES = 256, V_AA = 256, V_AAAA, V_SPC_A, V_IM_START, V_IM_END, V_IM, V_USER_TOK,
+       V_N };
+
+static char vocab_store[V_N][32];
+static const char *vocab_ptrs[V_N];
+static int32_t vocab_types[V_N];
+
+/* 256 byte tokens, "aa", "aaaa", "Ġa", three control tokens (one a prefix of
+ * another) and one user-defined token; merges: "a a", "aa aa", "Ġ a". */
+static mf_tokenizer *small_gpt2(const char *pre, mf_error *err) {
+    for (int b = 0; b < 256; b++) {
+        put_utf8(vocab_store[b], gpt2_cp(b));
+        vocab_types[b] = MF_TOKEN_NORMAL;
+    }
+    strcpy(vocab_store[V_AA], "aa");
+    strcpy(vocab_store[V_AAAA], "aaaa");
+    strcpy(vocab_store[V_SPC_A], "\u0120a");
+    strcpy(vocab_store[V_IM_START], "<|im_start|>");
+    strcpy(vocab_store[V_IM_END], "<|im_end|>");
+    strcpy(vocab_store[V_IM], "<|im");
+    strcpy(vocab_store[V_USER_TOK], "@@user@@");
+    for (int i = V_AA; i < V_N; i++)
+        vocab_types[i] = MF_TOKEN_NORMAL;
+    vocab_types[V_IM_START] = vocab_types[V_IM_END] = vocab_types[V_IM] = MF_TOKEN_CONTROL;
+    vocab_types[V_USER_TOK] = MF_TOKEN_USER_DEFINED;
+    for (int i = 0; i < V_N; i++)
+        vocab_ptrs[i] = vocab_store[i];
+    static const char *merges[] = {"a a", "aa aa", "\xc4\xa0 a"};
+    mf_tokenizer_spec spec;
+    mf_tokenizer_spec_init(&spec, MF_TOKENIZER_GPT2);
+    spec.pre = pre;
+    spec.n_tokens = V_N;
+    spec.tokens = vocab_ptrs;
+    spec.types = vocab_types;
+    spec.n_merges = 3;
+    spec.merges = merges;
+    spec.eos = V_IM_END;
+    mf_tokenizer *t = NULL;
+    if (mf_tokenizer_new(&spec, &t, err))
+        return NULL;
+    return t;
+}
+
+static int64_t tok(const mf_tokenizer *t, const char *s, size_t n, bool parse, int32_t *out,
+                   int64_t cap) {
+    mf_error err;
+    return mf_tokenize(t, s, n, false, parse, out, cap, &err);
+}
+
+MF_TEST(test_bpe_merge_order) {
+    mf_error err;
+    mf_tokenizer *t = small_gpt2("gpt2", &err);
+    CHECK(t != NULL);
+    if (!t)
+        return;
+    int32_t ids[16];
+    /* "aaa": the leftmost of two equal-rank pairs merges first */
+    CHECK_EQ_INT(tok(t, "aaa", 3, true, ids, 16), 2);
+    CHECK_EQ_INT(ids[0], V_AA);
+    CHECK_EQ_INT(ids[1], 'a');
+    /* "aaaaa" -> aa aa a -> aaaa a */
+    CHECK_EQ_INT(tok(t, "aaaaa", 5, true, ids, 16), 2);
+    CHECK_EQ_INT(ids[0], V_AAAA);
+    CHECK_EQ_INT(ids[1], 'a');
+    /* " a" is one pre-token; " b" stays two bytes */
+    CHECK_EQ_INT(tok(t, " a b", 4, true, ids, 16), 3);
+    CHECK_EQ_INT(ids[0], V_SPC_A);
+    CHECK_EQ_INT(ids[1], 32);
+    CHECK_EQ_INT(ids[2], 'b');
+    /* cap: the count is returned, only cap ids written */
+    ids[1] = -7;
+    CHECK_EQ_INT(tok(t, "xyz", 3, true, ids, 1), 3);
+    CHECK_EQ_INT(ids[0], 'x');
+    CHECK_EQ_INT(ids[1], -7);
+    mf_tokenizer_free(t);
+}
+
+MF_TEST(test_special_tokens) {
+    mf_error err;
+    mf_tokenizer *t = small_gpt2("smollm", &err);
+    CHECK(t != NULL);
+    if (!t)
+        return;
+    int32_t ids[64];
+    const char *s = "x<|im_start|>y<|im";
+    int64_t n = tok(t, s, strlen(s), true, ids, 64);
+    /* longest match wins over the prefix token "<|im" */
+    CHECK_EQ_INT(n, 4);
+    CHECK_EQ_INT(ids[0], 'x');
+    CHECK_EQ_INT(ids[1], V_IM_START);
+    CHECK_EQ_INT(ids[2], 'y');
+    CHECK_EQ_INT(ids[3], V_IM);
+    /* parse_special off: no control ids, text tokenized as bytes */
+    n = tok(t, s, strlen(s), false, ids, 64);
+    CHECK(n > 4);
+    for (int64_t i = 0; i < n && i < 64; i++)
+        CHECK(ids[i] != V_IM_START && ids[i] != V_IM);
+    /* user-defined tokens match either way */
+    const char *u = "a@@user@@b";
+    CHECK_EQ_INT(tok(t, u, strlen(u), false, ids, 64), 3);
+    CHECK_EQ_INT(ids[1], V_USER_TOK);
+    CHECK(mf_token_is_eog(t, V_IM_END));
+    CHECK(!mf_token_is_eog(t, V_IM_START));
+    CHECK(!mf_token_is_eog(t, 'a'));
+    char buf[32];
+    CHECK_EQ_INT(mf_token_to_piece(t, V_IM_START, false, buf, sizeof buf), 0);
+    CHECK_EQ_INT(mf_token_to_piece(t, V_IM_START, true, buf, sizeof buf), 12);
+    CHECK(!memcmp(buf, "<|im_start|>", 12));
+    CHECK_EQ_INT(mf_token_to_piece(t, V_N, true, buf, sizeof buf), -1);
+    mf_tokenizer_free(t);
+}
+
+/* Random bytes (invalid UTF-8 included) must round-trip through ids and
+ * pieces, with every pre-tokenizer. */
+MF_TEST(test_random_bytes_roundtrip) {
+    static const char *pres[] = {"gpt2", "smollm", "qwen2", "llama3", "deepseek-llm"};
+    uint64_t rng = 0x9E3779B97F4A7C15ull;
+    for (size_t p = 0; p < sizeof pres / sizeof pres[0]; p++) {
+        mf_error err;
+        mf_tokenizer *t = small_gpt2(pres[p], &err);
+        CHECK(t != NULL);
+        if (!t)
+            return;
+        for (int iter = 0; iter < 200; iter++) {
+            char text[300], back[2000];
+            size_t n = 0;
+            rng ^= rng << 13, rng ^= rng >> 7, rng ^= rng << 17;
+            size_t len = rng % sizeof text;
+            for (size_t i = 0; i < len; i++) {
+                rng ^= rng << 13, rng ^= rng >> 7, rng ^= rng << 17;
+                /* bias towards ASCII letters, spaces, digits and UTF-8 lead bytes */
+                static const char pool[] = "aaa  \t\n\r0123'sS\xc3\xa9\xe4\xb8\x80\xf0\x9f\x98\x80";
+                text[i] = (rng >> 40) % 3 ? pool[(rng >> 8) % (sizeof pool - 1)] : (char)(rng >> 24);
+            }
+            int32_t ids[400];
+            int64_t k = tok(t, text, len, false, ids, 400);
+            CHECK(k >= 0 && k <= (int64_t)len);
+            for (int64_t i = 0; i < k && i < 400; i++) {
+                int l = mf_token_to_piece(t, ids[i], true, back + n, sizeof back - n);
+                CHECK(l >= 0);
+                n += (size_t)l;
+            }
+            CHECK_MSG(n == len && !memcmp(back, text, len), "pre %s iter %d len %zu", pres[p],
+                      iter, len);
+        }
+        mf_tokenizer_free(t);
+    }
+}
+
+MF_TEST(test_streaming_detok) {
+    mf_error err;
+    mf_tokenizer *t = small_gpt2("gpt2", &err);
+    CHECK(t != NULL);
+    if (!t)
+        return;
+    /* U+1F600 as four byte tokens: nothing comes out until the last one */
+    const uint8_t emoji[4] = {0xF0, 0x9F, 0x98, 0x80};
+    mf_detok d;
+    mf_detok_init(&d);
+    char out[64];
+    for (int i = 0; i < 3; i++)
+        CHECK_EQ_INT(mf_detok_push(t, &d, emoji[i], out, sizeof out), 0);
+    CHECK_EQ_INT(mf_detok_push(t, &d, emoji[3], out, sizeof out), 4);
+    CHECK(!memcmp(out, emoji, 4));
+    CHECK_EQ_INT(mf_detok_flush(&d, out, sizeof out), 0);
+    /* an interrupted sequence becomes U+FFFD followed by the new byte */
+    CHECK_EQ_INT(mf_detok_push(t, &d, 0xE4, out, sizeof out), 0);
+    CHECK_EQ_INT(mf_detok_push(t, &d, 'A', out, sizeof out), 4);
+    CHECK(!memcmp(out, "\xef\xbf\xbd" "A", 4));
+    /* a byte that never starts UTF-8 */
+    CHECK_EQ_INT(mf_detok_push(t, &d, 0xFF, out, sizeof out), 3);
+    /* overlong lead E0 80 is refused at the second byte */
+    CHECK_EQ_INT(mf_detok_push(t, &d, 0xE0, out, sizeof out), 0);
+    CHECK_EQ_INT(mf_detok_push(t, &d, 0x80, out, sizeof out), 6);
+    /* leftovers at the end flush as one U+FFFD */
+    CHECK_EQ_INT(mf_detok_push(t, &d, 0xF0, out, sizeof out), 0);
+    CHECK_EQ_INT(mf_detok_push(t, &d, 0x9F, out, sizeof out), 0);
+    CHECK_EQ_INT(mf_detok_flush(&d, out, sizeof out), 3);
+    CHECK(!memcmp(out, "\xef\xbf\xbd", 3));
+    /* control tokens render only when asked */
+    CHECK_EQ_INT(mf_detok_push(t, &d, V_IM_END, out, sizeof out), 0);
+    d.render_special = true;
+    CHECK_EQ_INT(mf_detok_push(t, &d, V_IM_END, out, sizeof out), 10);
+    mf_tokenizer_free(t);
+}
+
+MF_TEST(test_unknown_pre_error) {
+    mf_error err = {{0}};
+    mf_tokenizer *t = small_gpt2("foo", &err);
+    CHECK(t == NULL);
+    CHECK_STR_CONTAINS(err.msg, "tokenizer: unknown pre-tokenizer 'foo'");
+    const char *toks[] = {"a", "b"};
+    mf_tokenizer_spec spec;
+    mf_tokenizer_spec_init(&spec, MF_TOKENIZER_GPT2);
+    spec.n_tokens = 2;
+    spec.tokens = toks;
+    spec.bos = 5;
+    CHECK(mf_tokenizer_new(&spec, &t, &err) == -1);
+    CHECK_STR_CONTAINS(err.msg, "bos id 5 out of range (vocab 2)");
+    const char *bad_merge[] = {"ab"};
+    spec.bos = -1;
+    spec.n_merges = 1;
+    spec.merges = bad_merge;
+    CHECK(mf_tokenizer_new(&spec, &t, &err) == -1);
+    CHECK_STR_CONTAINS(err.msg, "merge 0 'ab' has no space");
+}
+
+/* ---- spm --------------------------------------------------------------------------- */
+
+/* <unk> <s> </s> <0x00>..<0xFF> then pieces with scores. */
+static mf_tokenizer *small_spm(float score_ab, float score_bc, mf_error *err) {
+    static char store[300][16];
+    static const char *ptrs[300];
+    static int32_t types[300];
+    static float scores[300];
+    int n = 0;
+    strcpy(store[n], "<unk>"), types[n++] = MF_TOKEN_UNKNOWN;
+    strcpy(store[n], "<s>"), types[n++] = MF_TOKEN_CONTROL;
+    strcpy(store[n], "</s>"), types[n++] = MF_TOKEN_CONTROL;
+    for (int b = 0; b < 256; b++) {
+        snprintf(store[n], sizeof store[n], "<0x%02X>", b);
+        types[n++] = MF_TOKEN_BYTE;
+    }
+    static const char *pieces[] = {"\xe2\x96\x81", "a", "b", "c", "h", "ab", "bc",
+                                   "\xe2\x96\x81h", "\u2581a"};
+    for (size_t i = 0; i < sizeof pieces / sizeof pieces[0]; i++) {
+        strcpy(store[n], pieces[i]);
+        types[n] = MF_TOKEN_NORMAL;
+        scores[n] = -(float)i - 10;
+        if (!strcmp(pieces[i], "ab"))
+            scores[n] = score_ab;
+        if (!strcmp(pieces[i], "bc"))
+            scores[n] = score_bc;
+        n++;
+    }
+    for (int i = 0; i < n; i++)
+        ptrs[i] = store[i];
+    mf_tokenizer_spec spec;
+    mf_tokenizer_spec_init(&spec, MF_TOKENIZER_SPM);
+    spec.n_tokens = n;
+    spec.tokens = ptrs;
+    spec.types = types;
+    spec.scores = scores;
+    spec.unk = 0, spec.bos = 1, spec.eos = 2;
+    mf_tokenizer *t = NULL;
+    mf_tokenizer_new(&spec, &t, err);
+    return t;
+}
+
+static int32_t id_of(const mf_tokenizer *t, const char *s) { return mf_token_lookup(t, s, strlen(s)); }
+
+MF_TEST(test_spm_scores_and_byte_fallback) {
+    mf_error err;
+    mf_tokenizer *t = small_spm(-1.0f, -2.0f, &err);
+    CHECK(t != NULL);
+    if (!t)
+        return;
+    int32_t ids[32];
+    /* "abc" -> "▁abc": ▁a (-18) vs ab (-1) vs bc (-2): ab first, then nothing */
+    int64_t n = mf_tokenize(t, "abc", 3, true, false, ids, 32, &err);
+    CHECK_EQ_INT(n, 4); /* <s> ▁ ab c */
+    CHECK_EQ_INT(ids[0], 1);
+    CHECK_EQ_INT(ids[1], id_of(t, "\xe2\x96\x81"));
+    CHECK_EQ_INT(ids[2], id_of(t, "ab"));
+    CHECK_EQ_INT(ids[3], id_of(t, "c"));
+    mf_tokenizer_free(t);
+    t = small_spm(-2.0f, -1.0f, &err);
+    CHECK(t != NULL);
+    if (!t)
+        return;
+    n = mf_tokenize(t, "abc", 3, false, false, ids, 32, &err);
+    CHECK_EQ_INT(n, 2); /* ▁a bc: the higher-scored bc wins over ab */
+    CHECK_EQ_INT(ids[0], id_of(t, "\u2581a"));
+    CHECK_EQ_INT(ids[1], id_of(t, "bc"));
+    /* "hé": é is not a piece -> <0xC3> <0xA9> */
+    n = mf_tokenize(t, "h\xc3\xa9", 3, false, false, ids, 32, &err);
+    CHECK_EQ_INT(n, 3);
+    CHECK_EQ_INT(ids[0], id_of(t, "\xe2\x96\x81h"));
+    CHECK_EQ_INT(ids[1], id_of(t, "<0xC3>"));
+    CHECK_EQ_INT(ids[2], id_of(t, "<0xA9>"));
+    char buf[16];
+    CHECK_EQ_INT(mf_token_to_piece(t, ids[0], false, buf, sizeof buf), 2);
+    CHECK(!memcmp(buf, " h", 2));
+    CHECK_EQ_INT(mf_token_to_piece(t, ids[1], false, buf, sizeof buf), 1);
+    CHECK_EQ_INT((uint8_t)buf[0], 0xC3);
+    /* detok joins the two byte tokens into é */
+    mf_detok d;
+    mf_detok_init(&d);
+    char out[32];
+    size_t k = 0;
+    for (int i = 0; i < 3; i++)
+        k += mf_detok_push(t, &d, ids[i], out + k, sizeof out - k);
+    CHECK_EQ_INT(k, 4);
+    CHECK(!memcmp(out, " h\xc3\xa9", 4));
+    mf_tokenizer_free(t);
+}
+
+/* ---- chat templates --------------------------------------------------------------- */
+
+MF_TEST(test_chat_templates) {
+    mf_chat_msg msgs[] = {{"system", "Be brief."}, {"user", "Hi there"}, {"assistant", "Hello!"},
+                          {"user", " 2+2? "}};
+    char *s = mf_chat_render(MF_CHAT_CHATML, msgs, 4, true);
+    CHECK(s && !strcmp(s, "<|im_start|>system\nBe brief.<|im_end|>\n"
+                          "<|im_start|>user\nHi there<|im_end|>\n"
+                          "<|im_start|>assistant\nHello!<|im_end|>\n"
+                          "<|im_start|>user\n 2+2? <|im_end|>\n"
+                          "<|im_start|>assistant\n"));
+    free(s);
+    s = mf_chat_render(MF_CHAT_LLAMA3, msgs, 4, true);
+    CHECK(s && !strcmp(s, "<|start_header_id|>system<|end_header_id|>\n\nBe brief.<|eot_id|>"
+                          "<|start_header_id|>user<|end_header_id|>\n\nHi there<|eot_id|>"
+                          "<|start_header_id|>assistant<|end_header_id|>\n\nHello!<|eot_id|>"
+                          "<|start_header_id|>user<|end_header_id|>\n\n2+2?<|eot_id|>"
+                          "<|start_header_id|>assistant<|end_header_id|>\n\n"));
+    free(s);
+    s = mf_chat_render(MF_CHAT_CHATML, msgs + 1, 1, false);
+    CHECK(s && !strcmp(s, "<|im_start|>user\nHi there<|im_end|>\n"));
+    free(s);
+    s = mf_chat_render(MF_CHAT_GEMMA, msgs, 2, true);
+    CHECK(s && !strcmp(s, "<start_of_turn>user\nBe brief.\n\nHi there<end_of_turn>\n"
+                          "<start_of_turn>model\n"));
+    free(s);
+    s = mf_chat_render(MF_CHAT_CHATML, NULL, 0, false);
+    CHECK(s && !strcmp(s, ""));
+    free(s);
+    mf_chat_template tm;
+    mf_error err = {{0}};
+    CHECK(mf_chat_template_from_name("llama3", &tm, &err) == 0 && tm == MF_CHAT_LLAMA3);
+    CHECK(mf_chat_template_from_name("nope", &tm, &err) == -1);
+    CHECK_STR_CONTAINS(err.msg, "unknown template 'nope'");
+    mf_tokenizer *t = small_gpt2("gpt2", &err);
+    CHECK(t && mf_chat_template_detect(NULL, t, &tm) == 0 && tm == MF_CHAT_CHATML);
+    mf_tokenizer_free(t);
+}
+
+/* ---- the real vocab ------------------------------------------------------------------ */
+
+MF_TEST(test_smollm2_vocab) {
+    const char *path = getenv("MINFER_MODEL");
+    if (!path || !*path)
+        return;
+    mf_gguf *g;
+    mf_error err;
+    if (mf_gguf_open(path, &g, &err)) {
+        printf("  (skipped: %s)\n", err.msg);
+        return;
+    }
+    mf_tokenizer *t;
+    uint64_t t0 = mf_time_ns();
+    int rc = mf_tokenizer_from_gguf(g, &t, &err);
+    double ms = (double)(mf_time_ns() - t0) / 1e6;
+    CHECK_MSG(rc == 0, "%s", err.msg);
+    if (rc) {
+        mf_gguf_close(g);
+        return;
+    }
+    CHECK_MSG(ms < 100.0, "load took %.1f ms", ms);
+    CHECK_EQ_INT(mf_tokenizer_n_vocab(t), 49152);
+    CHECK_EQ_INT(mf_token_eos(t), 2);
+    CHECK(mf_token_is_eog(t, 2) && mf_token_is_eog(t, 0) && !mf_token_is_eog(t, 1));
+    int32_t ids[16];
+    const char *s = "<|im_start|>Hello world";
+    CHECK_EQ_INT(mf_tokenize(t, s, strlen(s), true, true, ids, 16, &err), 3);
+    CHECK_EQ_INT(ids[0], 1);
+    CHECK_EQ_INT(ids[1], 19556);
+    CHECK_EQ_INT(ids[2], 905);
+    mf_chat_template tm;
+    CHECK(mf_chat_template_detect(g, t, &tm) == 0 && tm == MF_CHAT_CHATML);
+    mf_tokenizer_free(t);
+    mf_gguf_close(g);
+}
+
+MF_TEST_MAIN(MF_T(test_bpe_merge_order), MF_T(test_special_tokens),
+             MF_T(test_random_bytes_roundtrip), MF_T(test_streaming_detok),
+             MF_T(test_unknown_pre_error), MF_T(test_spm_scores_and_byte_fallback),
+             MF_T(test_chat_templates), MF_T(test_smollm2_vocab))
