@@ -5,6 +5,8 @@
 #      when nvcc is present; every ctest test
 #   3. clang build with ASan + UBSan: the unit tests, then each libFuzzer
 #      target for MINFER_FUZZ_SECONDS (default 60) seconds
+#   4. ARM64: the base/quant/cpu unit tests cross-built with Debian's aarch64
+#      gcc and run under qemu-user (NEON kernels against their scalar twins)
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 cd "$root"
@@ -23,7 +25,7 @@ cmake -S . -B build-test -DCMAKE_BUILD_TYPE=Release -DMINFER_WERROR=ON \
       -DMINFER_PYTHON="$root/.venv/bin/python" >/dev/null
 cmake --build build-test -j"$jobs"
 echo "== tests =="
-ctest --test-dir build-test --output-on-failure -j"$jobs"
+ctest --test-dir build-test --output-on-failure -j"$jobs" -LE gpu
 
 echo "== sanitizer build (clang, ASan+UBSan, libFuzzer) =="
 CC=clang cmake -S . -B build-asan -DCMAKE_BUILD_TYPE=RelWithDebInfo -DMINFER_WERROR=ON \
@@ -32,7 +34,7 @@ CC=clang cmake -S . -B build-asan -DCMAKE_BUILD_TYPE=RelWithDebInfo -DMINFER_WER
 cmake --build build-asan -j"$jobs"
 echo "== unit tests under ASan+UBSan =="
 ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=print_stacktrace=1 \
-    ctest --test-dir build-asan -L unit --output-on-failure -j"$jobs"
+    ctest --test-dir build-asan -L unit -LE gpu --output-on-failure -j"$jobs"
 
 echo "== fuzzing (${fuzz_seconds}s per target) =="
 for f in build-asan/fuzz_*; do
@@ -46,4 +48,7 @@ for f in build-asan/fuzz_*; do
     "$f" -max_total_time="$fuzz_seconds" -rss_limit_mb=2048 -print_final_stats=1 "$corpus" \
         2>&1 | tail -n 12
 done
+echo "== ARM64 (cross gcc + qemu-user) =="
+bash scripts/test-arm64.sh build-arm64
+
 echo "== all tests passed =="

@@ -99,11 +99,16 @@ struct mf_backend {
     mf_backend_kind kind;
     bool is_gpu;
     void *ctx;
+    int32_t extra_refs; /* holders beyond the first (mf_backend_retain) */
 };
 
 /* Constructors. The weight table must outlive the backend. */
 int mf_backend_cpu_new(const mf_weights *w, int n_threads, mf_backend **out, mf_error *err);
 int mf_backend_ref_new(const mf_weights *w, mf_backend **out, mf_error *err);
+/* A GPU backend holds the uploaded weights, so the model keeps one and every
+ * session's engine shares it: retain adds a holder, free drops one and frees
+ * the backend when the last holder lets go. */
+void mf_backend_retain(mf_backend *b);
 void mf_backend_free(mf_backend *b);
 
 #endif

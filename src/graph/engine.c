@@ -51,9 +51,18 @@ struct mf_engine {
     int64_t prof_n[MF_OP_COUNT];
 };
 
+void mf_backend_retain(mf_backend *b) {
+    b->extra_refs++;
+}
+
 void mf_backend_free(mf_backend *b) {
-    if (b)
-        b->ops->free(b);
+    if (!b)
+        return;
+    if (b->extra_refs > 0) {
+        b->extra_refs--;
+        return;
+    }
+    b->ops->free(b);
 }
 
 /* ---- construction ------------------------------------------------------------------ */

@@ -5,6 +5,11 @@
 #include <string.h>
 
 #include "runtime/runtime.h"
+#ifdef MINFER_HAVE_CUDA
+#include "backend/cuda/cuda_backend.h"
+#endif
+
+static const char *const be_names[] = {[MF_BE_CPU] = "cpu", [MF_BE_REF] = "ref", [MF_BE_CUDA] = "cuda"};
 
 void minfer_model_options_default(minfer_model_options *o) {
     *o = (minfer_model_options){.path = NULL,
@@ -30,21 +35,20 @@ static int parse_backends(minfer_model *mm, const char *list, const char *source
     while (*p) {
         const char *e = strchr(p, ',');
         size_t n = e ? (size_t)(e - p) : strlen(p);
-        mf_backend_choice c;
-        if (n == 3 && !strncmp(p, "cpu", 3))
-            c = MF_BE_CPU;
-        else if (n == 3 && !strncmp(p, "ref", 3))
-            c = MF_BE_REF;
-        else
-            return mf_errorf(err, "%s '%s': unknown backend '%.*s' (known: cpu, ref)", source, list,
-                             (int)n, p);
+        int c = -1;
+        for (int k = 0; k < (int)(sizeof be_names / sizeof be_names[0]); k++)
+            if (n == strlen(be_names[k]) && !strncmp(p, be_names[k], n))
+                c = k;
+        if (c < 0)
+            return mf_errorf(err, "%s '%s': unknown backend '%.*s' (known: cuda, ref, cpu)", source,
+                             list, (int)n, p);
         for (int i = 0; i < mm->n_be; i++)
-            if (mm->be[i] == c)
+            if ((int)mm->be[i] == c)
                 return mf_errorf(err, "%s '%s': backend '%.*s' listed twice", source, list, (int)n,
                                  p);
         if (mm->n_be == MF_RT_MAX_BACKENDS)
             return mf_errorf(err, "%s '%s': too many backends", source, list);
-        mm->be[mm->n_be++] = c;
+        mm->be[mm->n_be++] = (mf_backend_choice)c;
         cpu |= c == MF_BE_CPU;
         p += n;
         if (*p == ',')
@@ -52,18 +56,73 @@ static int parse_backends(minfer_model *mm, const char *list, const char *source
     }
     if (!cpu)
         return mf_errorf(err, "%s '%s': the cpu backend must be in the list", source, list);
+    return 0;
+}
+
+static void name_backends(minfer_model *mm) {
     mm->backend_name[0] = 0;
     for (int i = 0; i < mm->n_be; i++) {
         size_t l = strlen(mm->backend_name);
         snprintf(mm->backend_name + l, sizeof mm->backend_name - l, "%s%s", i ? "," : "",
-                 mm->be[i] == MF_BE_CPU ? "cpu" : "ref");
+                 be_names[mm->be[i]]);
     }
+}
+
+static void drop_backend(minfer_model *mm, mf_backend_choice c) {
+    int k = 0;
+    for (int i = 0; i < mm->n_be; i++)
+        if (mm->be[i] != c)
+            mm->be[k++] = mm->be[i];
+    mm->n_be = k;
+}
+
+#ifdef MINFER_HAVE_CUDA
+typedef struct {
+    minfer_progress_fn fn;
+    void *user;
+} upload_progress;
+
+static void on_upload(void *user, uint64_t done, uint64_t total) {
+    upload_progress *u = user;
+    if (u->fn)
+        u->fn(u->user, total ? (float)((double)done / (double)total) : 1.0f, "uploading");
+}
+#endif
+
+/* Makes the GPU backend the list asks for, uploading every weight once. With
+ * device "auto" a GPU that cannot be used is not an error: the model runs on
+ * the CPU (the reason is logged at info level); an explicit request fails. */
+static int make_gpu(minfer_model *mm, const minfer_model_options *o, bool required, mf_error *err) {
+    bool want = false;
+    for (int i = 0; i < mm->n_be; i++)
+        want |= mm->be[i] == MF_BE_CUDA;
+    if (!want)
+        return 0;
+#ifdef MINFER_HAVE_CUDA
+    upload_progress u = {o->progress, o->progress_user};
+    mf_error e = {{0}};
+    if (mf_backend_cuda_new_progress(mm->m->weights, on_upload, &u, &mm->gpu, &e) == 0)
+        return 0;
+    mm->gpu = NULL;
+    if (required)
+        return mf_errorf(err, "model: %s", e.msg);
+    mf_log(MF_LOG_INFO, "cuda not used: %s", e.msg);
+#else
+    (void)o;
+    if (required)
+        return mf_errorf(err, "model: device 'cuda' is not available in this build (configure "
+                              "with -DMINFER_CUDA=ON)");
+#endif
+    drop_backend(mm, MF_BE_CUDA);
     return 0;
 }
 
-/* Resolves device / n_gpu_layers / backends. This build has no GPU backend
- * constructor in backend.h, so "cuda" is refused and "auto" means cpu. */
-static int choose_backends(minfer_model *mm, const minfer_model_options *o, mf_error *err) {
+/* Resolves device / n_gpu_layers / backends into the priority list. "auto"
+ * puts cuda first when this build has it (make_gpu drops it again when no
+ * device can be used); "cpu", -ngl 0 and MINFER_DISABLE_CUDA=1 leave it out.
+ * *gpu_required is set when the user asked for the GPU explicitly. */
+static int choose_backends(minfer_model *mm, const minfer_model_options *o, bool *gpu_required,
+                           mf_error *err) {
     const char *dev = o->device && *o->device ? o->device : "auto";
     if (strcmp(dev, "auto") && strcmp(dev, "cpu") && strcmp(dev, "cuda"))
         return mf_errorf(err, "model: unknown device '%s' (cpu, cuda, auto)", dev);
@@ -72,17 +131,30 @@ static int choose_backends(minfer_model *mm, const minfer_model_options *o, mf_e
                          "model: n_gpu_layers %d is not supported (-1: all layers, 0: none; the "
                          "GPU takes the whole model or nothing)",
                          o->n_gpu_layers);
-    if (!strcmp(dev, "cuda"))
-        return mf_errorf(err, "model: device 'cuda' is not available in this build");
+    if (!strcmp(dev, "cuda") && o->n_gpu_layers == 0)
+        return mf_errorf(err, "model: device 'cuda' with 0 GPU layers is a contradiction");
     const char *list = o->backends;
     const char *source = "backends";
     if (!list || !*list) {
         list = mf_env_str("MINFER_BACKENDS", NULL);
         source = "MINFER_BACKENDS";
     }
-    if (!list || !*list)
-        list = "cpu";
-    return parse_backends(mm, list, source, err);
+    bool from_list = list && *list;
+    if (!from_list) {
+        bool cuda = !strcmp(dev, "cuda") ||
+                    (!strcmp(dev, "auto") && o->n_gpu_layers != 0 && !mf_env_flag("MINFER_DISABLE_CUDA"));
+#ifndef MINFER_HAVE_CUDA
+        cuda = cuda && !strcmp(dev, "cuda"); /* auto: nothing to try in this build */
+#endif
+        list = cuda ? "cuda,cpu" : "cpu";
+        source = "device";
+    }
+    if (parse_backends(mm, list, source, err))
+        return -1;
+    *gpu_required = !strcmp(dev, "cuda") || (from_list && strstr(list, "cuda"));
+    if (!strcmp(dev, "cpu") || o->n_gpu_layers == 0)
+        drop_backend(mm, MF_BE_CUDA);
+    return 0;
 }
 
 minfer_model *minfer_model_load(const minfer_model_options *o, char *err, size_t errlen) {
@@ -99,9 +171,12 @@ minfer_model *minfer_model_load(const minfer_model_options *o, char *err, size_t
     }
     minfer_model *mm = mf_calloc(1, sizeof *mm);
     mm->n_threads = o->n_threads > 0 ? o->n_threads : mf_cpu_count();
-    if (choose_backends(mm, o, &e) ||
-        mf_model_load(o->path, o->progress, o->progress_user, &mm->m, &e))
+    bool gpu_required = false;
+    if (choose_backends(mm, o, &gpu_required, &e) ||
+        mf_model_load(o->path, o->progress, o->progress_user, &mm->m, &e) ||
+        make_gpu(mm, o, gpu_required, &e))
         goto fail;
+    name_backends(mm);
     if (mf_tokenizer_from_gguf(mm->m->gguf, &mm->tok, &e))
         goto fail;
     if (mf_tokenizer_n_vocab(mm->tok) > mm->m->hp.n_vocab) {
@@ -121,6 +196,7 @@ fail:
 void minfer_model_free(minfer_model *m) {
     if (!m)
         return;
+    mf_backend_free(m->gpu);
     mf_tokenizer_free(m->tok);
     mf_model_free(m->m);
     free(m);

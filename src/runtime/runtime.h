@@ -14,7 +14,7 @@
 
 #define MF_RT_MAX_BACKENDS 4
 
-typedef enum mf_backend_choice { MF_BE_CPU, MF_BE_REF } mf_backend_choice;
+typedef enum mf_backend_choice { MF_BE_CPU, MF_BE_REF, MF_BE_CUDA } mf_backend_choice;
 
 struct minfer_model {
     mf_model *m;
@@ -23,7 +23,8 @@ struct minfer_model {
     int32_t n_threads;
     mf_backend_choice be[MF_RT_MAX_BACKENDS]; /* engine backend list, priority order */
     int n_be;
-    char backend_name[32];      /* "cpu", "ref,cpu" */
+    char backend_name[32];      /* "cpu", "ref,cpu", "cuda,cpu" */
+    mf_backend *gpu;            /* made at load (weights uploaded once), shared by sessions */
 };
 
 struct minfer_session {

@@ -49,8 +49,16 @@ static int make_engine(minfer_session *s, mf_error *err) {
     mf_backend *be[MF_RT_MAX_BACKENDS];
     int n = 0;
     for (int i = 0; i < mm->n_be; i++) {
-        int rc = mm->be[i] == MF_BE_CPU ? mf_backend_cpu_new(m->weights, mm->n_threads, &be[n], err)
-                                        : mf_backend_ref_new(m->weights, &be[n], err);
+        int rc = 0;
+        switch (mm->be[i]) {
+        case MF_BE_CPU: rc = mf_backend_cpu_new(m->weights, mm->n_threads, &be[n], err); break;
+        case MF_BE_REF: rc = mf_backend_ref_new(m->weights, &be[n], err); break;
+        case MF_BE_CUDA: /* made at model load; the engine holds a reference */
+            MF_ASSERT(mm->gpu);
+            mf_backend_retain(mm->gpu);
+            be[n] = mm->gpu;
+            break;
+        }
         if (rc) {
             while (n > 0)
                 mf_backend_free(be[--n]);

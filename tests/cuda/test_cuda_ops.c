@@ -623,7 +623,7 @@ static void test_attention(const attn_spec *s) {
             ref[i] = kc[i];
         snprintf(name, sizeof name, "kv store+load %-4s kv_dim %lld rows %lld", mf_type_name(s->kv_type),
                  (long long)kvd, (long long)n_kv);
-        result(name, rel_err(y, ref, kvd * n_kv), s->kv_type == MF_TYPE_Q8_0 ? 1e-3 : 0.0,
+        result(name, rel_err(y, ref, kvd * n_kv), s->kv_type == MF_TYPE_Q8_0 ? 1e-3 : 1e-6,
                count_nan(y, kvd * n_kv), NULL);
         free(y);
         free(ref);

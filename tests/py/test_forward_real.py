@@ -5,13 +5,21 @@
    English that mentions Paris. This pins the llama semantics (NORMAL rope,
    GQA 9/3, tied output, eps/theta from the file) on a trained model, where a
    wrong convention gives gibberish.
-2. Engine vs reference: dump_logits prefills the same prompt (plus a random
-   tail up to 40 tokens) and decodes 3 greedy steps; per position rel_l2 =
-   ||l - r|| / ||r|| <= BOUND_L2 and the top-1 token equals the reference's at
-   >= 95 % of positions (near-ties, where the reference's top-2 margin is below
-   the bound times max|r|, are reported but not counted). Bounds are looser than
-   the 2-layer synthetic models': 30 layers of 8-bit activation rounding on Q4_1
-   weights accumulate (measured values in tests/ref/README.md).
+2. Engine vs reference on three sequences (that prompt, an English paragraph,
+   the prompt + 35 random tokens), each prefilled with logits_all plus 3
+   greedy decode steps (tests/tools/dump_logits). Through 30 layers the 8-bit
+   activation rounding of the CPU path is chaotic: one rounding that flips
+   moves a position's logits by several %, so per-position bounds must be
+   loose. The bounds are calibrated against ref_forward.simulate (the
+   reference with the CPU's activation rounding modelled), which shows what
+   that rounding alone costs (measured: mean KL 0.0027-0.0058, worst rel_l2
+   0.21, top-1 86-100 %). The engine must satisfy:
+     mean KL(p_ref || p_eng) <= max(2 x the simulation's, 0.002), and <= 0.02
+     max KL <= 0.1 per position;  max rel_l2 <= 0.4;  median rel_l2 <= 0.1
+     a top-1 disagreement only where the reference's logit gap between its
+     top-1 and the engine's pick is <= 0.5 (measured gaps <= 0.18)
+   and its own greedy continuation of the prompt starts with " Paris".
+Measured values are in tests/ref/README.md.
 """
 
 import json
@@ -32,8 +40,23 @@ MODEL = os.environ.get("MINFER_MODEL",
 BUILD = os.environ.get("MINFER_BUILD", os.path.join(HERE, "..", "..", "build"))
 TMP = os.environ.get("MINFER_TMP") or tempfile.mkdtemp()
 DUMP = os.path.join(BUILD, "tests", "dump_logits")
-BOUND_L2 = 0.10
-TOP1_MIN = 0.95
+
+TEXT = ("The quick brown fox jumps over the lazy dog. In 1969, Neil Armstrong became the "
+        "first person to walk on the Moon. Python is a programming language that")
+
+
+def log_softmax(x):
+    x = x - x.max(axis=1, keepdims=True)
+    return x - np.log(np.exp(x).sum(axis=1, keepdims=True))
+
+
+def kl(ref, other):
+    lr, lo = log_softmax(ref), log_softmax(other)
+    return (np.exp(lr) * (lr - lo)).sum(axis=1)
+
+
+def rel_l2(a, ref):
+    return np.linalg.norm(a - ref, axis=1) / np.linalg.norm(ref, axis=1)
 
 
 def main():
@@ -51,41 +74,51 @@ def main():
 
     if not os.path.exists(DUMP):
         fails.append(f"{DUMP} not built")
+        seqs = []
     else:
         rng = np.random.default_rng(7)
-        seqs = [prompt, prompt + rng.integers(0, m.n_vocab, size=35).tolist()]
-        n, mism, ties, worst = 0, 0, 0, 0.0
-        for toks in seqs:
-            dump = os.path.join(TMP, "fwd_real_dump")
-            cmd = [DUMP, MODEL, "--tokens", ",".join(map(str, toks)), "--decode", "3",
-                   "--threads", "2", "--out", dump]
-            r = subprocess.run(cmd, capture_output=True, text=True)
-            if r.returncode != 0:
-                fails.append(f"dump_logits failed ({r.returncode}): {r.stderr.strip()}")
-                break
-            with open(dump + ".json") as f:
-                head = json.load(f)
-            L = np.fromfile(head["bin"], dtype="<f4").reshape(head["n_rows"], head["n_vocab"])
-            R = ref_forward.logits(m, head["tokens"])
-            for i in range(R.shape[0]):
-                e = np.linalg.norm(L[i] - R[i]) / np.linalg.norm(R[i])
-                worst = max(worst, e)
-                if not np.isfinite(e) or e > BOUND_L2:
-                    fails.append(f"len {len(toks)} pos {i}: rel_l2 {e:.3e} > {BOUND_L2}")
-                n += 1
-                if int(np.argmax(L[i])) != int(np.argmax(R[i])):
-                    top2 = np.sort(R[i])[-2:]
-                    if top2[1] - top2[0] <= BOUND_L2 * np.abs(R[i]).max():
-                        ties += 1
-                    else:
-                        mism += 1
-            if len(toks) == len(prompt):
-                gen = tk.decode(head["tokens"][len(prompt):])
-                print(f"     engine greedy (3 steps): {gen!r} [{head.get('backend', '')}]")
-        print(f"engine vs reference: {n} positions, worst rel_l2 {worst:.3e} (bound {BOUND_L2}), "
-              f"top-1 mismatches {mism}, near-ties {ties}")
-        if n and mism > (1 - TOP1_MIN) * n:
-            fails.append(f"top-1 differs at {mism} of {n} positions")
+        seqs = [prompt, tk.encode(TEXT).ids, prompt + rng.integers(0, m.n_vocab, size=35).tolist()]
+    for si, toks in enumerate(seqs):
+        dump = os.path.join(TMP, "fwd_real_dump")
+        cmd = [DUMP, MODEL, "--tokens", ",".join(map(str, toks)), "--decode", "3",
+               "--threads", "2", "--out", dump]
+        r = subprocess.run(cmd, capture_output=True, text=True)
+        if r.returncode != 0:
+            fails.append(f"dump_logits failed ({r.returncode}): {r.stderr.strip()}")
+            break
+        with open(dump + ".json") as f:
+            head = json.load(f)
+        L = np.fromfile(head["bin"], dtype="<f4").reshape(head["n_rows"], head["n_vocab"])
+        L = L.astype(np.float64)
+        R = ref_forward.logits(ref_forward.simulate(m, False), head["tokens"])
+        S = ref_forward.logits(ref_forward.simulate(m, act=True), head["tokens"])
+        ref_forward.simulate(m, False)
+        if not np.all(np.isfinite(L)):
+            fails.append(f"seq {si}: non-finite logits")
+            continue
+        e, es = rel_l2(L, R), rel_l2(S, R)
+        k, ks = kl(R, L), kl(R, S)
+        te, tr = L.argmax(axis=1), R.argmax(axis=1)
+        gaps = [R[i, tr[i]] - R[i, te[i]] for i in np.nonzero(te != tr)[0]]
+        print(f"seq {si} ({len(toks)} tokens + 3): engine rel_l2 max {e.max():.3f} median "
+              f"{np.median(e):.4f}, KL max {k.max():.4f} mean {k.mean():.5f}, top-1 "
+              f"{np.mean(te == tr):.3f} (gaps {', '.join(f'{g:.3f}' for g in gaps) or '-'})")
+        print(f"      simulated 8-bit rounding: rel_l2 max {es.max():.3f} median "
+              f"{np.median(es):.4f}, KL max {ks.max():.4f} mean {ks.mean():.5f}")
+        lim = min(max(2 * ks.mean(), 0.002), 0.02)
+        if k.mean() > lim:
+            fails.append(f"seq {si}: mean KL {k.mean():.5f} > {lim:.5f}")
+        if k.max() > 0.1:
+            fails.append(f"seq {si}: max KL {k.max():.4f} > 0.1 at position {k.argmax()}")
+        if e.max() > 0.4 or np.median(e) > 0.1:
+            fails.append(f"seq {si}: rel_l2 max {e.max():.3f} (> 0.4?) median {np.median(e):.4f} (> 0.1?)")
+        if gaps and max(gaps) > 0.5:
+            fails.append(f"seq {si}: top-1 differs where the reference's gap is {max(gaps):.3f} > 0.5")
+        if si == 0:
+            gen = tk.decode(head["tokens"][len(prompt):])
+            print(f"      engine greedy (3 steps): {gen!r} [{head.get('backend', '')}]")
+            if not gen.startswith(" Paris"):
+                fails.append(f"engine continuation {gen!r} does not start with ' Paris'")
     if fails:
         print("FAILED:\n  " + "\n  ".join(fails[:10]))
         return 1

@@ -91,7 +91,7 @@ static void dot_f16(int64_t n, float *s, const void *vw, const void *va) {
         acc0 = vfmaq_f32(acc0, vcvt_f32_f16(vreinterpret_f16_u16(vld1_u16(w + i))), vld1q_f32(a + i));
     float t = 0;
     for (; i < n; i++)
-        t += 0;
+        t += h2f(w[i]) * a[i];
     *s = vaddvq_f32(vaddq_f32(vaddq_f32(acc0, acc1), vaddq_f32(acc2, acc3))) + t;
 }
 

@@ -204,6 +204,13 @@ void mf_cpu_gemm_avx512(const mf_cpu_gemm_tile *g) {
     const float *ad[MK_TOKENS];
     const int32_t *as[MK_TOKENS];
 
+    /* The panel's rows are one contiguous region, but packing walks it block
+     * by block across 32 rows: 32 interleaved streams that the hardware
+     * prefetchers do not follow (decode ran at a third of the bandwidth).
+     * One linear prefetch sweep first turns it into a single stream. */
+    const size_t span = (size_t)g->rows * g->w_row;
+    for (size_t o = 0; o < span; o += 64)
+        _mm_prefetch((const char *)(g->w + o), _MM_HINT_T0);
     const bool whole = g->nt > MK_TOKENS; /* else stream the panel through L1 in chunks */
     if (whole)
         pack_panel(g->wtype, rowp, off, 0, nb, pp);

@@ -24,7 +24,7 @@ typedef enum mf_cpu_isa {
     MF_ISA_COUNT
 } mf_cpu_isa;
 
-/* The best ISA this CPU runs (MINFER_CPU_ISA=scalar|avx2|avx512 lowers it). */
+/* The best ISA this CPU runs (MINFER_CPU_ISA=scalar|avx2|avx512|neon lowers it). */
 mf_cpu_isa mf_cpu_isa_best(void);
 const char *mf_cpu_isa_name(mf_cpu_isa isa);
 

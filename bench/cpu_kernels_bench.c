@@ -1,0 +1,86 @@
+/* cpu_kernels_bench - times mf_cpu_matmul at the qwen2 shapes (best of N).
+ *
+ * usage: cpu_kernels_bench [threads] [reps]
+ * For each weight type and shape, prints the best time of a decode matmul
+ * (nt 1: weight GB/s, the bandwidth wall) and a prefill one (nt 128: integer
+ * GOP/s, 2 ops per multiply-add), and for nt 1 also the single-row dot
+ * kernel looped over the rows on one thread (the kernel without the tiles). */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "backend/cpu/kernels.h"
+
+static uint64_t rng = 0x9e3779b97f4a7c15ull;
+static float frand(void) {
+    rng ^= rng << 13;
+    rng ^= rng >> 7;
+    rng ^= rng << 17;
+    return (float)((rng >> 40) * (1.0 / 16777216.0)) * 2.0f - 1.0f;
+}
+
+static double best_ns(mf_cpu_ctx *c, uint32_t wt, const void *w, int64_t n_in, int64_t n_out, const float *x,
+                      int64_t nt, float *y, int reps) {
+    double best = 1e30;
+    for (int r = 0; r < reps; r++) {
+        const uint64_t t0 = mf_time_ns();
+        mf_cpu_matmul(c, wt, w, n_in, n_out, x, nt, y);
+        const double dt = (double)(mf_time_ns() - t0);
+        best = dt < best ? dt : best;
+    }
+    return best;
+}
+
+int main(int argc, char **argv) {
+    const int nth = argc > 1 ? atoi(argv[1]) : 2, reps = argc > 2 ? atoi(argv[2]) : 20;
+    const uint32_t types[] = {MF_TYPE_Q4_0, MF_TYPE_Q5_0, MF_TYPE_Q8_0, MF_TYPE_Q4_K, MF_TYPE_Q6_K};
+    const int64_t shapes[][2] = {{896, 896}, {896, 128}, {896, 4864}, {4864, 896}, {1536, 8960}, {8960, 1536}, {896, 151936}};
+    mf_cpu_ctx *c = mf_cpu_ctx_new(nth);
+    printf("threads %d, isa %s, best of %d\n", nth, mf_cpu_isa_name(mf_cpu_ctx_isa(c)), reps);
+    printf("%-5s %6s %6s | %9s %7s %9s | %9s %8s\n", "type", "n_in", "n_out", "nt1 us", "GB/s", "1row GB/s",
+           "nt128 ms", "GOP/s");
+    for (size_t ti = 0; ti < sizeof types / sizeof *types; ti++)
+        for (size_t si = 0; si < sizeof shapes / sizeof *shapes; si++) {
+            const uint32_t wt = types[ti];
+            const int64_t n_in = shapes[si][0], n_out = shapes[si][1], nt = 128;
+            const size_t wr = mf_type_row_size(wt, n_in);
+            if (!wr)
+                continue;
+            uint8_t *w = malloc(wr * (size_t)n_out);
+            float *x = malloc(sizeof(float) * (size_t)(n_in * nt)), *y = malloc(sizeof(float) * (size_t)(n_out * nt));
+            float *wf = malloc(sizeof(float) * (size_t)n_in);
+            for (int64_t o = 0; o < n_out; o++) {
+                for (int64_t i = 0; i < n_in; i++)
+                    wf[i] = frand();
+                mf_quantize_rows(wt, wf, w + (size_t)o * wr, 1, n_in);
+            }
+            for (int64_t i = 0; i < n_in * nt; i++)
+                x[i] = frand();
+            const double t1 = best_ns(c, wt, w, n_in, n_out, x, 1, y, reps * 5);
+            /* the single-row kernel alone: one thread, every row */
+            const mf_cpu_dot *d = mf_cpu_dot_get(wt, mf_cpu_ctx_isa(c));
+            uint8_t *a = malloc(mf_type_row_size(d->act_type, n_in));
+            mf_cpu_quantize_act(d->act_type, x, a, n_in, mf_cpu_ctx_isa(c));
+            double t1r = 1e30;
+            for (int r = 0; r < reps; r++) {
+                const uint64_t s0 = mf_time_ns();
+                for (int64_t o = 0; o < n_out; o++)
+                    d->dot(n_in, &y[o], w + (size_t)o * wr, a);
+                const double dt = (double)(mf_time_ns() - s0);
+                t1r = dt < t1r ? dt : t1r;
+            }
+            const double tp = best_ns(c, wt, w, n_in, n_out, x, nt, y, reps > 3 ? reps / 4 : 1);
+            const double bytes = (double)wr * (double)n_out;
+            printf("%-5s %6lld %6lld | %9.1f %7.2f %9.2f | %9.3f %8.1f\n", mf_type_name(wt), (long long)n_in,
+                   (long long)n_out, t1 / 1e3, bytes / t1, bytes / t1r, tp / 1e6,
+                   2.0 * (double)n_in * (double)n_out * (double)nt / tp);
+            fflush(stdout);
+            free(a);
+            free(w);
+            free(x);
+            free(y);
+            free(wf);
+        }
+    mf_cpu_ctx_free(c);
+    return 0;
+}
