@@ -6,6 +6,8 @@
 #
 #   bench/compare.sh BIN_A BIN_B MODEL [bench flags...]   (default -p 128 -n 32 -r 5)
 #   ROUNDS=5 bench/compare.sh build-a/minfer build-b/minfer models/x.gguf -t 2
+# A and B are split on spaces, so an environment lever compares in one binary:
+#   bench/compare.sh "env MINFER_NO_FUSE_FFN=1 build/minfer" build/minfer MODEL -p 0 -n 32
 set -euo pipefail
 [ $# -ge 3 ] || { echo "usage: bench/compare.sh BIN_A BIN_B MODEL [bench flags...]" >&2; exit 2; }
 A=$1 B=$2 M=$3
@@ -17,8 +19,8 @@ PY=${PYTHON:-python3}
 TMP=$(mktemp -d)
 trap 'rm -rf "$TMP"' EXIT
 for r in $(seq 1 "$ROUNDS"); do
-    "$A" bench -m "$M" "${FLAGS[@]}" -o json >"$TMP/a$r.json" 2>/dev/null
-    "$B" bench -m "$M" "${FLAGS[@]}" -o json >"$TMP/b$r.json" 2>/dev/null
+    $A bench -m "$M" "${FLAGS[@]}" -o json >"$TMP/a$r.json" 2>/dev/null
+    $B bench -m "$M" "${FLAGS[@]}" -o json >"$TMP/b$r.json" 2>/dev/null
 done
 "$PY" - "$TMP" "$ROUNDS" "$A" "$B" <<'PYEOF'
 import json, statistics, sys

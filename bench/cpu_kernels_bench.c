@@ -1,6 +1,7 @@
 /* cpu_kernels_bench - times mf_cpu_matmul at the qwen2 shapes (best of N).
  *
- * usage: cpu_kernels_bench [threads] [reps]
+ * usage: cpu_kernels_bench [threads] [reps] [ops]
+ * ("ops": attention, rmsnorm and swiglu instead of the matmuls.)
  * For each weight type and shape, prints the best time of a decode matmul
  * (nt 1: weight GB/s, the bandwidth wall) and a prefill one (nt 128: integer
  * GOP/s, 2 ops per multiply-add), and for nt 1 also the single-row dot
@@ -31,8 +32,76 @@ static double best_ns(mf_cpu_ctx *c, uint32_t wt, const void *w, int64_t n_in, i
     return best;
 }
 
+/* Attention and the row ops at the qwen2-0.5B prefill / decode shapes, on
+ * the context's ISA and with the portable code (isa avx2: attn.c's loops). */
+static void bench_ops(int nth, int reps) {
+    const int n_head = 14, n_kv = 2, hd = 64, kv_dim = n_kv * hd, n_ctx = 512;
+    float *k = malloc(sizeof(float) * n_ctx * kv_dim), *v = malloc(sizeof(float) * n_ctx * kv_dim);
+    float *q = malloc(sizeof(float) * 128 * n_head * hd), *o = malloc(sizeof(float) * 128 * n_head * hd);
+    float *g = malloc(sizeof(float) * 128 * 4864), *u = malloc(sizeof(float) * 128 * 4864);
+    for (int i = 0; i < n_ctx * kv_dim; i++) {
+        k[i] = frand();
+        v[i] = frand();
+    }
+    for (int i = 0; i < 128 * n_head * hd; i++)
+        q[i] = frand();
+    for (int i = 0; i < 128 * 4864; i++) {
+        g[i] = 4 * frand();
+        u[i] = frand();
+    }
+    mf_cpu_ctx *c = mf_cpu_ctx_new(nth);
+    const struct {
+        const char *name;
+        int64_t nt, n_past;
+    } cases[] = {{"pp128", 128, 0}, {"tg @32", 1, 31}, {"tg @511", 1, 511}};
+    const mf_cpu_isa isas[2] = {MF_ISA_AVX2, mf_cpu_isa_best()};
+    for (int ii = 0; ii < 2; ii++) {
+        const int isa = (int)isas[ii];
+        if (ii == 1 && isa <= MF_ISA_AVX2)
+            break;
+        mf_cpu_ctx_set_isa(c, (mf_cpu_isa)isa);
+        for (size_t ci = 0; ci < sizeof cases / sizeof *cases; ci++) {
+            double best = 1e30;
+            for (int r = 0; r < reps; r++) {
+                const uint64_t t0 = mf_time_ns();
+                mf_cpu_attn(c, q, cases[ci].nt, n_head, n_kv, hd, k, v, MF_TYPE_F32, cases[ci].n_past, 0.125f, o);
+                const double dt = (double)(mf_time_ns() - t0);
+                best = dt < best ? dt : best;
+            }
+            printf("attn %-8s isa %-6s %9.1f us\n", cases[ci].name, mf_cpu_isa_name((mf_cpu_isa)isa), best / 1e3);
+        }
+        double best = 1e30;
+        for (int r = 0; r < reps; r++) {
+            const uint64_t t0 = mf_time_ns();
+            mf_cpu_rmsnorm(c, g, u, o, 896, 128, 1e-6f);
+            const double dt = (double)(mf_time_ns() - t0);
+            best = dt < best ? dt : best;
+        }
+        printf("rmsnorm 128x896 isa %-6s %9.1f us\n", mf_cpu_isa_name((mf_cpu_isa)isa), best / 1e3);
+    }
+    double best = 1e30;
+    for (int r = 0; r < reps; r++) {
+        const uint64_t t0 = mf_time_ns();
+        mf_cpu_swiglu(g, u, g, 128 * 4864);
+        const double dt = (double)(mf_time_ns() - t0);
+        best = dt < best ? dt : best;
+    }
+    printf("swiglu 128x4864 (default isa) %9.1f us\n", best / 1e3);
+    mf_cpu_ctx_free(c);
+    free(k);
+    free(v);
+    free(q);
+    free(o);
+    free(g);
+    free(u);
+}
+
 int main(int argc, char **argv) {
     const int nth = argc > 1 ? atoi(argv[1]) : 2, reps = argc > 2 ? atoi(argv[2]) : 20;
+    if (argc > 3 && strcmp(argv[3], "ops") == 0) {
+        bench_ops(nth, reps);
+        return 0;
+    }
     const uint32_t types[] = {MF_TYPE_Q4_0, MF_TYPE_Q5_0, MF_TYPE_Q8_0, MF_TYPE_Q4_K, MF_TYPE_Q6_K};
     const int64_t shapes[][2] = {{896, 896}, {896, 128}, {896, 4864}, {4864, 896}, {1536, 8960}, {8960, 1536}, {896, 151936}};
     mf_cpu_ctx *c = mf_cpu_ctx_new(nth);

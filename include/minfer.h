@@ -49,6 +49,23 @@ const char *minfer_model_desc(const minfer_model *m);
 /* Backend that runs the graph: "cpu", "cuda", ... */
 const char *minfer_model_backend(const minfer_model *m);
 
+/* One line naming the GPU that runs the model ("NVIDIA H200, cc 9.0, 132 SMs,
+ * 139.8 GiB"), or "" when the model runs on the CPU. */
+const char *minfer_model_device_desc(const minfer_model *m);
+
+/* ---- logging ------------------------------------------------------------------------ */
+
+typedef enum minfer_log_level {
+    MINFER_LOG_DEBUG,
+    MINFER_LOG_INFO,
+    MINFER_LOG_WARN,  /* the default (MINFER_LOG=debug|info|warn|error overrides) */
+    MINFER_LOG_ERROR,
+} minfer_log_level;
+
+/* Messages below level are not printed; the session's KV-size line is shown at
+ * WARN and below. */
+void minfer_log_set_level(minfer_log_level level);
+
 /* ---- tokens -------------------------------------------------------------------------- */
 
 /* Returns the token count (may exceed cap: then only cap are written), or -1. */

@@ -1,120 +1,149 @@
 #!/usr/bin/env bash
 # gpu-check.sh - the CUDA backend's check on a GPU machine, self-contained (no
-# network). Run from the repository root; everything lands under $OUT
-# (default ./gpu-out). Stages, each logged to $OUT/<stage>.log and summarized
-# in $OUT/summary.txt (also printed last):
-#   1 toolchain  nvcc / cmake / nvidia-smi present; nvidia-smi -L
-#   2 build      cmake -DMINFER_CUDA=ON -DMINFER_CUDA_ARCHS=90, minfer +
-#                test_cuda_ops + dump_logits
-#   3 ops        tests/cuda/test_cuda_ops (every kernel family vs float64)
-#   4 memcheck   compute-sanitizer memcheck on the op tests, small shapes
-#   5 e2e        minfer synth small qwen2/qwen3/llama models; dump_logits on
-#                CUDA vs the python float64 reference (tests/ref) when
-#                python3 + numpy + gguf exist (else skipped with a note)
-#   6 bench      minfer bench --device cuda on a synthetic qwen2-0.5b shape
-# Budget: < 8 minutes on one H200 (the build is most of it).
+# network). Run from the repository root. Stages (each logged under
+# $OUT/logs/, one summary line each in $OUT/summary.txt, printed last):
+#   toolchain  nvcc / cmake / nvidia-smi present; nvidia-smi -L
+#   build      cmake -DMINFER_CUDA=ON -DMINFER_CUDA_ARCHS=90: test_cuda_ops,
+#              minfer, dump_logits
+#   ops        tests/cuda/test_cuda_ops (every kernel family vs float64)
+#   memcheck   compute-sanitizer memcheck on the op tests, small shapes
+#   racecheck  compute-sanitizer racecheck on the shared-memory families
+#              (matmul, norm, elementwise, attn), small shapes
+#   e2e        minfer synth small qwen2/qwen3/llama models; dump_logits on
+#              CUDA vs the python float64 reference (tests/ref) when python3 +
+#              numpy + gguf exist (else skipped with a note); greedy tokens
+#              identical with fusions off (MINFER_NO_FUSE_QKV/FFN) and CUDA
+#              graphs off (MINFER_NO_CUDA_GRAPH)
+#   bench      minfer bench --device cuda (pp512 / tg128) on synthetic models
+#   perf       (GPU_CHECK_PERF=1) the same plus qwen2-7b Q4_K_M and a per-op
+#              profile (MINFER_OP_PROFILE=1) of one decode bench
+# What comes back: $OUT/summary.txt, $OUT/bench.md, $OUT/bench.json and
+# $OUT/gpu-logs.tgz (every log; the device tool returns at most 8 files).
+# GPU_CHECK_STAGES="build ops ..." runs a subset (build is always needed).
+# Budget: < 8 minutes on one H200.
 set -u
 cd "$(dirname "$0")/.."
 ROOT=$(pwd)
 OUT=${OUT:-$ROOT/gpu-out}
-mkdir -p "$OUT"
+LOG=$OUT/logs
+mkdir -p "$LOG"
 BUILD=${BUILD:-$ROOT/build-gpu}
 JOBS=${JOBS:-$(nproc 2>/dev/null || echo 8)}
+STAGES=${GPU_CHECK_STAGES:-"build ops memcheck racecheck e2e bench"}
+[ "${GPU_CHECK_PERF:-0}" = 1 ] && STAGES="$STAGES perf"
 SUMMARY=$OUT/summary.txt
 : >"$SUMMARY"
+: >"$OUT/bench.md"
 T0=$(date +%s)
 
-note() { printf '%-10s %-6s %s\n' "$1" "$2" "$3" | tee -a "$SUMMARY"; }
+note() { printf '%-10s %-6s %s\n' "$1" "$2" "$3" >>"$SUMMARY"; }
 elapsed() { echo "$(( $(date +%s) - T0 ))s"; }
+want() { case " $STAGES " in *" $1 "*) return 0;; esac; return 1; }
+finish() {
+    note total done "$(elapsed)"
+    tar czf "$OUT/gpu-logs.tgz" -C "$OUT" logs 2>/dev/null && rm -rf "$LOG"
+    echo "==== summary"
+    cat "$SUMMARY"
+    grep -q "FAIL" "$SUMMARY" && exit 1
+    exit 0
+}
 
-# ---- 1 toolchain ---------------------------------------------------------------
+# ---- toolchain -------------------------------------------------------------------
 export PATH=/usr/local/cuda/bin:$PATH
 {
     echo "== ls /usr/local/cuda/bin"; ls /usr/local/cuda/bin 2>&1
     echo "== nvcc"; nvcc --version 2>&1
     echo "== cmake"; cmake --version 2>&1
-    echo "== nvidia-smi -L"; nvidia-smi -L 2>&1
     echo "== nvidia-smi"; nvidia-smi 2>&1
-} >"$OUT/toolchain.log" 2>&1
-nvidia-smi -L >"$OUT/nvidia-smi-L.txt" 2>&1
+} >"$LOG/toolchain.log" 2>&1
+nvidia-smi -L >"$LOG/nvidia-smi-L.txt" 2>&1
 if ! command -v nvcc >/dev/null || ! command -v cmake >/dev/null; then
     note toolchain FAIL "nvcc or cmake missing (see toolchain.log)"
-    cat "$SUMMARY"; exit 1
+    finish
 fi
-note toolchain ok "$(head -1 "$OUT/nvidia-smi-L.txt")"
+note toolchain ok "$(head -1 "$LOG/nvidia-smi-L.txt")"
 
-# ---- 2 build -----------------------------------------------------------------------
+# ---- build -----------------------------------------------------------------------------
 if cmake -B "$BUILD" -S "$ROOT" -DCMAKE_BUILD_TYPE=Release -DMINFER_CUDA=ON -DMINFER_CUDA_ARCHS=90 \
-        -DCMAKE_CUDA_COMPILER="$(command -v nvcc)" >"$OUT/build.log" 2>&1 &&
-   cmake --build "$BUILD" -j"$JOBS" --target test_cuda_ops >>"$OUT/build.log" 2>&1; then
+        -DCMAKE_CUDA_COMPILER="$(command -v nvcc)" >"$LOG/build.log" 2>&1 &&
+   cmake --build "$BUILD" -j"$JOBS" --target test_cuda_ops >>"$LOG/build.log" 2>&1; then
     note build ok "test_cuda_ops built ($(elapsed))"
 else
     note build FAIL "see build.log"
-    tail -30 "$OUT/build.log"; cat "$SUMMARY"; exit 1
+    tail -30 "$LOG/build.log"
+    finish
 fi
 # minfer and dump_logits are other engineers' targets: their failure does not
 # stop the kernel checks
 HAVE_MINFER=0
-if cmake --build "$BUILD" -j"$JOBS" --target minfer dump_logits >>"$OUT/build.log" 2>&1; then
+if cmake --build "$BUILD" -j"$JOBS" --target minfer dump_logits >>"$LOG/build.log" 2>&1; then
     HAVE_MINFER=1
     note build ok "minfer + dump_logits built ($(elapsed))"
 else
     note build WARN "minfer/dump_logits did not build (see build.log); e2e and bench skipped"
 fi
-grep -i "warning" "$OUT/build.log" >"$OUT/build-warnings.txt" || true
-[ -s "$OUT/build-warnings.txt" ] && note build WARN "$(wc -l <"$OUT/build-warnings.txt") warning lines (build-warnings.txt)"
+grep -i "warning" "$LOG/build.log" >"$LOG/build-warnings.txt" || true
+[ -s "$LOG/build-warnings.txt" ] && note build WARN "$(wc -l <"$LOG/build-warnings.txt") warning lines (build-warnings.txt)"
 
 OPS=$BUILD/tests/cuda/test_cuda_ops
+MINFER=$BUILD/minfer
+DUMP=$BUILD/tests/dump_logits
+[ -x "$DUMP" ] || DUMP=$(find "$BUILD" -name dump_logits -type f -perm -u+x | head -1)
 
-# ---- 3 op tests ----------------------------------------------------------------------
-timeout 300 "$OPS" >"$OUT/ops.log" 2>&1
-rc=$?
-last=$(grep -E "passed, .* failed" "$OUT/ops.log" | tail -1)
-if [ $rc -eq 0 ]; then note ops PASS "$last";
-elif [ $rc -eq 77 ]; then note ops SKIP "$(head -1 "$OUT/ops.log")";
-else note ops FAIL "rc $rc: $last"; grep FAIL "$OUT/ops.log" | head -20 | tee -a "$SUMMARY"; fi
-
-# ---- 4 compute-sanitizer -------------------------------------------------------------------
-CS=$(command -v compute-sanitizer || ls /usr/local/cuda/bin/compute-sanitizer 2>/dev/null)
-if [ -n "${CS:-}" ]; then
-    MINFER_CUDA_TEST_SMALL=1 MINFER_GPU_TIMEOUT_MS=120000 timeout 240 \
-        "$CS" --tool memcheck --leak-check no --error-exitcode 3 "$OPS" >"$OUT/memcheck.log" 2>&1
+# ---- op tests ------------------------------------------------------------------------------
+if want ops; then
+    t=$(date +%s)
+    timeout 300 "$OPS" >"$LOG/ops.log" 2>&1
     rc=$?
-    errs=$(grep -E "ERROR SUMMARY" "$OUT/memcheck.log" | tail -1)
-    if [ $rc -eq 0 ]; then note memcheck PASS "${errs:-no summary line}";
-    else note memcheck FAIL "rc $rc ${errs}"; fi
-else
-    note memcheck SKIP "compute-sanitizer not found"
+    last=$(grep -E "passed, .* failed" "$LOG/ops.log" | tail -1)
+    if [ $rc -eq 0 ]; then note ops PASS "$last ($(( $(date +%s) - t ))s)";
+    elif [ $rc -eq 77 ]; then note ops SKIP "$(head -1 "$LOG/ops.log")";
+    else note ops FAIL "rc $rc: $last"; grep FAIL "$LOG/ops.log" | head -20 >>"$SUMMARY"; fi
 fi
 
-# ---- 5 end to end ----------------------------------------------------------------------------
-MINFER=$BUILD/minfer
-DUMP=$BUILD/tests/tools/dump_logits
+# ---- compute-sanitizer -------------------------------------------------------------------------
+CS=$(command -v compute-sanitizer || ls /usr/local/cuda/bin/compute-sanitizer 2>/dev/null)
+sanitize() { # tool log-name time-limit env-assignments...
+    local tool=$1 name=$2 lim=$3; shift 3
+    if [ -z "${CS:-}" ]; then note "$name" SKIP "compute-sanitizer not found"; return; fi
+    local t; t=$(date +%s)
+    env MINFER_CUDA_TEST_SMALL=1 MINFER_GPU_TIMEOUT_MS=120000 "$@" timeout "$lim" \
+        "$CS" --tool "$tool" --error-exitcode 3 "$OPS" >"$LOG/$name.log" 2>&1
+    local rc=$?
+    local errs; errs=$(grep -E "ERROR SUMMARY|RACECHECK SUMMARY" "$LOG/$name.log" | tail -1)
+    local res; res=$(grep -E "passed, .* failed" "$LOG/$name.log" | tail -1)
+    if [ $rc -eq 0 ]; then note "$name" PASS "${errs:-no summary line}; $res ($(( $(date +%s) - t ))s)";
+    else note "$name" FAIL "rc $rc ${errs}; $res"; fi
+}
+want memcheck && sanitize memcheck memcheck 150
+want racecheck && sanitize racecheck racecheck 100 MINFER_CUDA_TEST_ONLY=matmul,norm,elementwise,attn
+
+# ---- end to end ------------------------------------------------------------------------------
 PY=$(command -v python3 || true)
 HAVE_PY=0
 if [ -n "$PY" ] && "$PY" -c "import numpy, gguf" >/dev/null 2>&1; then HAVE_PY=1; fi
-if [ $HAVE_MINFER -eq 1 ]; then
-    MODELS=$BUILD/gpu-models; mkdir -p "$MODELS"
+MODELS=$BUILD/gpu-models; mkdir -p "$MODELS"
+if want e2e && [ $HAVE_MINFER -eq 1 ] && [ -n "$DUMP" ]; then
     TOKS=1,15,263,42,7,300,99,1024,5,77,123,8,256,31
     for spec in "qwen2 --preset qwen2-0.5b --layers 2 --vocab 4096 --ctx 512 --type q8_0" \
                 "qwen3 --preset qwen3-0.6b --layers 2 --vocab 4096 --ctx 512 --type q4_K" \
                 "llama --preset smollm2-135m --layers 2 --vocab 4096 --ctx 512 --type q4_0"; do
         arch=${spec%% *}; args=${spec#* }
         m=$MODELS/$arch.gguf
-        if ! timeout 120 "$MINFER" synth $args -o "$m" >"$OUT/synth-$arch.log" 2>&1; then
+        if ! timeout 120 "$MINFER" synth $args -o "$m" >"$LOG/synth-$arch.log" 2>&1; then
             note e2e FAIL "$arch: minfer synth failed (synth-$arch.log)"; continue
         fi
         for cache in f32 f16 q8_0; do
-            j=$OUT/e2e-$arch-$cache.json
+            j=$LOG/e2e-$arch-$cache.json
             if ! MINFER_LOG=info timeout 120 "$DUMP" "$m" --tokens $TOKS --decode 4 --device cuda \
-                    --cache $cache >"$j" 2>"$OUT/e2e-$arch-$cache.err"; then
-                note e2e FAIL "$arch $cache: dump_logits --device cuda failed: $(tail -1 "$OUT/e2e-$arch-$cache.err")"
+                    --cache $cache >"$j" 2>"$LOG/e2e-$arch-$cache.err"; then
+                note e2e FAIL "$arch $cache: dump_logits --device cuda failed: $(tail -1 "$LOG/e2e-$arch-$cache.err")"
                 continue
             fi
-            grep -q '"backend": *"[^"]*cuda' "$j" || note e2e WARN "$arch $cache: the JSON does not name cuda as the backend (CUDA not in the session's backend list?)"
+            grep -q '"backend": *"[^"]*cuda' "$j" || note e2e WARN "$arch $cache: the JSON does not name cuda as the backend"
             if [ $HAVE_PY -eq 1 ]; then
                 tol=2e-3; [ $cache = q8_0 ] && tol=3e-2; [ $cache = f16 ] && tol=5e-3
-                if "$PY" - "$m" "$j" "$tol" >"$OUT/e2e-$arch-$cache.cmp" 2>&1 <<'EOF'
+                if "$PY" - "$m" "$j" "$tol" >"$LOG/e2e-$arch-$cache.cmp" 2>&1 <<'EOF'
 import json, sys
 import numpy as np
 sys.path.insert(0, "tests/ref")
@@ -129,35 +158,70 @@ same = int((got.argmax(1) == ref.argmax(1)).sum())
 print(f"rows {got.shape[0]} max rel {rel.max():.3e} mean rel {rel.mean():.3e} argmax agree {same}/{got.shape[0]} tol {tol}")
 sys.exit(0 if rel.max() <= tol and not np.isnan(got).any() else 1)
 EOF
-                then note e2e PASS "$arch $cache: $(tail -1 "$OUT/e2e-$arch-$cache.cmp")"
-                else note e2e FAIL "$arch $cache: $(tail -1 "$OUT/e2e-$arch-$cache.cmp")"; fi
+                then note e2e PASS "$arch $cache: $(tail -1 "$LOG/e2e-$arch-$cache.cmp")"
+                else note e2e FAIL "$arch $cache: $(tail -1 "$LOG/e2e-$arch-$cache.cmp")"; fi
             else
                 note e2e SKIP "$arch $cache: ran on CUDA, no python3+numpy+gguf here for the float64 reference"
             fi
         done
+        # greedy tokens must not depend on the fusions or the CUDA graph
+        tok() { grep -o '"tokens": *\[[^]]*\]' "$1" | head -1; }
+        timeout 120 "$DUMP" "$m" --tokens $TOKS --decode 8 --device cuda --cache f32 \
+            >"$LOG/e2e-$arch-base8.json" 2>"$LOG/e2e-$arch-base8.err"
+        k=0
+        for lever in "MINFER_NO_FUSE_QKV=1 MINFER_NO_FUSE_FFN=1" "MINFER_NO_CUDA_GRAPH=1"; do
+            k=$((k + 1)); j=$LOG/e2e-$arch-lever$k.json
+            env $lever timeout 120 "$DUMP" "$m" --tokens $TOKS --decode 8 --device cuda --cache f32 \
+                >"$j" 2>"$LOG/e2e-$arch-lever$k.err"
+            if [ -n "$(tok "$j")" ] && [ "$(tok "$j")" = "$(tok "$LOG/e2e-$arch-base8.json")" ]; then
+                note e2e PASS "$arch: greedy tokens (14 + 8 decoded) identical with $lever"
+            else note e2e FAIL "$arch: greedy tokens differ with $lever ($(tail -1 "$LOG/e2e-$arch-lever$k.err"))"; fi
+        done
     done
-else
+elif want e2e; then
     note e2e SKIP "minfer/dump_logits not built"
 fi
 
-# ---- 6 bench ------------------------------------------------------------------------------------
-if [ $HAVE_MINFER -eq 1 ] && "$MINFER" bench --help >/dev/null 2>&1; then
-    bm=$BUILD/gpu-models/bench-qwen2-0.5b.gguf; mkdir -p "$BUILD/gpu-models"
-    if timeout 120 "$MINFER" synth --preset qwen2-0.5b --type q8_0 -o "$bm" >"$OUT/synth-bench.log" 2>&1; then
-        timeout 150 "$MINFER" bench -m "$bm" --device cuda -p 512 -n 128 -r 3 >"$OUT/bench.md" 2>"$OUT/bench.err"
-        timeout 60 "$MINFER" bench -m "$bm" --device cuda -p 512 -n 64 -r 1 -o json >"$OUT/bench.json" 2>>"$OUT/bench.err"
-        note bench done "$(grep -E 'pp512|tg128' "$OUT/bench.md" | tr -s ' ' | head -2 | tr '\n' ';')"
-    else
-        note bench SKIP "synth of the bench model failed"
+# ---- bench ------------------------------------------------------------------------------------------
+# bench_model NAME SYNTH-ARGS [extra bench args]: synthesizes, benches, appends to bench.md
+bench_model() {
+    local name=$1 sargs=$2; shift 2
+    local bm=$MODELS/bench-$name.gguf
+    local t; t=$(date +%s)
+    if ! timeout 200 "$MINFER" synth $sargs -o "$bm" >"$LOG/synth-bench-$name.log" 2>&1; then
+        note bench FAIL "$name: synth failed (synth-bench-$name.log)"; return
     fi
-    rm -f "$bm"
-else
+    echo "### $name ($sargs) $(date -u +%Y-%m-%dT%H:%MZ)" >>"$OUT/bench.md"
+    timeout 240 "$MINFER" bench -m "$bm" --device cuda -p 512 -n 128 "$@" >>"$OUT/bench.md" \
+        2>"$LOG/bench-$name.err"
+    local rc=$?
+    echo >>"$OUT/bench.md"
+    local line; line=$(grep -E 'pp512|tg128' "$OUT/bench.md" | tail -2 | awk -F'|' '{print $(NF-2) $(NF-1)}' | tr -s ' ' | tr '\n' ';')
+    if [ $rc -eq 0 ]; then note bench done "$name: $line ($(( $(date +%s) - t ))s)";
+    else note bench FAIL "$name: rc $rc $(tail -1 "$LOG/bench-$name.err")"; fi
+    if [ "${PROFILE:-0}" = 1 ]; then
+        MINFER_OP_PROFILE=1 timeout 120 "$MINFER" bench -m "$bm" --device cuda -p 0 -n 32 -r 1 \
+            >"$LOG/profile-tg-$name.txt" 2>&1
+        MINFER_OP_PROFILE=1 timeout 120 "$MINFER" bench -m "$bm" --device cuda -p 512 -n 0 -r 1 \
+            >"$LOG/profile-pp-$name.txt" 2>&1
+    fi
+    [ "${KEEP_MODEL:-0}" = 1 ] || rm -f "$bm"
+}
+if [ $HAVE_MINFER -eq 1 ] && "$MINFER" bench --help >/dev/null 2>&1; then
+    if want bench; then
+        bench_model qwen2-0.5b-q4_0 "--preset qwen2-0.5b --type q4_0" -r 5
+        KEEP_MODEL=1 bench_model qwen2-0.5b-q8_0 "--preset qwen2-0.5b --type q8_0" -r 2
+        timeout 60 "$MINFER" bench -m "$MODELS/bench-qwen2-0.5b-q8_0.gguf" --device cuda -p 512 -n 64 -r 1 \
+            -o json >"$OUT/bench.json" 2>>"$LOG/bench-json.err"
+        rm -f "$MODELS/bench-qwen2-0.5b-q8_0.gguf"
+    fi
+    if want perf; then
+        PROFILE=1 bench_model qwen2-0.5b-q4_0p "--preset qwen2-0.5b --type q4_0" -r 1
+        MINFER_CUDA_NO_TC=1 bench_model qwen2-0.5b-q4_0-simt "--preset qwen2-0.5b --type q4_0" -n 0 -r 2
+        PROFILE=1 bench_model qwen2-7b-q4_k_m "--preset qwen2-7b --type Q4_K_M" -r 3
+    fi
+elif want bench; then
     note bench SKIP "minfer bench not available"
 fi
-rm -rf "$BUILD/gpu-models"
-
-note total done "$(elapsed)"
-echo "==== summary"
-cat "$SUMMARY"
-grep -q "FAIL" "$SUMMARY" && exit 1
-exit 0
+rm -rf "$MODELS"
+finish

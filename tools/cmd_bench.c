@@ -464,7 +464,10 @@ static void md_row(const bench_ctx *c, const minfer_model *m, const bench_test *
     if (t->tg) {
         double gbs = (double)minfer_model_size(m) * st->avg_ts / 1e9;
         printf(" %.2f |", gbs);
-        if (o->membw)
+        /* The probe measures host memory: a GPU's weights stream from its own. */
+        if (o->membw && strcmp(minfer_model_backend(m), "cpu"))
+            printf(" - |");
+        else if (o->membw)
             printf(" %.1f%% |", membw > 0 ? 100.0 * gbs / membw : 0.0);
     } else {
         printf("  |%s", o->membw ? "  |" : "");
@@ -492,7 +495,9 @@ static void json_row(const bench_ctx *c, const minfer_model *m, const bench_test
     json_str(f, MINFER_BUILD_COMMIT);
     fprintf(f, ",\n    \"build_number\": 0,\n    \"cpu_info\": ");
     json_str(f, c->cpu);
-    fprintf(f, ",\n    \"gpu_info\": \"\",\n    \"backends\": ");
+    fprintf(f, ",\n    \"gpu_info\": ");
+    json_str(f, minfer_model_device_desc(m));
+    fprintf(f, ",\n    \"backends\": ");
     json_str(f, be);
     fprintf(f, ",\n    \"model_filename\": ");
     json_str(f, o->model);
@@ -555,6 +560,10 @@ int mf_cmd_bench(int argc, char **argv) {
         return 1;
     }
     bench_ctx c = {.o = &o};
+    /* The per-test sessions would each print their KV line: bench reports
+     * its own errors, so only errors from the library unless MINFER_LOG asks. */
+    if (!getenv("MINFER_LOG"))
+        minfer_log_set_level(MINFER_LOG_ERROR);
     cpu_info(c.cpu, sizeof c.cpu);
 
     /* Bandwidth first, before any model pages are resident. */

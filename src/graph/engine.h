@@ -3,7 +3,8 @@
  *
  * The model supplies a builder callback; mf_engine_forward reuses the cached
  * graph when the params are equal (mf_graph_params_eq), else rebuilds:
- * build -> assign (priority metal, cuda, ref, cpu; first supports_op yes) ->
+ * build -> assign (the backend list's order is the priority, e.g. cuda, ref,
+ * cpu; the first whose supports_op says yes gets the node) ->
  * fuse (supports_fused) -> alloc (liveness, KV regions) -> run splits.
  *
  * Levers: MINFER_GRAPH_TRACE=1 prints the split table and the op x backend

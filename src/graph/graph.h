@@ -3,7 +3,7 @@
  * The model builder (src/model) emits nodes in topological order through the
  * mf_g_* helpers; the passes then assign each node a backend (assign.c), fuse
  * what the assigned backend can fuse (fuse.c), give each node an output buffer
- * by liveness (alloc.c), and the scheduler (sched.c) runs the splits. The
+ * by liveness (alloc.c), and the scheduler (engine.c) runs the splits. The
  * graph knows nothing about any device: weights are referenced by GGUF name
  * and resolved by each backend through the weight table (mf_weights).
  *

@@ -320,7 +320,14 @@ static int fill_weights(mf_model *m, mf_error *err) {
         snprintf(size, sizeof size, "%.1fB", p / 1e9);
     else
         snprintf(size, sizeof size, "%.0fM", p / 1e6);
-    snprintf(m->desc, sizeof m->desc, "%s %s %s", arch_names[m->arch], size, mf_type_name(best));
+    /* Name the file type as users know it (Q4_K_M) when the file says it;
+     * else the type holding the most bytes. */
+    uint32_t ftype = 0;
+    const char *tname = NULL;
+    if (mf_gguf_get_u32(m->gguf, "general.file_type", &ftype, NULL) == 0)
+        tname = mf_ftype_name(ftype);
+    snprintf(m->desc, sizeof m->desc, "%s %s %s", arch_names[m->arch], size,
+             tname ? tname : mf_type_name(best));
     return 0;
 }
 

@@ -97,14 +97,12 @@ static int32_t build_ffn(mf_graph *g, const mf_model *m, const mf_graph_params *
         mf_g_set_name(g, gt, "blk.%d.ffn_gate", l);
         int32_t up = matmul(g, m, n2, L->up, NULL, d, ff);
         mf_g_set_name(g, up, "blk.%d.ffn_up", l);
-        if (p->fuse_swiglu) {
-            /* Left unfused on purpose: the fusion pass rewrites SILU + MUL. */
-            int32_t si = mf_g_silu(g, gt);
-            mf_g_set_name(g, si, "blk.%d.ffn_silu", l);
-            s = mf_g_mul(g, si, up);
-        } else {
-            s = mf_g_swiglu(g, gt, up);
-        }
+        /* Emitted unfused: the fusion pass rewrites SILU + MUL into SWIGLU when
+         * params.fuse_swiglu says so, and MINFER_NO_FUSE_SWIGLU=1 runs them
+         * as two ops. */
+        int32_t si = mf_g_silu(g, gt);
+        mf_g_set_name(g, si, "blk.%d.ffn_silu", l);
+        s = mf_g_mul(g, si, up);
         mf_g_set_name(g, s, "blk.%d.ffn_swiglu", l);
     }
     int32_t dn = matmul(g, m, s, L->down, NULL, ff, d);

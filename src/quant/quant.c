@@ -936,3 +936,14 @@ void mf_quantize_rows(uint32_t type, const float *src, void *dst, int64_t nrows,
     for (int64_t r = 0; r < nrows; r++)
         t->from_float(src + r * n_per_row, (uint8_t *)dst + (size_t)r * rs, n_per_row);
 }
+
+/* llama_ftype numbers as GGUF files carry them in general.file_type. */
+const char *mf_ftype_name(uint32_t ftype) {
+    static const char *const names[] = {
+        [0] = "F32",     [1] = "F16",     [2] = "Q4_0",    [3] = "Q4_1",    [7] = "Q8_0",
+        [8] = "Q5_0",    [9] = "Q5_1",    [10] = "Q2_K",   [11] = "Q3_K_S", [12] = "Q3_K_M",
+        [13] = "Q3_K_L", [14] = "Q4_K_S", [15] = "Q4_K_M", [16] = "Q5_K_S", [17] = "Q5_K_M",
+        [18] = "Q6_K",   [32] = "BF16",
+    };
+    return ftype < sizeof names / sizeof names[0] ? names[ftype] : NULL;
+}

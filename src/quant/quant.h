@@ -60,6 +60,10 @@ size_t mf_type_row_size(uint32_t type, int64_t n);
  * Q5_1 Q8_0 Q2_K..Q6_K). */
 int mf_type_is_weight(uint32_t type);
 
+/* Name of a llama.cpp file type (GGUF general.file_type: 15 -> "Q4_K_M"), or
+ * NULL for a number minfer does not know. */
+const char *mf_ftype_name(uint32_t ftype);
+
 /* Row-wise reference quantize/dequantize of nrows rows of n_per_row elements. */
 void mf_dequantize_rows(uint32_t type, const void *src, float *dst, int64_t nrows, int64_t n_per_row);
 void mf_quantize_rows(uint32_t type, const float *src, void *dst, int64_t nrows, int64_t n_per_row);

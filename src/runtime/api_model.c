@@ -211,6 +211,20 @@ const char *minfer_model_arch(const minfer_model *m) { return mf_arch_name(m->m-
 const char *minfer_model_desc(const minfer_model *m) { return m->m->desc; }
 const char *minfer_model_backend(const minfer_model *m) { return m->backend_name; }
 
+const char *minfer_model_device_desc(const minfer_model *m) {
+#ifdef MINFER_HAVE_CUDA
+    if (m->gpu)
+        return mf_cuda_device_desc(m->gpu);
+#endif
+    (void)m;
+    return "";
+}
+
+void minfer_log_set_level(minfer_log_level level) {
+    _Static_assert((int)MINFER_LOG_ERROR == (int)MF_LOG_ERROR, "log levels line up");
+    mf_log_set_level((mf_log_level)level);
+}
+
 /* ---- tokens ------------------------------------------------------------------------ */
 
 int64_t minfer_tokenize(const minfer_model *m, const char *text, size_t len, bool add_special,

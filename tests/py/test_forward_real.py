@@ -14,7 +14,8 @@
    reference with the CPU's activation rounding modelled), which shows what
    that rounding alone costs (measured: mean KL 0.0027-0.0058, worst rel_l2
    0.21, top-1 86-100 %). The engine must satisfy:
-     mean KL(p_ref || p_eng) <= max(2 x the simulation's, 0.002), and <= 0.02
+     mean KL(p_ref || p_eng) over all positions <= max(2 x the simulation's, 0.002)
+     and <= 0.02
      max KL <= 0.1 per position;  max rel_l2 <= 0.4;  median rel_l2 <= 0.1
      a top-1 disagreement only where the reference's logit gap between its
      top-1 and the engine's pick is <= 0.5 (measured gaps <= 0.18)
@@ -78,6 +79,7 @@ def main():
     else:
         rng = np.random.default_rng(7)
         seqs = [prompt, tk.encode(TEXT).ids, prompt + rng.integers(0, m.n_vocab, size=35).tolist()]
+    kl_eng, kl_sim = [], []
     for si, toks in enumerate(seqs):
         dump = os.path.join(TMP, "fwd_real_dump")
         cmd = [DUMP, MODEL, "--tokens", ",".join(map(str, toks)), "--decode", "3",
@@ -105,9 +107,8 @@ def main():
               f"{np.mean(te == tr):.3f} (gaps {', '.join(f'{g:.3f}' for g in gaps) or '-'})")
         print(f"      simulated 8-bit rounding: rel_l2 max {es.max():.3f} median "
               f"{np.median(es):.4f}, KL max {ks.max():.4f} mean {ks.mean():.5f}")
-        lim = min(max(2 * ks.mean(), 0.002), 0.02)
-        if k.mean() > lim:
-            fails.append(f"seq {si}: mean KL {k.mean():.5f} > {lim:.5f}")
+        kl_eng.extend(k)
+        kl_sim.extend(ks)
         if k.max() > 0.1:
             fails.append(f"seq {si}: max KL {k.max():.4f} > 0.1 at position {k.argmax()}")
         if e.max() > 0.4 or np.median(e) > 0.1:
@@ -119,6 +120,13 @@ def main():
             print(f"      engine greedy (3 steps): {gen!r} [{head.get('backend', '')}]")
             if not gen.startswith(" Paris"):
                 fails.append(f"engine continuation {gen!r} does not start with ' Paris'")
+    if kl_eng:
+        # pooled over all positions: a short sequence's mean is too noisy alone
+        lim = min(max(2 * np.mean(kl_sim), 0.002), 0.02)
+        print(f"mean KL over {len(kl_eng)} positions: engine {np.mean(kl_eng):.5f}, simulated "
+              f"rounding {np.mean(kl_sim):.5f}, bound {lim:.5f}")
+        if np.mean(kl_eng) > lim:
+            fails.append(f"mean KL {np.mean(kl_eng):.5f} > {lim:.5f}")
     if fails:
         print("FAILED:\n  " + "\n  ".join(fails[:10]))
         return 1

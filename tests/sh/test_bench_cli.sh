@@ -39,7 +39,7 @@ fi
 "$BIN" inspect "$M" --json >"$TMP/inspect.json" 2>/dev/null || fail "inspect --json"
 
 # ---- JSON: fields, counts, and numbers that agree with each other ----
-if "$BIN" bench -m "$M" -p 16 -n 4 -r 2 -t 1 -o json >"$TMP/b.json" 2>"$TMP/err"; then pass; else
+if "$BIN" bench -m "$M" -p 16 -n 4 -r 2 -t 1 --device cpu -o json >"$TMP/b.json" 2>"$TMP/err"; then pass; else
     fail "bench -o json failed: $(cat "$TMP/err")"; fi
 "$PY" - "$TMP/b.json" "$TMP/inspect.json" "$M" <<'PYEOF' && pass || fail "bench json content"
 import json, re, sys
@@ -78,7 +78,7 @@ print("json ok: pp16 %.1f t/s, tg4 %.1f t/s" % (pp["avg_ts"], tg["avg_ts"]))
 PYEOF
 
 # ---- markdown: header, one row per test, mean ± sd, GB/s on tg rows ----
-if "$BIN" bench -m "$M" -p 16 -n 4 -r 2 -t 1 >"$TMP/b.md" 2>"$TMP/err"; then pass; else
+if "$BIN" bench -m "$M" -p 16 -n 4 -r 2 -t 1 --device cpu >"$TMP/b.md" 2>"$TMP/err"; then pass; else
     fail "bench md failed: $(cat "$TMP/err")"; fi
 head -1 "$TMP/b.md" | grep -qxF '| model | size | params | backend | threads | test | t/s | GB/s |' && pass \
     || fail "md header: $(head -1 "$TMP/b.md")"
@@ -108,7 +108,7 @@ grep -qF '| pp8 @ d6 |' "$TMP/d.md" && ! grep -q 'tg' "$TMP/d.md" && pass \
     || fail "depth row / -n 0: $(cat "$TMP/d.md")"
 
 # ---- --membw: one probe line, and a '% of membw' column filled on tg rows ----
-if "$BIN" bench -m "$M" -p 8 -n 2 -r 1 -t 1 --membw >"$TMP/m.md" 2>"$TMP/err"; then pass; else
+if "$BIN" bench -m "$M" -p 8 -n 2 -r 1 -t 1 --membw --device cpu >"$TMP/m.md" 2>"$TMP/err"; then pass; else
     fail "bench --membw failed: $(cat "$TMP/err")"; fi
 grep -qE '^membw: [0-9.]+ GB/s read with 1 threads' "$TMP/m.md" && pass || fail "membw line: $(head -2 "$TMP/m.md")"
 grep -qF '| GB/s | % of membw |' "$TMP/m.md" && grep -qE '\| tg2 \| .* \| [0-9.]+% \|$' "$TMP/m.md" \

@@ -13,6 +13,7 @@
 #include <string.h>
 
 #include "backend/cpu/kernels.h"
+#include "backend/cpu/kernels_isa.h"
 #include "mf_test.h"
 
 static uint64_t rng_state = 0x9e3779b97f4a7c15ull;
@@ -404,6 +405,109 @@ MF_TEST(matmul_multi_equals_single) {
     mf_cpu_ctx_free(c);
 }
 
+/* The multi-token AVX-512 tiles (Q4_0/Q5_0/Q8_0/Q4_K/Q6_K) and the one-token
+ * dots keep dot.c's canonical float order: at the real widths, with row
+ * counts that leave partial 32-row panels and token counts that leave every
+ * microkernel remainder, the best-ISA matmul equals the scalar twin bit for
+ * bit, on 1 and 2 threads. */
+MF_TEST(tiles_equal_scalar_twin_bits) {
+    const uint32_t types[] = {MF_TYPE_Q4_0, MF_TYPE_Q5_0, MF_TYPE_Q8_0, MF_TYPE_Q4_K, MF_TYPE_Q6_K};
+    const int64_t outs[] = {45, 3, 70};
+    const int64_t nts[] = {1, 2, 5, 13, 131};
+    mf_cpu_ctx *cs = mf_cpu_ctx_new(1), *c1 = mf_cpu_ctx_new(1), *c2 = mf_cpu_ctx_new(2);
+    mf_cpu_ctx_set_isa(cs, MF_ISA_SCALAR);
+    int cases = 0;
+    for (size_t ti = 0; ti < sizeof types / sizeof *types; ti++)
+        for (size_t wi = 0; wi < N_WIDTHS; wi++) {
+            const uint32_t wt = types[ti];
+            const int64_t n_in = widths[wi];
+            if (!block_divides(wt, n_in))
+                continue;
+            const int64_t n_out = outs[(ti + wi) % 3], nt = nts[(ti * 2 + wi) % 5];
+            if (n_in > 4864 && nt > 13)
+                continue; /* the scalar reference is slow */
+            void *w = malloc(mf_type_row_size(wt, n_in) * (size_t)n_out);
+            float *x = malloc(sizeof(float) * (size_t)(n_in * nt));
+            float *ys = malloc(sizeof(float) * (size_t)(n_out * nt)), *y1 = malloc(sizeof(float) * (size_t)(n_out * nt));
+            float *y2 = malloc(sizeof(float) * (size_t)(n_out * nt));
+            make_weights(wt, w, n_in, n_out, false);
+            rand_floats(x, n_in * nt, 2.0f);
+            mf_cpu_matmul(cs, wt, w, n_in, n_out, x, nt, ys);
+            mf_cpu_matmul(c1, wt, w, n_in, n_out, x, nt, y1);
+            mf_cpu_matmul(c2, wt, w, n_in, n_out, x, nt, y2);
+            int bad = 0;
+            for (int64_t i = 0; i < n_out * nt; i++)
+                bad += memcmp(&ys[i], &y1[i], sizeof(float)) != 0 || memcmp(&ys[i], &y2[i], sizeof(float)) != 0;
+            CHECK_MSG(bad == 0, "%s n_in=%lld n_out=%lld nt=%lld: %d outputs differ from the scalar twin",
+                      mf_type_name(wt), (long long)n_in, (long long)n_out, (long long)nt, bad);
+            cases++;
+            free(w);
+            free(x);
+            free(ys);
+            free(y1);
+            free(y2);
+        }
+    printf("  %d shapes bit-identical to the scalar twin (isa %s)\n", cases, mf_cpu_isa_name(mf_cpu_ctx_isa(c1)));
+    mf_cpu_ctx_free(cs);
+    mf_cpu_ctx_free(c1);
+    mf_cpu_ctx_free(c2);
+}
+
+#if defined(__x86_64__)
+/* The four-row decode kernels (dot_avx512.c) equal the scalar twin bit for
+ * bit on every row, at the real widths and at odd block counts (the
+ * zero-padded last pair), with random valid bytes and quantized floats; the
+ * vectorized Q8_0 block sums equal a scalar loop. */
+MF_TEST(dot4_equals_scalar_bits) {
+    if (mf_cpu_isa_best() < MF_ISA_AVX512) {
+        printf("  (avx512 not available here)\n");
+        return;
+    }
+    const uint32_t types[] = {MF_TYPE_Q4_0, MF_TYPE_Q5_0, MF_TYPE_Q8_0};
+    const int64_t ns[] = {32, 96, 896, 1536, 3584, 4864, 4896, 8960, 18944};
+    int cases = 0;
+    for (size_t ti = 0; ti < sizeof types / sizeof *types; ti++)
+        for (size_t ni = 0; ni < sizeof ns / sizeof *ns; ni++) {
+            const uint32_t wt = types[ti];
+            const int64_t n = ns[ni], nb = n / 32;
+            const mf_vec_dot4_fn d4 = mf_cpu_dot4_avx512(wt);
+            const mf_cpu_dot *d0 = mf_cpu_dot_get(wt, MF_ISA_SCALAR);
+            CHECK(d4 != NULL);
+            if (!d4)
+                continue;
+            const size_t wr = mf_type_row_size(wt, n);
+            uint8_t *w = malloc(wr * 4), *a = malloc(mf_type_row_size(MF_TYPE_Q8_0, n));
+            float *x = malloc(sizeof(float) * (size_t)n), *ad = malloc(sizeof(float) * (size_t)nb);
+            int32_t *as = malloc(sizeof(int32_t) * (size_t)nb);
+            make_weights(wt, w, n, 4, ni % 2 == 1);
+            rand_floats(x, n, 2.0f);
+            mf_cpu_quantize_act(MF_TYPE_Q8_0, x, a, n, MF_ISA_SCALAR);
+            mf_cpu_q8_0_aux_avx512(a, nb, ad, as);
+            const mf_block_q8_0 *ab = (const mf_block_q8_0 *)a;
+            for (int64_t b = 0; b < nb; b++) {
+                int sum = 0;
+                for (int e = 0; e < 32; e++)
+                    sum += ab[b].qs[e];
+                CHECK(as[b] == sum && ad[b] == mf_fp16_to_fp32(ab[b].d));
+            }
+            float s4[4], s1;
+            d4(n, s4, w, wr, a, ad, as);
+            for (int r = 0; r < 4; r++) {
+                d0->dot(n, &s1, w + (size_t)r * wr, a);
+                CHECK_MSG(memcmp(&s1, &s4[r], sizeof s1) == 0, "%s n=%lld row %d: %.9g vs scalar %.9g",
+                          mf_type_name(wt), (long long)n, r, s4[r], s1);
+            }
+            cases++;
+            free(w);
+            free(a);
+            free(x);
+            free(ad);
+            free(as);
+        }
+    printf("  %d four-row cases bit-identical to the scalar twin\n", cases);
+}
+#endif
+
 MF_TEST(dot_get_rejects_non_weights) {
     CHECK(mf_cpu_dot_get(MF_TYPE_Q8_K, MF_ISA_SCALAR) == NULL);
     CHECK(mf_cpu_dot_get(MF_TYPE_I32, mf_cpu_isa_best()) == NULL);
@@ -414,4 +518,8 @@ MF_TEST(dot_get_rejects_non_weights) {
 
 MF_TEST_MAIN(MF_T(scalar_dot_vs_f64), MF_T(act_quant_matches_reference), MF_T(isa_dot_vs_scalar),
              MF_T(matmul_vs_f64_and_threads), MF_T(matmul_equals_dot_real_width), MF_T(matmul_multi_equals_single),
+             MF_T(tiles_equal_scalar_twin_bits),
+#if defined(__x86_64__)
+             MF_T(dot4_equals_scalar_bits),
+#endif
              MF_T(dot_get_rejects_non_weights))

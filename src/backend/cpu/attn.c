@@ -7,7 +7,9 @@
  * score row over positions [0, n_past + t], a max-subtracted softmax in f32 and
  * the weighted sum of V rows; (token, head) pairs are spread over the pool and
  * each is computed by one thread in a fixed order, so the result does not
- * depend on the thread count. */
+ * depend on the thread count. On AVX-512 with an f32/f16 cache and head_dim
+ * % 16 == 0, a work item is (token, KV head) instead: its query heads share
+ * each K/V row load (ops_avx512.c; a few ulps from the portable path). */
 #include <math.h>
 #include <stdatomic.h>
 #include <stdlib.h>
@@ -87,6 +89,8 @@ typedef struct attn_job {
     float scale;
     float *scratch; /* per thread: stride floats */
     size_t stride;
+    bool avx512;    /* (token, KV head) groups through ops_avx512.c */
+    int64_t ld;     /* its score row stride */
     _Atomic int64_t next;
 } attn_job;
 
@@ -130,10 +134,34 @@ static void attn_one(const attn_job *j, int64_t t, int32_t h, float *scr) {
         o[i] = acc[i] * inv;
 }
 
+#if MF_CPU_X86
+/* All query heads of KV head g for token t (ops_avx512.c). */
+static void attn_group(const attn_job *j, int64_t t, int32_t g, float *scr) {
+    const int64_t hd = j->head_dim, h0 = (int64_t)g * j->group;
+    const float *q = j->q + (t * j->n_head + h0) * hd;
+    float *o = j->out + (t * j->n_head + h0) * hd;
+    mf_cpu_attn_group_avx512(q, j->group, hd, j->k, j->v, j->kv_type == MF_TYPE_F16, j->rb, (int64_t)g * hd,
+                             j->n_past + t + 1, j->scale, o, scr, j->ld);
+}
+#endif
+
 static void attn_worker(void *vjob, int ith, int nth) {
     attn_job *j = vjob;
     (void)nth;
     float *scr = j->scratch + (size_t)ith * j->stride;
+#if MF_CPU_X86
+    if (j->avx512) {
+        const int64_t n_kvh = j->n_head / j->group, total = j->nt * n_kvh;
+        for (;;) {
+            const int64_t i = atomic_fetch_add_explicit(&j->next, 1, memory_order_relaxed);
+            if (i >= total)
+                break;
+            const int64_t k = total - 1 - i; /* longest rows first */
+            attn_group(j, k / n_kvh, (int32_t)(k % n_kvh), scr);
+        }
+        return;
+    }
+#endif
     const int64_t total = j->nt * j->n_head;
     for (;;) {
         const int64_t i = atomic_fetch_add_explicit(&j->next, 1, memory_order_relaxed);
@@ -166,10 +194,17 @@ void mf_cpu_attn(mf_cpu_ctx *c, const float *q, int64_t nt, int32_t n_head, int3
     j->rb = kv_row_bytes(kv_type, j->kv_dim);
     j->scale = scale;
     const int nth = mf_cpu_ctx_threads(c);
-    j->stride = 2 * (((size_t)head_dim + 15) & ~(size_t)15) + (((size_t)(n_past + nt) + 15) & ~(size_t)15);
+    j->ld = (n_past + nt + 15) & ~(int64_t)15;
+    j->stride = 2 * (((size_t)head_dim + 15) & ~(size_t)15) + (size_t)j->ld;
+    j->avx512 = mf_cpu_ctx_isa(c) == MF_ISA_AVX512 && head_dim % 16 == 0 &&
+                (kv_type == MF_TYPE_F32 || kv_type == MF_TYPE_F16);
+    if (j->avx512)
+        j->stride = (size_t)j->group * (size_t)j->ld;
     j->scratch = mf_cpu_ctx_attn_scratch(c, j->stride * (size_t)nth);
     atomic_init(&j->next, 0);
-    if (nt * n_head == 1)
+    /* a short decode row is a microsecond of work: less than waking the pool */
+    const bool small = (double)nt * (double)(n_past + nt) * n_head * head_dim < 65536.0;
+    if (nt * n_head == 1 || (j->avx512 && (nt * n_head_kv == 1 || small)))
         attn_worker(j, 0, 1);
     else
         mf_pool_run(mf_cpu_ctx_pool(c), attn_worker, j);

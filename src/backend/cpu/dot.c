@@ -4,7 +4,7 @@
  * Each scalar kernel decodes the weight block exactly as quant.c's
  * dequantizer does and sums integer products per sub-block before scaling, the
  * way the SIMD versions do, so scalar and SIMD differ only in the order of the
- * float additions across blocks. Q4_0/Q5_0/Q8_0 fix that order too: the
+ * float additions across blocks. Q4_0/Q5_0/Q8_0/Q4_K/Q6_K fix that order too: the
  * canonical s = fma((float)isum_b, dw_b * da_b, s) over blocks, which the
  * AVX-512 dot and multi-token kernels reproduce bit for bit. The activation formats follow the GGUF
  * ecosystem: Q8_0 for Q4_0/Q5_0/Q8_0, Q8_1 (which carries d * sum(q)) for
@@ -100,6 +100,16 @@ mf_cpu_isa mf_cpu_isa_best(void) {
                mf_cpu_isa_name(best));
     }
     return best;
+}
+
+mf_cpu_isa mf_cpu_isa_default(void) {
+    static _Atomic int cached = -1; /* every thread computes the same value */
+    int v = atomic_load_explicit(&cached, memory_order_relaxed);
+    if (v < 0) {
+        v = (int)mf_cpu_isa_best();
+        atomic_store_explicit(&cached, v, memory_order_relaxed);
+    }
+    return (mf_cpu_isa)v;
 }
 
 /* ==== float dots ========================================================== */
@@ -310,7 +320,8 @@ static void dot_q4_K(int64_t n, float *s, const void *vw, const void *va) {
             isum += sc * sumi;
             summ += m * (a[b].bsums[2 * j] + a[b].bsums[2 * j + 1]);
         }
-        sum += a[b].d * h2f(w[b].d) * (float)isum - a[b].d * h2f(w[b].dmin) * (float)summ;
+        sum = fmaf((float)isum, h2f(w[b].d) * a[b].d, sum); /* canonical order, as Q4_0 */
+        sum = fmaf(-(float)summ, h2f(w[b].dmin) * a[b].d, sum);
     }
     *s = sum;
 }
@@ -360,7 +371,7 @@ static void dot_q6_K(int64_t n, float *s, const void *vw, const void *va) {
                 sumi += (q6_K_level(&w[b], e) - 32) * a[b].qs[e];
             isum += w[b].scales[j] * sumi;
         }
-        sum += a[b].d * h2f(w[b].d) * (float)isum;
+        sum = fmaf((float)isum, h2f(w[b].d) * a[b].d, sum); /* canonical order, as Q4_0 */
     }
     *s = sum;
 }

@@ -175,6 +175,89 @@ DOT_CANON(dot_q8_0, mf_block_q8_0, LV_Q8, 128)
 DOT_BLOCK32(dot_q4_1, mf_block_q4_1, mf_block_q8_1, LV_Q4, 0, MIN_S)
 DOT_BLOCK32(dot_q5_1, mf_block_q5_1, mf_block_q8_1, LV_Q5, 0, MIN_S)
 
+/* ==== four rows at a time, one token (decode) ================================== */
+
+/* The one-row DOT_CANON kernels run a serial fma chain, one 4-cycle link per
+ * block, and that chain, not memory, bounds them (~12 GB/s per core for
+ * Q4_0). These take four rows at once: the four chains advance in one
+ * 128-bit fma, each row's integer block sums come out of one shared
+ * transpose-reduce, and the activation bytes are loaded once for the four.
+ * Each lane still computes s = fma((float)isum_b, dw_b * da_b, s) over the
+ * blocks in order, so the bits equal the one-row kernels and the scalar
+ * twin. ad / as: the activation blocks' scales as floats and level sums. */
+
+/* per 128-bit lane k of the result: the sums of lane group k of p0..p3 */
+static inline __m512i hsum4_epi32(__m512i p0, __m512i p1, __m512i p2, __m512i p3) {
+    const __m512i t0 = _mm512_add_epi32(_mm512_unpacklo_epi32(p0, p1), _mm512_unpackhi_epi32(p0, p1));
+    const __m512i t1 = _mm512_add_epi32(_mm512_unpacklo_epi32(p2, p3), _mm512_unpackhi_epi32(p2, p3));
+    return _mm512_add_epi32(_mm512_unpacklo_epi64(t0, t1), _mm512_unpackhi_epi64(t0, t1));
+}
+
+#define DOT4_CANON(NAME, WT, LEVELS, SH)                                                           \
+    static void NAME(int64_t n, float *s, const void *vw, size_t w_row, const void *va, const float *ad, \
+                     const int32_t *as) {                                                          \
+        const WT *w0 = vw, *w1 = (const WT *)((const uint8_t *)vw + w_row);                       \
+        const WT *w2 = (const WT *)((const uint8_t *)vw + 2 * w_row);                             \
+        const WT *w3 = (const WT *)((const uint8_t *)vw + 3 * w_row);                             \
+        const mf_block_q8_0 *a = va;                                                              \
+        const int64_t nb = n / 32;                                                                \
+        const __m512i z = _mm512_setzero_si512();                                                 \
+        __m128 acc = _mm_setzero_ps();                                                            \
+        for (int64_t b = 0; b < nb; b += 2) {                                                     \
+            const bool two = b + 1 < nb;                                                          \
+            const int64_t b1 = two ? b + 1 : b;                                                   \
+            __m512i y = join256(_mm256_loadu_si256((const __m256i *)a[b].qs),                      \
+                                _mm256_loadu_si256((const __m256i *)a[b1].qs));                    \
+            if (!two) /* odd block count: the second half multiplies zeros */                      \
+                y = _mm512_inserti64x4(y, _mm256_setzero_si256(), 1);                             \
+            const __m512i p0 = _mm512_dpbusd_epi32(z, join256(LEVELS(w0, b), LEVELS(w0, b1)), y); \
+            const __m512i p1 = _mm512_dpbusd_epi32(z, join256(LEVELS(w1, b), LEVELS(w1, b1)), y); \
+            const __m512i p2 = _mm512_dpbusd_epi32(z, join256(LEVELS(w2, b), LEVELS(w2, b1)), y); \
+            const __m512i p3 = _mm512_dpbusd_epi32(z, join256(LEVELS(w3, b), LEVELS(w3, b1)), y); \
+            const __m512i u = hsum4_epi32(p0, p1, p2, p3);                                        \
+            /* lanes 0+1: block b's four rows, lanes 2+3: block b+1's */                          \
+            const __m512i t = _mm512_add_epi32(u, _mm512_shuffle_i32x4(u, u, _MM_SHUFFLE(2, 3, 0, 1))); \
+            const __m256 dw = _mm256_cvtph_ps(_mm_setr_epi16((short)w0[b].d, (short)w1[b].d,      \
+                (short)w2[b].d, (short)w3[b].d, (short)w0[b1].d, (short)w1[b1].d, (short)w2[b1].d, \
+                (short)w3[b1].d));                                                               \
+            const __m256 d = _mm256_mul_ps(dw, _mm256_set_m128(_mm_set1_ps(ad[b1]), _mm_set1_ps(ad[b]))); \
+            const __m128i i0 = _mm_sub_epi32(_mm512_castsi512_si128(t), _mm_set1_epi32(as[b] * (1 << SH))); \
+            acc = _mm_fmadd_ps(_mm_cvtepi32_ps(i0), _mm256_castps256_ps128(d), acc);              \
+            if (two) {                                                                            \
+                const __m128i i1 = _mm_sub_epi32(_mm512_extracti32x4_epi32(t, 2), _mm_set1_epi32(as[b1] * (1 << SH))); \
+                acc = _mm_fmadd_ps(_mm_cvtepi32_ps(i1), _mm256_extractf128_ps(d, 1), acc);        \
+            }                                                                                     \
+        }                                                                                         \
+        _mm_storeu_ps(s, acc);                                                                    \
+    }
+
+DOT4_CANON(dot4_q4_0, mf_block_q4_0, LV_Q4, 3)
+DOT4_CANON(dot4_q5_0, mf_block_q5_0, LV_Q5, 4)
+DOT4_CANON(dot4_q8_0, mf_block_q8_0, LV_Q8, 7)
+
+mf_vec_dot4_fn mf_cpu_dot4_avx512(uint32_t wtype) {
+    switch (wtype) {
+    case MF_TYPE_Q4_0: return dot4_q4_0;
+    case MF_TYPE_Q5_0: return dot4_q5_0;
+    case MF_TYPE_Q8_0: return dot4_q8_0;
+    default: return NULL;
+    }
+}
+
+/* ad[b] = the f16 scale of block b as a float, as[b] = the sum of its levels. */
+void mf_cpu_q8_0_aux_avx512(const void *vblk, int64_t nb, float *ad, int32_t *as) {
+    const mf_block_q8_0 *blk = vblk;
+    const __m256i flip = _mm256_set1_epi8((char)0x80);
+    for (int64_t b = 0; b < nb; b++) {
+        /* sum(q) = sum(q ^ 0x80 as unsigned) - 32 * 128 */
+        const __m256i u = _mm256_xor_si256(_mm256_loadu_si256((const __m256i *)blk[b].qs), flip);
+        const __m256i sad = _mm256_sad_epu8(u, _mm256_setzero_si256());
+        const __m128i h = _mm_add_epi64(_mm256_castsi256_si128(sad), _mm256_extracti128_si256(sad, 1));
+        as[b] = (int32_t)(_mm_cvtsi128_si32(h) + _mm_extract_epi32(h, 2)) - 32 * 128;
+        ad[b] = h2f(blk[b].d);
+    }
+}
+
 /* ==== K-quants ================================================================ */
 
 /* 64 unsigned levels x 64 activations with one int16 scale per 16 elements
@@ -197,28 +280,53 @@ static inline __m512i scales_2x32(int s0, int s1) {
     return _mm512_inserti64x4(_mm512_castsi256_si512(_mm256_set1_epi16((short)s0)), _mm256_set1_epi16((short)s1), 1);
 }
 
+/* The 6-bit scales (sc) and mins (m) of the 8 groups of a Q4_K/Q5_K block, as
+ * 8 bytes each, decoded with 32-bit word arithmetic (the scalar twin's
+ * k4_scale_min per group, all eight at once). */
+static inline void k4_scales8(const uint8_t s[12], uint64_t *sc, uint64_t *m) {
+    const uint32_t w0 = load_u32(s), w1 = load_u32(s + 4), w2 = load_u32(s + 8);
+    *sc = (w0 & 0x3f3f3f3fu) | (uint64_t)((w2 & 0x0f0f0f0fu) | ((w0 >> 2) & 0x30303030u)) << 32;
+    *m = (w1 & 0x3f3f3f3fu) | (uint64_t)(((w2 >> 4) & 0x0f0f0f0fu) | ((w1 >> 2) & 0x30303030u)) << 32;
+}
+
+/* sum_j m_j * (bsums[2j] + bsums[2j+1]) over the 8 groups */
+static inline int k4_summ(uint64_t m, const int16_t *bsums) {
+    const __m128i mv = _mm_cvtsi64_si128((long long)m);
+    const __m256i m16 = _mm256_cvtepu8_epi16(_mm_unpacklo_epi8(mv, mv));
+    const __m256i p = _mm256_madd_epi16(_mm256_loadu_si256((const __m256i *)bsums), m16);
+    __m128i q = _mm_add_epi32(_mm256_castsi256_si128(p), _mm256_extracti128_si256(p, 1));
+    q = _mm_add_epi32(q, _mm_shuffle_epi32(q, 0x4e));
+    q = _mm_add_epi32(q, _mm_shuffle_epi32(q, 0xb1));
+    return _mm_cvtsi128_si32(q);
+}
+
 static void dot_q4_K(int64_t n, float *s, const void *vw, const void *va) {
     const mf_block_q4_K *w = vw;
     const mf_block_q8_K *a = va;
     const __m512i m4 = _mm512_set1_epi8(0x0f);
-    __m512 acc = _mm512_setzero_ps();
-    float sm = 0;
+    /* int16 lanes 0-15 <- scale 2p, lanes 16-31 <- scale 2p+1 */
+    __m512i idx[4];
+    for (int p = 0; p < 4; p++)
+        idx[p] = _mm512_inserti64x4(_mm512_set1_epi16((short)(2 * p)), _mm256_set1_epi16((short)(2 * p + 1)), 1);
+    __m128 acc = _mm_setzero_ps();
     for (int64_t b = 0; b < n / MF_QK_K; b++) {
-        int sc[8], m[8], summ = 0;
-        k4_unpack(w[b].scales, sc, m);
-        for (int j = 0; j < 8; j++)
-            summ += m[j] * (a[b].bsums[2 * j] + a[b].bsums[2 * j + 1]);
+        uint64_t sc8, m8;
+        k4_scales8(w[b].scales, &sc8, &m8);
+        const int summ = k4_summ(m8, a[b].bsums);
+        const __m512i sc16 = _mm512_castsi128_si512(_mm_cvtepu8_epi16(_mm_cvtsi64_si128((long long)sc8)));
         __m512i isum = _mm512_setzero_si512();
         for (int p = 0; p < 4; p++) {
             const __m256i q = _mm256_loadu_si256((const __m256i *)(w[b].qs + 32 * p));
             const __m512i u = _mm512_and_si512(join256(q, _mm256_srli_epi16(q, 4)), m4);
             const __m512i y = _mm512_loadu_si512(a[b].qs + 64 * p);
-            isum = _mm512_add_epi32(isum, mad_scaled(u, y, scales_2x32(sc[2 * p], sc[2 * p + 1])));
+            isum = _mm512_add_epi32(isum, mad_scaled(u, y, _mm512_permutexvar_epi16(idx[p], sc16)));
         }
-        acc = _mm512_fmadd_ps(_mm512_cvtepi32_ps(isum), _mm512_set1_ps(a[b].d * h2f(w[b].d)), acc);
-        sm += a[b].d * h2f(w[b].dmin) * (float)summ;
+        /* dot.c's canonical order (the multi-token tiles give the same bits) */
+        const __m128 is = _mm_cvtepi32_ps(_mm_cvtsi32_si128(_mm512_reduce_add_epi32(isum)));
+        acc = _mm_fmadd_ss(is, _mm_set_ss(h2f(w[b].d) * a[b].d), acc);
+        acc = _mm_fnmadd_ss(_mm_cvtepi32_ps(_mm_cvtsi32_si128(summ)), _mm_set_ss(h2f(w[b].dmin) * a[b].d), acc);
     }
-    *s = _mm512_reduce_add_ps(acc) - sm;
+    *s = _mm_cvtss_f32(acc);
 }
 
 static void dot_q5_K(int64_t n, float *s, const void *vw, const void *va) {
@@ -258,7 +366,7 @@ static void dot_q6_K(int64_t n, float *s, const void *vw, const void *va) {
     /* int16 lane i of the scale vector for chunk c (64 elements) = scale 4c + i/8 */
     const __m512i idx0 = _mm512_set_epi16(3, 3, 3, 3, 3, 3, 3, 3, 2, 2, 2, 2, 2, 2, 2, 2,
                                           1, 1, 1, 1, 1, 1, 1, 1, 0, 0, 0, 0, 0, 0, 0, 0);
-    float sum = 0;
+    __m128 sum = _mm_setzero_ps();
     for (int64_t b = 0; b < n / MF_QK_K; b++) {
         const int8_t *sc = w[b].scales;
         int corr = 0; /* levels are biased by 32 */
@@ -284,9 +392,10 @@ static void dot_q6_K(int64_t n, float *s, const void *vw, const void *va) {
             isum = _mm512_add_epi32(isum, mad_scaled(u01, _mm512_loadu_si512(a[b].qs + 128 * h), sv01));
             isum = _mm512_add_epi32(isum, mad_scaled(u23, _mm512_loadu_si512(a[b].qs + 128 * h + 64), sv23));
         }
-        sum += a[b].d * h2f(w[b].d) * (float)(_mm512_reduce_add_epi32(isum) - 32 * corr);
+        const __m128 is = _mm_cvtepi32_ps(_mm_cvtsi32_si128(_mm512_reduce_add_epi32(isum) - 32 * corr));
+        sum = _mm_fmadd_ss(is, _mm_set_ss(h2f(w[b].d) * a[b].d), sum); /* dot.c's canonical order */
     }
-    *s = sum;
+    *s = _mm_cvtss_f32(sum);
 }
 
 /* ==== tables ===================================================================== */

@@ -9,6 +9,10 @@
  * unpacked weight byte is reused for every token from L1/L2, and the
  * per-block float work (convert, scale, fma) is one vector op per 16 rows.
  *
+ * Q4_K and Q6_K tiles work the same way over the 8 groups of a super-block,
+ * with the sub-block scales applied in int32 and the min / bias terms as
+ * int16 pair dots (vpdpwssd) against the activation block sums.
+ *
  * Numerics are the canonical ones of dot.c's scalar twins, bit for bit: each
  * block's integer sum is exact, (levels - off) . q = dpbusd - off * sum(q),
  * and the row accumulates s = fma((float)isum_b, dw_b * da_b, s) over blocks
@@ -139,7 +143,7 @@ static inline __attribute__((always_inline)) void mk(const uint8_t *pp, int64_t 
         const uint8_t *pb = pp + (size_t)b * PB_BYTES;
         __m512i i0[MK_TOKENS], i1[MK_TOKENS];
         for (int t = 0; t < T; t++)
-            i0[t] = i1[t] = _mm512_set1_epi32(-(as[t][b] << sh));
+            i0[t] = i1[t] = _mm512_set1_epi32(-(as[t][b] * (1 << sh)));
         for (int k = 0; k < 8; k++) {
             const __m512i w0 = _mm512_load_si512((const __m512i *)(pb + 128 * k));
             const __m512i w1 = _mm512_load_si512((const __m512i *)(pb + 128 * k + 64));
@@ -175,17 +179,217 @@ static void mk_any(const uint8_t *pp, int64_t nb, const uint8_t *const *a, const
     }
 }
 
+/* ==== K-quants: Q4_K and Q6_K against Q8_K =================================== */
+
+/* A packed super-block: the 8 groups of 32 elements transposed like a 32-block
+ * above, then per row (int32 lanes, two row groups of 16): the sub-block
+ * scales, int16 pairs for the correction term (Q4_K: mins (m_2i, m_2i+1);
+ * Q6_K: scales (sc_2i, sc_2i+1)) and the float d and dmin. */
+#define KB_LEVELS (8 * PB_LEVELS)
+#define KB_SCALES KB_LEVELS                      /* int32 [16][32] */
+#define KB_PAIRS (KB_SCALES + 16 * 32 * 4)       /* int32 [8][32] */
+#define KB_D (KB_PAIRS + 8 * 32 * 4)             /* float [32] */
+#define KB_DMIN (KB_D + 32 * 4)                  /* float [32] */
+#define KB_BYTES (KB_DMIN + 32 * 4)
+#define MKK_TOKENS 4
+
+/* 32 levels (element order 32j..32j+31) of group j of a K-quant block. */
+static inline __m256i lv_k(uint32_t wtype, const uint8_t *blk, int j) {
+    const __m256i m4 = _mm256_set1_epi8(0x0f);
+    if (wtype == MF_TYPE_Q4_K) {
+        const __m256i q = _mm256_loadu_si256((const __m256i *)(((const mf_block_q4_K *)blk)->qs + 32 * (j / 2)));
+        return _mm256_and_si256(j % 2 ? _mm256_srli_epi16(q, 4) : q, m4);
+    }
+    const mf_block_q6_K *x = (const mf_block_q6_K *)blk;
+    const int h = j / 4, g = j % 4;
+    const __m256i l = _mm256_loadu_si256((const __m256i *)(x->ql + 64 * h + 32 * (g & 1)));
+    const __m256i qh = _mm256_loadu_si256((const __m256i *)(x->qh + 32 * h));
+    const __m256i lo = _mm256_and_si256(g >> 1 ? _mm256_srli_epi16(l, 4) : l, m4);
+    const __m256i hi = _mm256_and_si256(_mm256_srli_epi16(qh, 2 * g), _mm256_set1_epi8(3));
+    return _mm256_or_si256(lo, _mm256_slli_epi16(hi, 4));
+}
+
+static void pack_panel_k(uint32_t wtype, const uint8_t *const rowp[PANEL_ROWS], int64_t b0, int64_t b1,
+                         uint8_t *dst) {
+    const size_t bb = wtype == MF_TYPE_Q4_K ? sizeof(mf_block_q4_K) : sizeof(mf_block_q6_K);
+    for (int64_t b = b0; b < b1; b++, dst += KB_BYTES) {
+        const size_t o = (size_t)b * bb;
+        for (int j = 0; j < 8; j++)
+            for (int g = 0; g < 2; g++) {
+                __m512i p[8], s[8];
+                for (int i = 0; i < 8; i++)
+                    p[i] = join256(lv_k(wtype, rowp[16 * g + i] + o, j), lv_k(wtype, rowp[16 * g + i + 8] + o, j));
+                transpose16x8(p, s);
+                for (int k = 0; k < 8; k++)
+                    _mm512_store_si512((__m512i *)(dst + PB_LEVELS * j + 128 * k + 64 * g), s[k]);
+            }
+        int32_t *sc = (int32_t *)(dst + KB_SCALES), *pr = (int32_t *)(dst + KB_PAIRS);
+        float *d = (float *)(dst + KB_D), *dm = (float *)(dst + KB_DMIN);
+        for (int r = 0; r < PANEL_ROWS; r++) {
+            if (wtype == MF_TYPE_Q4_K) {
+                const mf_block_q4_K *x = (const mf_block_q4_K *)(rowp[r] + o);
+                int scv[8], mv[8];
+                for (int j = 0; j < 4; j++) {
+                    scv[j] = x->scales[j] & 63;
+                    mv[j] = x->scales[j + 4] & 63;
+                    scv[j + 4] = (x->scales[j + 8] & 0x0f) | ((x->scales[j] >> 6) << 4);
+                    mv[j + 4] = (x->scales[j + 8] >> 4) | ((x->scales[j + 4] >> 6) << 4);
+                }
+                for (int j = 0; j < 8; j++)
+                    sc[32 * j + r] = scv[j];
+                for (int i = 0; i < 4; i++)
+                    pr[32 * i + r] = (int32_t)((uint32_t)mv[2 * i] | (uint32_t)mv[2 * i + 1] << 16);
+                d[r] = _cvtsh_ss(x->d);
+                dm[r] = _cvtsh_ss(x->dmin);
+            } else {
+                const mf_block_q6_K *x = (const mf_block_q6_K *)(rowp[r] + o);
+                for (int j = 0; j < 16; j++)
+                    sc[32 * j + r] = x->scales[j];
+                for (int i = 0; i < 8; i++)
+                    pr[32 * i + r] = (int32_t)((uint32_t)(uint16_t)x->scales[2 * i] |
+                                               (uint32_t)(uint16_t)x->scales[2 * i + 1] << 16);
+                d[r] = _cvtsh_ss(x->d);
+                dm[r] = 0;
+            }
+        }
+    }
+}
+
+/* int16 pair i of the 32-sums of a Q8_K block (Q4_K mins pair with these). */
+static inline int32_t bsum32_pair(const mf_block_q8_K *a, int i) {
+    const int lo = a->bsums[4 * i] + a->bsums[4 * i + 1], hi = a->bsums[4 * i + 2] + a->bsums[4 * i + 3];
+    return (int32_t)((uint32_t)(uint16_t)lo | (uint32_t)(uint16_t)hi << 16);
+}
+
+/* acc[t][32] over super-blocks [0, nb) of the packed panel; a[t] points at
+ * token t's first Q8_K block. Canonical numerics (dot.c): Q4_K
+ * s = fma(isum, dw*da, s), s = fma(-summ, dmin*da, s); Q6_K
+ * s = fma(isum - 32 * sum_j sc_j bsum_j, dw*da, s). */
+static inline __attribute__((always_inline)) void mkk(const uint8_t *pp, int64_t nb, const mf_block_q8_K *const *a,
+                                                      int T, bool q6, float *acc) {
+    const int kps = q6 ? 4 : 8; /* k steps per sub-block scale */
+    for (int64_t b = 0; b < nb; b++) {
+        const uint8_t *pb = pp + (size_t)b * KB_BYTES;
+        __m512i is0[MKK_TOKENS], is1[MKK_TOKENS];
+        for (int t = 0; t < T; t++)
+            is0[t] = is1[t] = _mm512_setzero_si512();
+        for (int j = 0; j < 8; j++)
+            for (int ks = 0; ks < 8; ks += kps) {
+                __m512i ia0[MKK_TOKENS], ia1[MKK_TOKENS];
+                for (int t = 0; t < T; t++)
+                    ia0[t] = ia1[t] = _mm512_setzero_si512();
+                for (int k = ks; k < ks + kps; k++) {
+                    const __m512i w0 = _mm512_load_si512((const __m512i *)(pb + PB_LEVELS * j + 128 * k));
+                    const __m512i w1 = _mm512_load_si512((const __m512i *)(pb + PB_LEVELS * j + 128 * k + 64));
+                    for (int t = 0; t < T; t++) {
+                        const __m512i av = _mm512_set1_epi32((int)load_u32((const uint8_t *)a[t][b].qs + 32 * j + 4 * k));
+                        ia0[t] = _mm512_dpbusd_epi32(ia0[t], w0, av);
+                        ia1[t] = _mm512_dpbusd_epi32(ia1[t], w1, av);
+                    }
+                }
+                const int js = q6 ? 2 * j + ks / 4 : j;
+                const __m512i sc0 = _mm512_load_si512((const __m512i *)(pb + KB_SCALES + 128 * js));
+                const __m512i sc1 = _mm512_load_si512((const __m512i *)(pb + KB_SCALES + 128 * js + 64));
+                for (int t = 0; t < T; t++) {
+                    is0[t] = _mm512_add_epi32(is0[t], _mm512_mullo_epi32(ia0[t], sc0));
+                    is1[t] = _mm512_add_epi32(is1[t], _mm512_mullo_epi32(ia1[t], sc1));
+                }
+            }
+        const __m512 d0 = _mm512_load_ps((const float *)(pb + KB_D)), d1 = _mm512_load_ps((const float *)(pb + KB_D) + 16);
+        for (int t = 0; t < T; t++) {
+            __m512i c0 = _mm512_setzero_si512(), c1 = c0;
+            for (int i = 0; i < (q6 ? 8 : 4); i++) {
+                const __m512i bp = _mm512_set1_epi32(q6 ? (int)load_u32((const uint8_t *)&a[t][b].bsums[2 * i])
+                                                        : bsum32_pair(&a[t][b], i));
+                c0 = _mm512_dpwssd_epi32(c0, _mm512_load_si512((const __m512i *)(pb + KB_PAIRS + 128 * i)), bp);
+                c1 = _mm512_dpwssd_epi32(c1, _mm512_load_si512((const __m512i *)(pb + KB_PAIRS + 128 * i + 64)), bp);
+            }
+            const __m512 dv = _mm512_set1_ps(a[t][b].d);
+            __m512 f0 = _mm512_loadu_ps(acc + 32 * t), f1 = _mm512_loadu_ps(acc + 32 * t + 16);
+            if (q6) {
+                f0 = _mm512_fmadd_ps(_mm512_cvtepi32_ps(_mm512_sub_epi32(is0[t], _mm512_slli_epi32(c0, 5))),
+                                     _mm512_mul_ps(d0, dv), f0);
+                f1 = _mm512_fmadd_ps(_mm512_cvtepi32_ps(_mm512_sub_epi32(is1[t], _mm512_slli_epi32(c1, 5))),
+                                     _mm512_mul_ps(d1, dv), f1);
+            } else {
+                const __m512 m0 = _mm512_load_ps((const float *)(pb + KB_DMIN));
+                const __m512 m1 = _mm512_load_ps((const float *)(pb + KB_DMIN) + 16);
+                f0 = _mm512_fmadd_ps(_mm512_cvtepi32_ps(is0[t]), _mm512_mul_ps(d0, dv), f0);
+                f1 = _mm512_fmadd_ps(_mm512_cvtepi32_ps(is1[t]), _mm512_mul_ps(d1, dv), f1);
+                f0 = _mm512_fnmadd_ps(_mm512_cvtepi32_ps(c0), _mm512_mul_ps(m0, dv), f0);
+                f1 = _mm512_fnmadd_ps(_mm512_cvtepi32_ps(c1), _mm512_mul_ps(m1, dv), f1);
+            }
+            _mm512_storeu_ps(acc + 32 * t, f0);
+            _mm512_storeu_ps(acc + 32 * t + 16, f1);
+        }
+    }
+}
+
+static void mkk_any(const uint8_t *pp, int64_t nb, const mf_block_q8_K *const *a, int T, bool q6, float *acc) {
+    if (q6) {
+        switch (T) {
+        case 1: mkk(pp, nb, a, 1, true, acc); break;
+        case 2: mkk(pp, nb, a, 2, true, acc); break;
+        case 3: mkk(pp, nb, a, 3, true, acc); break;
+        default: mkk(pp, nb, a, 4, true, acc); break;
+        }
+    } else {
+        switch (T) {
+        case 1: mkk(pp, nb, a, 1, false, acc); break;
+        case 2: mkk(pp, nb, a, 2, false, acc); break;
+        case 3: mkk(pp, nb, a, 3, false, acc); break;
+        default: mkk(pp, nb, a, 4, false, acc); break;
+        }
+    }
+}
+
+static void gemm_k(const mf_cpu_gemm_tile *g) {
+    const int64_t nb = g->n_in / MF_QK_K;
+    const bool q6 = g->wtype == MF_TYPE_Q6_K;
+    const uint8_t *rowp[PANEL_ROWS];
+    for (int r = 0; r < PANEL_ROWS; r++)
+        rowp[r] = g->w + (size_t)(r < g->rows ? r : g->rows - 1) * g->w_row;
+    const size_t span = (size_t)g->rows * g->w_row;
+    for (size_t o = 0; o < span; o += 64)
+        _mm_prefetch((const char *)(g->w + o), _MM_HINT_T0);
+    uint8_t *pp = (uint8_t *)(((uintptr_t)g->scratch + 63) & ~(uintptr_t)63);
+    pack_panel_k(g->wtype, rowp, 0, nb, pp);
+    const __mmask16 m0 = g->rows >= 16 ? 0xffff : (__mmask16)((1u << g->rows) - 1);
+    const __mmask16 m1 = g->rows >= 32 ? 0xffff : g->rows <= 16 ? 0 : (__mmask16)((1u << (g->rows - 16)) - 1);
+    float acc[MKK_TOKENS * PANEL_ROWS];
+    const mf_block_q8_K *a[MKK_TOKENS];
+    for (int64_t t0 = 0; t0 < g->nt; t0 += MKK_TOKENS) {
+        const int T = (int)(g->nt - t0 < MKK_TOKENS ? g->nt - t0 : MKK_TOKENS);
+        memset(acc, 0, sizeof acc);
+        for (int t = 0; t < T; t++)
+            a[t] = (const mf_block_q8_K *)(g->act + (size_t)(t0 + t) * g->a_row);
+        mkk_any(pp, nb, a, T, q6, acc);
+        for (int t = 0; t < T; t++) {
+            float *y = g->y + (t0 + t) * g->ldy;
+            _mm512_mask_storeu_ps(y, m0, _mm512_loadu_ps(acc + 32 * t));
+            _mm512_mask_storeu_ps(y + 16, m1, _mm512_loadu_ps(acc + 32 * t + 16));
+        }
+    }
+}
+
 /* ==== the tile ================================================================ */
 
-size_t mf_cpu_gemm_scratch(int64_t n_in) {
+size_t mf_cpu_gemm_scratch(uint32_t wtype, int64_t n_in) {
+    if (wtype == MF_TYPE_Q4_K || wtype == MF_TYPE_Q6_K)
+        return (size_t)(n_in / MF_QK_K) * KB_BYTES + 64;
     return (size_t)(n_in / 32) * PB_BYTES + 64;
 }
 
 bool mf_cpu_gemm_supported(uint32_t wtype) {
-    return wtype == MF_TYPE_Q4_0 || wtype == MF_TYPE_Q5_0 || wtype == MF_TYPE_Q8_0;
+    return wtype == MF_TYPE_Q4_0 || wtype == MF_TYPE_Q5_0 || wtype == MF_TYPE_Q8_0 || wtype == MF_TYPE_Q4_K ||
+           wtype == MF_TYPE_Q6_K;
 }
 
 void mf_cpu_gemm_avx512(const mf_cpu_gemm_tile *g) {
+    if (g->wtype == MF_TYPE_Q4_K || g->wtype == MF_TYPE_Q6_K) {
+        gemm_k(g);
+        return;
+    }
     const int64_t nb = g->n_in / 32;
     const int sh = lv_shift(g->wtype);
     const uint8_t *rowp[PANEL_ROWS];

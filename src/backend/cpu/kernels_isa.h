@@ -39,10 +39,18 @@ const mf_cpu_dot *mf_cpu_dot_avx2(uint32_t wtype);
 bool mf_cpu_quantize_act_avx2(uint32_t act_type, const float *x, void *y, int64_t n);
 const mf_cpu_dot *mf_cpu_dot_avx512(uint32_t wtype);
 bool mf_cpu_quantize_act_avx512(uint32_t act_type, const float *x, void *y, int64_t n);
+/* s[0..3] = the dots of the four weight rows at w, w + w_row, ... with one
+ * Q8_0 activation row a (ad/as: its block scales as floats and level sums,
+ * n/32 each), bit-equal to the one-row kernel; NULL for types without one. */
+typedef void (*mf_vec_dot4_fn)(int64_t n, float *s, const void *w, size_t w_row, const void *a, const float *ad,
+                               const int32_t *as);
+mf_vec_dot4_fn mf_cpu_dot4_avx512(uint32_t wtype);
+void mf_cpu_q8_0_aux_avx512(const void *blk, int64_t nb, float *ad, int32_t *as);
 
 /* Multi-token tile (gemm_avx512.c): rows (<= 32) weight rows of wtype at w
- * times nt tokens of Q8_0 activations (rows of a_row bytes at act, with their
- * block scales ad and level sums as, nt x n_in/32 each) into y[t * ldy + r].
+ * times nt tokens of activations (rows of a_row bytes at act; for the Q8_0
+ * types also their block scales ad and level sums as, nt x n_in/32 each;
+ * Q4_K/Q6_K read their Q8_K rows alone) into y[t * ldy + r].
  * Bit-identical to the scalar twin of the dot; scratch holds
  * mf_cpu_gemm_scratch(n_in) bytes private to the caller. */
 typedef struct mf_cpu_gemm_tile {
@@ -59,13 +67,27 @@ typedef struct mf_cpu_gemm_tile {
     void *scratch;
 } mf_cpu_gemm_tile;
 bool mf_cpu_gemm_supported(uint32_t wtype);
-size_t mf_cpu_gemm_scratch(int64_t n_in);
+
+/* ops_avx512.c: row ops and attention's inner loops (within a few ulps of
+ * the portable versions, not bit-equal; see that file). */
+void mf_cpu_exp_avx512(const float *x, float *y, int64_t n);
+void mf_cpu_silu_avx512(const float *a, float *y, int64_t n);
+void mf_cpu_swiglu_avx512(const float *gate, const float *up, float *y, int64_t n);
+void mf_cpu_rmsnorm_row_avx512(const float *x, const float *w, float *y, int64_t n, float eps);
+void mf_cpu_attn_group_avx512(const float *q, int n_q, int64_t hd, const void *k, const void *v, bool f16,
+                              size_t rb, int64_t e0, int64_t n_kv, float scale, float *out, float *scr,
+                              int64_t ld);
+size_t mf_cpu_gemm_scratch(uint32_t wtype, int64_t n_in);
 void mf_cpu_gemm_avx512(const mf_cpu_gemm_tile *g);
 #endif
 #if MF_CPU_ARM /* [neon] */
 const mf_cpu_dot *mf_cpu_dot_neon(uint32_t wtype);
 bool mf_cpu_quantize_act_neon(uint32_t act_type, const float *x, void *y, int64_t n);
 #endif
+
+/* The best ISA of this CPU under MINFER_CPU_ISA, read once (for the ops
+ * that take no context). */
+mf_cpu_isa mf_cpu_isa_default(void);
 
 /* Context scratch for attention: n_floats, 64-byte aligned, valid until the
  * next call on the same context. */

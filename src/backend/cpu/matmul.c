@@ -78,7 +78,7 @@ typedef struct quant_job {
     uint8_t *dst[ACT_KINDS];
     size_t row[ACT_KINDS];
     mf_cpu_isa isa;
-    int aux_kind;   /* the Q8_0 kind whose block scales/sums the tiles read; -1: none */
+    int aux_kind;   /* the Q8_0 kind whose block scales/sums the tiles / dot4 read; -1: none */
     float *ad;      /* nt x n_in/32 block scales as floats */
     int32_t *as;    /* nt x n_in/32 level sums */
 } quant_job;
@@ -93,6 +93,12 @@ static void quant_worker(void *vjob, int ith, int nth) {
         if (k == j->aux_kind) {
             const mf_block_q8_0 *blk = (const mf_block_q8_0 *)row;
             const int64_t nb = j->n_in / MF_QK8_0;
+#if MF_CPU_X86
+            if (j->isa >= MF_ISA_AVX512) {
+                mf_cpu_q8_0_aux_avx512(blk, nb, j->ad + t * nb, j->as + t * nb);
+                continue;
+            }
+#endif
             for (int64_t b = 0; b < nb; b++) {
                 int sum = 0;
                 for (int e = 0; e < MF_QK8_0; e++)
@@ -112,6 +118,7 @@ typedef struct mm_part {
     const uint8_t *w;
     size_t w_row; /* bytes per weight row */
     mf_vec_dot_fn dot;
+    mf_vec_dot4_fn dot4; /* one token, four rows at a time (NULL: none) */
     uint32_t wtype;
     bool gemm; /* multi-token tiles of gemm_avx512.c (tile_rows == 32) */
     const uint8_t *a;
@@ -145,7 +152,7 @@ static void mm_tile(const mm_job *j, const mm_part *p, int64_t k, int ith) {
         const mf_cpu_gemm_tile g = {
             .wtype = p->wtype, .w = p->w + (size_t)r0 * p->w_row, .w_row = p->w_row, .rows = r1 - r0,
             .n_in = j->n_in, .nt = t1 - t0, .act = p->a + (size_t)t0 * p->a_row, .a_row = p->a_row,
-            .ad = j->ad + t0 * nb, .as = j->as + t0 * nb, .y = p->y + t0 * p->n_out + r0, .ldy = p->n_out,
+            .ad = j->ad ? j->ad + t0 * nb : NULL, .as = j->as ? j->as + t0 * nb : NULL, .y = p->y + t0 * p->n_out + r0, .ldy = p->n_out,
             .scratch = j->pack + (size_t)ith * j->pack_stride};
         mf_cpu_gemm_avx512(&g);
         return;
@@ -153,7 +160,11 @@ static void mm_tile(const mm_job *j, const mm_part *p, int64_t k, int ith) {
 #else
     (void)ith;
 #endif
-    for (int64_t r = r0; r < r1; r++) {
+    int64_t r = r0;
+    if (p->dot4 && t0 == 0 && t1 == 1)
+        for (; r + 4 <= r1; r += 4)
+            p->dot4(j->n_in, &p->y[r], p->w + (size_t)r * p->w_row, p->w_row, p->a, j->ad, j->as);
+    for (; r < r1; r++) {
         const uint8_t *w = p->w + (size_t)r * p->w_row;
         for (int64_t t = t0; t < t1; t++)
             p->dot(j->n_in, &p->y[t * p->n_out + r], w, p->a + (size_t)t * p->a_row);
@@ -187,7 +198,8 @@ void mf_cpu_matmul_multi(mf_cpu_ctx *c, const mf_cpu_mm *mm, int n_mm, int64_t n
     quant_job q = {.x = x, .n_in = n_in, .nt = nt, .isa = c->isa, .aux_kind = -1};
     const mf_cpu_dot *dots[MM_MAX_PARTS];
     int kind_of[MM_MAX_PARTS];
-    bool gemm[MM_MAX_PARTS], any_gemm = false;
+    bool gemm[MM_MAX_PARTS], any_gemm = false, any_aux = false;
+    mf_vec_dot4_fn dot4[MM_MAX_PARTS];
     size_t total = 0;
     int64_t sum_out = 0;
     for (int i = 0; i < n_mm; i++) {
@@ -197,9 +209,16 @@ void mf_cpu_matmul_multi(mf_cpu_ctx *c, const mf_cpu_mm *mm, int n_mm, int64_t n
         sum_out += mm[i].n_out;
         kind_of[i] = -1;
         gemm[i] = false;
+        dot4[i] = NULL;
 #if MF_CPU_X86
-        gemm[i] = c->isa >= MF_ISA_AVX512 && mf_cpu_gemm_supported(mm[i].wtype);
+        /* one token: the single-row dot streams each weight row linearly,
+         * which the hardware prefetchers follow (the panel walk of the
+         * tiles does not); it computes the same bits */
+        gemm[i] = nt > 1 && c->isa >= MF_ISA_AVX512 && mf_cpu_gemm_supported(mm[i].wtype);
         any_gemm |= gemm[i];
+        if (nt == 1 && c->isa >= MF_ISA_AVX512)
+            dot4[i] = mf_cpu_dot4_avx512(mm[i].wtype);
+        any_aux |= gemm[i] || dot4[i];
 #endif
         if (dots[i]->act_type == MF_TYPE_F32)
             continue;
@@ -214,17 +233,17 @@ void mf_cpu_matmul_multi(mf_cpu_ctx *c, const mf_cpu_mm *mm, int n_mm, int64_t n
             total += (q.row[k] * (size_t)nt + 63) & ~(size_t)63;
             kind_of[i] = k;
         }
-        if (gemm[i])
+        if ((gemm[i] || dot4[i]) && dots[i]->act_type == MF_TYPE_Q8_0)
             q.aux_kind = kind_of[i];
     }
-    const size_t aux_bytes = any_gemm ? (size_t)(nt * (n_in / MF_QK8_0)) * 4 : 0;
+    const size_t aux_bytes = any_aux ? (size_t)(nt * (n_in / MF_QK8_0)) * 4 : 0;
     if (q.n_kind) {
         uint8_t *buf = ctx_scratch(&c->act, &c->act_cap, total + 2 * aux_bytes + 128);
         for (int k = 0; k < q.n_kind; k++) {
             q.dst[k] = buf;
             buf += (q.row[k] * (size_t)nt + 63) & ~(size_t)63;
         }
-        if (any_gemm) {
+        if (any_aux) {
             q.ad = (float *)buf;
             q.as = (int32_t *)(buf + ((aux_bytes + 63) & ~(size_t)63));
         }
@@ -245,7 +264,11 @@ void mf_cpu_matmul_multi(mf_cpu_ctx *c, const mf_cpu_mm *mm, int n_mm, int64_t n
         j->tile_rows = 32;
         j->tile_toks = nt < 128 ? nt : 128;
 #if MF_CPU_X86
-        j->pack_stride = (mf_cpu_gemm_scratch(n_in) + 63) & ~(size_t)63;
+        j->pack_stride = 0;
+        for (int i = 0; i < n_mm; i++) {
+            const size_t need = gemm[i] ? (mf_cpu_gemm_scratch(mm[i].wtype, n_in) + 63) & ~(size_t)63 : 0;
+            j->pack_stride = need > j->pack_stride ? need : j->pack_stride;
+        }
         j->pack = ctx_scratch(&c->pack, &c->pack_cap, j->pack_stride * (size_t)nth);
 #endif
         j->ad = q.ad;
@@ -255,7 +278,9 @@ void mf_cpu_matmul_multi(mf_cpu_ctx *c, const mf_cpu_mm *mm, int n_mm, int64_t n
          * large enough that the counter is not contended */
         j->tile_toks = 1;
         j->tile_rows = sum_out / (nth * 8);
-        j->tile_rows = j->tile_rows < 1 ? 1 : j->tile_rows > 64 ? 64 : j->tile_rows;
+        j->tile_rows = j->tile_rows < 4 ? 4 : j->tile_rows > 64 ? 64 : j->tile_rows & ~(int64_t)3; /* dot4 groups */
+        j->ad = q.ad;
+        j->as = q.as;
     } else {
         j->tile_toks = nt < 16 ? nt : 16;
         j->tile_rows = 8;
@@ -267,6 +292,7 @@ void mf_cpu_matmul_multi(mf_cpu_ctx *c, const mf_cpu_mm *mm, int n_mm, int64_t n
         p->w = mm[i].w;
         p->w_row = mf_type_row_size(mm[i].wtype, n_in);
         p->dot = dots[i]->dot;
+        p->dot4 = dot4[i];
         p->wtype = mm[i].wtype;
         p->gemm = gemm[i];
         if (dots[i]->act_type == MF_TYPE_F32) {

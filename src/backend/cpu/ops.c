@@ -4,7 +4,9 @@
  * Plain loops the compiler vectorizes; reductions whose order matters are
  * written with explicit independent accumulators or in double, so the result
  * does not depend on what the vectorizer did. Rows are independent, so any
- * split across threads gives the same bits. */
+ * split across threads gives the same bits. On AVX-512 CPUs rmsnorm, silu and
+ * swiglu run ops_avx512.c's versions (a polynomial exp, other summation
+ * order: within a few ulps of these, not bit-equal). */
 #include <math.h>
 #include <stdlib.h>
 
@@ -17,6 +19,7 @@ typedef struct norm_job {
     float *y;
     int64_t n, nrows;
     float eps;
+    bool avx512;
 } norm_job;
 
 static void rmsnorm_row(const float *x, const float *w, float *y, int64_t n, float eps) {
@@ -37,13 +40,21 @@ static void rmsnorm_row(const float *x, const float *w, float *y, int64_t n, flo
 
 static void norm_worker(void *vjob, int ith, int nth) {
     const norm_job *j = vjob;
-    for (int64_t r = ith; r < j->nrows; r += nth)
+    for (int64_t r = ith; r < j->nrows; r += nth) {
+#if MF_CPU_X86
+        if (j->avx512) {
+            mf_cpu_rmsnorm_row_avx512(j->x + r * j->n, j->w, j->y + r * j->n, j->n, j->eps);
+            continue;
+        }
+#endif
         rmsnorm_row(j->x + r * j->n, j->w, j->y + r * j->n, j->n, j->eps);
+    }
 }
 
 void mf_cpu_rmsnorm(mf_cpu_ctx *c, const float *x, const float *w, float *y, int64_t n,
                     int64_t nrows, float eps) {
-    norm_job j = {x, w, y, n, nrows, eps};
+    const mf_cpu_isa isa = c ? mf_cpu_ctx_isa(c) : mf_cpu_isa_default();
+    norm_job j = {x, w, y, n, nrows, eps, isa == MF_ISA_AVX512};
     if (c && nrows >= 8)
         mf_pool_run(mf_cpu_ctx_pool(c), norm_worker, &j);
     else
@@ -104,11 +115,23 @@ void mf_cpu_scale(const float *a, float s, float *y, int64_t n) {
 }
 
 void mf_cpu_silu(const float *a, float *y, int64_t n) {
+#if MF_CPU_X86
+    if (mf_cpu_isa_default() == MF_ISA_AVX512) {
+        mf_cpu_silu_avx512(a, y, n);
+        return;
+    }
+#endif
     for (int64_t i = 0; i < n; i++)
         y[i] = a[i] / (1.0f + expf(-a[i]));
 }
 
 void mf_cpu_swiglu(const float *gate, const float *up, float *y, int64_t n) {
+#if MF_CPU_X86
+    if (mf_cpu_isa_default() == MF_ISA_AVX512) {
+        mf_cpu_swiglu_avx512(gate, up, y, n);
+        return;
+    }
+#endif
     for (int64_t i = 0; i < n; i++)
         y[i] = gate[i] / (1.0f + expf(-gate[i])) * up[i];
 }

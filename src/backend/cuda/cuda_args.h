@@ -39,7 +39,8 @@ typedef struct mf_cu_matmul_args {
     const float *bias;      /* NULL: none */
     float *y;
     int64_t n_in, n_out, nt;
-    int32_t force_gemm;     /* tests: 1 GEMM, -1 GEMV, 0 choose by nt */
+    int32_t force_gemm;     /* tests: 2 TC GEMM, 1 SIMT GEMM, -1 GEMV, 0 choose by nt */
+    int32_t no_tc;          /* MINFER_CUDA_NO_TC: the SIMT tier for nt > 8 */
 } mf_cu_matmul_args;
 cudaError_t mf_cu_matmul(const mf_cu_matmul_args *a, cudaStream_t s);
 
@@ -67,7 +68,7 @@ typedef struct mf_cu_rope_args {
 } mf_cu_rope_args;
 cudaError_t mf_cu_rope(const mf_cu_rope_args *a, cudaStream_t s);
 
-/* Elementwise ops over n elements (y may equal a or b). MUL with b_n < n
+/* Elementwise ops over n elements (y may equal a or b). ADD and MUL with b_n < n
  * broadcasts b (b_n elements, a row) along a. */
 enum mf_cu_ew_op {
     MF_CU_EW_ADD,

@@ -71,6 +71,7 @@ typedef struct cu_ctx {
     int64_t n_launched;
     long timeout_ms;
     int matmul_mode;
+    int no_tc; /* MINFER_CUDA_NO_TC=1: SIMT GEMM tier for prefill */
 } cu_ctx;
 
 #define CX(b) ((cu_ctx *)(b)->ctx)
@@ -232,8 +233,11 @@ static void cu_free_buffer(mf_backend *b, int32_t id) {
 
 static int check_window(cu_ctx *c, int32_t id, size_t off, size_t nbytes, const char *what,
                         mf_error *err) {
-    if (id < 0 || id >= c->n_bufs || c->bufs[id].free)
-        return mf_errorf(err, "cuda: %s: buffer id %d is not a live buffer (%d in the pool)", what, id,
+    /* The free flag is not checked: the graph allocator frees ids during its
+     * build-time liveness walk, so a "free" id can hold a live value at
+     * execute time. Existing (allocated, not destroyed) is the invariant. */
+    if (id < 0 || id >= c->n_bufs || !c->bufs[id].p)
+        return mf_errorf(err, "cuda: %s: buffer id %d is not in the pool (%d buffers)", what, id,
                          c->n_bufs);
     if (off > c->bufs[id].size || nbytes > c->bufs[id].size - off)
         return mf_errorf(err, "cuda: %s: bytes [%zu, %zu) outside buffer %d of %zu bytes", what, off,
@@ -573,7 +577,7 @@ static int run_matmul(exec *x, const mf_matmul_meta *m, const float *in, float *
         return -1;
     mf_cu_matmul_args a = {.wtype = m->wtype, .w = w, .row_bytes = row_bytes(m->wtype, m->n_in),
                            .x = in, .bias = bias, .y = y, .n_in = m->n_in, .n_out = m->n_out,
-                           .nt = nt, .force_gemm = x->c->matmul_mode};
+                           .nt = nt, .force_gemm = x->c->matmul_mode, .no_tc = x->c->no_tc};
     return launched(x, "matmul", m->n_out, nt, mf_cu_matmul(&a, x->c->stream));
 }
 
@@ -1083,6 +1087,7 @@ int mf_backend_cuda_new_progress(const mf_weights *w, mf_cuda_progress_fn progre
     c->timeout_ms = mf_env_int("MINFER_GPU_TIMEOUT_MS", 10000);
     if (c->timeout_ms <= 0)
         c->timeout_ms = 10000;
+    c->no_tc = mf_env_flag("MINFER_CUDA_NO_TC");
     if (open_device(c, err))
         goto fail;
     cudaError_t e = cudaStreamCreateWithFlags(&c->stream, cudaStreamNonBlocking);

@@ -35,8 +35,8 @@ int mf_backend_cuda_new_progress(const mf_weights *w, mf_cuda_progress_fn progre
  * 139.8 GiB"), for logs and tests. */
 const char *mf_cuda_device_desc(const mf_backend *b);
 
-/* Tests: force the matmul kernel family (1 GEMM, -1 GEMV, 0 by token
- * count). Not for production use. */
+/* Tests: force the matmul kernel family (2 tensor-core GEMM, 1 SIMT GEMM,
+ * -1 GEMV, 0 by token count). Not for production use. */
 void mf_cuda_set_matmul_mode(mf_backend *b, int mode);
 
 #endif

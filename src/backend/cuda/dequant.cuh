@@ -23,6 +23,32 @@ static __device__ __forceinline__ float mf_h2f(uint16_t h) {
     return __half2float(__ushort_as_half(h));
 }
 
+/* Loads NW 32-bit words of quant bytes from p with the widest accesses the
+ * format's alignment A (16, 4 or 2 bytes: known per block layout, given that
+ * weight rows start 256-byte aligned and row_bytes keeps block boundaries)
+ * allows: one or two 16-byte loads instead of 32 byte loads per unit. Byte l
+ * is then MF_QB(w, l). */
+template <int A, int NW>
+static __device__ __forceinline__ void mf_ldw(const uint8_t *p, uint32_t *w) {
+    if (A == 16) {
+#pragma unroll
+        for (int i = 0; i < NW / 4; i++) {
+            const uint4 v = ((const uint4 *)p)[i];
+            w[4 * i] = v.x; w[4 * i + 1] = v.y; w[4 * i + 2] = v.z; w[4 * i + 3] = v.w;
+        }
+    } else if (A == 4) {
+#pragma unroll
+        for (int i = 0; i < NW; i++)
+            w[i] = ((const uint32_t *)p)[i];
+    } else {
+        const uint16_t *h = (const uint16_t *)p;
+#pragma unroll
+        for (int i = 0; i < NW; i++)
+            w[i] = (uint32_t)h[2 * i] | (uint32_t)h[2 * i + 1] << 16;
+    }
+}
+#define MF_QB(w, l) (((w)[(l) >> 2] >> (8 * ((l) & 3))) & 0xffu)
+
 template <int T> struct mf_deq;
 
 template <> struct mf_deq<MF_TYPE_F32> {
@@ -74,9 +100,11 @@ template <> struct mf_deq<MF_TYPE_Q4_0> {
     static __device__ __forceinline__ void unit(const uint8_t *row, int64_t u, int64_t n, float *o) {
         const mf_block_q4_0 *b = (const mf_block_q4_0 *)row + u;
         const float d = mf_h2f(b->d);
+        uint32_t qw[4];
+        mf_ldw<2, 4>(b->qs, qw); /* 18-byte blocks: 2-byte alignment */
 #pragma unroll
         for (int j = 0; j < 16; j++) {
-            const int q = b->qs[j];
+            const int q = (int)MF_QB(qw, j);
             o[j] = (float)((q & 0x0f) - 8) * d;
             o[j + 16] = (float)((q >> 4) - 8) * d;
         }
@@ -136,9 +164,11 @@ template <> struct mf_deq<MF_TYPE_Q8_0> {
     static __device__ __forceinline__ void unit(const uint8_t *row, int64_t u, int64_t n, float *o) {
         const mf_block_q8_0 *b = (const mf_block_q8_0 *)row + u;
         const float d = mf_h2f(b->d);
+        uint32_t qw[8];
+        mf_ldw<2, 8>((const uint8_t *)b->qs, qw); /* 34-byte blocks: 2-byte alignment */
 #pragma unroll
         for (int j = 0; j < 32; j++)
-            o[j] = (float)b->qs[j] * d;
+            o[j] = (float)(int8_t)MF_QB(qw, j) * d;
     }
 };
 
@@ -208,11 +238,12 @@ template <> struct mf_deq<MF_TYPE_Q4_K> {
         int sc, m;
         mf_k4_scale_min(b->scales, j, &sc, &m);
         const float d1 = mf_h2f(b->d) * (float)sc, m1 = mf_h2f(b->dmin) * (float)m;
-        const uint8_t *q = b->qs + 32 * (j / 2);
+        uint32_t qw[8];
+        mf_ldw<16, 8>(b->qs + 32 * (j / 2), qw); /* 144-byte blocks, qs at 16 */
         const int shift = 4 * (j % 2);
 #pragma unroll
         for (int l = 0; l < 32; l++)
-            o[l] = d1 * (float)((q[l] >> shift) & 0x0f) - m1;
+            o[l] = d1 * (float)((MF_QB(qw, l) >> shift) & 0x0f) - m1;
     }
 };
 
@@ -241,15 +272,16 @@ template <> struct mf_deq<MF_TYPE_Q6_K> {
         const int j = (int)(u % 8);
         const int half = j / 4, g = j % 4;
         const float d = mf_h2f(b->d);
-        const uint8_t *ql = b->ql + 64 * half + 32 * (g & 1);
-        const uint8_t *qh = b->qh + 32 * half;
+        uint32_t lw[8], hw[8]; /* 210-byte blocks: 2-byte alignment */
+        mf_ldw<2, 8>(b->ql + 64 * half + 32 * (g & 1), lw);
+        mf_ldw<2, 8>(b->qh + 32 * half, hw);
         const int lshift = 4 * (g >> 1), hshift = 2 * g;
 #pragma unroll
         for (int h = 0; h < 2; h++) {
             const float dl = d * (float)b->scales[2 * j + h];
 #pragma unroll
             for (int l = 16 * h; l < 16 * h + 16; l++) {
-                const int v = ((ql[l] >> lshift) & 0x0f) | (((qh[l] >> hshift) & 3) << 4);
+                const int v = (int)((MF_QB(lw, l) >> lshift) & 0x0f) | (int)(((MF_QB(hw, l) >> hshift) & 3) << 4);
                 o[l] = dl * (float)(v - 32);
             }
         }

@@ -12,7 +12,7 @@ static __global__ void ew_kernel(mf_cu_ew_args a) {
         const float x = a.a[i];
         float r;
         switch (a.op) {
-        case MF_CU_EW_ADD: r = x + a.b[i]; break;
+        case MF_CU_EW_ADD: r = x + a.b[a.b_n < a.n ? i % a.b_n : i]; break;
         case MF_CU_EW_MUL: r = x * a.b[a.b_n < a.n ? i % a.b_n : i]; break;
         case MF_CU_EW_SCALE: r = x * a.s; break;
         case MF_CU_EW_SILU: r = x / (1.0f + expf(-x)); break;

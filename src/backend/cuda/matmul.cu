@@ -10,11 +10,20 @@
  *   GEMM (prefill): a 64 (outputs) x 64 (tokens) tile per 128-thread block;
  *     per K step of 64 every thread dequantizes one 32-element unit of W into
  *     shared memory, the block stages the matching activations, then each
- *     thread accumulates an 8 x 4 register tile. Tensor cores come later.
+ *     thread accumulates an 8 x 4 register tile (SIMT tier, f32 exact).
+ *   TC GEMM (prefill, the default for nt > MF_GEMV_T): the same loader, but
+ *     the W tile is dequantized to f16 and the activations are converted to
+ *     f16 in shared memory; four warps each run a 32 x 32 sub-tile through
+ *     the tensor cores (wmma m16n16k16, f16 in, f32 accumulate). Operand
+ *     rounding to f16 costs about 3e-4 relative error per dot product (the
+ *     tier's tolerance is 3e-3, documented in docs/GPU-TESTS.md);
+ *     MINFER_CUDA_NO_TC=1 (host side) selects the SIMT tier instead.
  * Accumulation is f32. Out-of-range rows/tokens compute on clamped indices
  * and skip only their stores (no early return before a barrier). */
 #include "backend/cuda/cuda_args.h"
 #include "backend/cuda/dequant.cuh"
+
+#include <mma.h>
 
 #define MF_GEMV_T 8        /* tokens per GEMV warp */
 #define MF_GEMV_WARPS 4    /* output rows per GEMV block */
@@ -165,10 +174,130 @@ gemm_kernel(const uint8_t *__restrict__ w, uint64_t row_bytes, const float *__re
     }
 }
 
+
+#define MF_TC_BM 64           /* outputs per TC tile */
+#define MF_TC_BN 64           /* tokens per TC tile */
+#define MF_TC_BK 64           /* K step: two 32-element units per output row */
+#define MF_TC_LD (MF_TC_BK + 8) /* halves per smem row: 144 bytes, 16-byte aligned, skewed banks */
+#define MF_TC_LDC (MF_TC_BM + 4) /* floats per column of the output staging tile */
+
+/* Contract as gemm_kernel. Loader roles as there: thread tid dequantizes
+ * unit (tid & 1) of output row (tid >> 1) per K step; the activations tile
+ * (64 tokens x 64 k) is read as float4 where the row is 16-byte aligned.
+ * Warp w owns outputs [32 (w >> 1), +32) x tokens [32 (w & 1), +32) as 2 x 2
+ * wmma accumulators. The result goes through shared memory (column = token)
+ * so the global stores are coalesced along outputs and the edges are
+ * bounds-checked; every thread reaches every barrier. */
+template <int T>
+static __global__ void __launch_bounds__(MF_GEMM_THREADS)
+tc_gemm_kernel(const uint8_t *__restrict__ w, uint64_t row_bytes, const float *__restrict__ x,
+               const float *__restrict__ bias, float *__restrict__ y, int64_t n_in, int64_t n_out,
+               int64_t nt) {
+    using namespace nvcuda;
+    __shared__ __align__(32) half sw[MF_TC_BM * MF_TC_LD];
+    __shared__ __align__(32) half sx[MF_TC_BN * MF_TC_LD];
+    __shared__ __align__(32) float sc[MF_TC_BN * MF_TC_LDC];
+    const int tid = threadIdx.x, warp = tid >> 5;
+    const int64_t o0 = (int64_t)blockIdx.x * MF_TC_BM;
+    const int64_t t0 = (int64_t)blockIdx.y * MF_TC_BN;
+    const int64_t n_units = (n_in + 31) / 32;
+    const int lr = tid >> 1, lu = tid & 1;
+    const uint8_t *lrow = w + (uint64_t)min(o0 + lr, n_out - 1) * row_bytes;
+    const int wm = warp >> 1, wn = warp & 1;
+    const bool x_vec = (n_in & 3) == 0 && (((uintptr_t)x) & 15) == 0;
+
+    wmma::fragment<wmma::accumulator, 16, 16, 16, float> acc[2][2];
+#pragma unroll
+    for (int i = 0; i < 2; i++)
+#pragma unroll
+        for (int j = 0; j < 2; j++)
+            wmma::fill_fragment(acc[i][j], 0.0f);
+
+    for (int64_t k0 = 0; k0 < n_in; k0 += MF_TC_BK) {
+        const int64_t u = k0 / 32 + lu;
+        float wv[32];
+        if (u < n_units) {
+            mf_deq<T>::unit(lrow, u, n_in, wv);
+        } else {
+#pragma unroll
+            for (int i = 0; i < 32; i++)
+                wv[i] = 0.0f;
+        }
+        uint4 *dst = (uint4 *)(sw + lr * MF_TC_LD + 32 * lu);
+#pragma unroll
+        for (int q = 0; q < 4; q++) {
+            union { uint4 v; half2 h[4]; } pk;
+#pragma unroll
+            for (int i = 0; i < 4; i++)
+                pk.h[i] = __floats2half2_rn(wv[8 * q + 2 * i], wv[8 * q + 2 * i + 1]);
+            dst[q] = pk.v;
+        }
+#pragma unroll 4
+        for (int idx = tid; idx < MF_TC_BN * (MF_TC_BK / 4); idx += MF_GEMM_THREADS) {
+            const int tt = idx / (MF_TC_BK / 4), kq = idx % (MF_TC_BK / 4);
+            const int64_t t = t0 + tt, k = k0 + 4 * kq;
+            float4 v = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+            if (t < nt) {
+                const float *xr = x + t * n_in + k;
+                if (x_vec && k + 3 < n_in) {
+                    v = *(const float4 *)xr;
+                } else {
+                    v.x = k < n_in ? xr[0] : 0.0f;
+                    v.y = k + 1 < n_in ? xr[1] : 0.0f;
+                    v.z = k + 2 < n_in ? xr[2] : 0.0f;
+                    v.w = k + 3 < n_in ? xr[3] : 0.0f;
+                }
+            }
+            half2 *xd = (half2 *)(sx + tt * MF_TC_LD + 4 * kq);
+            xd[0] = __floats2half2_rn(v.x, v.y);
+            xd[1] = __floats2half2_rn(v.z, v.w);
+        }
+        __syncthreads();
+#pragma unroll
+        for (int kk = 0; kk < MF_TC_BK; kk += 16) {
+            wmma::fragment<wmma::matrix_a, 16, 16, 16, half, wmma::row_major> fa[2];
+            wmma::fragment<wmma::matrix_b, 16, 16, 16, half, wmma::col_major> fb[2];
+#pragma unroll
+            for (int i = 0; i < 2; i++)
+                wmma::load_matrix_sync(fa[i], sw + (wm * 32 + 16 * i) * MF_TC_LD + kk, MF_TC_LD);
+#pragma unroll
+            for (int j = 0; j < 2; j++)
+                wmma::load_matrix_sync(fb[j], sx + (wn * 32 + 16 * j) * MF_TC_LD + kk, MF_TC_LD);
+#pragma unroll
+            for (int i = 0; i < 2; i++)
+#pragma unroll
+                for (int j = 0; j < 2; j++)
+                    wmma::mma_sync(acc[i][j], fa[i], fb[j], acc[i][j]);
+        }
+        __syncthreads(); /* the tiles are overwritten by the next K step */
+    }
+    /* sc[t][o]: element (output row o, token col t) of a col-major C */
+#pragma unroll
+    for (int i = 0; i < 2; i++)
+#pragma unroll
+        for (int j = 0; j < 2; j++)
+            wmma::store_matrix_sync(sc + (wn * 32 + 16 * j) * MF_TC_LDC + wm * 32 + 16 * i, acc[i][j],
+                                    MF_TC_LDC, wmma::mem_col_major);
+    __syncthreads();
+    for (int idx = tid; idx < MF_TC_BM * MF_TC_BN; idx += MF_GEMM_THREADS) {
+        const int tt = idx / MF_TC_BM, oo = idx % MF_TC_BM;
+        const int64_t o = o0 + oo, t = t0 + tt;
+        if (o < n_out && t < nt)
+            y[t * n_out + o] = sc[tt * MF_TC_LDC + oo] + (bias ? bias[o] : 0.0f);
+    }
+}
+
 template <int T> static cudaError_t launch_matmul(const mf_cu_matmul_args *a, cudaStream_t s) {
-    const bool gemm = a->force_gemm > 0 || (a->force_gemm == 0 && a->nt > MF_GEMV_T);
+    const int mode = a->force_gemm;
+    const bool gemm = mode > 0 || (mode == 0 && a->nt > MF_GEMV_T);
+    const bool tc = mode == 2 || (mode == 0 && !a->no_tc);
     const uint8_t *w = (const uint8_t *)a->w;
-    if (gemm) {
+    if (gemm && tc) {
+        dim3 grid((unsigned)((a->n_out + MF_TC_BM - 1) / MF_TC_BM),
+                  (unsigned)((a->nt + MF_TC_BN - 1) / MF_TC_BN));
+        tc_gemm_kernel<T><<<grid, MF_GEMM_THREADS, 0, s>>>(w, a->row_bytes, a->x, a->bias, a->y,
+                                                           a->n_in, a->n_out, a->nt);
+    } else if (gemm) {
         dim3 grid((unsigned)((a->n_out + MF_GEMM_TO - 1) / MF_GEMM_TO),
                   (unsigned)((a->nt + MF_GEMM_TT - 1) / MF_GEMM_TT));
         gemm_kernel<T><<<grid, MF_GEMM_THREADS, 0, s>>>(w, a->row_bytes, a->x, a->bias, a->y,
@@ -210,7 +339,8 @@ extern "C" int mf_cu_type_supported(uint32_t wtype) {
 extern "C" cudaError_t mf_cu_probe_matmul(size_t smem_limit, const char **bad) {
 #define MF_CASE(T)                                      \
     MF_PROBE(gemv_kernel<T>, 32 * MF_GEMV_WARPS);       \
-    MF_PROBE(gemm_kernel<T>, MF_GEMM_THREADS);
+    MF_PROBE(gemm_kernel<T>, MF_GEMM_THREADS);          \
+    MF_PROBE(tc_gemm_kernel<T>, MF_GEMM_THREADS);
     MF_CU_FOR_EACH_WTYPE(MF_CASE)
 #undef MF_CASE
     return cudaSuccess;
