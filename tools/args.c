@@ -1,10 +1,12 @@
 /* args.c - flag parsing helpers (see args.h). */
 #include "args.h"
+#include "tools.h"
 
 #include <errno.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <unistd.h>
 #include <string.h>
 
 int mf_arg_int(const char *flag, const char *text, int64_t lo, int64_t hi, int64_t *out,
@@ -74,4 +76,16 @@ bool mf_arg_is_help(const char *arg) {
 int mf_arg_fail(const char *cmd, const mf_error *err) {
     fprintf(stderr, "%s: %s\n", cmd, err ? err->msg : "bad arguments");
     return 2;
+}
+
+const char *mf_default_model(void) {
+    const char *env = getenv("MINFER_MODEL");
+    if (env && *env)
+        return env;
+#ifdef MINFER_SOURCE_DIR
+    if (access(MF_DEFAULT_MODEL, F_OK) != 0 &&
+        access(MINFER_SOURCE_DIR "/" MF_DEFAULT_MODEL, F_OK) == 0)
+        return MINFER_SOURCE_DIR "/" MF_DEFAULT_MODEL;
+#endif
+    return MF_DEFAULT_MODEL;
 }

@@ -33,4 +33,9 @@ bool mf_arg_is_help(const char *arg);
 /* Prints "cmd: msg" on stderr and returns 2 (the bad-usage exit status). */
 int mf_arg_fail(const char *cmd, const mf_error *err);
 
+/* The model a command uses without -m: $MINFER_MODEL, else MF_DEFAULT_MODEL
+ * relative to the working directory, else the same file under the source tree
+ * this binary was built from (so `minfer run` works from any directory). */
+const char *mf_default_model(void);
+
 #endif

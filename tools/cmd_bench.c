@@ -183,11 +183,8 @@ static int parse(int argc, char **argv, bench_opts *o) {
     for (int i = 0; i < o->t.n; i++)
         if (o->t.v[i] == 0)
             o->t.v[i] = ncpu > 0 ? (int32_t)ncpu : 1;
-    if (!o->model) {
-        o->model = getenv("MINFER_MODEL");
-        if (!o->model || !*o->model)
-            o->model = MF_DEFAULT_MODEL;
-    }
+    if (!o->model)
+        o->model = mf_default_model();
     return 0;
 }
 

@@ -134,10 +134,11 @@ int mf_cmd_perplexity(int argc, char **argv) {
         mf_errorf(&e, "-ctk %s and -ctv %s differ (one cache type for K and V)", ctk, ctv);
         return mf_arg_fail(cmd, &e);
     }
-    if (!model) {
-        model = getenv("MINFER_MODEL");
-        if (!model || !*model)
-            model = MF_DEFAULT_MODEL;
+    if (!model)
+        model = mf_default_model();
+    if (max_chunks == 0) {
+        fprintf(stderr, "perplexity: --chunks 0 scores nothing (give N >= 1, or -1 for all)\n");
+        return 2;
     }
     struct stat sb;
     if (stat(model, &sb) != 0) {

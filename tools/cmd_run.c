@@ -200,11 +200,8 @@ static int parse(int argc, char **argv, bool chat, run_opts *o) {
     }
     if (o->sys)
         o->chat = true;
-    if (!o->model) {
-        o->model = getenv("MINFER_MODEL");
-        if (!o->model || !*o->model)
-            o->model = MF_DEFAULT_MODEL;
-    }
+    if (!o->model)
+        o->model = mf_default_model();
     return 0;
 }
 

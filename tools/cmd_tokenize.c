@@ -40,10 +40,6 @@ static const char *detokenize_help =
     "      --no-special   omit the text of control tokens (BOS, <|im_end|>, ...)\n"
     "  -h, --help         this text\n";
 
-static const char *default_model(void) {
-    const char *m = getenv("MINFER_MODEL");
-    return (m && *m) ? m : MF_DEFAULT_MODEL;
-}
 
 /* Opens the model and builds its tokenizer; prints the error and returns -1. */
 static int load_tokenizer(const char *cmd, const char *path, mf_gguf **g, mf_tokenizer **t) {
@@ -147,7 +143,7 @@ static int64_t tokenize_all(const mf_tokenizer *t, const char *text, size_t len,
 }
 
 int mf_cmd_tokenize(int argc, char **argv) {
-    const char *cmd = "tokenize", *model = default_model(), *prompt = NULL, *file = NULL;
+    const char *cmd = "tokenize", *model = mf_default_model(), *prompt = NULL, *file = NULL;
     bool only_ids = false, only_pieces = false, json = false, parse = true, add = true;
     bool batch = false;
     mf_error err = {{0}};
@@ -316,7 +312,7 @@ static int parse_ids(const char *s, int32_t **ids, size_t *n, size_t *cap, int32
 }
 
 int mf_cmd_detokenize(int argc, char **argv) {
-    const char *cmd = "detokenize", *model = default_model();
+    const char *cmd = "detokenize", *model = mf_default_model();
     bool render = true;
     mf_error err = {{0}};
     int first_id = argc;

@@ -386,7 +386,8 @@ MF_TEST(test_smollm2_vocab) {
         mf_gguf_close(g);
         return;
     }
-    CHECK_MSG(ms < 100.0, "load took %.1f ms", ms);
+    /* Reported, not asserted: timings vary with the machine and sanitizers. */
+    printf("  SmolLM2 vocab loaded in %.1f ms\n", ms);
     CHECK_EQ_INT(mf_tokenizer_n_vocab(t), 49152);
     CHECK_EQ_INT(mf_token_eos(t), 2);
     CHECK(mf_token_is_eog(t, 2) && mf_token_is_eog(t, 0) && !mf_token_is_eog(t, 1));
