@@ -27,7 +27,7 @@ static __global__ void __launch_bounds__(32 * MF_ATTN_WARPS) attn_kernel(mf_cu_a
     const int64_t kv_dim = (int64_t)a.n_head_kv * hd;
     const int64_t e0 = (int64_t)(h / (a.n_head / a.n_head_kv)) * hd;
     const uint64_t rb = mf_kv_row_bytes(a.kv_type, kv_dim);
-    const int64_t n_kv = a.n_past + t + 1;
+    const int64_t n_kv = (a.n_past_dev ? (int64_t)*a.n_past_dev : a.n_past) + t + 1;
 
     const float *q = a.q + (t * a.n_head + h) * (int64_t)hd;
     for (int d = threadIdx.x; d < hd; d += blockDim.x)

@@ -39,10 +39,22 @@ typedef struct mf_cu_matmul_args {
     const float *bias;      /* NULL: none */
     float *y;
     int64_t n_in, n_out, nt;
-    int32_t force_gemm;     /* tests: 2 TC GEMM, 1 SIMT GEMM, -1 GEMV, 0 choose by nt */
+    int32_t force_gemm;     /* tests: 2 TC GEMM, 1 SIMT GEMM, -1 f32 GEMV, -2 int8 GEMV,
+                               0 choose by nt (int8 GEMV for nt <= 8 when q8 is set) */
     int32_t no_tc;          /* MINFER_CUDA_NO_TC: the SIMT tier for nt > 8 */
+    void *q8;               /* scratch of mf_cu_q8_bytes(n_in, nt) for the int8 GEMV; NULL: f32 GEMV */
 } mf_cu_matmul_args;
 cudaError_t mf_cu_matmul(const mf_cu_matmul_args *a, cudaStream_t s);
+
+/* The int8 decode GEMV (gemv_q8.cu): activations quantized to int8 per
+ * 32-element unit into a->q8, then dp4a against the weight's integers.
+ * Needs a quantized weight type with n_in % 32 == 0 and nt <= 8. */
+int mf_cu_q8_supported(uint32_t wtype, int64_t n_in);
+cudaError_t mf_cu_gemv_q8(const mf_cu_matmul_args *a, cudaStream_t s);
+static inline size_t mf_cu_q8_bytes(int64_t n_in, int64_t nt) {
+    /* int8 values, then a float scale and an int32 of two half sums per unit */
+    return (size_t)(nt * n_in) + (size_t)(nt * (n_in / 32)) * 8 + 256;
+}
 
 /* nrows rows of n: y = x / sqrt(mean(x^2) + eps) * w (w has n elements, NULL:
  * no weight). QkNorm is this with n = head_dim. y may equal x. */
@@ -62,6 +74,7 @@ typedef struct mf_cu_rope_args {
     float *y;
     const int32_t *pos;
     int64_t pos0;
+    const int32_t *pos0_dev; /* non-NULL: pos0 is read from here (CUDA graph replay) */
     int64_t nt;
     int32_t n_head, head_dim, n_rot, mode;
     float theta, freq_scale;
@@ -129,6 +142,7 @@ typedef struct mf_cu_kv_args {
     void *cache;
     int64_t kv_dim;
     int64_t pos0, nt;
+    const int32_t *pos0_dev; /* non-NULL: pos0 is read from here (CUDA graph replay) */
     const float *src; /* store */
     float *dst;       /* load */
 } mf_cu_kv_args;
@@ -145,6 +159,7 @@ typedef struct mf_cu_attn_args {
     const void *k, *v;
     uint32_t kv_type;
     int64_t nt, n_past;
+    const int32_t *n_past_dev; /* non-NULL: n_past is read from here (CUDA graph replay) */
     int32_t n_head, n_head_kv, head_dim;
     float scale;
 } mf_cu_attn_args;
@@ -165,6 +180,7 @@ cudaError_t mf_cu_probe_elementwise(size_t smem_limit, const char **bad);
 cudaError_t mf_cu_probe_getrows(size_t smem_limit, const char **bad);
 cudaError_t mf_cu_probe_kv(size_t smem_limit, const char **bad);
 cudaError_t mf_cu_probe_attn(size_t smem_limit, const char **bad);
+cudaError_t mf_cu_probe_gemv_q8(size_t smem_limit, const char **bad);
 
 #ifdef __cplusplus
 }

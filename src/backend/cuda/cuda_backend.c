@@ -29,12 +29,40 @@
 #define PIN_BYTES ((size_t)64 << 20)
 #define WEIGHT_ALIGN 256
 #define NO_WEIGHT UINT64_MAX
+#define N_GENTRY 4        /* forwards (graph identities) kept captured */
+#define GRAPH_MAX_T 8     /* forwards of at most this many tokens are captured */
+#define FRUITLESS_MAX 8   /* captures without a replay before graphs turn off */
+#define Q8_SLOT 3         /* scratch slot of the int8 GEMV activations */
 
 typedef struct cu_buf {
     void *p;
     size_t size;
     bool free;
 } cu_buf;
+
+/* One deferred execute_node call of a recorded forward. */
+typedef struct cu_call {
+    int32_t node, out;
+    int32_t in[MF_MAX_SRC];
+    mf_kv_pair kv;
+} cu_call;
+
+/* A forward seen before: the graph's nodes, the calls, the shapes and the
+ * scratch pointers they launched with; exec once captured. */
+typedef struct cu_gentry {
+    const mf_graph *g;
+    mf_node *nodes;
+    int32_t n_nodes;
+    int64_t kv_dim;
+    cu_call *calls;
+    int32_t n_calls;
+    int32_t n_tokens, n_ctx;
+    uint32_t kv_type;
+    void *scr[N_SCRATCH];
+    cudaGraphExec_t exec;
+    bool no_capture; /* a capture failed: run this one plainly */
+    uint64_t used;
+} cu_gentry;
 
 typedef struct cu_trace {
     int32_t node;
@@ -72,6 +100,21 @@ typedef struct cu_ctx {
     long timeout_ms;
     int matmul_mode;
     int no_tc; /* MINFER_CUDA_NO_TC=1: SIMT GEMM tier for prefill */
+    int no_q8; /* MINFER_CUDA_NO_Q8=1: f32-activation GEMV for decode */
+
+    /* CUDA graphs (see "forward hooks" below) */
+    bool graphs_on;          /* MINFER_NO_CUDA_GRAPH=1 turns them off */
+    bool recording;          /* inside begin/end_forward: execute_node defers */
+    bool capturing;          /* launches go into a stream capture */
+    const mf_graph *rec_g;
+    mf_exec_args rec_a;
+    cu_call *rec;
+    int32_t n_rec, cap_rec;
+    cu_gentry ge[N_GENTRY];
+    uint64_t ge_clock;
+    int32_t *dev_npast;      /* n_past of the forward, read by captured kernels */
+    int32_t fruitless;       /* captures since the last replay */
+    int64_t n_captures, n_replays;
 } cu_ctx;
 
 #define CX(b) ((cu_ctx *)(b)->ctx)
@@ -231,6 +274,8 @@ static void cu_free_buffer(mf_backend *b, int32_t id) {
 
 /* ---- host copies ------------------------------------------------------------------------ */
 
+static int flush_recorded(mf_backend *b, mf_error *err);
+
 static int check_window(cu_ctx *c, int32_t id, size_t off, size_t nbytes, const char *what,
                         mf_error *err) {
     /* The free flag is not checked: the graph allocator frees ids during its
@@ -251,6 +296,8 @@ static int cu_write_host(mf_backend *b, int32_t id, size_t off, const void *src,
                          mf_error *err) {
     cu_ctx *c = CX(b);
     if (check_window(c, id, off, nbytes, "write_host", err))
+        return -1;
+    if (c->recording && c->n_rec > 0 && flush_recorded(b, err)) /* a split boundary */
         return -1;
     const uint8_t *s = src;
     while (nbytes > 0) {
@@ -273,6 +320,8 @@ static int cu_read_host(mf_backend *b, int32_t id, size_t off, void *dst, size_t
     cu_ctx *c = CX(b);
     if (check_window(c, id, off, nbytes, "read_host", err))
         return -1;
+    if (c->recording && flush_recorded(b, err))
+        return -1;
     uint8_t *d = dst;
     while (nbytes > 0) {
         size_t chunk = nbytes < PIN_BYTES ? nbytes : PIN_BYTES;
@@ -291,6 +340,8 @@ static int cu_read_host(mf_backend *b, int32_t id, size_t off, void *dst, size_t
 }
 
 static int cu_synchronize(mf_backend *b, mf_error *err) {
+    if (CX(b)->recording && flush_recorded(b, err))
+        return -1;
     return cu_wait(CX(b), "synchronize", err);
 }
 
@@ -468,6 +519,7 @@ typedef struct exec {
     const mf_node *n;
     int32_t id;
     mf_error *err;
+    const int32_t *npast_dev; /* capturing: n_past lives here, not in launch arguments */
 } exec;
 
 #define NODE_ERR(x, fmt, ...)                                                                   \
@@ -499,6 +551,10 @@ static float *scratch(exec *x, int k, size_t nbytes) {
     cu_ctx *c = x->c;
     if (c->scr_cap[k] >= nbytes)
         return c->scr[k];
+    if (c->capturing) { /* no waits or allocations inside a capture: it is abandoned */
+        NODE_ERR(x, "scratch %d must grow to %zu bytes during a CUDA graph capture", k, nbytes);
+        return NULL;
+    }
     if (cu_wait(c, "growing scratch", x->err))
         return NULL;
     if (c->scr[k])
@@ -578,7 +634,15 @@ static int run_matmul(exec *x, const mf_matmul_meta *m, const float *in, float *
     mf_cu_matmul_args a = {.wtype = m->wtype, .w = w, .row_bytes = row_bytes(m->wtype, m->n_in),
                            .x = in, .bias = bias, .y = y, .n_in = m->n_in, .n_out = m->n_out,
                            .nt = nt, .force_gemm = x->c->matmul_mode, .no_tc = x->c->no_tc};
-    return launched(x, "matmul", m->n_out, nt, mf_cu_matmul(&a, x->c->stream));
+    const int mode = x->c->matmul_mode;
+    const bool q8 = mf_cu_q8_supported(m->wtype, m->n_in) && nt <= 8 &&
+                    (mode == -2 || (mode == 0 && !x->c->no_q8));
+    if (mode == -2 && !q8)
+        return NODE_ERR(x, "int8 GEMV forced for weight '%s' (%s, n_in %lld, nt %lld) it cannot run",
+                        m->weight, mf_type_name(m->wtype), (long long)m->n_in, (long long)nt);
+    if (q8 && !(a.q8 = scratch(x, Q8_SLOT, mf_cu_q8_bytes(m->n_in, nt))))
+        return -1;
+    return launched(x, q8 ? "matmul(q8)" : "matmul", m->n_out, nt, mf_cu_matmul(&a, x->c->stream));
 }
 
 static int run_ew(exec *x, int op, const float *a, const float *b, float *y, int64_t n, int64_t b_n,
@@ -597,7 +661,8 @@ static int run_rope(exec *x, const mf_rope_meta *r, const float *in, float *y, c
                     int64_t pos0, int64_t nt) {
     if (r->n_head <= 0 || r->head_dim <= 0 || r->n_rot <= 0 || r->n_rot > r->head_dim || r->n_rot % 2)
         return NODE_ERR(x, "rope n_head %d head_dim %d n_rot %d", r->n_head, r->head_dim, r->n_rot);
-    mf_cu_rope_args a = {.x = in, .y = y, .pos = pos, .pos0 = pos0, .nt = nt, .n_head = r->n_head,
+    mf_cu_rope_args a = {.x = in, .y = y, .pos = pos, .pos0 = pos0, .pos0_dev = pos ? NULL : x->npast_dev,
+                         .nt = nt, .n_head = r->n_head,
                          .head_dim = r->head_dim, .n_rot = r->n_rot, .mode = r->mode,
                          .theta = r->theta, .freq_scale = r->freq_scale};
     return launched(x, "rope", nt, r->n_head, mf_cu_rope(&a, x->c->stream));
@@ -630,7 +695,7 @@ static void *kv_region(exec *x, int32_t id, const mf_exec_args *ea, int64_t rows
 static int run_store(exec *x, void *kc, void *vc, const mf_exec_args *ea, const float *k,
                      const float *v, int64_t nt) {
     mf_cu_kv_args a = {.kv_type = ea->kv_type, .cache = kc, .kv_dim = x->g->kv_dim,
-                       .pos0 = ea->n_past, .nt = nt, .src = k};
+                       .pos0 = ea->n_past, .pos0_dev = x->npast_dev, .nt = nt, .src = k};
     if (launched(x, "kv_store(k)", nt, x->g->kv_dim, mf_cu_kv_store(&a, x->c->stream)))
         return -1;
     a.cache = vc;
@@ -723,12 +788,14 @@ static int exec_qkv(exec *x, const int32_t *in, int32_t out, mf_kv_pair kv, cons
 
 /* ---- execute -------------------------------------------------------------------------------- */
 
-static int cu_execute_node(mf_backend *b, const mf_graph *g, int32_t node, const int32_t *in,
-                           int32_t out, mf_kv_pair kv, const mf_exec_args *ea, mf_error *err) {
+/* Launches node `node` now (execute_node's contract). */
+static int exec_now(mf_backend *b, const mf_graph *g, int32_t node, const int32_t *in, int32_t out,
+                    mf_kv_pair kv, const mf_exec_args *ea, mf_error *err) {
     cu_ctx *c = CX(b);
     if (node < 0 || node >= g->n_nodes)
         return mf_errorf(err, "cuda: node %d outside the graph (%d nodes)", node, g->n_nodes);
-    exec xx = {.c = c, .g = g, .n = &g->nodes[node], .id = node, .err = err};
+    exec xx = {.c = c, .g = g, .n = &g->nodes[node], .id = node, .err = err,
+               .npast_dev = c->capturing ? c->dev_npast : NULL};
     exec *x = &xx;
     const mf_node *n = x->n;
     if (!cu_supports_op(b, n))
@@ -899,7 +966,8 @@ static int cu_execute_node(mf_backend *b, const mf_graph *g, int32_t node, const
         if (!y)
             return -1;
         mf_cu_attn_args a = {.q = q, .out = y, .k = kc, .v = vc, .kv_type = ea->kv_type, .nt = nt,
-                             .n_past = ea->n_past, .n_head = m->n_head, .n_head_kv = m->n_head_kv,
+                             .n_past = ea->n_past, .n_past_dev = x->npast_dev,
+                             .n_head = m->n_head, .n_head_kv = m->n_head_kv,
                              .head_dim = m->head_dim, .scale = m->scale};
         return launched(x, "attn", nt, m->n_head, mf_cu_attn(&a, st));
     }
@@ -987,15 +1055,242 @@ static int cu_execute_node(mf_backend *b, const mf_graph *g, int32_t node, const
     }
 }
 
+/* ---- forward hooks: CUDA graphs ------------------------------------------------------- */
+
+/* A decode step launches a few hundred small kernels; their launch cost, not
+ * the GPU, bounds small models. Between begin_forward and end_forward (a
+ * forward of at most GRAPH_MAX_T tokens) execute_node only records its call.
+ * end_forward then compares the forward with the ones seen before (the
+ * graph pointer, a byte copy of its nodes, every call's buffer ids, the
+ * shapes and the scratch pointers: everything a launch depends on except
+ * n_past) and either
+ *   - replays the captured CUDA graph (n_past uploaded to dev_npast first;
+ *     captured kernels read it from there), or
+ *   - on the second identical forward, captures the calls in stream capture
+ *     mode, instantiates and launches the graph, or
+ *   - runs the calls plainly and remembers the forward.
+ * A capture that fails (say scratch would have to grow) is abandoned before
+ * anything ran and the calls run plainly. Host copies, a synchronize or a
+ * different graph inside a recording flush it (the calls run plainly, in
+ * order), so multi-split forwards stay correct. After FRUITLESS_MAX captures
+ * without a replay graphs turn off (a forward that never repeats). */
+
+static void gentry_clear(cu_gentry *e) {
+    if (e->exec)
+        cudaGraphExecDestroy(e->exec);
+    free(e->nodes);
+    free(e->calls);
+    memset(e, 0, sizeof *e);
+}
+
+static int run_calls(mf_backend *b, const mf_graph *g, const cu_call *calls, int32_t n,
+                     const mf_exec_args *a, mf_error *err) {
+    for (int32_t i = 0; i < n; i++)
+        if (exec_now(b, g, calls[i].node, calls[i].in, calls[i].out, calls[i].kv, a, err))
+            return -1;
+    return 0;
+}
+
+static int flush_recorded(mf_backend *b, mf_error *err) {
+    cu_ctx *c = CX(b);
+    if (!c->recording)
+        return 0;
+    c->recording = false;
+    return run_calls(b, c->rec_g, c->rec, c->n_rec, &c->rec_a, err);
+}
+
+static int cu_begin_forward(mf_backend *b, const mf_graph *g, const mf_exec_args *a, mf_error *err) {
+    cu_ctx *c = CX(b);
+    (void)err;
+    /* a recording still open belongs to a forward that failed before its
+     * end_forward: its calls are dropped, never run late */
+    c->recording = false;
+    c->n_rec = 0;
+    if (!c->graphs_on || a->n_tokens > GRAPH_MAX_T)
+        return 0;
+    c->recording = true;
+    c->rec_g = g;
+    c->rec_a = *a;
+    c->n_rec = 0;
+    return 0;
+}
+
+static int cu_execute_node(mf_backend *b, const mf_graph *g, int32_t node, const int32_t *in,
+                           int32_t out, mf_kv_pair kv, const mf_exec_args *ea, mf_error *err) {
+    cu_ctx *c = CX(b);
+    if (c->recording && (g != c->rec_g || ea->n_past != c->rec_a.n_past ||
+                         ea->n_tokens != c->rec_a.n_tokens || node < 0 || node >= g->n_nodes ||
+                         g->nodes[node].n_src > MF_MAX_SRC) &&
+        flush_recorded(b, err))
+        return -1;
+    if (!c->recording)
+        return exec_now(b, g, node, in, out, kv, ea, err);
+    if (c->n_rec == c->cap_rec) {
+        c->cap_rec = c->cap_rec ? 2 * c->cap_rec : 512;
+        c->rec = mf_realloc(c->rec, (size_t)c->cap_rec * sizeof *c->rec);
+    }
+    cu_call *k = &c->rec[c->n_rec++];
+    memset(k, 0, sizeof *k);
+    k->node = node;
+    k->out = out;
+    k->kv = kv;
+    for (int i = 0; i < g->nodes[node].n_src; i++)
+        k->in[i] = in[i];
+    return 0;
+}
+
+static bool gentry_matches(const cu_ctx *c, const cu_gentry *e) {
+    const mf_graph *g = c->rec_g;
+    return e->g == g && e->n_nodes == g->n_nodes && e->kv_dim == g->kv_dim &&
+           e->n_calls == c->n_rec && e->n_tokens == c->rec_a.n_tokens &&
+           e->n_ctx == c->rec_a.n_ctx && e->kv_type == c->rec_a.kv_type &&
+           memcmp(e->scr, c->scr, sizeof e->scr) == 0 &&
+           memcmp(e->calls, c->rec, (size_t)c->n_rec * sizeof *c->rec) == 0 &&
+           memcmp(e->nodes, g->nodes, (size_t)g->n_nodes * sizeof *g->nodes) == 0;
+}
+
+/* Enqueues the upload of the forward's n_past to dev_npast (before the
+ * graph's kernels, in stream order). */
+static int upload_npast(cu_ctx *c, int32_t n_past, mf_error *err) {
+    if (c->pin_used + 256 > PIN_BYTES && cu_wait(c, "n_past upload", err))
+        return -1;
+    memcpy(c->pin + c->pin_used, &n_past, sizeof n_past);
+    CU_TRY(cudaMemcpyAsync(c->dev_npast, c->pin + c->pin_used, sizeof n_past, cudaMemcpyHostToDevice,
+                           c->stream));
+    c->pin_used += 256;
+    return 0;
+}
+
+static void trace_graph(cu_ctx *c, const char *what, int32_t n_calls) {
+    cu_trace *t = &c->ring[c->n_launched++ % TRACE_N];
+    memset(t, 0, sizeof *t);
+    t->node = -1;
+    snprintf(t->name, sizeof t->name, "forward");
+    t->op = "graph";
+    t->kernel = what;
+    t->d0 = n_calls;
+    t->d1 = 1;
+}
+
+/* Captures the recorded calls into e->exec; false (nothing launched, the
+ * stream out of capture mode) when any part fails. */
+static bool capture(mf_backend *b, cu_gentry *e, mf_error *err) {
+    cu_ctx *c = CX(b);
+    if (cudaStreamBeginCapture(c->stream, cudaStreamCaptureModeThreadLocal) != cudaSuccess) {
+        cudaGetLastError();
+        return false;
+    }
+    c->capturing = true;
+    mf_error cerr;
+    int rc = run_calls(b, c->rec_g, c->rec, c->n_rec, &c->rec_a, &cerr);
+    c->capturing = false;
+    cudaGraph_t graph = NULL;
+    cudaError_t ce = cudaStreamEndCapture(c->stream, &graph);
+    bool ok = rc == 0 && ce == cudaSuccess && graph;
+    if (ok && cudaGraphInstantiate(&e->exec, graph, 0) != cudaSuccess) {
+        e->exec = NULL;
+        ok = false;
+    }
+    if (graph)
+        cudaGraphDestroy(graph);
+    if (!ok) {
+        cudaGetLastError();
+        mf_log(MF_LOG_DEBUG, "cuda: graph capture abandoned (%s); running the forward plainly",
+               rc ? cerr.msg : cudaGetErrorName(ce));
+    }
+    (void)err;
+    return ok;
+}
+
+static int cu_end_forward(mf_backend *b, const mf_graph *g, const mf_exec_args *a, mf_error *err) {
+    cu_ctx *c = CX(b);
+    if (!c->recording)
+        return 0;
+    if (g != c->rec_g || a->n_past != c->rec_a.n_past)
+        return flush_recorded(b, err);
+    c->recording = false;
+    if (c->n_rec == 0 || (int64_t)a->n_past + a->n_tokens > a->n_ctx)
+        return run_calls(b, g, c->rec, c->n_rec, a, err); /* the plain path reports it */
+    cu_gentry *e = NULL;
+    for (int i = 0; i < N_GENTRY; i++)
+        if (c->ge[i].g == g)
+            e = &c->ge[i];
+    const bool match = e && gentry_matches(c, e);
+    if (match && e->exec) {
+        e->used = ++c->ge_clock;
+        if (upload_npast(c, a->n_past, err))
+            return -1;
+        trace_graph(c, "cudaGraphLaunch", c->n_rec);
+        CU_TRY(cudaGraphLaunch(e->exec, c->stream));
+        c->n_replays++;
+        c->fruitless = 0;
+        return 0;
+    }
+    if (match && !e->no_capture) {
+        e->used = ++c->ge_clock;
+        if (upload_npast(c, a->n_past, err))
+            return -1;
+        if (capture(b, e, err)) {
+            trace_graph(c, "cudaGraphLaunch(first)", c->n_rec);
+            CU_TRY(cudaGraphLaunch(e->exec, c->stream));
+            c->n_captures++;
+            if (++c->fruitless >= FRUITLESS_MAX) {
+                mf_log(MF_LOG_INFO, "cuda: %d graph captures without a replay; CUDA graphs off",
+                       c->fruitless);
+                c->graphs_on = false;
+            }
+            return 0;
+        }
+        e->no_capture = true;
+        return run_calls(b, g, c->rec, c->n_rec, a, err);
+    }
+    if (run_calls(b, g, c->rec, c->n_rec, a, err))
+        return -1;
+    if (match)
+        return 0; /* capture failed before: stays plain */
+    /* remember this forward (replacing the entry of this graph, else the
+     * least recently used one) */
+    if (!e) {
+        e = &c->ge[0];
+        for (int i = 1; i < N_GENTRY; i++)
+            if (c->ge[i].used < e->used)
+                e = &c->ge[i];
+    }
+    /* an exec being replaced may still run: the stream orders its
+     * destruction after it (cudaGraphExecDestroy is safe for a launched
+     * graph once the launch was enqueued) */
+    gentry_clear(e);
+    e->g = g;
+    e->n_nodes = g->n_nodes;
+    e->nodes = mf_malloc((size_t)(g->n_nodes > 0 ? g->n_nodes : 1) * sizeof *e->nodes);
+    memcpy(e->nodes, g->nodes, (size_t)g->n_nodes * sizeof *g->nodes);
+    e->kv_dim = g->kv_dim;
+    e->calls = mf_malloc((size_t)c->n_rec * sizeof *e->calls);
+    memcpy(e->calls, c->rec, (size_t)c->n_rec * sizeof *c->rec);
+    e->n_calls = c->n_rec;
+    e->n_tokens = a->n_tokens;
+    e->n_ctx = a->n_ctx;
+    e->kv_type = a->kv_type;
+    memcpy(e->scr, c->scr, sizeof e->scr);
+    e->used = ++c->ge_clock;
+    return 0;
+}
+
 /* ---- lifetime ------------------------------------------------------------------------------- */
 
 static void cu_free(mf_backend *b) {
     cu_ctx *c = CX(b);
     if (c->stream) {
         mf_error e;
+        c->recording = false; /* an unfinished forward's calls are dropped */
         if (cu_wait(c, "free", &e))
             fprintf(stderr, "%s\n", e.msg);
     }
+    for (int i = 0; i < N_GENTRY; i++)
+        gentry_clear(&c->ge[i]);
+    free(c->rec);
+    if (c->dev_npast)
+        cudaFree(c->dev_npast);
     for (int32_t i = 0; i < c->n_bufs; i++)
         if (c->bufs[i].p)
             cudaFree(c->bufs[i].p);
@@ -1028,8 +1323,8 @@ static const mf_backend_ops cu_ops = {
     .write_host = cu_write_host,
     .synchronize = cu_synchronize,
     .has_weight = cu_has_weight,
-    .begin_forward = NULL,
-    .end_forward = NULL,
+    .begin_forward = cu_begin_forward,
+    .end_forward = cu_end_forward,
     .free = cu_free,
 };
 
@@ -1059,7 +1354,7 @@ static int open_device(cu_ctx *c, mf_error *err) {
     const char *bad = "?";
     cudaError_t (*probes[])(size_t, const char **) = {
         mf_cu_probe_matmul, mf_cu_probe_norm, mf_cu_probe_rope, mf_cu_probe_elementwise,
-        mf_cu_probe_getrows, mf_cu_probe_kv, mf_cu_probe_attn};
+        mf_cu_probe_getrows, mf_cu_probe_kv, mf_cu_probe_attn, mf_cu_probe_gemv_q8};
     for (size_t i = 0; i < sizeof probes / sizeof probes[0]; i++) {
         e = probes[i](c->smem_per_block, &bad);
         if (e != cudaSuccess) {
@@ -1088,6 +1383,8 @@ int mf_backend_cuda_new_progress(const mf_weights *w, mf_cuda_progress_fn progre
     if (c->timeout_ms <= 0)
         c->timeout_ms = 10000;
     c->no_tc = mf_env_flag("MINFER_CUDA_NO_TC");
+    c->no_q8 = mf_env_flag("MINFER_CUDA_NO_Q8");
+    c->graphs_on = !mf_env_flag("MINFER_NO_CUDA_GRAPH");
     if (open_device(c, err))
         goto fail;
     cudaError_t e = cudaStreamCreateWithFlags(&c->stream, cudaStreamNonBlocking);
@@ -1095,6 +1392,8 @@ int mf_backend_cuda_new_progress(const mf_weights *w, mf_cuda_progress_fn progre
         e = cudaMallocHost((void **)&c->pin, PIN_BYTES);
     if (e == cudaSuccess)
         e = cudaHostAlloc((void **)&c->fault, sizeof *c->fault, cudaHostAllocMapped);
+    if (e == cudaSuccess)
+        e = cudaMalloc((void **)&c->dev_npast, sizeof *c->dev_npast);
     if (e != cudaSuccess) {
         cu_err(err, "stream / pinned staging setup", e, __FILE__, __LINE__);
         goto fail;
@@ -1122,4 +1421,15 @@ const char *mf_cuda_device_desc(const mf_backend *b) {
 
 void mf_cuda_set_matmul_mode(mf_backend *b, int mode) {
     CX(b)->matmul_mode = mode;
+}
+
+void mf_cuda_set_graphs(mf_backend *b, bool on) {
+    cu_ctx *c = CX(b);
+    c->graphs_on = on;
+    c->fruitless = 0;
+}
+
+void mf_cuda_graph_stats(const mf_backend *b, int64_t *captures, int64_t *replays) {
+    *captures = CX(b)->n_captures;
+    *replays = CX(b)->n_replays;
 }

@@ -12,12 +12,16 @@
  * last 16 kernels launched (also printed to stderr).
  *
  * Levers: MINFER_DISABLE_CUDA=1 makes the constructor fail with a message
- * (the caller then runs on the CPU); MINFER_CUDA_DEVICE=N; MINFER_GPU_TIMEOUT_MS.
+ * (the caller then runs on the CPU); MINFER_CUDA_DEVICE=N; MINFER_GPU_TIMEOUT_MS;
+ * MINFER_NO_CUDA_GRAPH=1 (no graph capture of decode forwards);
+ * MINFER_CUDA_NO_Q8=1 (decode GEMV on f32 activations instead of int8);
+ * MINFER_CUDA_NO_TC=1 (SIMT GEMM for prefill).
  * Without a usable device or driver the constructor fails the same way:
  * never an abort. */
 #ifndef MF_CUDA_BACKEND_H
 #define MF_CUDA_BACKEND_H
 
+#include <stdbool.h>
 #include <stdint.h>
 
 #include "backend/backend.h"
@@ -36,7 +40,14 @@ int mf_backend_cuda_new_progress(const mf_weights *w, mf_cuda_progress_fn progre
 const char *mf_cuda_device_desc(const mf_backend *b);
 
 /* Tests: force the matmul kernel family (2 tensor-core GEMM, 1 SIMT GEMM,
- * -1 GEMV, 0 by token count). Not for production use. */
+ * -1 f32-activation GEMV, -2 int8 GEMV, 0 by token count and type). Not for
+ * production use. */
 void mf_cuda_set_matmul_mode(mf_backend *b, int mode);
+
+/* CUDA graph capture/replay of small forwards (begin_forward/end_forward):
+ * on unless MINFER_NO_CUDA_GRAPH=1; tests switch it and read how many
+ * forwards were captured and replayed. */
+void mf_cuda_set_graphs(mf_backend *b, bool on);
+void mf_cuda_graph_stats(const mf_backend *b, int64_t *captures, int64_t *replays);
 
 #endif

@@ -9,7 +9,8 @@
 static __global__ void kv_store_kernel(mf_cu_kv_args a) {
     const int64_t t = blockIdx.y;
     const float *src = a.src + t * a.kv_dim;
-    uint8_t *row = (uint8_t *)a.cache + (uint64_t)(a.pos0 + t) * mf_kv_row_bytes(a.kv_type, a.kv_dim);
+    const int64_t pos0 = a.pos0_dev ? (int64_t)*a.pos0_dev : a.pos0;
+    uint8_t *row = (uint8_t *)a.cache + (uint64_t)(pos0 + t) * mf_kv_row_bytes(a.kv_type, a.kv_dim);
     if (a.kv_type == MF_TYPE_Q8_0) {
         /* one warp per 32-element block; every lane of a warp stays to the
          * shuffles, out-of-range warps compute on block 0 and skip stores */

@@ -18,6 +18,9 @@
  *     rounding to f16 costs about 3e-4 relative error per dot product (the
  *     tier's tolerance is 3e-3, documented in docs/GPU-TESTS.md);
  *     MINFER_CUDA_NO_TC=1 (host side) selects the SIMT tier instead.
+ * For nt <= 8 on quantized weights with a q8 scratch, auto mode hands the
+ * call to the int8 GEMV (gemv_q8.cu); this file's GEMV is then the f32
+ * reference tier (mode -1, MINFER_CUDA_NO_Q8=1, float weights).
  * Accumulation is f32. Out-of-range rows/tokens compute on clamped indices
  * and skip only their stores (no early return before a barrier). */
 #include "backend/cuda/cuda_args.h"
@@ -290,6 +293,8 @@ tc_gemm_kernel(const uint8_t *__restrict__ w, uint64_t row_bytes, const float *_
 template <int T> static cudaError_t launch_matmul(const mf_cu_matmul_args *a, cudaStream_t s) {
     const int mode = a->force_gemm;
     const bool gemm = mode > 0 || (mode == 0 && a->nt > MF_GEMV_T);
+    if (mode == -2 || (mode == 0 && !gemm && a->q8 && mf_cu_q8_supported(a->wtype, a->n_in)))
+        return mf_cu_gemv_q8(a, s);
     const bool tc = mode == 2 || (mode == 0 && !a->no_tc);
     const uint8_t *w = (const uint8_t *)a->w;
     if (gemm && tc) {

@@ -12,7 +12,7 @@ static __global__ void rope_kernel(mf_cu_rope_args a) {
     const int h = (int)(blockIdx.x % a.n_head);
     const float *xv = a.x + (t * a.n_head + h) * (int64_t)a.head_dim;
     float *yv = a.y + (t * a.n_head + h) * (int64_t)a.head_dim;
-    const double p = a.pos ? (double)a.pos[t] : (double)(a.pos0 + t);
+    const double p = a.pos ? (double)a.pos[t] : (double)((a.pos0_dev ? (int64_t)*a.pos0_dev : a.pos0) + t);
     const int half = a.n_rot / 2;
     const bool neox = (a.mode & 2) != 0;
     for (int i = threadIdx.x; i < half; i += blockDim.x) {
