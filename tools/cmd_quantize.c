@@ -24,6 +24,8 @@ static void quantize_usage(FILE *f) {
             "  tied token_embd.weight) gets q6_K (q8_0 for Q8_0), *_M mixes give attn_v\n"
             "  and ffn_down more bits in some layers, K-quants on rows that are not a\n"
             "  multiple of 256 fall back to q5_0/q5_1/q8_0/q4_0.\n"
+            "  Single type q2_K: the names are case-insensitive, so q2_K is the Q2_K mix;\n"
+            "  'Q2_K --pure' gives every 2-D weight q2_K.\n"
             "  --threads N  worker threads (default: all cores)\n"
             "  --pure       no per-tensor adjustments: every 2-D weight gets TYPE\n",
             mf_quant_mix_names());

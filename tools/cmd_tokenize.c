@@ -30,14 +30,16 @@ static const char *tokenize_help =
     "  -h, --help         this text\n";
 
 static const char *detokenize_help =
-    "usage: minfer detokenize [-m MODEL] [--no-special] [IDS...]\n"
+    "usage: minfer detokenize [-m MODEL] [--no-special] [--no-newline] [IDS...]\n"
     "\n"
     "Prints the text of the token ids given as arguments, or read from stdin\n"
-    "(separated by spaces, commas or newlines) when there are none. Bytes that\n"
-    "do not form valid UTF-8 are printed as U+FFFD.\n"
+    "(separated by spaces, commas or newlines) when there are none, followed by\n"
+    "one newline (not part of the text; --no-newline omits it, for a byte-exact\n"
+    "round trip). Bytes that do not form valid UTF-8 are printed as U+FFFD.\n"
     "\n"
     "  -m, --model MODEL  GGUF model (default $MINFER_MODEL, else " MF_DEFAULT_MODEL ")\n"
     "      --no-special   omit the text of control tokens (BOS, <|im_end|>, ...)\n"
+    "      --no-newline   do not end the output with a newline\n"
     "  -h, --help         this text\n";
 
 
@@ -313,7 +315,7 @@ static int parse_ids(const char *s, int32_t **ids, size_t *n, size_t *cap, int32
 
 int mf_cmd_detokenize(int argc, char **argv) {
     const char *cmd = "detokenize", *model = mf_default_model();
-    bool render = true;
+    bool render = true, newline = true;
     mf_error err = {{0}};
     int first_id = argc;
     for (int i = 1; i < argc; i++) {
@@ -330,6 +332,8 @@ int mf_cmd_detokenize(int argc, char **argv) {
             model = v;
         } else if (!strcmp(argv[i], "--no-special")) {
             render = false;
+        } else if (!strcmp(argv[i], "--no-newline")) {
+            newline = false;
         } else if (argv[i][0] == '-' && argv[i][1] && !(argv[i][1] >= '0' && argv[i][1] <= '9')) {
             mf_errorf(&err, "unknown option '%s' (see 'minfer detokenize --help')", argv[i]);
             return mf_arg_fail(cmd, &err);
@@ -378,7 +382,8 @@ int mf_cmd_detokenize(int argc, char **argv) {
         size_t l = mf_detok_flush(&d, buf, bufsz);
         fwrite(buf, 1, l, stdout);
         free(buf);
-        fputc('\n', stdout);
+        if (newline)
+            fputc('\n', stdout);
     }
     free(ids);
     mf_tokenizer_free(t);

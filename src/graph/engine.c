@@ -234,9 +234,21 @@ static void *host_buf(mf_engine *e, size_t n) {
 
 /* ---- KV regions -------------------------------------------------------------------- */
 
+/* Rows per host round trip when zeroing or migrating a KV region: bounded so
+ * a large context never needs a second full-size copy in host memory. */
+static int64_t kv_chunk_rows(size_t row_a, size_t row_b, int64_t n_ctx) {
+    size_t row = row_a > row_b ? row_a : row_b;
+    int64_t r = (int64_t)((4u << 20) / (row ? row : 1));
+    if (r < 1)
+        r = 1;
+    return r < n_ctx ? r : n_ctx;
+}
+
 /* Puts layer l's regions on backend b in type `type`: allocates (zeroed) on
  * first use; when a rebuild moved the layer's attention or changed the cache
- * type, carries the contents over through the host (converting the rows). */
+ * type, carries the contents over through the host (converting the rows).
+ * Out of memory (host or backend) is an error naming the layer, the bytes
+ * and the backend; nothing is changed then. Host memory used: a few MiB. */
 static int kv_place(mf_engine *e, int32_t l, int32_t b, uint32_t type, mf_error *err) {
     kv_region *r = &e->kv[l];
     if (r->backend == b && r->type == type)
@@ -246,34 +258,48 @@ static int kv_place(mf_engine *e, int32_t l, int32_t b, uint32_t type, mf_error 
     if (row == 0)
         return mf_errorf(err, "engine: kv cache type %s needs kv_dim %% %lld == 0 (kv_dim %lld)",
                          mf_type_name(type), (long long)mf_type_get(type)->block_size, (long long)kv_dim);
-    size_t bytes = row * (size_t)n_ctx;
     mf_backend *nbk = e->be[b];
+    if ((uint64_t)n_ctx > SIZE_MAX / row)
+        return mf_errorf(err, "engine: KV region of layer %d (%lld rows of %zu bytes) on %s overflows size_t",
+                         l, (long long)n_ctx, row, nbk->ops->name(nbk));
+    size_t bytes = row * (size_t)n_ctx;
+    const bool migrate = r->backend >= 0;
+    mf_backend *obk = migrate ? e->be[r->backend] : NULL;
+    size_t orow = migrate ? mf_type_row_size(r->type, kv_dim) : 0;
+    int64_t chunk = kv_chunk_rows(row, orow, n_ctx);
     int32_t ids[2] = {-1, -1};
-    void *dst = mf_calloc(bytes, 1);
-    float *tmp = NULL;
-    void *src = NULL;
+    void *dst = calloc((size_t)chunk, row);
+    void *src = migrate ? malloc((size_t)chunk * orow) : NULL;
+    float *tmp = migrate && r->type != type ? malloc((size_t)chunk * (size_t)kv_dim * sizeof *tmp) : NULL;
     int rc = 0;
+    if (!dst || (migrate && !src) || (migrate && r->type != type && !tmp))
+        rc = mf_errorf(err, "engine: KV region of layer %d (%zu bytes) on %s: out of host memory for "
+                       "a %lld-row staging chunk", l, bytes, nbk->ops->name(nbk), (long long)chunk);
     for (int w = 0; w < 2 && !rc; w++) {
-        if (r->backend >= 0) {
-            mf_backend *obk = e->be[r->backend];
-            size_t obytes = mf_type_row_size(r->type, kv_dim) * (size_t)n_ctx;
-            src = src ? src : mf_malloc(obytes);
-            if (obk->ops->read_host(obk, w ? r->v : r->k, 0, src, obytes, err)) {
-                rc = mf_error_prefix(err, "engine: migrating KV of layer %d", l);
-                break;
-            }
-            if (r->type == type) {
-                memcpy(dst, src, bytes);
-            } else {
-                tmp = tmp ? tmp : mf_malloc((size_t)(n_ctx * kv_dim) * sizeof *tmp);
-                mf_dequantize_rows(r->type, src, tmp, n_ctx, kv_dim);
-                mf_quantize_rows(type, tmp, dst, n_ctx, kv_dim);
-            }
-        }
         ids[w] = nbk->ops->alloc_fresh(nbk, bytes, err);
-        if (ids[w] < 0 || nbk->ops->write_host(nbk, ids[w], 0, dst, bytes, err))
+        if (ids[w] < 0) {
             rc = mf_error_prefix(err, "engine: KV region of layer %d (%zu bytes) on %s", l, bytes,
                                  nbk->ops->name(nbk));
+            break;
+        }
+        for (int64_t r0 = 0; r0 < n_ctx && !rc; r0 += chunk) {
+            int64_t nr = n_ctx - r0 < chunk ? n_ctx - r0 : chunk;
+            if (migrate) {
+                if (obk->ops->read_host(obk, w ? r->v : r->k, (size_t)r0 * orow, src, (size_t)nr * orow, err)) {
+                    rc = mf_error_prefix(err, "engine: migrating KV of layer %d", l);
+                    break;
+                }
+                if (r->type == type) {
+                    memcpy(dst, src, (size_t)nr * row);
+                } else {
+                    mf_dequantize_rows(r->type, src, tmp, nr, kv_dim);
+                    mf_quantize_rows(type, tmp, dst, nr, kv_dim);
+                }
+            }
+            if (nbk->ops->write_host(nbk, ids[w], (size_t)r0 * row, dst, (size_t)nr * row, err))
+                rc = mf_error_prefix(err, "engine: KV region of layer %d (%zu bytes) on %s", l, bytes,
+                                     nbk->ops->name(nbk));
+        }
     }
     free(dst);
     free(tmp);
@@ -284,8 +310,7 @@ static int kv_place(mf_engine *e, int32_t l, int32_t b, uint32_t type, mf_error 
                 nbk->ops->free_buffer(nbk, ids[w]);
         return -1;
     }
-    if (r->backend >= 0) {
-        mf_backend *obk = e->be[r->backend];
+    if (migrate) {
         obk->ops->free_buffer(obk, r->k);
         obk->ops->free_buffer(obk, r->v);
     }
@@ -487,21 +512,53 @@ static int run_splits(mf_engine *e, const mf_exec_args *a, int32_t *last, mf_err
     return 0;
 }
 
-int mf_engine_forward(mf_engine *e, mf_graph_params *p, mf_graph_build_fn build, void *build_ctx,
-                      const int32_t *tokens, int32_t n_past, float *logits, mf_error *err) {
-    if (p->n_tokens <= 0 || n_past < 0)
-        return mf_errorf(err, "forward: n_tokens %d, n_past %d", p->n_tokens, n_past);
+/* The backend for a layer whose KV no node of the graph placed: the first
+ * participating one (priority order). */
+static int32_t kv_home(const mf_engine *e, const mf_graph_params *p) {
+    for (int i = 0; i < e->nb; i++)
+        if (p->backends >> i & 1u)
+            return i;
+    return 0;
+}
+
+/* Completes p (n_ctx, backends) and makes the cached graph the one for p:
+ * reused when the params are equal, else rebuilt (KV regions placed, buffers
+ * allocated). what: "forward" or "reserve" for the messages. */
+static int prepare(mf_engine *e, mf_graph_params *p, mf_graph_build_fn build, void *build_ctx,
+                   const char *what, mf_error *err) {
     if (p->n_ctx == 0)
         p->n_ctx = e->o.n_ctx;
     if (p->n_ctx != e->o.n_ctx)
-        return mf_errorf(err, "forward: params n_ctx %d != engine n_ctx %d", p->n_ctx, e->o.n_ctx);
-    if ((int64_t)n_past + p->n_tokens > p->n_ctx)
-        return mf_errorf(err, "forward: context full: n_past %d + n_tokens %d > n_ctx %d", n_past,
-                         p->n_tokens, p->n_ctx);
+        return mf_errorf(err, "%s: params n_ctx %d != engine n_ctx %d", what, p->n_ctx, e->o.n_ctx);
     p->backends = mf_engine_participants(e, p);
     if (!e->cached || !mf_graph_params_eq(p, &e->gp))
         if (rebuild(e, p, build, build_ctx, err))
             return -1;
+    return 0;
+}
+
+int mf_engine_reserve(mf_engine *e, mf_graph_params *p, mf_graph_build_fn build, void *build_ctx,
+                      mf_error *err) {
+    if (p->n_tokens <= 0 || p->n_tokens > e->o.n_ctx)
+        return mf_errorf(err, "reserve: n_tokens %d outside [1, n_ctx %d]", p->n_tokens, e->o.n_ctx);
+    if (prepare(e, p, build, build_ctx, "reserve", err))
+        return -1;
+    /* Every layer's KV regions, also those of layers the graph did not touch. */
+    for (int32_t l = 0; l < e->o.n_layers; l++)
+        if (e->kv[l].backend < 0 && kv_place(e, l, kv_home(e, p), p->kv_type, err))
+            return -1;
+    return 0;
+}
+
+int mf_engine_forward(mf_engine *e, mf_graph_params *p, mf_graph_build_fn build, void *build_ctx,
+                      const int32_t *tokens, int32_t n_past, float *logits, mf_error *err) {
+    if (p->n_tokens <= 0 || n_past < 0)
+        return mf_errorf(err, "forward: n_tokens %d, n_past %d", p->n_tokens, n_past);
+    if ((int64_t)n_past + p->n_tokens > (p->n_ctx ? p->n_ctx : e->o.n_ctx))
+        return mf_errorf(err, "forward: context full: n_past %d + n_tokens %d > n_ctx %d", n_past,
+                         p->n_tokens, p->n_ctx ? p->n_ctx : e->o.n_ctx);
+    if (prepare(e, p, build, build_ctx, "forward", err))
+        return -1;
 
     mf_exec_args a = {.n_past = n_past, .n_tokens = p->n_tokens, .n_ctx = p->n_ctx, .kv_type = p->kv_type};
     uint32_t used = 0;

@@ -48,6 +48,15 @@ mf_backend *mf_engine_backend(const mf_engine *e, int i);
 int mf_engine_forward(mf_engine *e, mf_graph_params *p, mf_graph_build_fn build, void *build_ctx,
                       const int32_t *tokens, int32_t n_past, float *logits, mf_error *err);
 
+/* Reserve at session creation: makes the cached graph the one for p (as a
+ * forward of p->n_tokens tokens would: n_ctx and backends filled in, the
+ * graph built, assigned, fused and its buffers allocated) and places every
+ * layer's KV regions, without running anything. A later forward with equal
+ * params reuses that graph, so out-of-memory shows here, not mid-run.
+ * Errors name the layer / buffer, its bytes and the backend. */
+int mf_engine_reserve(mf_engine *e, mf_graph_params *p, mf_graph_build_fn build, void *build_ctx,
+                      mf_error *err);
+
 /* Number of graph (re)builds so far (tests check reuse). */
 int64_t mf_engine_n_builds(const mf_engine *e);
 /* Drops the cached graph so the next forward rebuilds (KV contents are kept). */

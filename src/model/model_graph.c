@@ -16,6 +16,35 @@ static int32_t matmul(mf_graph *g, const mf_model *m, int32_t x, const char *w, 
     return mf_g_matmul(g, x, w, mf_model_wtype(m, w), bias, n_in, n_out);
 }
 
+/* The unfused-matmul form of the fused attention input: three plain matmuls
+ * (no bias: the epilogue adds it) feeding one QKV_BIAS_ROPE_STORE node
+ * (srcs q, k, v, positions) that adds the biases, applies the optional
+ * per-head Q/K norms and RoPE, stores K/V and outputs the roped Q. */
+static int32_t qkv_epilogue(mf_graph *g, const mf_model *m, int32_t x, int32_t pos,
+                            const mf_qkv_meta *qm) {
+    const int32_t l = qm->layer;
+    int32_t q = matmul(g, m, x, qm->q.weight, NULL, qm->q.n_in, qm->q.n_out);
+    mf_g_set_name(g, q, "blk.%d.attn_q", l);
+    int32_t k = matmul(g, m, x, qm->k.weight, NULL, qm->k.n_in, qm->k.n_out);
+    mf_g_set_name(g, k, "blk.%d.attn_k", l);
+    int32_t v = matmul(g, m, x, qm->v.weight, NULL, qm->v.n_in, qm->v.n_out);
+    mf_g_set_name(g, v, "blk.%d.attn_v", l);
+    int32_t id = mf_g_node(g, MF_OP_QKV_BIAS_ROPE_STORE, MF_DTYPE_F32, qm->q.n_out, g->nodes[x].ne[1],
+                           (int32_t[]){q, k, v, pos}, 4);
+    mf_qkv_meta c = *qm;
+    const mf_matmul_meta *src[3] = {&qm->q, &qm->k, &qm->v};
+    mf_matmul_meta *dst[3] = {&c.q, &c.k, &c.v};
+    for (int i = 0; i < 3; i++) {
+        dst[i]->weight = mf_g_str(g, src[i]->weight);
+        dst[i]->bias = mf_g_str(g, src[i]->bias);
+    }
+    c.q_norm = mf_g_str(g, qm->q_norm);
+    c.k_norm = mf_g_str(g, qm->k_norm);
+    g->nodes[id].meta.qkv = c;
+    g->nodes[id].layer = l;
+    return id;
+}
+
 /* Attention half of layer l: x -> x + Wo attn(...). */
 static int32_t build_attn(mf_graph *g, const mf_model *m, const mf_graph_params *p, int32_t l,
                           int32_t x, int32_t pos) {
@@ -32,7 +61,7 @@ static int32_t build_attn(mf_graph *g, const mf_model *m, const mf_graph_params 
     int32_t n1 = mf_g_rmsnorm(g, x, L->attn_norm, hp->norm_eps);
     mf_g_set_name(g, n1, "blk.%d.attn_norm", l);
     int32_t q, store;
-    if (p->fuse_qkv) {
+    if (p->fuse_qkv || p->fuse_qkv_epilogue) {
         mf_qkv_meta qm = {.layer = l,
                           .q = mm_meta(m, L->wq, L->bq, d, q_dim),
                           .k = mm_meta(m, L->wk, L->bk, d, kv_dim),
@@ -45,8 +74,13 @@ static int32_t build_attn(mf_graph *g, const mf_model *m, const mf_graph_params 
                           .n_head = hp->n_head,
                           .n_head_kv = hp->n_head_kv,
                           .head_dim = hp->head_dim};
-        q = store = mf_g_fused_qkv(g, n1, pos, &qm);
-        mf_g_set_name(g, q, "blk.%d.fused_qkv", l);
+        if (p->fuse_qkv) {
+            q = store = mf_g_fused_qkv(g, n1, pos, &qm);
+            mf_g_set_name(g, q, "blk.%d.fused_qkv", l);
+        } else {
+            q = store = qkv_epilogue(g, m, n1, pos, &qm);
+            mf_g_set_name(g, q, "blk.%d.qkv_bias_rope_store", l);
+        }
     } else {
         q = matmul(g, m, n1, L->wq, L->bq, d, q_dim);
         mf_g_set_name(g, q, "blk.%d.attn_q", l);

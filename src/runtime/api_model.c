@@ -157,6 +157,17 @@ static int choose_backends(minfer_model *mm, const minfer_model_options *o, bool
     return 0;
 }
 
+/* Far more threads than cores only adds switching (4096 on 2 cores: tens of
+ * seconds a token); allowed, but said once per process. */
+static void warn_threads(int32_t n_threads) {
+    static bool warned;
+    const int cores = mf_cpu_count();
+    if (warned || cores <= 0 || n_threads <= 4 * cores)
+        return;
+    warned = true;
+    mf_log(MF_LOG_WARN, "%d threads on %d cores (more than 4x) will run slowly", n_threads, cores);
+}
+
 minfer_model *minfer_model_load(const minfer_model_options *o, char *err, size_t errlen) {
     mf_error e = {{0}};
     minfer_model_options def;
@@ -171,6 +182,7 @@ minfer_model *minfer_model_load(const minfer_model_options *o, char *err, size_t
     }
     minfer_model *mm = mf_calloc(1, sizeof *mm);
     mm->n_threads = o->n_threads > 0 ? o->n_threads : mf_cpu_count();
+    warn_threads(mm->n_threads);
     bool gpu_required = false;
     if (choose_backends(mm, o, &gpu_required, &e) ||
         mf_model_load(o->path, o->progress, o->progress_user, &mm->m, &e) ||

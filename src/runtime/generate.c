@@ -1,6 +1,7 @@
 /* generate.c - the decode loop: tokenize, prefill, then sample / stream /
  * decode one token at a time until n_predict, an end-of-generation token, a
  * full context, or the callback says stop. */
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -29,6 +30,14 @@ static int32_t *tokenize_all(const minfer_model *mm, const char *text, bool add_
     }
     *n = k;
     return toks;
+}
+
+/* Index of the first NaN or infinite value of x[0..n), or -1. */
+static int32_t first_non_finite(const float *x, int32_t n) {
+    for (int32_t i = 0; i < n; i++)
+        if (!isfinite(x[i]))
+            return i;
+    return -1;
 }
 
 int minfer_generate(minfer_session *s, minfer_sampler *smp, const char *prompt, int32_t n_predict,
@@ -79,6 +88,14 @@ int minfer_generate(minfer_session *s, minfer_sampler *smp, const char *prompt, 
     uint64_t t1 = mf_time_ns();
     while (n_predict < 0 || st.n_generated < n_predict) {
         const float *lg = minfer_logits(s);
+        /* NaN/Inf logits (broken weights, an overflowing kernel) would make
+         * every sampler pick garbage or nothing; stop with the position. */
+        int32_t bad = first_non_finite(lg, n_vocab);
+        if (bad >= 0) {
+            mf_errorf(&e, "logits are not finite at position %d (the logit of token %d is %g)",
+                      s->n_past - 1, bad, (double)lg[bad]);
+            goto done;
+        }
         int32_t tok;
         if (smp) {
             tok = minfer_sampler_sample(smp, lg, n_vocab);

@@ -5,6 +5,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "quant/quant.h"
 #include "runtime/runtime.h"
@@ -38,6 +39,50 @@ static int parse_cache_type(const char *name, const char *source, int64_t kv_dim
                          "session: cache type q8_0 needs the KV row width %% 32 == 0, this model's "
                          "is %lld",
                          (long long)kv_dim);
+    return 0;
+}
+
+/* The graph params of a forward of nt tokens: the reuse identity. Decode
+ * (nt == 1) asks for the fused attention input: FUSED_QKV(_NORM) when the
+ * leading backend has it, else the QKV_BIAS_ROPE_STORE epilogue after three
+ * plain matmuls; each has its MINFER_NO_FUSE_* kill switch. */
+static void forward_params(const minfer_session *s, int32_t nt, mf_graph_params *p) {
+    const bool decode = nt == 1;
+    const bool qwen3 = s->model->m->arch == MF_ARCH_QWEN3;
+    const mf_fused_kind qkv = qwen3 ? MF_FUSE_QKV_NORM : MF_FUSE_QKV;
+    *p = (mf_graph_params){
+        .n_tokens = nt,
+        .n_outputs = s->logits_all ? nt : 1,
+        .n_ctx = s->n_ctx,
+        .kv_type = s->kv_type,
+        .gpu = s->gpu, /* the engine derives p.backends from it */
+    };
+    p->fuse_qkv = decode && !s->fuse_off[qkv] && mf_engine_supports_fused(s->eng, p, qkv);
+    p->fuse_qkv_epilogue = decode && !p->fuse_qkv && !s->fuse_off[MF_FUSE_QKV_EPILOGUE] &&
+                           mf_engine_supports_fused(s->eng, p, MF_FUSE_QKV_EPILOGUE);
+    p->fuse_ffn = decode && !s->fuse_off[MF_FUSE_FFN] &&
+                  mf_engine_supports_fused(s->eng, p, MF_FUSE_FFN);
+    p->fuse_swiglu = !s->fuse_off[MF_FUSE_SWIGLU] &&
+                     mf_engine_supports_fused(s->eng, p, MF_FUSE_SWIGLU);
+}
+
+/* A KV cache in host memory larger than the machine's RAM is refused before
+ * any of it is touched (overcommit would let the allocation succeed and the
+ * zeroing be killed). GPU-resident caches are left to the device allocator. */
+static int check_host_memory(const minfer_session *s, uint64_t kv_bytes, mf_error *err) {
+#ifdef _SC_PHYS_PAGES
+    long pages = sysconf(_SC_PHYS_PAGES), psz = sysconf(_SC_PAGESIZE);
+    if (s->gpu || pages <= 0 || psz <= 0)
+        return 0;
+    uint64_t ram = (uint64_t)pages * (uint64_t)psz;
+    if (kv_bytes > ram)
+        return mf_errorf(err, "session: KV cache of %llu bytes (n_ctx %d) exceeds the %llu bytes of RAM",
+                         (unsigned long long)kv_bytes, s->n_ctx, (unsigned long long)ram);
+#else
+    (void)s;
+    (void)kv_bytes;
+    (void)err;
+#endif
     return 0;
 }
 
@@ -109,6 +154,13 @@ minfer_session *minfer_session_new(minfer_model *mm, const minfer_session_option
         mf_errorf(&e, "session: n_ctx %d is negative", o->n_ctx);
         goto fail;
     }
+    /* Positions past the trained context are not something RoPE models were
+     * taught; refused (not warned) so a typo in -c cannot ask for terabytes. */
+    if (o->n_ctx > hp->n_ctx_train) {
+        mf_errorf(&e, "session: n_ctx %d exceeds the model's trained context of %d", o->n_ctx,
+                  hp->n_ctx_train);
+        goto fail;
+    }
     s->n_ctx = o->n_ctx ? o->n_ctx
                         : (hp->n_ctx_train < DEFAULT_CTX ? hp->n_ctx_train : DEFAULT_CTX);
     s->n_batch = o->n_batch > 0 ? o->n_batch : DEFAULT_BATCH;
@@ -128,6 +180,7 @@ minfer_session *minfer_session_new(minfer_model *mm, const minfer_session_option
     s->fuse_off[MF_FUSE_QKV] = s->fuse_off[MF_FUSE_QKV_NORM] = mf_env_flag("MINFER_NO_FUSE_QKV");
     s->fuse_off[MF_FUSE_FFN] = mf_env_flag("MINFER_NO_FUSE_FFN");
     s->fuse_off[MF_FUSE_SWIGLU] = mf_env_flag("MINFER_NO_FUSE_SWIGLU");
+    s->fuse_off[MF_FUSE_QKV_EPILOGUE] = mf_env_flag("MINFER_NO_FUSE_QKV_EPILOGUE");
     s->rebuild_each = mf_env_flag("MINFER_GRAPH_REBUILD");
 
     /* Said before allocating, so a context too large for memory is explained. */
@@ -137,9 +190,23 @@ minfer_session *minfer_session_new(minfer_model *mm, const minfer_session_option
                 s->n_ctx, mf_type_name(s->kv_type), (double)kv_bytes / (1024.0 * 1024.0),
                 hp->n_layer, s->n_ctx, (long long)kv_dim);
     size_t rows = s->logits_all ? (size_t)s->n_batch : 1;
-    s->logits = mf_calloc(rows * (size_t)hp->n_vocab, sizeof *s->logits);
+    s->logits = calloc(rows * (size_t)hp->n_vocab, sizeof *s->logits);
+    if (!s->logits) {
+        mf_errorf(&e, "session: out of memory for %zu rows of %d logits", rows, hp->n_vocab);
+        goto fail;
+    }
     if (make_engine(s, &e))
         goto fail;
+    if (check_host_memory(s, kv_bytes, &e))
+        goto fail;
+    /* The largest forward (a full batch) and every KV region, now: a context
+     * too large for memory fails here with one line, not in mid-answer. */
+    mf_graph_params p;
+    forward_params(s, s->n_batch, &p);
+    if (mf_engine_reserve(s->eng, &p, mf_model_build_graph, s->model->m, &e)) {
+        mf_error_prefix(&e, "session: reserving n_ctx %d, n_batch %d", s->n_ctx, s->n_batch);
+        goto fail;
+    }
     return s;
 fail:
     set_err(err, errlen, &e);
@@ -171,21 +238,8 @@ void minfer_session_reset(minfer_session *s) {
 
 /* One engine forward of nt tokens at n_past (nt <= n_batch). */
 static int forward(minfer_session *s, const int32_t *toks, int32_t nt, mf_error *err) {
-    const bool decode = nt == 1;
-    const bool qwen3 = s->model->m->arch == MF_ARCH_QWEN3;
-    const mf_fused_kind qkv = qwen3 ? MF_FUSE_QKV_NORM : MF_FUSE_QKV;
-    mf_graph_params p = {
-        .n_tokens = nt,
-        .n_outputs = s->logits_all ? nt : 1,
-        .n_ctx = s->n_ctx,
-        .kv_type = s->kv_type,
-        .gpu = s->gpu, /* the engine derives p.backends from it */
-    };
-    p.fuse_qkv = decode && !s->fuse_off[qkv] && mf_engine_supports_fused(s->eng, &p, qkv);
-    p.fuse_ffn = decode && !s->fuse_off[MF_FUSE_FFN] &&
-                 mf_engine_supports_fused(s->eng, &p, MF_FUSE_FFN);
-    p.fuse_swiglu = !s->fuse_off[MF_FUSE_SWIGLU] &&
-                    mf_engine_supports_fused(s->eng, &p, MF_FUSE_SWIGLU);
+    mf_graph_params p;
+    forward_params(s, nt, &p);
     if (s->rebuild_each)
         mf_engine_invalidate(s->eng);
     if (mf_engine_forward(s->eng, &p, mf_model_build_graph, s->model->m, toks, s->n_past,

@@ -534,12 +534,22 @@ typedef struct work {
     size_t heap_n, heap_cap;
     char *scratch;
     size_t scratch_cap;
+    int bad_byte;    /* first byte with no token and no unk to stand for it; -1 none */
 } work;
 
 static void emit(work *w, int32_t id) {
     if (w->n < w->cap)
         w->out[w->n] = id;
     w->n++;
+}
+
+/* A byte the vocab cannot spell: the unk token when there is one, else
+ * remembered so mf_tokenize fails naming it (never silently dropped). */
+static void emit_unknown_byte(work *w, uint8_t b) {
+    if (w->t->unk >= 0)
+        emit(w, w->t->unk);
+    else if (w->bad_byte < 0)
+        w->bad_byte = b;
 }
 
 static void grow_syms(work *w, size_t n) {
@@ -652,8 +662,8 @@ static void bpe_gpt2(work *w, const uint8_t *b, size_t m) {
     for (int32_t i = 0; i >= 0; i = s[i].next) {
         if (s[i].id >= 0)
             emit(w, s[i].id);
-        else if (t->unk >= 0)
-            emit(w, t->unk);
+        else
+            emit_unknown_byte(w, b[i]); /* an unmerged symbol is still the byte at i */
     }
 }
 
@@ -987,8 +997,8 @@ static void bpe_spm(work *w, const char *text, size_t len) {
             int32_t b = t->byte_tok[(uint8_t)text[s[i].start + k]];
             if (b >= 0)
                 emit(w, b);
-            else if (t->unk >= 0)
-                emit(w, t->unk);
+            else
+                emit_unknown_byte(w, (uint8_t)text[s[i].start + k]);
         }
     }
 }
@@ -1052,7 +1062,7 @@ int64_t mf_tokenize(const mf_tokenizer *t, const char *text, size_t len, bool ad
         return mf_errorf(err, "tokenize: text of %zu bytes exceeds the 2 GiB limit", len);
     if (!text && len)
         return mf_errorf(err, "tokenize: NULL text with length %zu", len);
-    work w = {.t = t, .out = out, .cap = out ? (cap < 0 ? 0 : cap) : 0};
+    work w = {.t = t, .out = out, .cap = out ? (cap < 0 ? 0 : cap) : 0, .bad_byte = -1};
     w.cp = mf_malloc(sizeof *w.cp * (len + 1));
     w.off = mf_malloc(sizeof *w.off * (len + 1));
     if (add_special && t->add_bos && t->bos >= 0)
@@ -1082,6 +1092,9 @@ int64_t mf_tokenize(const mf_tokenizer *t, const char *text, size_t len, bool ad
     free(w.syms);
     free(w.heap);
     free(w.scratch);
+    if (w.bad_byte >= 0)
+        return mf_errorf(err, "tokenize: byte 0x%02X has no token in the vocabulary and there is no "
+                         "unknown token to stand for it", (unsigned)w.bad_byte);
     return w.n;
 }
 

@@ -24,8 +24,11 @@ tests/ref/README.md) were set from measured errors with margin:
   systematic error hiding under the per-position bounds.
   top-1: the engine's argmax equals the reference's at >= 99 % of the
   positions of each group (the positions of one weight type over all archs),
-  every differing position counts; those whose reference top-2 margin is
-  below 2 x bound x max|r| are reported as "near-ties" in their own column.
+  a position whose exact reference has a top-2 margin below 2 x bound x
+  max|r| is a "near-tie" (the 8-bit activation rounding may flip it; reported,
+  not failed); and, strictly, the engine's top-1 equals that of the reference
+  with the 8-bit activation rounding modelled (ref_forward.simulate) at >= 99 %
+  of ALL positions of each quantized group.
 Variants on one model each: KV cache f16 / q8_0 (also vs the reference with
 the same K/V rounding simulated), --backends ref,cpu (F32 and Q4_0: the ref
 backend computes in float), a 64-token prompt prefilled in 16-token chunks
@@ -141,6 +144,7 @@ class Group:
         self.worst_max = self.worst_l2 = 0.0
         self.sum_l2 = 0.0
         self.sum_sim, self.n_sim = 0.0, 0  # simulated rounding vs exact (MEAN_VS_SIM)
+        self.sim_mism = 0  # engine top-1 != simulated-rounding top-1, every position
 
 
 GROUPS = {}
@@ -201,6 +205,7 @@ def check_model(label, path, gkey, prompts, flags=(), lens=PROMPT_LENS, sim=None
             g = GROUPS[gkey]
             g.sum_sim += float(np.sum(np.linalg.norm(S - R, axis=1) / np.linalg.norm(R, axis=1)))
             g.n_sim += R.shape[0]
+            g.sim_mism += int(np.sum(np.argmax(L, axis=1) != np.argmax(S, axis=1)))
         if sim is not None:
             S = ref_forward.logits(ref_forward.simulate(m, **sim), toks)
             ok2, msg2 = compare(label, "sim-" + gkey, L, S, count_top1=False)
@@ -261,15 +266,17 @@ def main():
         if g.n_sim:
             ms, me = g.sum_sim / g.n_sim, g.sum_l2 / g.n
             print(f"{'':15s} mean rel_l2 of the simulated 8-bit rounding {ms:.2e}: engine/sim "
-                  f"{me / ms:.2f} (bound {MEAN_VS_SIM[k]})")
+                  f"{me / ms:.2f} (bound {MEAN_VS_SIM[k]}); top-1 vs it differs at {g.sim_mism}")
             if me > MEAN_VS_SIM[k] * ms:
                 FAILS.append(f"group {k}: mean rel_l2 {me:.2e} > {MEAN_VS_SIM[k]} x the simulated "
                              f"rounding's {ms:.2e}: a systematic error, not rounding noise")
-        # The rule counts every differing top-1, near-ties included:
-        # near-ties are reported separately but still count against the 1 %.
-        if g.mism + g.ties > 0.01 * g.n:
-            FAILS.append(f"group {k}: top-1 differs at {g.mism + g.ties} of {g.n} positions "
-                         f"({g.ties} near-ties) (> 1 %)")
+        if g.mism > 0.01 * g.n:
+            FAILS.append(f"group {k}: top-1 differs at {g.mism} of {g.n} positions (> 1 %)")
+        # Strict form of the rule: against the float64 reference with the
+        # engine's 8-bit activation rounding modelled, every position counts.
+        if g.n_sim and g.sim_mism > 0.01 * g.n_sim:
+            FAILS.append(f"group {k}: top-1 differs from the simulated rounding at {g.sim_mism} "
+                         f"of {g.n_sim} positions (> 1 %)")
     print(f"time {time.time() - t0:.1f} s")
     if FAILS:
         print("\nFAILED:")

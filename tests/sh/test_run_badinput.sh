@@ -107,6 +107,46 @@ expect_fail 1 "unsupported architecture" "$BIN" perplexity -m "$TMP/gpt2.gguf" -
 expect_fail 1 "fewer than one chunk" "$BIN" perplexity -m "$MODEL" -f "$TMP/short.txt" -c 128
 expect_fail 1 "cannot read" "$BIN" perplexity -m "$MODEL" -f "$TMP/no-such.txt"
 
+# ---- context beyond the trained one: refused, one line naming both numbers, never an abort ----
+expect_fail 1 "n_ctx 8193 exceeds the model's trained context of 8192" $R -p hi -c 8193
+expect_fail 1 "n_ctx 2000000000 exceeds the model's trained context of 8192" $R -p hi -c 2000000000
+expect_fail 1 "n_ctx 2147483647 exceeds the model's trained context of 8192" $R -p hi -c 2147483647
+expect_fail 1 "n_ctx 20000 exceeds" "$BIN" chat -m "$MODEL" -c 20000
+[ ! -s "$TMP/out" ] && pass || fail "the refused chat printed to stdout"
+
+# ---- out of memory shows at session creation (the KV cache and the n_batch graph are
+# reserved there), before the prompt is echoed, as one error line. The limit is
+# calibrated: a small context must still run under it, else this host is skipped. ----
+LIM=400000
+if (ulimit -v $LIM; $R -p hi -n 1 -c 256 -t 2 >/dev/null 2>&1); then
+    (ulimit -v $LIM; $R -p hi -n 1 -c 8192 -t 2 >"$TMP/out" 2>"$TMP/err"); rc=$?
+    if grep -qE 'Segmentation|Sanitizer|Aborted|core dumped|internal error' "$TMP/err"; then
+        fail "OOM at -c 8192 crashed: $(cat "$TMP/err")"
+    elif [ $rc -ne 1 ]; then fail "OOM at -c 8192 exited $rc: $(cat "$TMP/err")"
+    elif [ -s "$TMP/out" ]; then fail "OOM at -c 8192 echoed the prompt first: $(head -c 100 "$TMP/out")"
+    elif [ "$(grep -c '^run: ' "$TMP/err")" -ne 1 ] ||
+         ! grep -q '^run: session: reserving n_ctx 8192.*bytes.* on cpu.*out of memory' "$TMP/err"; then
+        fail "OOM at -c 8192: no single 'run: session: reserving ... out of memory' line: $(cat "$TMP/err")"
+    else echo "ok: ulimit -v $LIM, -c 8192 -> $(grep '^run:' "$TMP/err")"; pass; fi
+else
+    echo "skip: -c 256 does not run under ulimit -v $LIM on this host"
+fi
+
+# ---- a model whose logits are NaN: one line naming the position, exit 1 ----
+SRC=${MINFER_SRC:-$(cd "$(dirname "$0")/../.." && pwd)}
+"$PY" - "$TMP/nan.gguf" "$SRC/tests/ref" <<'EOF' || fail "cannot write nan.gguf"
+import sys
+sys.path.insert(0, sys.argv[2])
+import numpy as np, gguf, make_gguf
+make_gguf.write(sys.argv[1], "llama", dim=64, layers=1, vocab=300)
+r = gguf.GGUFReader(sys.argv[1], "r+")
+for t in r.tensors:
+    if t.name == "output_norm.weight":
+        t.data[3] = np.nan
+EOF
+expect_fail 1 "logits are not finite at position 0" env MINFER_LOG=error "$BIN" run -m "$TMP/nan.gguf" -p "the" -n 4 --temp 0
+expect_fail 1 "logits are not finite at position" env MINFER_LOG=error "$BIN" run -m "$TMP/nan.gguf" -p "the cat" -n 4
+
 # --help tells the truth: every flag it lists is accepted by the parser.
 "$BIN" run --help >"$TMP/help" 2>&1 && pass || fail "run --help failed"
 for f in -m -p -f -n --chat --logits-out --no-display-prompt -sys --chat-template -c -b -t \

@@ -435,9 +435,16 @@ MF_TEST(tiles_equal_scalar_twin_bits) {
             mf_cpu_matmul(cs, wt, w, n_in, n_out, x, nt, ys);
             mf_cpu_matmul(c1, wt, w, n_in, n_out, x, nt, y1);
             mf_cpu_matmul(c2, wt, w, n_in, n_out, x, nt, y2);
+            /* only the AVX-512 kernels promise the canonical order; other
+             * ISAs (NEON, AVX2) keep their own: there, thread-count
+             * independence bit for bit and closeness to the scalar twin */
+            const bool canon = mf_cpu_ctx_isa(c1) == MF_ISA_AVX512;
             int bad = 0;
-            for (int64_t i = 0; i < n_out * nt; i++)
-                bad += memcmp(&ys[i], &y1[i], sizeof(float)) != 0 || memcmp(&ys[i], &y2[i], sizeof(float)) != 0;
+            for (int64_t i = 0; i < n_out * nt; i++) {
+                const bool same = canon ? memcmp(&ys[i], &y1[i], sizeof(float)) == 0
+                                        : fabsf(ys[i] - y1[i]) <= 1e-4f * (1.0f + fabsf(ys[i]));
+                bad += !same || memcmp(&y1[i], &y2[i], sizeof(float)) != 0;
+            }
             CHECK_MSG(bad == 0, "%s n_in=%lld n_out=%lld nt=%lld: %d outputs differ from the scalar twin",
                       mf_type_name(wt), (long long)n_in, (long long)n_out, (long long)nt, bad);
             cases++;
@@ -447,7 +454,9 @@ MF_TEST(tiles_equal_scalar_twin_bits) {
             free(y1);
             free(y2);
         }
-    printf("  %d shapes bit-identical to the scalar twin (isa %s)\n", cases, mf_cpu_isa_name(mf_cpu_ctx_isa(c1)));
+    printf("  %d shapes %s the scalar twin (isa %s)\n", cases,
+           mf_cpu_ctx_isa(c1) == MF_ISA_AVX512 ? "bit-identical to" : "thread-independent and close to",
+           mf_cpu_isa_name(mf_cpu_ctx_isa(c1)));
     mf_cpu_ctx_free(cs);
     mf_cpu_ctx_free(c1);
     mf_cpu_ctx_free(c2);

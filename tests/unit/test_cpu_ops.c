@@ -126,6 +126,25 @@ MF_TEST(elementwise) {
     mf_cpu_swiglu(a, b, y, 37);
     for (int i = 0; i < 37; i++)
         CHECK_NEAR(y[i], a[i] / (1.0 + exp(-(double)a[i])) * b[i], 1e-6 * (1 + fabs(a[i] * b[i])));
+    /* the pooled swiglu: the same bits as one thread, in place too */
+    {
+        const int64_t n = 70001;
+        float *g = malloc(sizeof(float) * n), *u = malloc(sizeof(float) * n);
+        float *y1 = malloc(sizeof(float) * n), *y2 = malloc(sizeof(float) * n);
+        rand_floats(g, n, 8.0f);
+        rand_floats(u, n, 2.0f);
+        mf_cpu_ctx *c2 = mf_cpu_ctx_new(2);
+        mf_cpu_swiglu(g, u, y1, n);
+        mf_cpu_swiglu_mt(c2, g, u, y2, n);
+        CHECK(memcmp(y1, y2, sizeof(float) * n) == 0);
+        mf_cpu_swiglu_mt(c2, g, u, g, n);
+        CHECK(memcmp(y1, g, sizeof(float) * n) == 0);
+        mf_cpu_ctx_free(c2);
+        free(g);
+        free(u);
+        free(y1);
+        free(y2);
+    }
     float s[37];
     memcpy(s, a, sizeof s);
     mf_cpu_softmax(s, 37, 0.7f);

@@ -61,7 +61,7 @@ static double *weight_f64(const char *name) {
 
 enum { C_ADD, C_MUL, C_MUL_BCAST, C_SCALE, C_SILU, C_SWIGLU, C_SILU_MUL, C_RMSNORM, C_RMSNORM_F16,
        C_RMSNORM_NOW, C_SOFTMAX, C_VIEW, C_PERMUTE, C_ROWS, C_EMBED, C_MATMUL, C_ROPE, C_QKNORM,
-       C_STORE_LOAD, C_ATTN, C_FUSED_QKV, C_FUSED_QKV_K, C_FUSED_FFN, C_EPILOGUE };
+       C_STORE_LOAD, C_ATTN, C_FUSED_QKV, C_FUSED_QKV_K, C_FUSED_FFN, C_EPILOGUE, C_EPILOGUE_K };
 
 typedef struct tcase {
     int kind;
@@ -74,6 +74,7 @@ typedef struct tcase {
     mf_rope_meta rope;
     int64_t n_kv;
     int32_t n_head, n_head_kv, head_dim;
+    bool no_pos;             /* QKV_BIAS_ROPE_STORE without a positions src (n_past + t) */
     int64_t out_nelem;       /* set by the builder */
 } tcase;
 
@@ -163,12 +164,32 @@ static int build_case(void *ctx, const mf_graph_params *p, mf_graph *g, mf_error
         o = mf_g_fused_ffn(g, x, &m);
         break;
     }
-    case C_EPILOGUE: {
-        int32_t id = mf_g_node(g, MF_OP_QKV_BIAS_ROPE_STORE, MF_DTYPE_F32, c->w, nt, (int32_t[]){x, x, x}, 3);
-        g->nodes[id].meta.qkv = (mf_qkv_meta){.layer = 0, .n_head = 1, .n_head_kv = 1, .head_dim = (int32_t)c->w,
-                                              .q = {.n_out = c->w}, .k = {.n_out = c->w}, .v = {.n_out = c->w}};
+    case C_EPILOGUE: case C_EPILOGUE_K: {
+        /* x is the q matmul output; k and v come as two more inputs */
+        int64_t qd = (int64_t)c->n_head * c->head_dim, kd = (int64_t)c->n_head_kv * c->head_dim;
+        int32_t k = mf_g_input(g, MF_INPUT_EXTERNAL, MF_DTYPE_F32, kd, nt);
+        int32_t v = mf_g_input(g, MF_INPUT_EXTERNAL, MF_DTYPE_F32, kd, nt);
+        int32_t pos = c->no_pos ? -1 : mf_g_input(g, MF_INPUT_POSITIONS, MF_DTYPE_I32, nt, 1);
+        int32_t id = mf_g_node(g, MF_OP_QKV_BIAS_ROPE_STORE, MF_DTYPE_F32, qd, nt, (int32_t[]){x, k, v, pos},
+                               c->no_pos ? 3 : 4);
+        mf_qkv_meta m = {.layer = 0, .n_head = c->n_head, .n_head_kv = c->n_head_kv, .head_dim = c->head_dim,
+                         .norm_eps = 1e-6f};
+        m.q = (mf_matmul_meta){"fq", MF_TYPE_F32, "fq.b", 64, qd};
+        m.k = (mf_matmul_meta){"fk", MF_TYPE_F32, "fk.b", 64, kd};
+        m.v = (mf_matmul_meta){"fv", MF_TYPE_F32, "fv.b", 64, kd};
+        if (c->weight) {
+            m.q_norm = "qn";
+            m.k_norm = "kn";
+        }
+        m.rope_q = c->rope;
+        m.rope_k = c->rope;
+        m.rope_k.n_head = c->n_head_kv;
+        g->nodes[id].meta.qkv = m;
+        g->nodes[id].layer = 0;
         mf_g_set_name(g, id, "blk.0.qkv_epilogue");
         o = id;
+        if (c->kind == C_EPILOGUE_K)
+            o = mf_g_add(g, mf_g_kv_load(g, o, 0, 0, c->n_kv), mf_g_scale(g, mf_g_kv_load(g, o, 0, 1, c->n_kv), 1000.0f));
         break;
     }
     }
@@ -609,13 +630,100 @@ MF_TEST(fused_ffn_cpu_vs_f64) {
     }
 }
 
-MF_TEST(op_nobody_supports_is_an_error) {
-    tcase c = {.kind = C_EPILOGUE, .w = 32, .nt = 1};
+/* QKV_BIAS_ROPE_STORE on the cpu: q/k/v matmul outputs given as inputs ->
+ * biases, optional per-head norms, RoPE, K/V store; output Q. Checked against
+ * float64 for Q and for every cached K/V row after two forwards (the second
+ * at n_past 2 overwrites row 2 on), with and without a positions src. */
+MF_TEST(qkv_epilogue_cpu_vs_f64) {
+    for (int variant = 0; variant < 4; variant++) {
+        const bool norm = variant & 1, no_pos = variant & 2;
+        const int n_past = 2, nt = 3, n_kv = n_past + nt;
+        tcase c = {.kind = C_EPILOGUE, .w = 64, .nt = nt, .n_head = 4, .n_head_kv = 2, .head_dim = 16,
+                   .n_kv = n_kv, .weight = norm ? "qk-norms" : NULL, .no_pos = no_pos,
+                   .rope = {.n_head = 4, .head_dim = 16, .n_rot = 12, .mode = variant < 2 ? MF_ROPE_NEOX : MF_ROPE_NORMAL,
+                            .theta = 1e4f, .freq_scale = 1}};
+        run_opts ro = {.kv_type = MF_TYPE_F32, .n_past = n_past};
+        set_ext(&ro, 0, 64 * nt, 2.0f);
+        set_ext(&ro, 1, 32 * nt, 2.0f);
+        set_ext(&ro, 2, 32 * nt, 2.0f);
+        float q[192], kv[32 * 5];
+        mf_error err = {{0}};
+        for (int i = 0; i < 192; i++)
+            q[i] = NAN;
+        CHECK_MSG(run_on("cpu", &c, &ro, q, 64 * nt, &err) == 0, "%s", err.msg);
+        c.kind = C_EPILOGUE_K;
+        CHECK_MSG(run_on("cpu", &c, &ro, kv, 32 * n_kv, &err) == 0, "%s", err.msg);
+        /* reference: inputs + biases, norms, rope at the positions of each pass */
+        double *bq = weight_f64("fq.b"), *bk = weight_f64("fk.b"), *bv = weight_f64("fv.b");
+        double *qn = weight_f64("qn"), *kn = weight_f64("kn");
+        double wq[192], wk[2][96], wv[96];
+        for (int t = 0; t < nt; t++) {
+            for (int i = 0; i < 64; i++)
+                wq[t * 64 + i] = ro.ext[0][t * 64 + i] + bq[i];
+            for (int i = 0; i < 32; i++) {
+                wk[0][t * 32 + i] = wk[1][t * 32 + i] = ro.ext[1][t * 32 + i] + bk[i];
+                wv[t * 32 + i] = ro.ext[2][t * 32 + i] + bv[i];
+            }
+        }
+        if (norm)
+            for (int pass = 0; pass < 3; pass++) {
+                double *v = pass == 0 ? wq : wk[pass - 1], *nw = pass ? kn : qn;
+                for (int r = 0; r < (pass ? 6 : 12); r++) {
+                    double ss = 0;
+                    for (int i = 0; i < 16; i++)
+                        ss += v[r * 16 + i] * v[r * 16 + i];
+                    for (int i = 0; i < 16; i++)
+                        v[r * 16 + i] = v[r * 16 + i] / sqrt(ss / 16 + 1e-6) * nw[i];
+                }
+            }
+        int32_t pos0[3] = {0, 1, 2}, pos1[3] = {2, 3, 4};
+        rope_f64(wq, nt, 4, 16, 12, pos1, c.rope.mode, 1e4, 1);
+        rope_f64(wk[0], nt, 2, 16, 12, pos0, c.rope.mode, 1e4, 1);
+        rope_f64(wk[1], nt, 2, 16, 12, pos1, c.rope.mode, 1e4, 1);
+        double want_kv[32 * 5];
+        for (int r = 0; r < n_kv; r++) /* rows 0, 1 from the first pass, 2..4 from the second */
+            for (int i = 0; i < 32; i++) {
+                int pass = r >= n_past, t = pass ? r - n_past : r;
+                want_kv[r * 32 + i] = wk[pass][t * 32 + i] + 1000.0 * wv[t * 32 + i];
+            }
+        char label[64];
+        snprintf(label, sizeof label, "epilogue norm=%d pos=%s q", norm, no_pos ? "n_past" : "src");
+        check_f64(label, q, wq, 64 * nt, 1e-5);
+        snprintf(label, sizeof label, "epilogue norm=%d pos=%s kv", norm, no_pos ? "n_past" : "src");
+        check_f64(label, kv, want_kv, 32 * n_kv, 1e-5);
+        free(bq);
+        free(bk);
+        free(bv);
+        free(qn);
+        free(kn);
+        free_ext(&ro);
+    }
+    /* a rope that does not cover the q width is an error naming the node */
+    tcase c = {.kind = C_EPILOGUE, .w = 64, .nt = 1, .n_head = 4, .n_head_kv = 2, .head_dim = 16, .n_kv = 1,
+               .rope = {.n_head = 3, .head_dim = 16, .n_rot = 16, .theta = 1e4f, .freq_scale = 1}};
     run_opts ro = {.kv_type = MF_TYPE_F32};
-    set_ext(&ro, 0, 32, 1.0f);
-    float out[32];
+    set_ext(&ro, 0, 64, 1.0f);
+    set_ext(&ro, 1, 32, 1.0f);
+    set_ext(&ro, 2, 32, 1.0f);
+    float out[64];
+    mf_error err = {{0}};
+    CHECK(run_on("cpu", &c, &ro, out, 64, &err) == -1);
+    CHECK_STR_CONTAINS(err.msg, "'blk.0.qkv_epilogue'");
+    CHECK_STR_CONTAINS(err.msg, "rope q 3x16");
+    free_ext(&ro);
+}
+
+MF_TEST(op_nobody_supports_is_an_error) {
+    /* ref runs no fused op: a ref-only engine names the node it cannot place */
+    tcase c = {.kind = C_EPILOGUE, .w = 64, .nt = 1, .n_head = 4, .n_head_kv = 2, .head_dim = 16, .n_kv = 1,
+               .rope = {.n_head = 4, .head_dim = 16, .n_rot = 16, .theta = 1e4f, .freq_scale = 1}};
+    run_opts ro = {.kv_type = MF_TYPE_F32};
+    set_ext(&ro, 0, 64, 1.0f);
+    set_ext(&ro, 1, 32, 1.0f);
+    set_ext(&ro, 2, 32, 1.0f);
+    float out[64];
     mf_error err;
-    CHECK(run_on("cpu", &c, &ro, out, 32, &err) == -1);
+    CHECK(run_on("ref", &c, &ro, out, 64, &err) == -1);
     CHECK_STR_CONTAINS(err.msg, "'blk.0.qkv_epilogue'");
     CHECK_STR_CONTAINS(err.msg, "qkv_bias_rope_store");
     free_ext(&ro);
@@ -646,6 +754,7 @@ static void setup_weights(void) {
     add_weight("fv", MF_TYPE_F32, 64, 32, 0.3f);
     add_weight("fq.b", MF_TYPE_F32, 64, 1, 0.3f);
     add_weight("fk.b", MF_TYPE_F32, 32, 1, 0.3f);
+    add_weight("fv.b", MF_TYPE_F32, 32, 1, 0.3f);
     add_weight("qn", MF_TYPE_F32, 16, 1, 1.0f);
     add_weight("kn", MF_TYPE_F16, 16, 1, 1.0f);
     add_weight("fg", MF_TYPE_F32, 64, 96, 0.3f);
@@ -667,7 +776,7 @@ int main(int argc, char **argv) {
         MF_T(matmul_every_weight_type_ref_vs_cpu), MF_T(embedding_gather_ref_vs_cpu),
         MF_T(missing_and_misshapen_weights_are_errors), MF_T(rope_cpu_vs_f64), MF_T(qknorm_cpu_vs_f64),
         MF_T(kv_store_load_cpu), MF_T(attention_cpu_vs_f64), MF_T(fused_qkv_cpu_vs_f64),
-        MF_T(fused_ffn_cpu_vs_f64), MF_T(op_nobody_supports_is_an_error),
+        MF_T(fused_ffn_cpu_vs_f64), MF_T(qkv_epilogue_cpu_vs_f64), MF_T(op_nobody_supports_is_an_error),
     };
     int rc = mf_test_run(tests, (int)(sizeof tests / sizeof tests[0]), argc, argv);
     mf_weights_free(W);

@@ -9,6 +9,7 @@
 
 #include "mf_test.h"
 #include "minfer.h"
+#include "runtime/runtime.h" /* the session's engine: reserve checks */
 
 static minfer_model *model;
 static int32_t n_vocab;
@@ -221,6 +222,41 @@ MF_TEST(options_and_sizes) {
     CHECK(minfer_chat_apply(model, "nonsense", m, 2, true, err, sizeof err) == NULL);
 }
 
+/* A context past the trained one is refused with both numbers (never an
+ * abort, whatever the value); a session reserves its n_batch graph and every
+ * KV region at creation, and a forward of that shape reuses it. */
+MF_TEST(context_limit_and_reserve) {
+    if (!model)
+        return;
+    const int32_t train = minfer_model_n_ctx_train(model);
+    CHECK_EQ_INT(train, 8192);
+    minfer_session_options o;
+    minfer_session_options_default(&o);
+    char err[512], want[128];
+    const int32_t bad[3] = {train + 1, 20000, INT32_MAX};
+    for (int i = 0; i < 3; i++) {
+        o.n_ctx = bad[i];
+        err[0] = 0;
+        CHECK(minfer_session_new(model, &o, err, sizeof err) == NULL);
+        snprintf(want, sizeof want, "n_ctx %d exceeds the model's trained context of %d", bad[i], train);
+        CHECK_STR_CONTAINS(err, want);
+    }
+    minfer_session *s = session(64, 8, false, NULL);
+    if (!s)
+        return;
+    const mf_graph *g = mf_engine_graph(s->eng);
+    CHECK_MSG(g != NULL, "no graph reserved at session creation");
+    CHECK_EQ_INT(mf_engine_n_builds(s->eng), 1);
+    for (int i = 0; g && i < g->n_nodes; i++)
+        if (g->nodes[i].op == MF_OP_INPUT && g->nodes[i].meta.input.kind == MF_INPUT_TOKENS)
+            CHECK_EQ_INT(g->nodes[i].ne[0], 8);
+    int32_t t[8];
+    tokens(t, 8, 7);
+    CHECK_MSG(minfer_prefill(s, t, 8, err, sizeof err) == 0, "%s", err);
+    CHECK_EQ_INT(mf_engine_n_builds(s->eng), 1); /* the reserved graph ran */
+    minfer_session_free(s);
+}
+
 static void setup(void) {
     const char *p = getenv("MINFER_MODEL");
     if (!p)
@@ -239,7 +275,8 @@ static void setup(void) {
 
 static const mf_test_entry tests[] = {MF_T(prefill_batches_equal_decode_steps),
                                       MF_T(full_context_is_an_error_that_changes_nothing),
-                                      MF_T(generate_stops_cleanly), MF_T(options_and_sizes)};
+                                      MF_T(generate_stops_cleanly), MF_T(options_and_sizes),
+                                      MF_T(context_limit_and_reserve)};
 
 int main(int argc, char **argv) {
     setup();

@@ -236,6 +236,56 @@ MF_TEST(test_unknown_pre_error) {
     CHECK_STR_CONTAINS(err.msg, "merge 0 'ab' has no space");
 }
 
+/* A byte the vocab has no token for becomes unk when the vocab has one, and
+ * is an error naming the byte when it has none (never silently dropped). */
+MF_TEST(test_unencodable_byte) {
+    const char *toks[] = {"h", "i", "<unk>"};
+    const int32_t types[] = {MF_TOKEN_NORMAL, MF_TOKEN_NORMAL, MF_TOKEN_UNKNOWN};
+    for (int with_unk = 0; with_unk < 2; with_unk++) {
+        mf_tokenizer_spec spec;
+        mf_tokenizer_spec_init(&spec, MF_TOKENIZER_GPT2);
+        spec.n_tokens = 3;
+        spec.tokens = toks;
+        spec.types = types;
+        spec.unk = with_unk ? 2 : -1;
+        mf_tokenizer *t = NULL;
+        mf_error err = {{0}};
+        CHECK_MSG(mf_tokenizer_new(&spec, &t, &err) == 0, "%s", err.msg);
+        if (!t)
+            continue;
+        int32_t out[8];
+        CHECK_EQ_INT(mf_tokenize(t, "hi", 2, false, false, out, 8, &err), 2);
+        int64_t n = mf_tokenize(t, "hi!h\xff", 5, false, false, out, 8, &err);
+        if (with_unk) {
+            CHECK_EQ_INT(n, 5);
+            CHECK(n == 5 && out[0] == 0 && out[1] == 1 && out[2] == 2 && out[3] == 0 && out[4] == 2);
+        } else {
+            CHECK_EQ_INT(n, -1);
+            CHECK_STR_CONTAINS(err.msg, "byte 0x21 has no token");
+            err.msg[0] = 0;
+            CHECK_EQ_INT(mf_tokenize(t, "hih\xff", 4, false, false, out, 8, &err), -1);
+            CHECK_STR_CONTAINS(err.msg, "byte 0xFF has no token");
+        }
+        mf_tokenizer_free(t);
+    }
+    /* spm without byte tokens or unk: the same error */
+    const char *sp[] = {"\xe2\x96\x81", "h", "i"};
+    mf_tokenizer_spec spec;
+    mf_tokenizer_spec_init(&spec, MF_TOKENIZER_SPM);
+    spec.n_tokens = 3;
+    spec.tokens = sp;
+    mf_tokenizer *t = NULL;
+    mf_error err = {{0}};
+    CHECK_MSG(mf_tokenizer_new(&spec, &t, &err) == 0, "%s", err.msg);
+    if (t) {
+        int32_t out[8];
+        CHECK_EQ_INT(mf_tokenize(t, "hi", 2, false, false, out, 8, &err), 3);
+        CHECK_EQ_INT(mf_tokenize(t, "hi?", 3, false, false, out, 8, &err), -1);
+        CHECK_STR_CONTAINS(err.msg, "byte 0x3F has no token");
+        mf_tokenizer_free(t);
+    }
+}
+
 /* ---- spm --------------------------------------------------------------------------- */
 
 /* <unk> <s> </s> <0x00>..<0xFF> then pieces with scores. */
@@ -403,7 +453,7 @@ MF_TEST(test_smollm2_vocab) {
     mf_gguf_close(g);
 }
 
-MF_TEST_MAIN(MF_T(test_bpe_merge_order), MF_T(test_special_tokens),
+MF_TEST_MAIN(MF_T(test_bpe_merge_order), MF_T(test_special_tokens), MF_T(test_unencodable_byte),
              MF_T(test_random_bytes_roundtrip), MF_T(test_streaming_detok),
              MF_T(test_unknown_pre_error), MF_T(test_spm_scores_and_byte_fallback),
              MF_T(test_chat_templates), MF_T(test_smollm2_vocab))

@@ -136,14 +136,15 @@ static bool cpu_supports_op(const mf_backend *b, const mf_node *n) {
     case MF_OP_FUSED_FFN:
         return mm_ok(&n->meta.ffn.gate) && mm_ok(&n->meta.ffn.up);
     case MF_OP_QKV_BIAS_ROPE_STORE:
-        return false;
+        return n->meta.qkv.head_dim > 0;
     default:
         return (unsigned)n->op < MF_OP_COUNT;
     }
 }
 
 static bool cpu_supports_fused(const mf_backend *b, mf_fused_kind kind) {
-    return kind == MF_FUSE_QKV || kind == MF_FUSE_QKV_NORM || kind == MF_FUSE_FFN || kind == MF_FUSE_SWIGLU;
+    return kind == MF_FUSE_QKV || kind == MF_FUSE_QKV_NORM || kind == MF_FUSE_FFN ||
+           kind == MF_FUSE_QKV_EPILOGUE || kind == MF_FUSE_SWIGLU;
 }
 
 /* ---- weights ----------------------------------------------------------------------- */
@@ -295,6 +296,51 @@ static int check_kv(const mf_graph *g, int32_t id, mf_kv_pair kv, const mf_exec_
     return 0;
 }
 
+/* The shared tail of the fused attention input, in place on q (nt rows of
+ * n_head heads), k and v (nt rows of kv_dim): biases, the per-head Q/K norms
+ * (FUSED_QKV_NORM, or any op whose meta names both weights), RoPE of Q and K
+ * at pos, the K/V store at n_past, and the roped Q copied to y. */
+static int qkv_tail(cpu_be *c, const mf_graph *g, int32_t id, float *q, float *k, float *v,
+                    const int32_t *pos, float *y, mf_kv_pair kv, const mf_exec_args *a, mf_error *err) {
+    const mf_node *n = &g->nodes[id];
+    const mf_qkv_meta *m = &n->meta.qkv;
+    const int64_t nt = n->ne[1];
+    const mf_rope_meta *rq = &m->rope_q, *rk = &m->rope_k;
+    if ((int64_t)rq->n_head * rq->head_dim != m->q.n_out || (int64_t)rk->n_head * rk->head_dim != g->kv_dim ||
+        m->q.n_out != n->ne[0] || m->k.n_out != g->kv_dim || m->v.n_out != g->kv_dim ||
+        rq->n_rot <= 0 || rq->n_rot > rq->head_dim || rk->n_rot <= 0 || rk->n_rot > rk->head_dim)
+        return NODE_ERR("rope q %dx%d (n_rot %d) / k %dx%d (n_rot %d) for q/k/v widths %lld/%lld/%lld, "
+                        "kv_dim %lld", rq->n_head, rq->head_dim, rq->n_rot, rk->n_head, rk->head_dim,
+                        rk->n_rot, (long long)m->q.n_out, (long long)m->k.n_out, (long long)m->v.n_out,
+                        (long long)g->kv_dim);
+    const mf_matmul_meta *mms[3] = {&m->q, &m->k, &m->v};
+    float *ys[3] = {q, k, v};
+    for (int j = 0; j < 3; j++) {
+        if (!mms[j]->bias)
+            continue;
+        const float *bias = weight_f32(c, g, id, mms[j]->bias, mms[j]->n_out, err);
+        if (!bias)
+            return -1;
+        add_bias(ys[j], bias, mms[j]->n_out, nt);
+    }
+    if (n->op == MF_OP_FUSED_QKV_NORM || (m->q_norm && m->k_norm)) {
+        const float *qn = weight_f32(c, g, id, m->q_norm, m->head_dim, err);
+        const float *kn = qn ? weight_f32(c, g, id, m->k_norm, m->head_dim, err) : NULL;
+        if (!kn)
+            return -1;
+        mf_cpu_rmsnorm(c->cpu, q, qn, q, m->head_dim, nt * m->n_head, m->norm_eps);
+        mf_cpu_rmsnorm(c->cpu, k, kn, k, m->head_dim, nt * m->n_head_kv, m->norm_eps);
+    }
+    mf_cpu_rope(c->cpu, q, nt, rq->n_head, rq->head_dim, rq->n_rot, pos, rq->mode, rq->theta,
+                rq->freq_scale);
+    mf_cpu_rope(c->cpu, k, nt, rk->n_head, rk->head_dim, rk->n_rot, pos, rk->mode, rk->theta,
+                rk->freq_scale);
+    mf_cpu_kv_store(a->kv_type, bufp(c, kv.k), g->kv_dim, a->n_past, k, nt);
+    mf_cpu_kv_store(a->kv_type, bufp(c, kv.v), g->kv_dim, a->n_past, v, nt);
+    memcpy(y, q, (size_t)(m->q.n_out * nt) * sizeof *y);
+    return 0;
+}
+
 static int exec_fused_qkv(cpu_be *c, const mf_graph *g, int32_t id, const float *x, const int32_t *pos,
                           float *y, mf_kv_pair kv, const mf_exec_args *a, mf_error *err) {
     const mf_node *n = &g->nodes[id];
@@ -312,31 +358,43 @@ static int exec_fused_qkv(cpu_be *c, const mf_graph *g, int32_t id, const float 
                             .y = scratch(c, j, (size_t)(mms[j]->n_out * nt))};
     }
     mf_cpu_matmul_multi(c->cpu, mm, 3, n_in, x, nt);
+    return qkv_tail(c, g, id, mm[0].y, mm[1].y, mm[2].y, pos, y, kv, a, err);
+}
+
+/* QKV_BIAS_ROPE_STORE: the tail of FUSED_QKV on three given matmul outputs
+ * (srcs q, k, v; positions src3, or n_past + t without it). The inputs are
+ * copied to scratch first: the output may alias q. */
+static int exec_qkv_epilogue(cpu_be *c, const mf_graph *g, int32_t id, const int32_t *in, float *y,
+                             mf_kv_pair kv, const mf_exec_args *a, mf_error *err) {
+    const mf_node *n = &g->nodes[id];
+    const mf_qkv_meta *m = &n->meta.qkv;
+    const int64_t nt = n->ne[1], qd = m->q.n_out, kvd = g->kv_dim;
+    if (check_kv(g, id, kv, a, nt, err))
+        return -1;
+    const int64_t w[3] = {qd, kvd, kvd};
+    float *sc[3];
     for (int j = 0; j < 3; j++) {
-        if (!mms[j]->bias)
-            continue;
-        const float *bias = weight_f32(c, g, id, mms[j]->bias, mms[j]->n_out, err);
-        if (!bias)
-            return -1;
-        add_bias(mm[j].y, bias, mms[j]->n_out, nt);
+        const mf_node *sn = &g->nodes[n->src[j]];
+        if (in[j] < 0 || sn->ne[0] != w[j] || sn->ne[1] != nt)
+            return NODE_ERR("src %d is %lldx%lld, needs %lldx%lld", j, (long long)sn->ne[0],
+                            (long long)sn->ne[1], (long long)w[j], (long long)nt);
+        sc[j] = scratch(c, j, (size_t)(w[j] * nt));
+        memcpy(sc[j], bufp(c, in[j]), (size_t)(w[j] * nt) * sizeof(float));
     }
-    if (n->op == MF_OP_FUSED_QKV_NORM) {
-        const float *qn = weight_f32(c, g, id, m->q_norm, m->head_dim, err);
-        const float *kn = qn ? weight_f32(c, g, id, m->k_norm, m->head_dim, err) : NULL;
-        if (!kn)
-            return -1;
-        mf_cpu_rmsnorm(c->cpu, mm[0].y, qn, mm[0].y, m->head_dim, nt * m->n_head, m->norm_eps);
-        mf_cpu_rmsnorm(c->cpu, mm[1].y, kn, mm[1].y, m->head_dim, nt * m->n_head_kv, m->norm_eps);
+    const int32_t *pos;
+    if (n->n_src > 3) {
+        const mf_node *pn = &g->nodes[n->src[3]];
+        if (in[3] < 0 || pn->dtype != MF_DTYPE_I32 || mf_node_nelem(pn) != nt)
+            return NODE_ERR("positions src has %lld elements for %lld tokens", (long long)mf_node_nelem(pn),
+                            (long long)nt);
+        pos = bufp(c, in[3]);
+    } else {
+        int32_t *pp = (int32_t *)scratch(c, 3, (size_t)nt);
+        for (int64_t t = 0; t < nt; t++)
+            pp[t] = a->n_past + (int32_t)t;
+        pos = pp;
     }
-    const mf_rope_meta *rq = &m->rope_q, *rk = &m->rope_k;
-    mf_cpu_rope(c->cpu, mm[0].y, nt, rq->n_head, rq->head_dim, rq->n_rot, pos, rq->mode, rq->theta,
-                rq->freq_scale);
-    mf_cpu_rope(c->cpu, mm[1].y, nt, rk->n_head, rk->head_dim, rk->n_rot, pos, rk->mode, rk->theta,
-                rk->freq_scale);
-    mf_cpu_kv_store(a->kv_type, bufp(c, kv.k), g->kv_dim, a->n_past, mm[1].y, nt);
-    mf_cpu_kv_store(a->kv_type, bufp(c, kv.v), g->kv_dim, a->n_past, mm[2].y, nt);
-    memcpy(y, mm[0].y, (size_t)(m->q.n_out * nt) * sizeof *y);
-    return 0;
+    return qkv_tail(c, g, id, sc[0], sc[1], sc[2], pos, y, kv, a, err);
 }
 
 static int exec_fused_ffn(cpu_be *c, const mf_graph *g, int32_t id, const float *x, float *y,
@@ -467,6 +525,8 @@ static int cpu_execute_node(mf_backend *b, const mf_graph *g, int32_t id, const 
         return exec_fused_qkv(c, g, id, x0, x1, y, kv, a, err);
     case MF_OP_FUSED_FFN:
         return exec_fused_ffn(c, g, id, x0, y, err);
+    case MF_OP_QKV_BIAS_ROPE_STORE:
+        return exec_qkv_epilogue(c, g, id, in, y, kv, a, err);
     default:
         return NODE_ERR("no cpu arm for this op%s", "");
     }

@@ -182,6 +182,10 @@ DOT_BLOCK32(dot_q5_1, mf_block_q5_1, mf_block_q8_1, LV_Q5, 0, MIN_S)
  * Q4_0). These take four rows at once: the four chains advance in one
  * 128-bit fma, each row's integer block sums come out of one shared
  * transpose-reduce, and the activation bytes are loaded once for the four.
+ * Four rows are four short streams the hardware prefetchers lose track of
+ * (DRAM-resident q8_0 fell from 34 to 23 GB/s on 2 threads), so the loop
+ * prefetches the group after the next one linearly, one slice per block
+ * pair (two groups ahead measured ~5 % better than one for Q4_0).
  * Each lane still computes s = fma((float)isum_b, dw_b * da_b, s) over the
  * blocks in order, so the bits equal the one-row kernels and the scalar
  * twin. ad / as: the activation blocks' scales as floats and level sums. */
@@ -193,7 +197,7 @@ static inline __m512i hsum4_epi32(__m512i p0, __m512i p1, __m512i p2, __m512i p3
     return _mm512_add_epi32(_mm512_unpacklo_epi64(t0, t1), _mm512_unpackhi_epi64(t0, t1));
 }
 
-#define DOT4_CANON(NAME, WT, LEVELS, SH)                                                           \
+#define DOT4_CANON(NAME, WT, LV2, SPLIT, SH)                                                           \
     static void NAME(int64_t n, float *s, const void *vw, size_t w_row, const void *va, const float *ad, \
                      const int32_t *as) {                                                          \
         const WT *w0 = vw, *w1 = (const WT *)((const uint8_t *)vw + w_row);                       \
@@ -203,20 +207,27 @@ static inline __m512i hsum4_epi32(__m512i p0, __m512i p1, __m512i p2, __m512i p3
         const int64_t nb = n / 32;                                                                \
         const __m512i z = _mm512_setzero_si512();                                                 \
         __m128 acc = _mm_setzero_ps();                                                            \
-        for (int64_t b = 0; b < nb; b += 2) {                                                     \
+        const char *pf = (const char *)vw + 8 * w_row;                                            \
+        const size_t pf_step = ((4 * w_row) / (size_t)((nb + 1) / 2) + 63) & ~(size_t)63;         \
+        for (int64_t b = 0; b < nb; b += 2, pf += pf_step) {                                      \
+            for (size_t o = 0; o < pf_step; o += 64)                                              \
+                _mm_prefetch(pf + o, _MM_HINT_T0);                                                \
             const bool two = b + 1 < nb;                                                          \
             const int64_t b1 = two ? b + 1 : b;                                                   \
             __m512i y = join256(_mm256_loadu_si256((const __m256i *)a[b].qs),                      \
                                 _mm256_loadu_si256((const __m256i *)a[b1].qs));                    \
             if (!two) /* odd block count: the second half multiplies zeros */                      \
                 y = _mm512_inserti64x4(y, _mm256_setzero_si256(), 1);                             \
-            const __m512i p0 = _mm512_dpbusd_epi32(z, join256(LEVELS(w0, b), LEVELS(w0, b1)), y); \
-            const __m512i p1 = _mm512_dpbusd_epi32(z, join256(LEVELS(w1, b), LEVELS(w1, b1)), y); \
-            const __m512i p2 = _mm512_dpbusd_epi32(z, join256(LEVELS(w2, b), LEVELS(w2, b1)), y); \
-            const __m512i p3 = _mm512_dpbusd_epi32(z, join256(LEVELS(w3, b), LEVELS(w3, b1)), y); \
+            if (SPLIT) /* 16-byte lanes (b 0-15, b+1 0-15, b 16-31, b+1 16-31), as LV2 gives */   \
+                y = _mm512_shuffle_i32x4(y, y, _MM_SHUFFLE(3, 1, 2, 0));                          \
+            const __m512i p0 = _mm512_dpbusd_epi32(z, LV2(w0, b, b1), y);                         \
+            const __m512i p1 = _mm512_dpbusd_epi32(z, LV2(w1, b, b1), y);                         \
+            const __m512i p2 = _mm512_dpbusd_epi32(z, LV2(w2, b, b1), y);                         \
+            const __m512i p3 = _mm512_dpbusd_epi32(z, LV2(w3, b, b1), y);                         \
             const __m512i u = hsum4_epi32(p0, p1, p2, p3);                                        \
-            /* lanes 0+1: block b's four rows, lanes 2+3: block b+1's */                          \
-            const __m512i t = _mm512_add_epi32(u, _mm512_shuffle_i32x4(u, u, _MM_SHUFFLE(2, 3, 0, 1))); \
+            /* lane 0 then: block b's four rows, lane 1 (SPLIT) or 2: block b+1's */              \
+            const __m512i t = _mm512_add_epi32(u, SPLIT ? _mm512_shuffle_i32x4(u, u, _MM_SHUFFLE(1, 0, 3, 2)) \
+                                                        : _mm512_shuffle_i32x4(u, u, _MM_SHUFFLE(2, 3, 0, 1))); \
             const __m256 dw = _mm256_cvtph_ps(_mm_setr_epi16((short)w0[b].d, (short)w1[b].d,      \
                 (short)w2[b].d, (short)w3[b].d, (short)w0[b1].d, (short)w1[b1].d, (short)w2[b1].d, \
                 (short)w3[b1].d));                                                               \
@@ -224,16 +235,28 @@ static inline __m512i hsum4_epi32(__m512i p0, __m512i p1, __m512i p2, __m512i p3
             const __m128i i0 = _mm_sub_epi32(_mm512_castsi512_si128(t), _mm_set1_epi32(as[b] * (1 << SH))); \
             acc = _mm_fmadd_ps(_mm_cvtepi32_ps(i0), _mm256_castps256_ps128(d), acc);              \
             if (two) {                                                                            \
-                const __m128i i1 = _mm_sub_epi32(_mm512_extracti32x4_epi32(t, 2), _mm_set1_epi32(as[b1] * (1 << SH))); \
+                const __m128i i1 = _mm_sub_epi32(SPLIT ? _mm512_extracti32x4_epi32(t, 1) : _mm512_extracti32x4_epi32(t, 2), \
+                                                 _mm_set1_epi32(as[b1] * (1 << SH)));                                  \
                 acc = _mm_fmadd_ps(_mm_cvtepi32_ps(i1), _mm256_extractf128_ps(d, 1), acc);        \
             }                                                                                     \
         }                                                                                         \
         _mm_storeu_ps(s, acc);                                                                    \
     }
 
-DOT4_CANON(dot4_q4_0, mf_block_q4_0, LV_Q4, 3)
-DOT4_CANON(dot4_q5_0, mf_block_q5_0, LV_Q5, 4)
-DOT4_CANON(dot4_q8_0, mf_block_q8_0, LV_Q8, 7)
+/* Q4_0: both blocks' 16 nibble bytes in one register, split once into low
+ * and high nibbles (elements 0-15 and 16-31 of each block): five
+ * instructions per row and block pair instead of nine. */
+static inline __m512i lv2_q4(const mf_block_q4_0 *w, int64_t b, int64_t b1) {
+    const __m256i v = _mm256_inserti128_si256(_mm256_castsi128_si256(_mm_loadu_si128((const __m128i *)w[b].qs)),
+                                              _mm_loadu_si128((const __m128i *)w[b1].qs), 1);
+    return _mm512_and_si512(join256(v, _mm256_srli_epi16(v, 4)), _mm512_set1_epi8(0x0f));
+}
+#define LV2_Q5(w, b, b1) join256(LV_Q5(w, b), LV_Q5(w, b1))
+#define LV2_Q8(w, b, b1) join256(LV_Q8(w, b), LV_Q8(w, b1))
+
+DOT4_CANON(dot4_q4_0, mf_block_q4_0, lv2_q4, 1, 3)
+DOT4_CANON(dot4_q5_0, mf_block_q5_0, LV2_Q5, 0, 4)
+DOT4_CANON(dot4_q8_0, mf_block_q8_0, LV2_Q8, 0, 7)
 
 mf_vec_dot4_fn mf_cpu_dot4_avx512(uint32_t wtype) {
     switch (wtype) {

@@ -87,6 +87,9 @@ void mf_cpu_mul(const float *a, const float *b, float *y, int64_t n);
 void mf_cpu_scale(const float *a, float s, float *y, int64_t n);
 void mf_cpu_silu(const float *a, float *y, int64_t n);
 void mf_cpu_swiglu(const float *gate, const float *up, float *y, int64_t n);
+/* mf_cpu_swiglu split across c's pool when n is large (same bits; c NULL or
+ * small n: the calling thread). */
+void mf_cpu_swiglu_mt(mf_cpu_ctx *c, const float *gate, const float *up, float *y, int64_t n);
 void mf_cpu_softmax(float *x, int64_t n, float scale); /* one row, in place */
 
 /* ---- KV cache and attention -------------------------------------------------------- */

@@ -34,16 +34,17 @@ uint32_t mf_cpu_act_type(uint32_t wtype);
 const mf_cpu_dot *mf_cpu_dot_scalar(uint32_t wtype);
 void mf_cpu_quantize_act_scalar(uint32_t act_type, const float *x, void *y, int64_t n);
 
+/* s[0..3] = the dots of the four weight rows at w, w + w_row, ... with one
+ * Q8_0 activation row a (ad/as: its block scales as floats and level sums,
+ * n/32 each), bit-equal to the one-row kernel (x86: dot_avx512.c). */
+typedef void (*mf_vec_dot4_fn)(int64_t n, float *s, const void *w, size_t w_row, const void *a, const float *ad,
+                               const int32_t *as);
+
 #if MF_CPU_X86
 const mf_cpu_dot *mf_cpu_dot_avx2(uint32_t wtype);
 bool mf_cpu_quantize_act_avx2(uint32_t act_type, const float *x, void *y, int64_t n);
 const mf_cpu_dot *mf_cpu_dot_avx512(uint32_t wtype);
 bool mf_cpu_quantize_act_avx512(uint32_t act_type, const float *x, void *y, int64_t n);
-/* s[0..3] = the dots of the four weight rows at w, w + w_row, ... with one
- * Q8_0 activation row a (ad/as: its block scales as floats and level sums,
- * n/32 each), bit-equal to the one-row kernel; NULL for types without one. */
-typedef void (*mf_vec_dot4_fn)(int64_t n, float *s, const void *w, size_t w_row, const void *a, const float *ad,
-                               const int32_t *as);
 mf_vec_dot4_fn mf_cpu_dot4_avx512(uint32_t wtype);
 void mf_cpu_q8_0_aux_avx512(const void *blk, int64_t nb, float *ad, int32_t *as);
 

@@ -136,6 +136,30 @@ void mf_cpu_swiglu(const float *gate, const float *up, float *y, int64_t n) {
         y[i] = gate[i] / (1.0f + expf(-gate[i])) * up[i];
 }
 
+typedef struct swiglu_job {
+    const float *gate, *up;
+    float *y;
+    int64_t n;
+} swiglu_job;
+
+static void swiglu_worker(void *vjob, int ith, int nth) {
+    const swiglu_job *j = vjob;
+    /* 64-element aligned slices: each element is computed the same way
+     * whichever thread takes it, so the split does not change the bits */
+    const int64_t per = ((j->n + nth - 1) / nth + 63) & ~(int64_t)63;
+    const int64_t i0 = per * ith, i1 = i0 + per < j->n ? i0 + per : j->n;
+    if (i0 < i1)
+        mf_cpu_swiglu(j->gate + i0, j->up + i0, j->y + i0, i1 - i0);
+}
+
+void mf_cpu_swiglu_mt(mf_cpu_ctx *c, const float *gate, const float *up, float *y, int64_t n) {
+    swiglu_job j = {gate, up, y, n};
+    if (c && n >= 32768) /* below, waking the pool costs more than it saves */
+        mf_pool_run(mf_cpu_ctx_pool(c), swiglu_worker, &j);
+    else
+        mf_cpu_swiglu(gate, up, y, n);
+}
+
 /* x = softmax(x * scale) over one row, with the max subtracted first. */
 void mf_cpu_softmax(float *x, int64_t n, float scale) {
     if (n <= 0)
