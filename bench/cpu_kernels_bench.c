@@ -1,7 +1,8 @@
 /* cpu_kernels_bench - times mf_cpu_matmul at the qwen2 shapes (best of N).
  *
  * usage: cpu_kernels_bench [threads] [reps] [ops]
- * ("ops": attention, rmsnorm and swiglu instead of the matmuls.)
+ * ("ops": attention, rmsnorm and swiglu instead of the matmuls; "cold":
+ * one-token matmuls over weights out of every cache, as decode sees them.)
  * For each weight type and shape, prints the best time of a decode matmul
  * (nt 1: weight GB/s, the bandwidth wall) and a prefill one (nt 128: integer
  * GOP/s, 2 ops per multiply-add), and for nt 1 also the single-row dot
@@ -96,14 +97,65 @@ static void bench_ops(int nth, int reps) {
     free(u);
 }
 
+/* Decode as the model runs it: one token through weights that are not in
+ * any cache. Copies of each matrix fill ~160 MB and one rep runs the matmul
+ * once per copy; prints the weight GB/s of the best rep. */
+static void bench_cold(int nth, int reps) {
+    const uint32_t types[] = {MF_TYPE_Q4_0, MF_TYPE_Q8_0, MF_TYPE_Q4_K, MF_TYPE_Q6_K};
+    const int64_t shapes[][2] = {{896, 1152}, {896, 896}, {896, 9728}, {4864, 896}, {1536, 2048}, {1536, 17920}, {8960, 1536}};
+    mf_cpu_ctx *c = mf_cpu_ctx_new(nth);
+    printf("cold decode (nt 1), threads %d, best of %d: weight GB/s\n", nth, reps);
+    for (size_t ti = 0; ti < sizeof types / sizeof *types; ti++)
+        for (size_t si = 0; si < sizeof shapes / sizeof *shapes; si++) {
+            const uint32_t wt = types[ti];
+            const int64_t n_in = shapes[si][0], n_out = shapes[si][1];
+            const size_t wr = mf_type_row_size(wt, n_in), bytes = wr * (size_t)n_out;
+            if (!wr)
+                continue;
+            const size_t ncopy = (160u << 20) / bytes + 1;
+            uint8_t *w = malloc(bytes * ncopy);
+            float *wf = malloc(sizeof(float) * (size_t)n_in);
+            for (int64_t o = 0; o < n_out; o++) {
+                for (int64_t i = 0; i < n_in; i++)
+                    wf[i] = frand();
+                mf_quantize_rows(wt, wf, w + (size_t)o * wr, 1, n_in);
+            }
+            free(wf);
+            for (size_t k = 1; k < ncopy; k++) /* same bytes at other addresses: cold all the same */
+                memcpy(w + k * bytes, w, bytes);
+            float *x = malloc(sizeof(float) * (size_t)n_in), *y = malloc(sizeof(float) * (size_t)n_out);
+            for (int64_t i = 0; i < n_in; i++)
+                x[i] = frand();
+            double best = 1e30;
+            for (int r = 0; r < reps; r++) {
+                const uint64_t t0 = mf_time_ns();
+                for (size_t k = 0; k < ncopy; k++)
+                    mf_cpu_matmul(c, wt, w + k * bytes, n_in, n_out, x, 1, y);
+                const double dt = (double)(mf_time_ns() - t0) / (double)ncopy;
+                best = dt < best ? dt : best;
+            }
+            printf("%-5s %6lld %6lld  %8.1f us  %6.2f GB/s\n", mf_type_name(wt), (long long)n_in, (long long)n_out,
+                   best / 1e3, (double)bytes / best);
+            fflush(stdout);
+            free(w);
+            free(x);
+            free(y);
+        }
+    mf_cpu_ctx_free(c);
+}
+
 int main(int argc, char **argv) {
     const int nth = argc > 1 ? atoi(argv[1]) : 2, reps = argc > 2 ? atoi(argv[2]) : 20;
     if (argc > 3 && strcmp(argv[3], "ops") == 0) {
         bench_ops(nth, reps);
         return 0;
     }
+    if (argc > 3 && strcmp(argv[3], "cold") == 0) {
+        bench_cold(nth, reps);
+        return 0;
+    }
     const uint32_t types[] = {MF_TYPE_Q4_0, MF_TYPE_Q5_0, MF_TYPE_Q8_0, MF_TYPE_Q4_K, MF_TYPE_Q6_K};
-    const int64_t shapes[][2] = {{896, 896}, {896, 128}, {896, 4864}, {4864, 896}, {1536, 8960}, {8960, 1536}, {896, 151936}};
+    const int64_t shapes[][2] = {{896, 896}, {896, 128}, {896, 4864}, {4864, 896}, {1536, 8960}, {8960, 1536}, {896, 151936}, {1536, 65536}};
     mf_cpu_ctx *c = mf_cpu_ctx_new(nth);
     printf("threads %d, isa %s, best of %d\n", nth, mf_cpu_isa_name(mf_cpu_ctx_isa(c)), reps);
     printf("%-5s %6s %6s | %9s %7s %9s | %9s %8s\n", "type", "n_in", "n_out", "nt1 us", "GB/s", "1row GB/s",

@@ -45,7 +45,8 @@ static int parse_cache_type(const char *name, const char *source, int64_t kv_dim
 /* The graph params of a forward of nt tokens: the reuse identity. Decode
  * (nt == 1) asks for the fused attention input: FUSED_QKV(_NORM) when the
  * leading backend has it, else the QKV_BIAS_ROPE_STORE epilogue after three
- * plain matmuls; each has its MINFER_NO_FUSE_* kill switch. */
+ * plain matmuls; each has its MINFER_NO_FUSE_* kill switch. (Fusing CPU
+ * prefill too measured no gain: docs/PERF.md, "decided not".) */
 static void forward_params(const minfer_session *s, int32_t nt, mf_graph_params *p) {
     const bool decode = nt == 1;
     const bool qwen3 = s->model->m->arch == MF_ARCH_QWEN3;

@@ -2,8 +2,8 @@
  * kernels.h (seed §2.1: "its buffers are plain memory, execute_node just calls
  * the function, synchronize is a no-op").
  *
- * Buffers are 64-byte aligned host allocations in a pool indexed by id; the
- * free list is exact-size (the allocator asks for size classes). Weights are
+ * Buffers live in the shared host pool (graph/hostpool.h: 64-byte aligned,
+ * indexed by id, exact-size free list). Weights are
  * resolved by GGUF name in the mf_weights table at execute time; norm weights
  * and biases stored as F16/BF16 are converted to f32 once and cached under
  * the same name. Every op works in place (out id == in id). */
@@ -12,12 +12,7 @@
 
 #include "backend/backend.h"
 #include "backend/cpu/kernels.h"
-
-typedef struct cpu_buf {
-    void *p;
-    size_t n;
-    bool free;
-} cpu_buf;
+#include "graph/hostpool.h"
 
 enum { N_SCRATCH = 4 };
 
@@ -25,8 +20,7 @@ typedef struct cpu_be {
     mf_backend base;
     const mf_weights *w;
     mf_cpu_ctx *cpu;
-    cpu_buf *bufs;
-    int32_t n_bufs, cap_bufs;
+    mf_hostpool pool;
     mf_weights *f32; /* converted small weights, by name */
     float *scratch[N_SCRATCH];
     size_t scratch_n[N_SCRATCH];
@@ -42,61 +36,28 @@ static const char *cpu_name(const mf_backend *b) {
 
 /* ---- buffer pool -------------------------------------------------------------------- */
 
-static int32_t pool_new(cpu_be *c, size_t nbytes, mf_error *err) {
-    size_t n = (nbytes + 63) / 64 * 64;
-    void *p = aligned_alloc(64, n ? n : 64);
-    if (!p)
-        return mf_errorf(err, "cpu: out of memory allocating a %zu-byte buffer", nbytes);
-    if (c->n_bufs == c->cap_bufs) {
-        c->cap_bufs = c->cap_bufs ? c->cap_bufs * 2 : 64;
-        c->bufs = mf_realloc(c->bufs, (size_t)c->cap_bufs * sizeof *c->bufs);
-    }
-    c->bufs[c->n_bufs] = (cpu_buf){.p = p, .n = nbytes, .free = false};
-    return c->n_bufs++;
-}
-
 static int32_t cpu_alloc_buffer(mf_backend *b, size_t nbytes, mf_error *err) {
-    cpu_be *c = CB(b);
-    for (int32_t i = 0; i < c->n_bufs; i++)
-        if (c->bufs[i].free && c->bufs[i].n == nbytes) {
-            c->bufs[i].free = false;
-            return i;
-        }
-    return pool_new(c, nbytes, err);
+    return mf_hostpool_alloc(&CB(b)->pool, nbytes, err);
 }
 
 static int32_t cpu_alloc_fresh(mf_backend *b, size_t nbytes, mf_error *err) {
-    return pool_new(CB(b), nbytes, err);
+    return mf_hostpool_alloc_fresh(&CB(b)->pool, nbytes, err);
 }
 
 static void cpu_free_buffer(mf_backend *b, int32_t id) {
-    cpu_be *c = CB(b);
-    MF_ASSERT(id >= 0 && id < c->n_bufs);
-    c->bufs[id].free = true;
+    mf_hostpool_release(&CB(b)->pool, id);
 }
 
-/* A freed id may still carry a value at run time: the allocator frees after
- * the last consumer during its walk, so "free" here means "recyclable by the
- * next alloc_buffer", not "unused". Hence only the range is checked. */
 static void *bufp(cpu_be *c, int32_t id) {
-    MF_ASSERT(id >= 0 && id < c->n_bufs);
-    return c->bufs[id].p;
+    return mf_hostpool_ptr(&c->pool, id);
 }
 
 static int cpu_read_host(mf_backend *b, int32_t id, size_t off, void *dst, size_t n, mf_error *err) {
-    cpu_be *c = CB(b);
-    if (id < 0 || id >= c->n_bufs || off > c->bufs[id].n || n > c->bufs[id].n - off)
-        return mf_errorf(err, "cpu: read_host buffer %d [%zu, +%zu) out of range", id, off, n);
-    memcpy(dst, (char *)c->bufs[id].p + off, n);
-    return 0;
+    return mf_hostpool_read(&CB(b)->pool, id, off, dst, n, err);
 }
 
 static int cpu_write_host(mf_backend *b, int32_t id, size_t off, const void *src, size_t n, mf_error *err) {
-    cpu_be *c = CB(b);
-    if (id < 0 || id >= c->n_bufs || off > c->bufs[id].n || n > c->bufs[id].n - off)
-        return mf_errorf(err, "cpu: write_host buffer %d [%zu, +%zu) out of range", id, off, n);
-    memcpy((char *)c->bufs[id].p + off, src, n);
-    return 0;
+    return mf_hostpool_write(&CB(b)->pool, id, off, src, n, err);
 }
 
 static int cpu_synchronize(mf_backend *b, mf_error *err) {
@@ -420,7 +381,7 @@ static int exec_fused_ffn(cpu_be *c, const mf_graph *g, int32_t id, const float 
             return -1;
         add_bias(mm[j].y, bias, n_ff, nt);
     }
-    mf_cpu_swiglu(mm[0].y, mm[1].y, y, n_ff * nt);
+    mf_cpu_swiglu_mt(c->cpu, mm[0].y, mm[1].y, y, n_ff * nt);
     return 0;
 }
 
@@ -459,7 +420,7 @@ static int cpu_execute_node(mf_backend *b, const mf_graph *g, int32_t id, const 
         mf_cpu_silu(x0, y, nel);
         return 0;
     case MF_OP_SWIGLU:
-        mf_cpu_swiglu(x0, x1, y, nel);
+        mf_cpu_swiglu_mt(c->cpu, x0, x1, y, nel);
         return 0;
     case MF_OP_RMSNORM:
     case MF_OP_QKNORM: {
@@ -534,9 +495,7 @@ static int cpu_execute_node(mf_backend *b, const mf_graph *g, int32_t id, const 
 
 static void cpu_free(mf_backend *b) {
     cpu_be *c = CB(b);
-    for (int32_t i = 0; i < c->n_bufs; i++)
-        free(c->bufs[i].p);
-    free(c->bufs);
+    mf_hostpool_free(&c->pool);
     for (int i = 0; i < N_SCRATCH; i++)
         free(c->scratch[i]);
     mf_weights_free(c->f32);
@@ -573,6 +532,7 @@ int mf_backend_cpu_new(const mf_weights *w, int n_threads, mf_backend **out, mf_
         return mf_errorf(err, "cpu backend: cannot start %d threads", n_threads);
     }
     c->f32 = mf_weights_new();
+    mf_hostpool_init(&c->pool, "cpu");
     c->base = (mf_backend){.ops = &cpu_ops, .kind = MF_BACKEND_CPU, .is_gpu = false, .ctx = c};
     *out = &c->base;
     return 0;

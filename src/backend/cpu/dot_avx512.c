@@ -207,7 +207,8 @@ static inline __m512i hsum4_epi32(__m512i p0, __m512i p1, __m512i p2, __m512i p3
         const int64_t nb = n / 32;                                                                \
         const __m512i z = _mm512_setzero_si512();                                                 \
         __m128 acc = _mm_setzero_ps();                                                            \
-        const char *pf = (const char *)vw + 8 * w_row;                                            \
+        /* two groups ahead for short rows, one for long ones (> 2 KB) */                         \
+        const char *pf = (const char *)vw + (w_row > 2048 ? 4 : 8) * w_row;                         \
         const size_t pf_step = ((4 * w_row) / (size_t)((nb + 1) / 2) + 63) & ~(size_t)63;         \
         for (int64_t b = 0; b < nb; b += 2, pf += pf_step) {                                      \
             for (size_t o = 0; o < pf_step; o += 64)                                              \

@@ -191,7 +191,7 @@ static void mk_any(const uint8_t *pp, int64_t nb, const uint8_t *const *a, const
 #define KB_D (KB_PAIRS + 8 * 32 * 4)             /* float [32] */
 #define KB_DMIN (KB_D + 32 * 4)                  /* float [32] */
 #define KB_BYTES (KB_DMIN + 32 * 4)
-#define MKK_TOKENS 6
+#define MKK_TOKENS 4
 
 /* 32 levels (element order 32j..32j+31) of group j of a K-quant block. */
 static inline __m256i lv_k(uint32_t wtype, const uint8_t *blk, int j) {
@@ -331,18 +331,14 @@ static void mkk_any(const uint8_t *pp, int64_t nb, const mf_block_q8_K *const *a
         case 1: mkk(pp, nb, a, 1, true, acc); break;
         case 2: mkk(pp, nb, a, 2, true, acc); break;
         case 3: mkk(pp, nb, a, 3, true, acc); break;
-        case 4: mkk(pp, nb, a, 4, true, acc); break;
-        case 5: mkk(pp, nb, a, 5, true, acc); break;
-        default: mkk(pp, nb, a, 6, true, acc); break;
+        default: mkk(pp, nb, a, 4, true, acc); break;
         }
     } else {
         switch (T) {
         case 1: mkk(pp, nb, a, 1, false, acc); break;
         case 2: mkk(pp, nb, a, 2, false, acc); break;
         case 3: mkk(pp, nb, a, 3, false, acc); break;
-        case 4: mkk(pp, nb, a, 4, false, acc); break;
-        case 5: mkk(pp, nb, a, 5, false, acc); break;
-        default: mkk(pp, nb, a, 6, false, acc); break;
+        default: mkk(pp, nb, a, 4, false, acc); break;
         }
     }
 }
