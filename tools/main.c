@@ -18,6 +18,7 @@ static const struct {
     {"tokenize", mf_cmd_tokenize, "token ids and pieces of a text"},
     {"detokenize", mf_cmd_detokenize, "text of a list of token ids"},
     {"synth", mf_cmd_synth, "write a synthetic model at real shapes"},
+    {"serve", mf_cmd_serve, "HTTP server (OpenAI-style completions)"},
 };
 
 static void usage(FILE *f) {

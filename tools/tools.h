@@ -17,5 +17,6 @@ int mf_cmd_quantize(int argc, char **argv);
 int mf_cmd_tokenize(int argc, char **argv);
 int mf_cmd_detokenize(int argc, char **argv);
 int mf_cmd_synth(int argc, char **argv);
+int mf_cmd_serve(int argc, char **argv);
 
 #endif

@@ -8,15 +8,7 @@
 # detokenize's trailing newline (and --no-newline for a byte-exact round trip),
 # q2_K in quantize --help, and one warning for -t above 4x the cores.
 set -u
-BIN=${MINFER_BIN:-minfer}
-MODEL=${MINFER_MODEL:?MINFER_MODEL must name the SmolLM2 GGUF}
-TMP=${MINFER_TMP:-/tmp}/help.$$
-mkdir -p "$TMP"
-trap 'rm -rf "$TMP"' EXIT
-fails=0
-n=0
-pass() { n=$((n + 1)); }
-fail() { echo "FAIL: $*"; fails=$((fails + 1)); }
+. "$(dirname "$0")/lib.sh" --model
 
 BOGUS=--zz-bogus
 # Values tried for a flag that takes one, in order (a number, a float, a cache
@@ -35,7 +27,7 @@ accepted() {
     return 1
 }
 
-CMDS="run chat perplexity bench quantize inspect synth tokenize detokenize"
+CMDS="run chat perplexity bench quantize inspect synth tokenize detokenize serve"
 total_flags=0
 for cmd in $CMDS; do
     if "$BIN" "$cmd" --help >"$TMP/help.$cmd" 2>"$TMP/err"; then pass; else
@@ -83,5 +75,4 @@ many=$((4 * cores + 1))
 "$BIN" run -m "$MODEL" -p hi -n 1 -c 64 -t "$cores" >/dev/null 2>"$TMP/err"
 ! grep -q "threads on" "$TMP/err" && pass || fail "-t $cores warned: $(cat "$TMP/err")"
 
-echo "$n passed, $fails failed"
-[ $fails -eq 0 ]
+finish
