@@ -8,6 +8,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "../tests/unit/tok_vocab.h" /* vocab builder shared with the unit test */
 #include "tokenizer/tokenizer.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
@@ -17,63 +18,36 @@ static mf_tokenizer *gpt2_toks[N_GPT2 + 1]; /* the last: the model's, if any */
 static mf_tokenizer *spm_tok;
 static mf_gguf *model;
 
-static uint32_t gpt2_cp(int b) {
-    if ((b >= 33 && b <= 126) || (b >= 161 && b <= 172) || b >= 174)
-        return (uint32_t)b;
-    int k = 0;
-    for (int x = 0; x < b; x++)
-        if (!((x >= 33 && x <= 126) || (x >= 161 && x <= 172) || x >= 174))
-            k++;
-    return 256u + (uint32_t)k;
-}
-
-static size_t enc(char *o, uint32_t cp) {
-    if (cp < 0x80) {
-        o[0] = (char)cp;
-        return 1;
-    }
-    o[0] = (char)(0xC0 | (cp >> 6));
-    o[1] = (char)(0x80 | (cp & 0x3F));
-    return 2;
-}
-
 static void build(void) {
     static const char *pres[N_GPT2] = {"gpt2", "smollm", "qwen2", "llama3", "deepseek-llm"};
     /* 256 bytes, pairs of a few letters and their merges, two specials */
-    static char store[256 + 64][16];
-    static const char *ptrs[256 + 64];
-    static int32_t types[256 + 64];
+    static tok_vocab gv, sv;
     static const char *merges[64];
     static char mstore[64][16];
-    int n = 0, nm = 0;
-    for (int b = 0; b < 256; b++) {
-        store[n][enc(store[n], gpt2_cp(b))] = 0;
-        types[n++] = MF_TOKEN_NORMAL;
-    }
+    int nm = 0;
+    tok_vocab_add_gpt2_bytes(&gv);
     const char *letters = "aeinst";
     for (const char *x = letters; *x; x++)
         for (const char *y = letters; *y; y++) {
             if (nm >= 30)
                 break;
-            snprintf(store[n], sizeof store[n], "%c%c", *x, *y);
-            types[n++] = MF_TOKEN_NORMAL;
+            const char pair[3] = {*x, *y, 0};
+            tok_vocab_add(&gv, pair, MF_TOKEN_NORMAL, 0);
             snprintf(mstore[nm], sizeof mstore[nm], "%c %c", *x, *y);
             merges[nm] = mstore[nm];
             nm++;
         }
-    strcpy(store[n], "<|im_start|>"), types[n++] = MF_TOKEN_CONTROL;
-    strcpy(store[n], "<|im"), types[n++] = MF_TOKEN_CONTROL;
-    strcpy(store[n], "@u@"), types[n++] = MF_TOKEN_USER_DEFINED;
-    for (int i = 0; i < n; i++)
-        ptrs[i] = store[i];
+    tok_vocab_add(&gv, "<|im_start|>", MF_TOKEN_CONTROL, 0);
+    tok_vocab_add(&gv, "<|im", MF_TOKEN_CONTROL, 0);
+    tok_vocab_add(&gv, "@u@", MF_TOKEN_USER_DEFINED, 0);
     mf_error err;
     for (int p = 0; p < N_GPT2; p++) {
         mf_tokenizer_spec spec;
         mf_tokenizer_spec_init(&spec, MF_TOKENIZER_GPT2);
         spec.pre = pres[p];
-        spec.n_tokens = n;
-        spec.tokens = ptrs;
-        spec.types = types;
+        spec.n_tokens = gv.n;
+        spec.tokens = gv.ptrs;
+        spec.types = gv.types;
         spec.n_merges = nm;
         spec.merges = merges;
         if (mf_tokenizer_new(&spec, &gpt2_toks[p], &err)) {
@@ -82,30 +56,17 @@ static void build(void) {
         }
     }
     /* spm: <unk>, <0xNN>, ▁ and a few letters */
-    static char sstore[300][16];
-    static const char *sptrs[300];
-    static int32_t stypes[300];
-    static float sscores[300];
-    int k = 0;
-    strcpy(sstore[k], "<unk>"), stypes[k++] = MF_TOKEN_UNKNOWN;
-    for (int b = 0; b < 256; b++) {
-        snprintf(sstore[k], sizeof sstore[k], "<0x%02X>", b);
-        stypes[k++] = MF_TOKEN_BYTE;
-    }
+    tok_vocab_add(&sv, "<unk>", MF_TOKEN_UNKNOWN, 0);
+    tok_vocab_add_spm_bytes(&sv);
     static const char *pieces[] = {"\xe2\x96\x81", "a", "b", "ab", "\u2581a", "ba", "aba"};
-    for (size_t i = 0; i < sizeof pieces / sizeof pieces[0]; i++) {
-        strcpy(sstore[k], pieces[i]);
-        sscores[k] = -(float)i;
-        stypes[k++] = MF_TOKEN_NORMAL;
-    }
-    for (int i = 0; i < k; i++)
-        sptrs[i] = sstore[i];
+    for (size_t i = 0; i < sizeof pieces / sizeof pieces[0]; i++)
+        tok_vocab_add(&sv, pieces[i], MF_TOKEN_NORMAL, -(float)i);
     mf_tokenizer_spec spec;
     mf_tokenizer_spec_init(&spec, MF_TOKENIZER_SPM);
-    spec.n_tokens = k;
-    spec.tokens = sptrs;
-    spec.types = stypes;
-    spec.scores = sscores;
+    spec.n_tokens = sv.n;
+    spec.tokens = sv.ptrs;
+    spec.types = sv.types;
+    spec.scores = sv.scores;
     spec.unk = 0;
     if (mf_tokenizer_new(&spec, &spm_tok, &err))
         abort();

@@ -21,36 +21,38 @@ const char *mf_arch_name(mf_arch arch) {
 
 /* ---- hyperparameters ------------------------------------------------------------ */
 
-/* Reads {arch}.suffix as an int32. Absent: *out = def when !required (returns
- * 0), else an error naming the key. Present with a bad type/value: error. */
+/* The one policy for a hyperparameter key, applied to the rc of the
+ * mf_gguf_get_* call that read it: a bad type/value is an error (prefixed
+ * "model"), an absent required key is an error naming it. Returns -1 for
+ * those, 1 when the key is absent and optional (use the default), 0 when read. */
+static int key_rc(int rc, const char *key, bool required, mf_error *err) {
+    if (rc < 0)
+        return mf_error_prefix(err, "model");
+    if (rc == 1 && required)
+        return mf_errorf(err, "model: key '%s' not found", key);
+    return rc;
+}
+
+/* Reads {arch}.suffix as an int32 / a float; *out = def when absent and not
+ * required. 0 or -1 (key_rc). */
 static int get_i32(const mf_gguf *g, const char *arch, const char *suffix, bool required,
                    int32_t def, int32_t *out, mf_error *err) {
     char key[128];
     snprintf(key, sizeof key, "%s.%s", arch, suffix);
-    int rc = mf_gguf_get_i32(g, key, out, err);
-    if (rc < 0)
-        return mf_error_prefix(err, "model");
-    if (rc == 1) {
-        if (required)
-            return mf_errorf(err, "model: key '%s' not found", key);
+    int rc = key_rc(mf_gguf_get_i32(g, key, out, err), key, required, err);
+    if (rc == 1)
         *out = def;
-    }
-    return 0;
+    return rc < 0 ? -1 : 0;
 }
 
 static int get_f32(const mf_gguf *g, const char *arch, const char *suffix, bool required,
                    float def, float *out, mf_error *err) {
     char key[128];
     snprintf(key, sizeof key, "%s.%s", arch, suffix);
-    int rc = mf_gguf_get_f32(g, key, out, err);
-    if (rc < 0)
-        return mf_error_prefix(err, "model");
-    if (rc == 1) {
-        if (required)
-            return mf_errorf(err, "model: key '%s' not found", key);
+    int rc = key_rc(mf_gguf_get_f32(g, key, out, err), key, required, err);
+    if (rc == 1)
         *out = def;
-    }
-    return 0;
+    return rc < 0 ? -1 : 0;
 }
 
 /* A positive value no larger than lim, else an error naming the key. */
@@ -125,9 +127,9 @@ static int read_hparams(const mf_gguf *g, mf_arch arch, mf_hparams *hp, mf_error
     hp->freq_scale = 1.0f;
     snprintf(key, sizeof key, "%s.rope.scaling.type", a);
     mf_str stype;
-    int rc = mf_gguf_get_str(g, key, &stype, err);
+    int rc = key_rc(mf_gguf_get_str(g, key, &stype, err), key, false, err);
     if (rc < 0)
-        return mf_error_prefix(err, "model");
+        return -1;
     if (rc == 0 && strcmp(stype.ptr, "none") != 0) {
         if (strcmp(stype.ptr, "linear") != 0)
             return mf_errorf(err, "model: %s = '%s' is not supported (none, linear)", key,

@@ -247,49 +247,57 @@ static float absmax(const float *x, int n) {
     return amax;
 }
 
+_Static_assert(MF_QK8_0 == 32 && MF_QK8_1 == 32, "q8_block assumes 32-element blocks");
+
+/* The 32 int8 levels of one Q8_0 / Q8_1 block: qs = round(x / d) with
+ * d = absmax / 127. Returns d unrounded (Q8_1's s is computed from it) and
+ * the sum of the levels in *sum. */
+static float q8_block(const float *x, int8_t qs[32], int *sum) {
+    const float d = absmax(x, 32) / 127;
+    const float id = d ? 1.0f / d : 0.0f;
+    int s = 0;
+    for (int j = 0; j < 32; j++) {
+        qs[j] = (int8_t)roundf(x[j] * id);
+        s += qs[j];
+    }
+    *sum = s;
+    return d;
+}
+
+static void q8_block_to_float(uint16_t d16, const int8_t qs[32], float *y) {
+    const float d = h2f(d16);
+    for (int j = 0; j < 32; j++)
+        y[j] = (float)qs[j] * d;
+}
+
 static void q8_0_from_float(const float *x, void *vy, int64_t n) {
     mf_block_q8_0 *y = vy;
-    for (int64_t b = 0; b < n / MF_QK8_0; b++, x += MF_QK8_0) {
-        const float d = absmax(x, MF_QK8_0) / 127;
-        const float id = d ? 1.0f / d : 0.0f;
-        y[b].d = f2h(d);
-        for (int j = 0; j < MF_QK8_0; j++)
-            y[b].qs[j] = (int8_t)roundf(x[j] * id);
-    }
+    int sum;
+    for (int64_t b = 0; b < n / MF_QK8_0; b++, x += MF_QK8_0)
+        y[b].d = f2h(q8_block(x, y[b].qs, &sum));
 }
 
 static void q8_0_to_float(const void *vx, float *y, int64_t n) {
     const mf_block_q8_0 *x = vx;
-    for (int64_t b = 0; b < n / MF_QK8_0; b++, y += MF_QK8_0) {
-        const float d = h2f(x[b].d);
-        for (int j = 0; j < MF_QK8_0; j++)
-            y[j] = (float)x[b].qs[j] * d;
-    }
+    for (int64_t b = 0; b < n / MF_QK8_0; b++, y += MF_QK8_0)
+        q8_block_to_float(x[b].d, x[b].qs, y);
 }
 
 /* Q8_1 also stores s = d * sum(q) (rounded to f16) for the q4_1/q5_1 dots. */
 static void q8_1_from_float(const float *x, void *vy, int64_t n) {
     mf_block_q8_1 *y = vy;
+    int sum;
     for (int64_t b = 0; b < n / MF_QK8_1; b++, x += MF_QK8_1) {
-        const float d = absmax(x, MF_QK8_1) / 127;
-        const float id = d ? 1.0f / d : 0.0f;
-        int sum = 0;
+        const float d = q8_block(x, y[b].qs, &sum);
         y[b].d = f2h(d);
-        for (int j = 0; j < MF_QK8_1; j++) {
-            y[b].qs[j] = (int8_t)roundf(x[j] * id);
-            sum += y[b].qs[j];
-        }
         y[b].s = f2h((float)sum * d);
     }
 }
 
 static void q8_1_to_float(const void *vx, float *y, int64_t n) {
     const mf_block_q8_1 *x = vx;
-    for (int64_t b = 0; b < n / MF_QK8_1; b++, y += MF_QK8_1) {
-        const float d = h2f(x[b].d);
-        for (int j = 0; j < MF_QK8_1; j++)
-            y[j] = (float)x[b].qs[j] * d;
-    }
+    for (int64_t b = 0; b < n / MF_QK8_1; b++, y += MF_QK8_1)
+        q8_block_to_float(x[b].d, x[b].qs, y);
 }
 
 /* ==== K-quant searches ===================================================== */
@@ -371,32 +379,37 @@ static float qkx2_search(int n, int nmax, const float *x, const float *w, uint8_
     return scale;
 }
 
+/* Symmetric levels l = clamp(nearest(iscale * x), -nmax, nmax - 1) of n
+ * values and their x^2-weighted sums: *sumlx = sum(w x l), *suml2 =
+ * sum(w l^2), w = x^2, accumulated in element order. When L is non-NULL it
+ * receives l + bias. */
+static void sym_levels(int n, int nmax, float iscale, const float *x, int8_t *L, int bias,
+                       float *sumlx, float *suml2) {
+    float slx = 0, sl2 = 0;
+    for (int i = 0; i < n; i++) {
+        int l = imax(-nmax, imin(nmax - 1, nearest_int(iscale * x[i])));
+        if (L)
+            L[i] = (int8_t)(l + bias);
+        float w = x[i] * x[i];
+        slx += w * x[i] * l;
+        sl2 += w * l * l;
+    }
+    *sumlx = slx;
+    *suml2 = sl2;
+}
+
 /* Symmetric quantization to [-nmax, nmax-1] for Q3_K (ggml's make_q3_quants
  * with do_rmse): start from scale max/-nmax, then up to 5 passes of
  * coordinate descent on each level under the x^2-weighted least-squares
  * scale. L gets level + nmax; returns the scale. */
 static float q3_search(int n, int nmax, const float *x, int8_t *L) {
-    float max = 0, amax = 0;
-    for (int i = 0; i < n; i++) {
-        float ax = fabsf(x[i]);
-        if (ax > amax) {
-            amax = ax;
-            max = x[i];
-        }
-    }
-    if (amax < GROUP_MAX_EPS) {
+    const float max = signed_absmax(x, n);
+    if (fabsf(max) < GROUP_MAX_EPS) {
         memset(L, 0, (size_t)n);
         return 0.0f;
     }
-    const float iscale = -nmax / max;
-    float sumlx = 0, suml2 = 0;
-    for (int i = 0; i < n; i++) {
-        int l = imax(-nmax, imin(nmax - 1, nearest_int(iscale * x[i])));
-        L[i] = (int8_t)l;
-        float w = x[i] * x[i];
-        sumlx += w * x[i] * l;
-        suml2 += w * l * l;
-    }
+    float sumlx, suml2;
+    sym_levels(n, nmax, -nmax / max, x, L, 0, &sumlx, &suml2);
     for (int itry = 0; itry < 5; itry++) {
         int changed = 0;
         for (int i = 0; i < n; i++) {
@@ -430,45 +443,22 @@ static float q3_search(int n, int nmax, const float *x, int8_t *L) {
  * scale of the best of 19 trial scales -(nmax + 0.1 k)/max, k in -9..9. L gets
  * level + nmax; returns the scale. */
 static float qx_search(int n, int nmax, const float *x, int8_t *L) {
-    float max = 0, amax = 0;
-    for (int i = 0; i < n; i++) {
-        float ax = fabsf(x[i]);
-        if (ax > amax) {
-            amax = ax;
-            max = x[i];
-        }
-    }
-    if (amax < GROUP_MAX_EPS) {
+    const float max = signed_absmax(x, n);
+    if (fabsf(max) < GROUP_MAX_EPS) {
         memset(L, 0, (size_t)n);
         return 0.0f;
     }
-    float iscale = -nmax / max;
-    float sumlx = 0, suml2 = 0;
-    for (int i = 0; i < n; i++) {
-        int l = imax(-nmax, imin(nmax - 1, nearest_int(iscale * x[i])));
-        L[i] = (int8_t)(l + nmax);
-        float w = x[i] * x[i];
-        sumlx += w * x[i] * l;
-        suml2 += w * l * l;
-    }
+    float sumlx, suml2;
+    sym_levels(n, nmax, -nmax / max, x, L, nmax, &sumlx, &suml2);
     float scale = suml2 ? sumlx / suml2 : 0.0f;
     float best = scale * sumlx;
     for (int is = -9; is <= 9; is++) {
         if (is == 0)
             continue;
-        iscale = -(nmax + 0.1f * is) / max;
-        sumlx = suml2 = 0;
-        for (int i = 0; i < n; i++) {
-            int l = imax(-nmax, imin(nmax - 1, nearest_int(iscale * x[i])));
-            float w = x[i] * x[i];
-            sumlx += w * x[i] * l;
-            suml2 += w * l * l;
-        }
+        const float iscale = -(nmax + 0.1f * is) / max;
+        sym_levels(n, nmax, iscale, x, NULL, 0, &sumlx, &suml2);
         if (suml2 > 0 && sumlx * sumlx > best * suml2) {
-            for (int i = 0; i < n; i++) {
-                int l = imax(-nmax, imin(nmax - 1, nearest_int(iscale * x[i])));
-                L[i] = (int8_t)(l + nmax);
-            }
+            sym_levels(n, nmax, iscale, x, L, nmax, &sumlx, &suml2); /* same sums, now with L */
             scale = sumlx / suml2;
             best = scale * sumlx;
         }
@@ -477,6 +467,14 @@ static float qx_search(int n, int nmax, const float *x, int8_t *L) {
 }
 
 /* ==== K-quant formats ====================================================== */
+
+/* Low two bits of 256 levels into 64 bytes, as Q2_K and Q3_K store them:
+ * byte l of each 32-byte run holds elements l, l+32, l+64, l+96. */
+static void pack_2bit(const uint8_t L[MF_QK_K], uint8_t qs[MF_QK_K / 4]) {
+    for (int j = 0; j < MF_QK_K; j += 128)
+        for (int l = 0; l < 32; l++)
+            qs[j / 4 + l] = (uint8_t)(L[j + l] | (L[j + l + 32] << 2) | (L[j + l + 64] << 4) | (L[j + l + 96] << 6));
+}
 
 /* Q2_K: 16 groups of 16, each with a 4-bit scale and 4-bit min. */
 static void q2_K_from_float(const float *x, void *vy, int64_t n) {
@@ -523,11 +521,7 @@ static void q2_K_from_float(const float *x, void *vy, int64_t n) {
                 L[16 * j + l] = (uint8_t)imax(0, imin(3, q));
             }
         }
-        /* byte l of each 32-byte run holds elements l, l+32, l+64, l+96 */
-        for (int j = 0; j < MF_QK_K; j += 128)
-            for (int l = 0; l < 32; l++)
-                y[b].qs[j / 4 + l] = (uint8_t)(L[j + l] | (L[j + l + 32] << 2) | (L[j + l + 64] << 4) |
-                                               (L[j + l + 96] << 6));
+        pack_2bit(L, y[b].qs);
     }
 }
 
@@ -557,15 +551,9 @@ static void q3_K_from_float(const float *x, void *vy, int64_t n) {
     int8_t L[MF_QK_K];
     float scales[MF_QK_K / 16];
     for (int64_t b = 0; b < n / MF_QK_K; b++, x += MF_QK_K) {
-        float max_scale = 0, amax = 0; /* signed scale of largest magnitude */
-        for (int j = 0; j < MF_QK_K / 16; j++) {
+        for (int j = 0; j < MF_QK_K / 16; j++)
             scales[j] = q3_search(16, 4, x + 16 * j, L + 16 * j);
-            float s = fabsf(scales[j]);
-            if (s > amax) {
-                amax = s;
-                max_scale = scales[j];
-            }
-        }
+        const float max_scale = signed_absmax(scales, MF_QK_K / 16);
         memset(y[b].scales, 0, sizeof y[b].scales);
         if (max_scale) {
             const float iscale = -32.0f / max_scale;
@@ -599,10 +587,7 @@ static void q3_K_from_float(const float *x, void *vy, int64_t n) {
                 L[e] = (int8_t)(L[e] - 4);
             }
         }
-        for (int j = 0; j < MF_QK_K; j += 128)
-            for (int l = 0; l < 32; l++)
-                y[b].qs[j / 4 + l] = (uint8_t)(L[j + l] | (L[j + l + 32] << 2) | (L[j + l + 64] << 4) |
-                                               (L[j + l + 96] << 6));
+        pack_2bit((const uint8_t *)L, y[b].qs); /* levels are 0..3 by now */
     }
 }
 
@@ -686,32 +671,47 @@ static void k4_quantize_levels(const float *x, int nmax, float rmin, int nstep, 
     }
 }
 
+/* Low nibbles of 256 levels into 128 bytes, as Q4_K and Q5_K store them: in
+ * each 64-element chunk byte l = element l (low) | element l+32 (high). */
+static void pack_k4_nibbles(const uint8_t L[MF_QK_K], uint8_t qs[MF_QK_K / 2]) {
+    for (int j = 0; j < MF_QK_K; j += 64)
+        for (int l = 0; l < 32; l++)
+            qs[j / 2 + l] = (uint8_t)((L[j + l] & 0x0f) | ((L[j + l + 32] & 0x0f) << 4));
+}
+
+/* Dequantizes one Q4_K (qh NULL) or Q5_K block: level = nibble | fifth bit
+ * (bit j of qh[l] for group j), value = d * scale * level - dmin * min. */
+static void k4_block_to_float(uint16_t d16, uint16_t dmin16, const uint8_t s[12], const uint8_t *qs,
+                              const uint8_t *qh, float *y) {
+    const float d = h2f(d16), dmin = h2f(dmin16);
+    for (int j = 0; j < MF_QK_K / 32; j++) {
+        int sc, m;
+        k4_scale_min(s, j, &sc, &m);
+        const float d1 = d * (float)sc, m1 = dmin * (float)m;
+        const uint8_t *q = qs + 32 * (j / 2);
+        const int shift = 4 * (j % 2);
+        for (int l = 0; l < 32; l++) {
+            int v = (q[l] >> shift) & 0x0f;
+            if (qh)
+                v |= ((qh[l] >> j) & 1) << 4;
+            y[32 * j + l] = d1 * (float)v - m1;
+        }
+    }
+}
+
 static void q4_K_from_float(const float *x, void *vy, int64_t n) {
     mf_block_q4_K *y = vy;
     uint8_t L[MF_QK_K];
     for (int64_t b = 0; b < n / MF_QK_K; b++, x += MF_QK_K) {
         k4_quantize_levels(x, 15, -1.0f, 20, y[b].scales, &y[b].d, &y[b].dmin, L);
-        /* each 64-element chunk: byte l = element l (low) | element l+32 (high) */
-        for (int j = 0; j < MF_QK_K; j += 64)
-            for (int l = 0; l < 32; l++)
-                y[b].qs[j / 2 + l] = (uint8_t)(L[j + l] | (L[j + l + 32] << 4));
+        pack_k4_nibbles(L, y[b].qs);
     }
 }
 
 static void q4_K_to_float(const void *vx, float *y, int64_t n) {
     const mf_block_q4_K *x = vx;
-    for (int64_t b = 0; b < n / MF_QK_K; b++, y += MF_QK_K) {
-        const float d = h2f(x[b].d), dmin = h2f(x[b].dmin);
-        for (int j = 0; j < MF_QK_K / 32; j++) {
-            int sc, m;
-            k4_scale_min(x[b].scales, j, &sc, &m);
-            const float d1 = d * (float)sc, m1 = dmin * (float)m;
-            const uint8_t *q = x[b].qs + 32 * (j / 2);
-            const int shift = 4 * (j % 2);
-            for (int l = 0; l < 32; l++)
-                y[32 * j + l] = d1 * (float)((q[l] >> shift) & 0x0f) - m1;
-        }
-    }
+    for (int64_t b = 0; b < n / MF_QK_K; b++, y += MF_QK_K)
+        k4_block_to_float(x[b].d, x[b].dmin, x[b].scales, x[b].qs, NULL, y);
 }
 
 static void q5_K_from_float(const float *x, void *vy, int64_t n) {
@@ -724,28 +724,14 @@ static void q5_K_from_float(const float *x, void *vy, int64_t n) {
         for (int e = 0; e < MF_QK_K; e++)
             if (L[e] > 15)
                 y[b].qh[e % 32] |= (uint8_t)(1u << (e / 32));
-        for (int j = 0; j < MF_QK_K; j += 64)
-            for (int l = 0; l < 32; l++)
-                y[b].qs[j / 2 + l] = (uint8_t)((L[j + l] & 0x0f) | ((L[j + l + 32] & 0x0f) << 4));
+        pack_k4_nibbles(L, y[b].qs);
     }
 }
 
 static void q5_K_to_float(const void *vx, float *y, int64_t n) {
     const mf_block_q5_K *x = vx;
-    for (int64_t b = 0; b < n / MF_QK_K; b++, y += MF_QK_K) {
-        const float d = h2f(x[b].d), dmin = h2f(x[b].dmin);
-        for (int j = 0; j < MF_QK_K / 32; j++) {
-            int sc, m;
-            k4_scale_min(x[b].scales, j, &sc, &m);
-            const float d1 = d * (float)sc, m1 = dmin * (float)m;
-            const uint8_t *q = x[b].qs + 32 * (j / 2);
-            const int shift = 4 * (j % 2);
-            for (int l = 0; l < 32; l++) {
-                int v = ((q[l] >> shift) & 0x0f) | (((x[b].qh[l] >> j) & 1) << 4);
-                y[32 * j + l] = d1 * (float)v - m1;
-            }
-        }
-    }
+    for (int64_t b = 0; b < n / MF_QK_K; b++, y += MF_QK_K)
+        k4_block_to_float(x[b].d, x[b].dmin, x[b].scales, x[b].qs, x[b].qh, y);
 }
 
 /* Q6_K: 16 groups of 16 with int8 scales; level e splits into 4 low bits in
@@ -755,16 +741,10 @@ static void q6_K_from_float(const float *x, void *vy, int64_t n) {
     int8_t L[MF_QK_K];
     float scales[MF_QK_K / 16];
     for (int64_t b = 0; b < n / MF_QK_K; b++, x += MF_QK_K) {
-        float max_scale = 0, max_abs = 0;
-        for (int j = 0; j < MF_QK_K / 16; j++) {
+        for (int j = 0; j < MF_QK_K / 16; j++)
             scales[j] = qx_search(16, 32, x + 16 * j, L + 16 * j);
-            float s = fabsf(scales[j]);
-            if (s > max_abs) {
-                max_abs = s;
-                max_scale = scales[j];
-            }
-        }
-        if (max_abs < GROUP_MAX_EPS) {
+        const float max_scale = signed_absmax(scales, MF_QK_K / 16);
+        if (fabsf(max_scale) < GROUP_MAX_EPS) {
             memset(&y[b], 0, sizeof y[b]);
             y[b].d = f2h(0.0f);
             continue;
@@ -818,15 +798,8 @@ static void q6_K_to_float(const void *vx, float *y, int64_t n) {
 static void q8_K_from_float(const float *x, void *vy, int64_t n) {
     mf_block_q8_K *y = vy;
     for (int64_t b = 0; b < n / MF_QK_K; b++, x += MF_QK_K) {
-        float max = 0, amax = 0;
-        for (int j = 0; j < MF_QK_K; j++) {
-            float ax = fabsf(x[j]);
-            if (ax > amax) {
-                amax = ax;
-                max = x[j];
-            }
-        }
-        if (!amax) {
+        const float max = signed_absmax(x, MF_QK_K);
+        if (!max) {
             memset(&y[b], 0, sizeof y[b]); /* ggml leaves bsums unset; we zero them */
             continue;
         }

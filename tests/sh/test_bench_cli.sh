@@ -4,31 +4,7 @@
 # markdown table has its header and one row per test, comma lists give the
 # cross product, and bad flags fail with one line.
 set -u
-BIN=${MINFER_BIN:-minfer}
-PY=${MINFER_PYTHON:-python3}
-TMP=${MINFER_TMP:-/tmp}/bench_cli.$$
-mkdir -p "$TMP"
-trap 'rm -rf "$TMP"' EXIT
-fails=0
-n=0
-pass() { n=$((n + 1)); }
-fail() { echo "FAIL: $*"; fails=$((fails + 1)); }
-
-# expect_fail WANT_RC PATTERN CMD...: exit WANT_RC, stderr exactly one line
-# containing PATTERN, nothing on stdout.
-expect_fail() {
-    local want=$1 pat=$2
-    shift 2
-    "$@" </dev/null >"$TMP/out" 2>"$TMP/err"
-    local rc=$?
-    local lines
-    lines=$(wc -l <"$TMP/err")
-    if [ $rc -ne "$want" ]; then fail "'$*' exited $rc, want $want: $(cat "$TMP/err")"; return; fi
-    if [ "$lines" -ne 1 ]; then fail "'$*' printed $lines stderr lines:"; cat "$TMP/err"; return; fi
-    if ! grep -qF -- "$pat" "$TMP/err"; then fail "'$*' stderr lacks '$pat': $(cat "$TMP/err")"; return; fi
-    if [ -s "$TMP/out" ]; then fail "'$*' wrote to stdout: $(head -c 200 "$TMP/out")"; return; fi
-    pass
-}
+. "$(dirname "$0")/lib.sh"
 
 M="$TMP/tiny.gguf"
 if ! "$BIN" synth --arch qwen2 --dim 256 --layers 2 --ff 512 --heads 4 --kv-heads 2 --vocab 1000 \
@@ -129,8 +105,4 @@ printf 'not a gguf file at all\n' >"$TMP/text.gguf"
 expect_fail 1 "text.gguf" "$BIN" bench -m "$TMP/text.gguf" -p 4 -n 0 -r 1
 expect_fail 1 "q4_z" "$BIN" bench -m "$M" -p 4 -n 0 -r 1 -ctk q4_z
 
-if [ $fails -ne 0 ]; then
-    echo "test_bench_cli: $fails of $((n + fails)) checks failed"
-    exit 1
-fi
-echo "test_bench_cli: $n checks passed"
+finish

@@ -7,16 +7,7 @@
 # the QKV_BIAS_ROPE_STORE epilogue with the same greedy text, and
 # MINFER_NO_FUSE_QKV_EPILOGUE=1 turns that off too.
 set -u
-BIN=${MINFER_BIN:-minfer}
-BUILD=${MINFER_BUILD:-$(dirname "$BIN")}
-MODEL=${MINFER_MODEL:?MINFER_MODEL must name the SmolLM2 GGUF}
-TMP=${MINFER_TMP:-/tmp}/levers.$$
-mkdir -p "$TMP"
-trap 'rm -rf "$TMP"' EXIT
-fails=0
-n=0
-pass() { n=$((n + 1)); }
-fail() { echo "FAIL: $*"; fails=$((fails + 1)); }
+. "$(dirname "$0")/lib.sh" --model
 has() { # has FILE PATTERN WHAT
     if grep -qE -- "$2" "$1"; then pass; else fail "$3: no /$2/ in: $(head -c 400 "$1")"; fi
 }
@@ -74,5 +65,4 @@ MINFER_NO_FUSE_QKV=1 MINFER_NO_FUSE_QKV_EPILOGUE=1 MINFER_GRAPH_TRACE=1 "${R[@]}
 ! grep -q qkv_bias_rope_store "$TMP/plain.err" && pass || fail "MINFER_NO_FUSE_QKV_EPILOGUE=1 ignored"
 cmp -s "$TMP/fused" "$TMP/plain" && pass || fail "unfused text differs: '$(cat "$TMP/plain")'"
 
-echo "$n passed, $fails failed"
-[ $fails -eq 0 ]
+finish

@@ -4,18 +4,8 @@
 # byte-identical across runs, thread counts and forced graph rebuilds; the
 # stats line; --logits-out; chat over a pipe; perplexity in a sane range.
 set -u
-BIN=${MINFER_BIN:-minfer}
-MODEL=${MINFER_MODEL:?MINFER_MODEL must name the SmolLM2 GGUF}
-SRC=${MINFER_SRC:-$(cd "$(dirname "$0")/../.." && pwd)}
-TMP=${MINFER_TMP:-/tmp}/run_smollm2.$$
+. "$(dirname "$0")/lib.sh" --model
 GOLDEN=$SRC/tests/golden/smollm2_capital_greedy.txt
-mkdir -p "$TMP"
-trap 'rm -rf "$TMP"' EXIT
-fails=0
-n=0
-pass() { n=$((n + 1)); }
-fail() { echo "FAIL: $*"; fails=$((fails + 1)); }
-crashed() { grep -qE 'Segmentation|Sanitizer|Aborted|core dumped' "$@"; }
 
 PROMPT="The capital of France is"
 # greedy OUT [ENV...] [-- FLAGS...]: stdout to $TMP/OUT, stderr to $TMP/OUT.err
@@ -130,5 +120,4 @@ grep -qE '^\[1\][0-9.]+,\[2\][0-9.]+,' "$TMP/ppl" && pass || fail "no running [i
 if [ -n "$ppl" ] && awk -v p="$ppl" 'BEGIN { exit !(p >= 3 && p <= 60) }'; then pass
 else fail "PPL '$ppl' outside 3..60"; fi
 
-echo "$n passed, $fails failed"
-[ $fails -eq 0 ]
+finish

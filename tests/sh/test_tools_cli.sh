@@ -2,33 +2,7 @@
 # minfer inspect / quantize / synth from the command line: the real model's
 # table, valid JSON, and a one-line error with a non-zero exit for bad input.
 set -u
-BIN=${MINFER_BIN:-minfer}
-MODEL=${MINFER_MODEL:?MINFER_MODEL must name the SmolLM2 GGUF}
-PY=${MINFER_PYTHON:-python3}
-TMP=${MINFER_TMP:-/tmp}/tools_cli.$$
-mkdir -p "$TMP"
-trap 'rm -rf "$TMP"' EXIT
-fails=0
-n=0
-pass() { n=$((n + 1)); }
-fail() { echo "FAIL: $*"; fails=$((fails + 1)); }
-
-# expect_fail WANT_RC PATTERN CMD...: non-zero exit (WANT_RC if not '-'), stderr
-# exactly one line containing PATTERN, nothing on stdout.
-expect_fail() {
-    local want=$1 pat=$2
-    shift 2
-    "$@" >"$TMP/out" 2>"$TMP/err"
-    local rc=$?
-    local lines
-    lines=$(wc -l <"$TMP/err")
-    if [ $rc -eq 0 ]; then fail "'$*' exited 0"; return; fi
-    if [ "$want" != - ] && [ $rc -ne "$want" ]; then fail "'$*' exited $rc, want $want"; return; fi
-    if [ "$lines" -ne 1 ]; then fail "'$*' printed $lines stderr lines:"; cat "$TMP/err"; return; fi
-    if ! grep -qF -- "$pat" "$TMP/err"; then fail "'$*' stderr lacks '$pat': $(cat "$TMP/err")"; return; fi
-    if [ -s "$TMP/out" ]; then fail "'$*' wrote to stdout"; return; fi
-    pass
-}
+. "$(dirname "$0")/lib.sh" --model
 
 # ---- inspect on the real model ----
 if "$BIN" inspect "$MODEL" >"$TMP/inspect.txt" 2>"$TMP/err"; then pass; else fail "inspect failed: $(cat "$TMP/err")"; fi
@@ -99,8 +73,4 @@ expect_fail 2 "--seed needs a value" "$BIN" synth --preset qwen2-0.5b -o "$TMP/s
 expect_fail 1 "/nonexistent-dir/m.gguf" "$BIN" synth --arch llama --dim 64 --layers 1 --ff 64 --heads 2 \
     --vocab 300 -o /nonexistent-dir/m.gguf
 
-if [ $fails -ne 0 ]; then
-    echo "test_tools_cli: $fails of $((n + fails)) checks failed"
-    exit 1
-fi
-echo "test_tools_cli: $n checks passed"
+finish

@@ -7,62 +7,37 @@
 #include <string.h>
 
 #include "mf_test.h"
+#include "tok_vocab.h"
 #include "tokenizer/tokenizer.h"
 
 /* ---- a small gpt2-style vocab ---------------------------------------------------- */
 
-static uint32_t gpt2_cp(int b) {
-    if ((b >= 33 && b <= 126) || (b >= 161 && b <= 172) || b >= 174)
-        return (uint32_t)b;
-    int k = 0;
-    for (int x = 0; x < b; x++)
-        if (!((x >= 33 && x <= 126) || (x >= 161 && x <= 172) || x >= 174))
-            k++;
-    return 256u + (uint32_t)k;
-}
-
-static void put_utf8(char *o, uint32_t cp) {
-    if (cp < 0x80) {
-        o[0] = (char)cp, o[1] = 0;
-    } else {
-        o[0] = (char)(0xC0 | (cp >> 6)), o[1] = (char)(0x80 | (cp & 0x3F)), o[2] = 0;
-    }
-}
-
 enum { V_BYTES = 256, V_AA = 256, V_AAAA, V_SPC_A, V_IM_START, V_IM_END, V_IM, V_USER_TOK,
        V_N };
 
-static char vocab_store[V_N][32];
-static const char *vocab_ptrs[V_N];
-static int32_t vocab_types[V_N];
-
 /* 256 byte tokens, "aa", "aaaa", "Ġa", three control tokens (one a prefix of
- * another) and one user-defined token; merges: "a a", "aa aa", "Ġ a". */
+ * another) and one user-defined token, in the ids of the enum above; merges:
+ * "a a", "aa aa", "Ġ a". */
 static mf_tokenizer *small_gpt2(const char *pre, mf_error *err) {
-    for (int b = 0; b < 256; b++) {
-        put_utf8(vocab_store[b], gpt2_cp(b));
-        vocab_types[b] = MF_TOKEN_NORMAL;
-    }
-    strcpy(vocab_store[V_AA], "aa");
-    strcpy(vocab_store[V_AAAA], "aaaa");
-    strcpy(vocab_store[V_SPC_A], "\u0120a");
-    strcpy(vocab_store[V_IM_START], "<|im_start|>");
-    strcpy(vocab_store[V_IM_END], "<|im_end|>");
-    strcpy(vocab_store[V_IM], "<|im");
-    strcpy(vocab_store[V_USER_TOK], "@@user@@");
-    for (int i = V_AA; i < V_N; i++)
-        vocab_types[i] = MF_TOKEN_NORMAL;
-    vocab_types[V_IM_START] = vocab_types[V_IM_END] = vocab_types[V_IM] = MF_TOKEN_CONTROL;
-    vocab_types[V_USER_TOK] = MF_TOKEN_USER_DEFINED;
-    for (int i = 0; i < V_N; i++)
-        vocab_ptrs[i] = vocab_store[i];
+    static tok_vocab v;
+    v.n = 0;
+    tok_vocab_add_gpt2_bytes(&v);
+    tok_vocab_add(&v, "aa", MF_TOKEN_NORMAL, 0);
+    tok_vocab_add(&v, "aaaa", MF_TOKEN_NORMAL, 0);
+    tok_vocab_add(&v, "\u0120a", MF_TOKEN_NORMAL, 0);
+    tok_vocab_add(&v, "<|im_start|>", MF_TOKEN_CONTROL, 0);
+    tok_vocab_add(&v, "<|im_end|>", MF_TOKEN_CONTROL, 0);
+    tok_vocab_add(&v, "<|im", MF_TOKEN_CONTROL, 0);
+    tok_vocab_add(&v, "@@user@@", MF_TOKEN_USER_DEFINED, 0);
+    if (v.n != V_N)
+        abort(); /* the enum and the adds disagree */
     static const char *merges[] = {"a a", "aa aa", "\xc4\xa0 a"};
     mf_tokenizer_spec spec;
     mf_tokenizer_spec_init(&spec, MF_TOKENIZER_GPT2);
     spec.pre = pre;
-    spec.n_tokens = V_N;
-    spec.tokens = vocab_ptrs;
-    spec.types = vocab_types;
+    spec.n_tokens = v.n;
+    spec.tokens = v.ptrs;
+    spec.types = v.types;
     spec.n_merges = 3;
     spec.merges = merges;
     spec.eos = V_IM_END;
@@ -290,38 +265,28 @@ MF_TEST(test_unencodable_byte) {
 
 /* <unk> <s> </s> <0x00>..<0xFF> then pieces with scores. */
 static mf_tokenizer *small_spm(float score_ab, float score_bc, mf_error *err) {
-    static char store[300][16];
-    static const char *ptrs[300];
-    static int32_t types[300];
-    static float scores[300];
-    int n = 0;
-    strcpy(store[n], "<unk>"), types[n++] = MF_TOKEN_UNKNOWN;
-    strcpy(store[n], "<s>"), types[n++] = MF_TOKEN_CONTROL;
-    strcpy(store[n], "</s>"), types[n++] = MF_TOKEN_CONTROL;
-    for (int b = 0; b < 256; b++) {
-        snprintf(store[n], sizeof store[n], "<0x%02X>", b);
-        types[n++] = MF_TOKEN_BYTE;
-    }
+    static tok_vocab v;
+    v.n = 0;
+    tok_vocab_add(&v, "<unk>", MF_TOKEN_UNKNOWN, 0);
+    tok_vocab_add(&v, "<s>", MF_TOKEN_CONTROL, 0);
+    tok_vocab_add(&v, "</s>", MF_TOKEN_CONTROL, 0);
+    tok_vocab_add_spm_bytes(&v);
     static const char *pieces[] = {"\xe2\x96\x81", "a", "b", "c", "h", "ab", "bc",
                                    "\xe2\x96\x81h", "\u2581a"};
     for (size_t i = 0; i < sizeof pieces / sizeof pieces[0]; i++) {
-        strcpy(store[n], pieces[i]);
-        types[n] = MF_TOKEN_NORMAL;
-        scores[n] = -(float)i - 10;
+        float score = -(float)i - 10;
         if (!strcmp(pieces[i], "ab"))
-            scores[n] = score_ab;
+            score = score_ab;
         if (!strcmp(pieces[i], "bc"))
-            scores[n] = score_bc;
-        n++;
+            score = score_bc;
+        tok_vocab_add(&v, pieces[i], MF_TOKEN_NORMAL, score);
     }
-    for (int i = 0; i < n; i++)
-        ptrs[i] = store[i];
     mf_tokenizer_spec spec;
     mf_tokenizer_spec_init(&spec, MF_TOKENIZER_SPM);
-    spec.n_tokens = n;
-    spec.tokens = ptrs;
-    spec.types = types;
-    spec.scores = scores;
+    spec.n_tokens = v.n;
+    spec.tokens = v.ptrs;
+    spec.types = v.types;
+    spec.scores = v.scores;
     spec.unk = 0, spec.bos = 1, spec.eos = 2;
     mf_tokenizer *t = NULL;
     mf_tokenizer_new(&spec, &t, err);

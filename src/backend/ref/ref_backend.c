@@ -12,18 +12,12 @@
 #include <string.h>
 
 #include "backend/backend.h"
-
-typedef struct ref_buf {
-    float *p;
-    size_t n;
-    bool free;
-} ref_buf;
+#include "graph/hostpool.h"
 
 typedef struct ref_be {
     mf_backend base;
     const mf_weights *w;
-    ref_buf *bufs;
-    int32_t n_bufs, cap_bufs;
+    mf_hostpool pool;
     float *tmp;   /* row / output scratch */
     size_t tmp_n;
 } ref_be;
@@ -36,58 +30,29 @@ static const char *ref_name(const mf_backend *b) {
     return "ref";
 }
 
-static int32_t pool_new(ref_be *c, size_t nbytes, mf_error *err) {
-    void *p = malloc(nbytes ? nbytes : 4);
-    if (!p)
-        return mf_errorf(err, "ref: out of memory allocating a %zu-byte buffer", nbytes);
-    if (c->n_bufs == c->cap_bufs) {
-        c->cap_bufs = c->cap_bufs ? c->cap_bufs * 2 : 64;
-        c->bufs = mf_realloc(c->bufs, (size_t)c->cap_bufs * sizeof *c->bufs);
-    }
-    c->bufs[c->n_bufs] = (ref_buf){.p = p, .n = nbytes, .free = false};
-    return c->n_bufs++;
-}
-
+/* Buffers: the shared host pool (graph/hostpool.h), as in the cpu backend. */
 static int32_t ref_alloc_buffer(mf_backend *b, size_t nbytes, mf_error *err) {
-    ref_be *c = RB(b);
-    for (int32_t i = 0; i < c->n_bufs; i++)
-        if (c->bufs[i].free && c->bufs[i].n == nbytes) {
-            c->bufs[i].free = false;
-            return i;
-        }
-    return pool_new(c, nbytes, err);
+    return mf_hostpool_alloc(&RB(b)->pool, nbytes, err);
 }
 
 static int32_t ref_alloc_fresh(mf_backend *b, size_t nbytes, mf_error *err) {
-    return pool_new(RB(b), nbytes, err);
+    return mf_hostpool_alloc_fresh(&RB(b)->pool, nbytes, err);
 }
 
 static void ref_free_buffer(mf_backend *b, int32_t id) {
-    ref_be *c = RB(b);
-    MF_ASSERT(id >= 0 && id < c->n_bufs);
-    c->bufs[id].free = true;
+    mf_hostpool_release(&RB(b)->pool, id);
 }
 
-/* "free" means recyclable by the next alloc_buffer, not unused (see cpu). */
 static float *bufp(ref_be *c, int32_t id) {
-    MF_ASSERT(id >= 0 && id < c->n_bufs);
-    return c->bufs[id].p;
+    return mf_hostpool_ptr(&c->pool, id);
 }
 
 static int ref_read_host(mf_backend *b, int32_t id, size_t off, void *dst, size_t n, mf_error *err) {
-    ref_be *c = RB(b);
-    if (id < 0 || id >= c->n_bufs || off > c->bufs[id].n || n > c->bufs[id].n - off)
-        return mf_errorf(err, "ref: read_host buffer %d [%zu, +%zu) out of range", id, off, n);
-    memcpy(dst, (char *)c->bufs[id].p + off, n);
-    return 0;
+    return mf_hostpool_read(&RB(b)->pool, id, off, dst, n, err);
 }
 
 static int ref_write_host(mf_backend *b, int32_t id, size_t off, const void *src, size_t n, mf_error *err) {
-    ref_be *c = RB(b);
-    if (id < 0 || id >= c->n_bufs || off > c->bufs[id].n || n > c->bufs[id].n - off)
-        return mf_errorf(err, "ref: write_host buffer %d [%zu, +%zu) out of range", id, off, n);
-    memcpy((char *)c->bufs[id].p + off, src, n);
-    return 0;
+    return mf_hostpool_write(&RB(b)->pool, id, off, src, n, err);
 }
 
 static int ref_synchronize(mf_backend *b, mf_error *err) {
@@ -312,9 +277,7 @@ static int ref_execute_node(mf_backend *b, const mf_graph *g, int32_t id, const 
 
 static void ref_free(mf_backend *b) {
     ref_be *c = RB(b);
-    for (int32_t i = 0; i < c->n_bufs; i++)
-        free(c->bufs[i].p);
-    free(c->bufs);
+    mf_hostpool_free(&c->pool);
     free(c->tmp);
     free(c);
 }
@@ -339,6 +302,7 @@ int mf_backend_ref_new(const mf_weights *w, mf_backend **out, mf_error *err) {
         return mf_errorf(err, "ref backend: no weight table");
     ref_be *c = mf_calloc(1, sizeof *c);
     c->w = w;
+    mf_hostpool_init(&c->pool, "ref");
     c->base = (mf_backend){.ops = &ref_ops, .kind = MF_BACKEND_REF, .is_gpu = false, .ctx = c};
     *out = &c->base;
     return 0;
