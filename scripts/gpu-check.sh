@@ -23,7 +23,12 @@
 # GPU_CHECK_END=<epoch seconds>: stages and benches not started by then are
 # skipped (noted), so a run under a hard time limit still returns its logs.
 # GPU_CHECK_MEMCHECK_ONLY=matmul,graph: memcheck on these op families only.
-# GPU_CHECK_7B_LAYERS=N: the perf stage's 7B model with N layers (same shapes).
+# GPU_CHECK_7B_LAYERS=N: the perf stage's 7B model with N layers (same shapes,
+# default 8).
+# Default-off levers checked here (ops: through test hooks; e2e: against the
+# float64 reference; perf: lever-on vs lever-off rows): MINFER_CUDA_FUSE_GEMV,
+# MINFER_CUDA_FUSE_ROPE, MINFER_CUDA_FUSE_ADD, MINFER_CUDA_FUSE_NORM,
+# MINFER_CUDA_GEMV_V2 (Q4_K only: 7B rows), MINFER_CUDA_FLASH_PREFILL (pp rows).
 # Budget: < 8 minutes on one H200.
 set -u
 cd "$(dirname "$0")/.."
@@ -125,7 +130,7 @@ sanitize() { # tool log-name time-limit env-assignments...
     else note "$name" FAIL "rc $rc ${errs}; $res"; fi
 }
 want memcheck && sanitize memcheck memcheck 150 ${GPU_CHECK_MEMCHECK_ONLY:+MINFER_CUDA_TEST_ONLY=$GPU_CHECK_MEMCHECK_ONLY}
-want racecheck && sanitize racecheck racecheck 100 MINFER_CUDA_TEST_ONLY=matmul,norm,elementwise,attn
+want racecheck && sanitize racecheck racecheck 100 MINFER_CUDA_TEST_ONLY=matmul,norm,elementwise,attn,ffn,fuse_norm,gemv_v2
 
 # ---- end to end ------------------------------------------------------------------------------
 PY=$(command -v python3 || true)
@@ -142,10 +147,11 @@ if want e2e && [ $HAVE_MINFER -eq 1 ] && [ -n "$DUMP" ]; then
         if ! timeout 120 "$MINFER" synth $args -o "$m" >"$LOG/synth-$arch.log" 2>&1; then
             note e2e FAIL "$arch: minfer synth failed (synth-$arch.log)"; continue
         fi
-        for cache in f32 f16 q8_0 f32-noq8; do
+        for cache in f32 f16 q8_0 f32-noq8 f32-fuse; do
             E2E_NO_Q8=; [ $cache = f32-noq8 ] && { E2E_NO_Q8=1; cache=f32; }
-            tag=$cache${E2E_NO_Q8:+-noq8}; j=$LOG/e2e-$arch-$tag.json
-            if ! env ${E2E_NO_Q8:+MINFER_CUDA_NO_Q8=1} MINFER_LOG=info timeout 120 "$DUMP" "$m" --tokens $TOKS --decode 4 --device cuda \
+            E2E_FUSE=; [ $cache = f32-fuse ] && { E2E_FUSE=1; cache=f32; }  # every default-off fusion
+            tag=$cache${E2E_NO_Q8:+-noq8}${E2E_FUSE:+-fuse}; j=$LOG/e2e-$arch-$tag.json
+            if ! env ${E2E_NO_Q8:+MINFER_CUDA_NO_Q8=1} ${E2E_FUSE:+MINFER_CUDA_FUSE_GEMV=1 MINFER_CUDA_FUSE_ROPE=1 MINFER_CUDA_FUSE_ADD=1 MINFER_CUDA_FUSE_NORM=1 MINFER_CUDA_GEMV_V2=1 MINFER_CUDA_FLASH_PREFILL=1} MINFER_LOG=info timeout 120 "$DUMP" "$m" --tokens $TOKS --decode 4 --device cuda \
                     --cache $cache >"$j" 2>"$LOG/e2e-$arch-$tag.err"; then
                 note e2e FAIL "$arch $tag: dump_logits --device cuda failed: $(tail -1 "$LOG/e2e-$arch-$tag.err")"
                 continue
@@ -183,7 +189,7 @@ EOF
         timeout 120 "$DUMP" "$m" --tokens $TOKS --decode 8 --device cuda --cache f32 \
             >"$LOG/e2e-$arch-base8.json" 2>"$LOG/e2e-$arch-base8.err"
         k=0
-        for lever in "MINFER_NO_FUSE_QKV=1 MINFER_NO_FUSE_FFN=1" "MINFER_NO_CUDA_GRAPH=1"; do
+        for lever in "MINFER_NO_FUSE_QKV=1 MINFER_NO_FUSE_FFN=1" "MINFER_NO_CUDA_GRAPH=1" "MINFER_CUDA_FUSE_ROPE=1"; do
             k=$((k + 1)); j=$LOG/e2e-$arch-lever$k.json
             env $lever timeout 120 "$DUMP" "$m" --tokens $TOKS --decode 8 --device cuda --cache f32 \
                 >"$j" 2>"$LOG/e2e-$arch-lever$k.err"
@@ -231,15 +237,29 @@ if [ $HAVE_MINFER -eq 1 ] && "$MINFER" bench --help >/dev/null 2>&1; then
         rm -f "$MODELS/bench-qwen2-0.5b-q8_0.gguf"
     fi
     if want perf; then
-        # decode levers on one model: all on, no CUDA graph, neither graph nor int8 GEMV
+        # lever-off (defaults) vs lever-on rows of the default-off paths, on
+        # one synthesized model each; the 7B keeps every shape in 8 layers
+        # (GPU_CHECK_7B_LAYERS=28 for the full model; ~3x the time).
+        # MINFER_CUDA_FUSE_GEMV only changes decode (nt <= 8): tg rows only;
+        # MINFER_CUDA_FUSE_ROPE saves 3 launches per layer, MINFER_CUDA_FUSE_ADD
+        # 2: decode rows too.
         S05="--preset qwen2-0.5b --type q4_0"
         MNAME=q05 KEEP_MODEL=1 PROFILE=1 bench_model qwen2-0.5b-q4_0 "$S05" -r 3
-        MNAME=q05 KEEP_MODEL=1 MINFER_NO_CUDA_GRAPH=1 bench_model qwen2-0.5b-q4_0-nograph "$S05" -p 0 -r 3
-        MNAME=q05 MINFER_NO_CUDA_GRAPH=1 MINFER_CUDA_NO_Q8=1 bench_model qwen2-0.5b-q4_0-nograph-noq8 "$S05" -p 0 -r 3
-        S7="--preset qwen2-7b --type Q4_K_M${GPU_CHECK_7B_LAYERS:+ --layers $GPU_CHECK_7B_LAYERS}"
+        MNAME=q05 KEEP_MODEL=1 MINFER_CUDA_FUSE_GEMV=1 bench_model qwen2-0.5b-q4_0-fusegemv "$S05" -p 0 -r 3
+        MNAME=q05 KEEP_MODEL=1 MINFER_CUDA_FUSE_ROPE=1 bench_model qwen2-0.5b-q4_0-fuserope "$S05" -p 0 -r 3
+        MNAME=q05 KEEP_MODEL=1 MINFER_CUDA_FUSE_ADD=1 bench_model qwen2-0.5b-q4_0-fuseadd "$S05" -p 0 -r 3
+        MNAME=q05 KEEP_MODEL=1 MINFER_CUDA_FUSE_NORM=1 bench_model qwen2-0.5b-q4_0-fusenorm "$S05" -p 0 -r 3
+        MNAME=q05 KEEP_MODEL=1 PROFILE=1 MINFER_CUDA_FUSE_GEMV=1 MINFER_CUDA_FUSE_ROPE=1 MINFER_CUDA_FUSE_ADD=1 \
+            MINFER_CUDA_FUSE_NORM=1 bench_model qwen2-0.5b-q4_0-fuseall "$S05" -p 0 -r 3
+        MNAME=q05 KEEP_MODEL=1 MINFER_CUDA_FLASH_PREFILL=1 bench_model qwen2-0.5b-q4_0-flash "$S05" -n 0 -r 3
+        MNAME=q05 MINFER_NO_CUDA_GRAPH=1 bench_model qwen2-0.5b-q4_0-nograph "$S05" -p 0 -r 3
+        S7="--preset qwen2-7b --type Q4_K_M --layers ${GPU_CHECK_7B_LAYERS:-8}"
         MNAME=q7 KEEP_MODEL=1 PROFILE=1 bench_model qwen2-7b-q4_k_m "$S7" -r 3
-        MNAME=q7 KEEP_MODEL=1 MINFER_CUDA_NO_Q8=1 bench_model qwen2-7b-q4_k_m-noq8 "$S7" -p 0 -r 2
-        MNAME=q7 MINFER_NO_CUDA_GRAPH=1 bench_model qwen2-7b-q4_k_m-nograph "$S7" -p 0 -r 2
+        MNAME=q7 KEEP_MODEL=1 MINFER_CUDA_GEMV_V2=1 bench_model qwen2-7b-q4_k_m-gemvv2 "$S7" -p 0 -r 3
+        MNAME=q7 KEEP_MODEL=1 MINFER_CUDA_FUSE_GEMV=1 MINFER_CUDA_FUSE_ROPE=1 MINFER_CUDA_FUSE_ADD=1 MINFER_CUDA_FUSE_NORM=1 \
+            bench_model qwen2-7b-q4_k_m-fuseall "$S7" -p 0 -r 3
+        MNAME=q7 MINFER_CUDA_FUSE_GEMV=1 MINFER_CUDA_FUSE_ROPE=1 MINFER_CUDA_FUSE_ADD=1 MINFER_CUDA_FUSE_NORM=1 \
+            MINFER_CUDA_GEMV_V2=1 MINFER_CUDA_FLASH_PREFILL=1 bench_model qwen2-7b-q4_k_m-alllevers "$S7" -r 3
     fi
 elif want bench; then
     note bench SKIP "minfer bench not available"

@@ -20,8 +20,12 @@
  * Exit: 0 all passed, 1 a failure, 77 no usable CUDA device (ctest skips).
  * MINFER_CUDA_TEST_SMALL=1: small shapes only (compute-sanitizer runs).
  * MINFER_CUDA_TEST_ONLY=matmul,norm,...: run only these families (matmul,
- * getrows, norm, rope, elementwise, attn, qkv, ffn, graph, misc); racecheck runs
- * the shared-memory families this way. */
+ * getrows, norm, rope, elementwise, attn, qkv, ffn, fuse_add, fuse_norm,
+ * gemv_v2, graph, misc); racecheck runs the shared-memory families this way.
+ * The default-off levers (MINFER_CUDA_FUSE_GEMV / _ROPE / _ADD / _NORM,
+ * MINFER_CUDA_GEMV_V2, MINFER_CUDA_FLASH_PREFILL) are run through their test
+ * hooks (mf_cuda_set_fuse ...) inside the qkv, ffn, attn, fuse_add,
+ * fuse_norm and gemv_v2 families, against float64 and the default path. */
 #include <math.h>
 #include <stddef.h>
 #include <stdio.h>
@@ -156,6 +160,16 @@ static double rel_err(const float *out, const double *ref, int64_t n) {
         den += ref[i] * ref[i];
     }
     return den > 0 ? sqrt(num / den) : sqrt(num);
+}
+
+/* max |a - b| / max |b|: the fused path against the old one */
+static double rel_err_f(const float *a, const float *b, int64_t n) {
+    double num = 0, den = 0;
+    for (int64_t i = 0; i < n; i++) {
+        num = fmax(num, fabs((double)a[i] - (double)b[i]));
+        den = fmax(den, fabs((double)b[i]));
+    }
+    return den > 0 ? num / den : num;
 }
 
 static mf_exec_args args(int64_t n_past, int64_t nt, int32_t n_ctx, uint32_t kv_type) {
@@ -739,6 +753,25 @@ static void test_attention(const attn_spec *s) {
              s->n_head, s->n_head_kv, s->hd, (long long)s->n_past, (long long)s->nt);
     result(name, rel_err(y, ref, qd * s->nt), 1e-4, count_nan(y, qd * s->nt), NULL);
 
+    /* the flash-prefill kernel (MINFER_CUDA_FLASH_PREFILL) through the test
+     * hook, into a poisoned buffer and in place over q, against the same
+     * reference and against the default kernel */
+    for (int inplace = 0; s->hd <= 128 && s->nt > 8 && inplace < 2; inplace++) {
+        int32_t qf = inplace ? dev_put(q, (size_t)(qd * s->nt) * 4) : qid;
+        int32_t of = inplace ? qf : dev_poison((size_t)(qd * s->nt) * 4);
+        mf_cuda_set_flash(be, true);
+        run_ok(&g, at, (int32_t[]){qf, -1}, of, kv, &a);
+        mf_cuda_set_flash(be, false);
+        float *yf = dev_get(of, (size_t)(qd * s->nt) * 4);
+        char fname[160];
+        snprintf(fname, sizeof fname, "%s [flash%s]", name, inplace ? " in-place" : "");
+        result(fname, rel_err(yf, ref, qd * s->nt), 1e-4, count_nan(yf, qd * s->nt), NULL);
+        strncat(fname, " vs default", sizeof fname - strlen(fname) - 1);
+        result(fname, rel_err_f(yf, y, qd * s->nt), 1e-5, count_nan(yf, qd * s->nt), NULL);
+        free(yf);
+        dev_free(of);
+    }
+
     /* out-of-bounds refusal: n_past + nt past n_ctx is an error before launch */
     if (s->nt == 1) {
         mf_exec_args bad = args(n_ctx, 1, n_ctx, s->kv_type);
@@ -773,7 +806,12 @@ typedef struct qkv_spec {
     int32_t n_head, n_head_kv, hd;
     bool bias, norm;
     int mode;
+    uint32_t vtype; /* 0: type; else V's own type (Q4_K_M keeps V in Q6_K) */
 } qkv_spec;
+
+static uint32_t qkv_vtype(const qkv_spec *s) {
+    return s->vtype ? s->vtype : s->type;
+}
 
 static void qkv_names(const qkv_spec *s, char names[6][64]) {
     const int64_t qd = (int64_t)s->n_head * s->hd, kvd = (int64_t)s->n_head_kv * s->hd;
@@ -782,7 +820,10 @@ static void qkv_names(const qkv_spec *s, char names[6][64]) {
     mm_name(names[1], 64, &k);
     char kn[64];
     memcpy(kn, names[1], sizeof kn);
-    snprintf(names[2], 64, "%s.v", kn);
+    if (s->vtype)
+        snprintf(names[2], 64, "%s.v.%s", kn, mf_type_name(s->vtype));
+    else
+        snprintf(names[2], 64, "%s.v", kn);
     snprintf(names[3], 64, "bias.%lld", (long long)qd);
     snprintf(names[4], 64, "bias.%lld", (long long)kvd);
     snprintf(names[5], 64, "norm.%d", s->hd);
@@ -794,7 +835,7 @@ static void qkv_weights(const qkv_spec *s) {
     const int64_t qd = (int64_t)s->n_head * s->hd, kvd = (int64_t)s->n_head_kv * s->hd;
     add_weight(nm[0], s->type, s->d, qd);
     add_weight(nm[1], s->type, s->d, kvd);
-    add_weight(nm[2], s->type, s->d, kvd);
+    add_weight(nm[2], qkv_vtype(s), s->d, kvd);
     add_f32(nm[3], qd, 0.5f, 0.0f);
     add_f32(nm[4], kvd, 0.5f, 0.0f);
     add_f32(nm[5], s->hd, 0.5f, 1.0f);
@@ -818,7 +859,7 @@ static void ref_matmul(const char *wn, const float *x, int64_t n_in, int64_t n_o
 /* FUSED_QKV / FUSED_QKV_NORM (epilogue=false) or QKV_BIAS_ROPE_STORE on
  * separate matmul outputs (epilogue=true): checks the roped Q output and the
  * K/V rows stored at n_past. */
-static void test_qkv(const qkv_spec *s, int64_t nt, int64_t n_past, bool epilogue) {
+static void test_qkv(const qkv_spec *s, int64_t nt, int64_t n_past, bool epilogue, uint32_t kvt) {
     char nm[6][64];
     qkv_names(s, nm);
     const int64_t qd = (int64_t)s->n_head * s->hd, kvd = (int64_t)s->n_head_kv * s->hd;
@@ -830,7 +871,7 @@ static void test_qkv(const qkv_spec *s, int64_t nt, int64_t n_past, bool epilogu
     mf_qkv_meta m = {.layer = 0,
                      .q = {.weight = nm[0], .wtype = s->type, .bias = s->bias ? nm[3] : NULL, .n_in = s->d, .n_out = qd},
                      .k = {.weight = nm[1], .wtype = s->type, .bias = s->bias ? nm[4] : NULL, .n_in = s->d, .n_out = kvd},
-                     .v = {.weight = nm[2], .wtype = s->type, .bias = s->bias ? nm[4] : NULL, .n_in = s->d, .n_out = kvd},
+                     .v = {.weight = nm[2], .wtype = qkv_vtype(s), .bias = s->bias ? nm[4] : NULL, .n_in = s->d, .n_out = kvd},
                      .q_norm = s->norm ? nm[5] : NULL, .k_norm = s->norm ? nm[5] : NULL, .norm_eps = 1e-6f,
                      .rope_q = rq, .rope_k = rk, .n_head = s->n_head, .n_head_kv = s->n_head_kv, .head_dim = s->hd};
     mf_graph g;
@@ -904,71 +945,337 @@ static void test_qkv(const qkv_spec *s, int64_t nt, int64_t n_past, bool epilogu
     ref_rope(tq, rq_, nt, &rq, pos);
     ref_rope(tk, rk_, nt, &rk, pos);
 
-    const size_t region = (size_t)kvd * 4 * (size_t)n_ctx;
-    mf_kv_pair kv = {dev_put(NULL, region), dev_put(NULL, region)};
-    int32_t out = dev_poison((size_t)(qd * nt) * 4);
-    mf_exec_args a = args(n_past, nt, n_ctx, MF_TYPE_F32);
-    run_ok(&g, node, ids, out, kv, &a);
-    float *y = dev_get(out, (size_t)(qd * nt) * 4);
-    float *kr = malloc(region), *vr = malloc(region);
-    mf_error e;
-    if (be->ops->read_host(be, kv.k, 0, kr, region, &e) || be->ops->read_host(be, kv.v, 0, vr, region, &e))
-        die("read kv", &e);
-    char name[140];
-    snprintf(name, sizeof name, "%s %-5s d %lld heads %d/%d hd %d nt %lld%s: q",
-             epilogue ? "qkv_bias_rope_store" : s->norm ? "fused_qkv_norm" : "fused_qkv", mf_type_name(s->type),
-             (long long)s->d, s->n_head, s->n_head_kv, s->hd, (long long)nt, s->bias ? " +bias" : "");
-    const double mtol = !epilogue && q8_tier(s->type, nt, 0) ? 1e-2 : 1e-3; /* int8 activations */
-    result(name, rel_err(y, rq_, qd * nt), mtol, count_nan(y, qd * nt), NULL);
-    name[strlen(name) - 1] = 'k';
-    result(name, rel_err(kr + n_past * kvd, rk_, kvd * nt), mtol, count_nan(kr + n_past * kvd, kvd * nt), NULL);
-    name[strlen(name) - 1] = 'v';
-    result(name, rel_err(vr + n_past * kvd, rv_, kvd * nt), mtol, count_nan(vr + n_past * kvd, kvd * nt), NULL);
+    /* Variants through the test hooks: 0 the default path, 1 the fused int8
+     * GEMV (MINFER_CUDA_FUSE_GEMV; matmul inputs on the int8 tier only), 2
+     * the one-launch rope + KV store (MINFER_CUDA_FUSE_ROPE), 3 both. Each is
+     * checked against the float64 reference (K/V rows decoded from the
+     * cache; its rounding widens the tolerance) and against variant 0 (the
+     * rope/store fusion should be bitwise equal, the GEMV fusion within f32
+     * summation-order noise; cache rounding may flip one step either way).
+     * Outputs and caches start poisoned. */
+    const size_t kvrb = mf_type_row_size(kvt, kvd), region = kvrb * (size_t)n_ctx;
+    const bool fusable = !epilogue && q8_tier(s->type, nt, 0) && q8_tier(qkv_vtype(s), nt, 0);
+    const double ctol = kvt == MF_TYPE_F32 ? 0 : kvt == MF_TYPE_F16 ? 2e-3 : 2e-2; /* cache rounding */
+    float *y0 = NULL, *kr0 = NULL, *vr0 = NULL;
+    for (int fv = 0; fv < 4; fv++) {
+        const bool fg = fv & 1, fr = fv & 2;
+        if (fg && !fusable)
+            continue;
+        mf_kv_pair kv = {dev_poison(region), dev_poison(region)};
+        int32_t out = dev_poison((size_t)(qd * nt) * 4);
+        mf_exec_args a = args(n_past, nt, n_ctx, kvt);
+        mf_cuda_set_fuse(be, fg);
+        mf_cuda_set_gemv_v2(be, fg); /* Q4_K weights: the paired-unit kernel inside the fused GEMV */
+        mf_cuda_set_fuse_rope(be, fr);
+        run_ok(&g, node, ids, out, kv, &a);
+        mf_cuda_set_fuse(be, false);
+        mf_cuda_set_gemv_v2(be, false);
+        mf_cuda_set_fuse_rope(be, false);
+        float *y = dev_get(out, (size_t)(qd * nt) * 4);
+        uint8_t *kraw = malloc(region), *vraw = malloc(region);
+        mf_error e;
+        if (be->ops->read_host(be, kv.k, 0, kraw, region, &e) || be->ops->read_host(be, kv.v, 0, vraw, region, &e))
+            die("read kv", &e);
+        float *kr = malloc((size_t)(kvd * nt) * 4), *vr = malloc((size_t)(kvd * nt) * 4);
+        mf_dequantize_rows(kvt, kraw + n_past * kvrb, kr, nt, kvd);
+        mf_dequantize_rows(kvt, vraw + n_past * kvrb, vr, nt, kvd);
+        free(kraw); free(vraw);
+        char name[160];
+        snprintf(name, sizeof name, "%s%s%s %-5s%s d %lld heads %d/%d hd %d nt %lld%s %s: q",
+                 epilogue ? "qkv_bias_rope_store" : s->norm ? "fused_qkv_norm" : "fused_qkv",
+                 fg ? (s->type == MF_TYPE_Q4_K ? "[fuse+v2]" : "[fuse]") : "", fr ? "[rope1]" : "", mf_type_name(s->type), s->vtype ? "+v" : "",
+                 (long long)s->d, s->n_head, s->n_head_kv, s->hd, (long long)nt, s->bias ? " +bias" : "",
+                 mf_type_name(kvt));
+        const double mtol = !epilogue && q8_tier(s->type, nt, 0) ? 1e-2 : 1e-3; /* int8 activations */
+        result(name, rel_err(y, rq_, qd * nt), mtol, count_nan(y, qd * nt), NULL);
+        name[strlen(name) - 1] = 'k';
+        result(name, rel_err(kr, rk_, kvd * nt), mtol + ctol, count_nan(kr, kvd * nt), NULL);
+        name[strlen(name) - 1] = 'v';
+        result(name, rel_err(vr, rv_, kvd * nt), mtol + ctol, count_nan(vr, kvd * nt), NULL);
+        if (fv == 0) {
+            y0 = y; kr0 = kr; vr0 = vr;
+        } else {
+            name[strlen(name) - 1] = 'q';
+            strncat(name, " vs default", sizeof name - strlen(name) - 1);
+            const double vtol = (fg ? 1e-5 : 1e-6) + ctol / 2;
+            result(name, rel_err_f(y, y0, qd * nt), fg ? 1e-5 : 1e-6, count_nan(y, qd * nt), NULL);
+            result(name, rel_err_f(kr, kr0, kvd * nt), vtol, count_nan(kr, kvd * nt), "(k)");
+            result(name, rel_err_f(vr, vr0, kvd * nt), vtol, count_nan(vr, kvd * nt), "(v)");
+            if (!fg)
+                printf("%-58s %s\n", name,
+                       memcmp(y, y0, (size_t)(qd * nt) * 4) || memcmp(kr, kr0, (size_t)(kvd * nt) * 4) ||
+                               memcmp(vr, vr0, (size_t)(kvd * nt) * 4)
+                           ? "note: not bitwise equal (FMA contraction differs?)"
+                           : "bitwise equal");
+            free(y); free(kr); free(vr);
+        }
+        dev_free(out);
+        dev_free(kv.k);
+        dev_free(kv.v);
+    }
     for (int i = 0; i < n_ids; i++)
         dev_free(ids[i]);
-    dev_free(out);
-    dev_free(kv.k);
-    dev_free(kv.v);
     free(x); free(pos); free(rq_); free(rk_); free(rv_); free(tq); free(tk);
-    free(pq); free(pk); free(pv); free(y); free(kr); free(vr);
+    free(pq); free(pk); free(pv); free(y0); free(kr0); free(vr0);
     mf_graph_free(&g);
 }
 
-static void test_ffn(uint32_t t, int64_t d, int64_t ff, int64_t nt) {
-    char gn[64], un[64], name[96];
+/* up's weight name: gate's + ".up" (+ ".<type>" when up has its own type) */
+static void ffn_up_name(char *un, size_t n, const char *gn, uint32_t t, uint32_t ut) {
+    if (ut == t)
+        snprintf(un, n, "%s.up", gn);
+    else
+        snprintf(un, n, "%s.up.%s", gn, mf_type_name(ut));
+}
+
+/* FUSED_FFN with gate of type t and up of type ut. Variant 0 is the default
+ * path; variant 1 (int8 tier only) the fused GEMV of MINFER_CUDA_FUSE_GEMV
+ * through the test hook (one launch with the SwiGLU epilogue when t == ut),
+ * checked against the reference and against variant 0. */
+static void test_ffn(uint32_t t, uint32_t ut, int64_t d, int64_t ff, int64_t nt) {
+    char gn[64], un[80], name[140];
     mm_spec sg = {t, d, ff, false};
     mm_name(gn, sizeof gn, &sg);
-    snprintf(un, sizeof un, "%s.up", gn);
+    ffn_up_name(un, sizeof un, gn, t, ut);
     mf_ffn_meta m = {.gate = {.weight = gn, .wtype = t, .n_in = d, .n_out = ff},
-                     .up = {.weight = un, .wtype = t, .n_in = d, .n_out = ff}};
+                     .up = {.weight = un, .wtype = ut, .n_in = d, .n_out = ff}};
     mf_graph g;
     graph_new(&g, 0, 0);
     int32_t xi = ext(&g, d, nt);
     int32_t node = mf_g_fused_ffn(&g, xi, &m);
     float *x = rand_vec(d * nt, 1.0f);
-    int32_t in = dev_put(x, (size_t)(d * nt) * 4);
-    /* the output aliases the input when the sizes allow (liveness reuse) */
-    const bool alias = ff == d;
-    int32_t out = alias ? in : dev_poison((size_t)(ff * nt) * 4);
-    mf_exec_args a = args(0, nt, 1, MF_TYPE_F32);
-    run_ok(&g, node, &in, out, (mf_kv_pair){-1, -1}, &a);
-    float *y = dev_get(out, (size_t)(ff * nt) * 4);
     double *rg = malloc((size_t)(ff * nt) * sizeof *rg), *ru = malloc((size_t)(ff * nt) * sizeof *ru);
     ref_matmul(gn, x, d, ff, nt, NULL, rg);
     ref_matmul(un, x, d, ff, nt, NULL, ru);
     for (int64_t i = 0; i < ff * nt; i++)
         rg[i] = rg[i] / (1 + exp(-rg[i])) * ru[i];
-    snprintf(name, sizeof name, "fused_ffn %-5s %lld -> %lld nt %lld%s", mf_type_name(t), (long long)d,
-             (long long)ff, (long long)nt, alias ? " in-place" : "");
-    result(name, rel_err(y, rg, ff * nt), q8_tier(t, nt, 0) ? 1e-2 : 1e-3, count_nan(y, ff * nt), NULL);
-    free(x); free(y); free(rg); free(ru);
-    dev_free(in);
-    if (!alias)
-        dev_free(out);
+    /* the output aliases the input when the sizes allow (liveness reuse) */
+    const bool alias = ff == d;
+    const bool q8 = q8_tier(t, nt, 0) && q8_tier(ut, nt, 0);
+    float *y0 = NULL;
+    for (int fv = 0; fv < (q8 ? 2 : 1); fv++) {
+        int32_t in = dev_put(x, (size_t)(d * nt) * 4);
+        int32_t out = alias ? in : dev_poison((size_t)(ff * nt) * 4);
+        mf_exec_args a = args(0, nt, 1, MF_TYPE_F32);
+        mf_cuda_set_fuse(be, fv == 1);
+        run_ok(&g, node, &in, out, (mf_kv_pair){-1, -1}, &a);
+        mf_cuda_set_fuse(be, false);
+        float *y = dev_get(out, (size_t)(ff * nt) * 4);
+        snprintf(name, sizeof name, "fused_ffn%s %-5s%s%s %lld -> %lld nt %lld%s", fv ? "[fuse]" : "",
+                 mf_type_name(t), ut != t ? "/" : "", ut != t ? mf_type_name(ut) : "", (long long)d,
+                 (long long)ff, (long long)nt, alias ? " in-place" : "");
+        result(name, rel_err(y, rg, ff * nt), q8 ? 1e-2 : 1e-3, count_nan(y, ff * nt), NULL);
+        if (fv == 1) {
+            strncat(name, " vs unfused", sizeof name - strlen(name) - 1);
+            result(name, rel_err_f(y, y0, ff * nt), 1e-5, count_nan(y, ff * nt), NULL);
+            free(y);
+        } else {
+            y0 = y;
+        }
+        dev_free(in);
+        if (!alias)
+            dev_free(out);
+    }
+    free(x); free(y0); free(rg); free(ru);
     mf_graph_free(&g);
 }
 
 /* ---- refusals ---------------------------------------------------------------------------------- */
+
+/* ---- paired-unit Q4_K GEMV (MINFER_CUDA_GEMV_V2) ---------------------------------------------- */
+
+/* One Q4_K matmul node at a decode token count, default path vs the
+ * paired-unit kernel (test hook), both against float64 and each other. */
+static void test_gemv_v2(int64_t n_in, int64_t n_out, int64_t nt) {
+    char wn[64], name[140];
+    mm_spec ms = {MF_TYPE_Q4_K, n_in, n_out, false};
+    mm_name(wn, sizeof wn, &ms);
+    float *x = rand_vec(n_in * nt, 1.0f);
+    double *ref = malloc((size_t)(n_out * nt) * sizeof *ref);
+    ref_matmul(wn, x, n_in, n_out, nt, NULL, ref);
+    mf_graph g;
+    graph_new(&g, 0, 0);
+    int32_t xi = ext(&g, n_in, nt);
+    int32_t mi = mf_g_matmul(&g, xi, wn, MF_TYPE_Q4_K, NULL, n_in, n_out);
+    int32_t in = dev_put(x, (size_t)(n_in * nt) * 4);
+    float *y0 = NULL;
+    for (int v = 0; v < 2; v++) {
+        int32_t out = dev_poison((size_t)(n_out * nt) * 4);
+        mf_exec_args a = args(0, nt, 1, MF_TYPE_F32);
+        mf_cuda_set_gemv_v2(be, v == 1);
+        run_ok(&g, mi, &in, out, (mf_kv_pair){-1, -1}, &a);
+        mf_cuda_set_gemv_v2(be, false);
+        float *y = dev_get(out, (size_t)(n_out * nt) * 4);
+        snprintf(name, sizeof name, "gemv_v2[%s] q4_K %lldx%lld nt %lld", v ? "on" : "off", (long long)n_in,
+                 (long long)n_out, (long long)nt);
+        result(name, rel_err(y, ref, n_out * nt), q8_tier(MF_TYPE_Q4_K, nt, 0) ? 1e-2 : 1e-3,
+               count_nan(y, n_out * nt), NULL);
+        if (v == 0) {
+            y0 = y;
+        } else {
+            strncat(name, " vs off", sizeof name - strlen(name) - 1);
+            result(name, rel_err_f(y, y0, n_out * nt), 1e-5, count_nan(y, n_out * nt), NULL);
+            free(y);
+        }
+        dev_free(out);
+    }
+    dev_free(in);
+    free(x); free(ref); free(y0);
+    mf_graph_free(&g);
+}
+
+/* ---- RMSNORM folded into the next fused node (MINFER_CUDA_FUSE_NORM) ------------------------- */
+
+/* RMSNORM(x) -> FUSED_FFN executed back to back through the test hook.
+ * Variants: 0 hook off; 1 hook on (the norm is not launched, the FFN
+ * quantizes the normed input itself); 2 hook on with a second reader of the
+ * norm output (must not fold: the norm output is checked); 3 hook on with a
+ * synchronize between (the deferred norm is flushed, its output checked).
+ * Against the float64 reference and, 1-3, against variant 0. */
+static void test_fuse_norm(uint32_t t, uint32_t ut, int64_t d, int64_t ff, int64_t nt) {
+    char gn[64], un[80], wn[64], name[160];
+    mm_spec sg = {t, d, ff, false};
+    mm_name(gn, sizeof gn, &sg);
+    ffn_up_name(un, sizeof un, gn, t, ut);
+    snprintf(wn, sizeof wn, "norm.%lld", (long long)d);
+    mf_ffn_meta m = {.gate = {.weight = gn, .wtype = t, .n_in = d, .n_out = ff},
+                     .up = {.weight = un, .wtype = ut, .n_in = d, .n_out = ff}};
+    const float eps = 1e-5f;
+    float *x = rand_vec(d * nt, 3.0f);
+    double *rn = malloc((size_t)(d * nt) * sizeof *rn);
+    ref_rmsnorm(x, wf32(wn), rn, d, nt, eps);
+    float *xn = malloc((size_t)(d * nt) * 4);
+    for (int64_t i = 0; i < d * nt; i++)
+        xn[i] = (float)rn[i];
+    double *rg = malloc((size_t)(ff * nt) * sizeof *rg), *ru = malloc((size_t)(ff * nt) * sizeof *ru);
+    ref_matmul(gn, xn, d, ff, nt, NULL, rg);
+    ref_matmul(un, xn, d, ff, nt, NULL, ru);
+    for (int64_t i = 0; i < ff * nt; i++)
+        rg[i] = rg[i] / (1 + exp(-rg[i])) * ru[i];
+    const double tol = q8_tier(t, nt, 0) && q8_tier(ut, nt, 0) ? 1e-2 : 1e-3;
+    float *y0 = NULL;
+    for (int v = 0; v < 4; v++) {
+        mf_graph g;
+        graph_new(&g, 0, 0);
+        int32_t xi = ext(&g, d, nt);
+        int32_t ni = mf_g_rmsnorm(&g, xi, wn, eps);
+        int32_t fi = mf_g_fused_ffn(&g, ni, &m);
+        if (v == 2)
+            mf_g_scale(&g, ni, 2.0f); /* a second reader of the norm output */
+        int32_t xb = dev_put(x, (size_t)(d * nt) * 4), nb = dev_poison((size_t)(d * nt) * 4);
+        int32_t ob = dev_poison((size_t)(ff * nt) * 4);
+        mf_exec_args a = args(0, nt, 1, MF_TYPE_F32);
+        mf_error e;
+        mf_cuda_set_fuse_norm(be, v > 0);
+        if (be->ops->execute_node(be, &g, ni, &xb, nb, (mf_kv_pair){-1, -1}, &a, &e))
+            die("fuse_norm rmsnorm", &e);
+        if (v == 3 && be->ops->synchronize(be, &e))
+            die("fuse_norm synchronize", &e);
+        if (be->ops->execute_node(be, &g, fi, &nb, ob, (mf_kv_pair){-1, -1}, &a, &e) ||
+            be->ops->synchronize(be, &e))
+            die("fuse_norm ffn", &e);
+        mf_cuda_set_fuse_norm(be, false);
+        float *y = dev_get(ob, (size_t)(ff * nt) * 4);
+        snprintf(name, sizeof name, "fuse_norm[%s] ffn %-5s%s%s %lld -> %lld nt %lld",
+                 v == 0 ? "off" : v == 1 ? "on" : v == 2 ? "2 readers" : "flushed", mf_type_name(t),
+                 ut != t ? "/" : "", ut != t ? mf_type_name(ut) : "", (long long)d, (long long)ff, (long long)nt);
+        result(name, rel_err(y, rg, ff * nt), tol, count_nan(y, ff * nt), NULL);
+        if (v >= 2) {
+            float *yn = dev_get(nb, (size_t)(d * nt) * 4);
+            result(name, rel_err(yn, rn, d * nt), 1e-5, count_nan(yn, d * nt), "(norm output)");
+            free(yn);
+        }
+        if (v == 0) {
+            y0 = y;
+        } else {
+            strncat(name, " vs off", sizeof name - strlen(name) - 1);
+            /* the fold quantizes x * sc * w computed in the same f32 order
+             * as norm.cu; the GEMV may sum in another order */
+            result(name, rel_err_f(y, y0, ff * nt), 1e-5, count_nan(y, ff * nt), NULL);
+            free(y);
+        }
+        dev_free(xb);
+        dev_free(nb);
+        dev_free(ob);
+        mf_graph_free(&g);
+    }
+    free(x); free(xn); free(rn); free(rg); free(ru); free(y0);
+}
+
+/* ---- MATMUL + residual ADD (MINFER_CUDA_FUSE_ADD) ------------------------------------------ */
+
+/* h = r + W x as two nodes executed back to back (no synchronize between,
+ * as the scheduler does), through the test hook. Variants: 0 hook off (the
+ * default path); 1 hook on, ADD(r, mm), output in place over r (the
+ * residual stream's buffer reuse); 2 hook on, ADD(mm, r); 3 hook on with a
+ * second consumer of the matmul (must not fuse: the matmul output is
+ * checked too); 4 hook on, a synchronize between the two calls (the
+ * deferred matmul is flushed and then read back). Each against the float64
+ * reference, 1-4 also against variant 0. Outputs poisoned. */
+static void test_fuse_add(uint32_t t, int64_t n_in, int64_t n_out, int64_t nt) {
+    char wn[64], name[140];
+    mm_spec ms = {t, n_in, n_out, false};
+    mm_name(wn, sizeof wn, &ms);
+    float *x = rand_vec(n_in * nt, 1.0f), *r = rand_vec(n_out * nt, 1.0f);
+    double *ref = malloc((size_t)(n_out * nt) * sizeof *ref), *refm = malloc((size_t)(n_out * nt) * sizeof *refm);
+    ref_matmul(wn, x, n_in, n_out, nt, NULL, refm);
+    for (int64_t i = 0; i < n_out * nt; i++)
+        ref[i] = refm[i] + r[i];
+    const double tol = q8_tier(t, nt, 0) ? 1e-2 : 1e-3;
+    float *y0 = NULL;
+    for (int v = 0; v < 5; v++) {
+        mf_graph g;
+        graph_new(&g, 0, 0);
+        int32_t xi = ext(&g, n_in, nt), ri = ext(&g, n_out, nt);
+        int32_t mi = mf_g_matmul(&g, xi, wn, t, NULL, n_in, n_out);
+        int32_t ai = v == 2 ? mf_g_add(&g, mi, ri) : mf_g_add(&g, ri, mi);
+        if (v == 3)
+            mf_g_scale(&g, mi, 2.0f); /* a second reader of the matmul output */
+        int32_t xb = dev_put(x, (size_t)(n_in * nt) * 4), rb = dev_put(r, (size_t)(n_out * nt) * 4);
+        int32_t mb = dev_poison((size_t)(n_out * nt) * 4);
+        int32_t ob = v == 1 ? rb : dev_poison((size_t)(n_out * nt) * 4);
+        mf_exec_args a = args(0, nt, 1, MF_TYPE_F32);
+        mf_error e;
+        const int32_t ain[2] = {v == 2 ? mb : rb, v == 2 ? rb : mb};
+        mf_cuda_set_fuse_add(be, v > 0);
+        if (be->ops->execute_node(be, &g, mi, &xb, mb, (mf_kv_pair){-1, -1}, &a, &e))
+            die("fuse_add matmul", &e);
+        float *ym = NULL;
+        if (v == 4) {
+            if (be->ops->synchronize(be, &e))
+                die("fuse_add synchronize", &e);
+            ym = dev_get(mb, (size_t)(n_out * nt) * 4);
+        }
+        if (be->ops->execute_node(be, &g, ai, ain, ob, (mf_kv_pair){-1, -1}, &a, &e) ||
+            be->ops->synchronize(be, &e))
+            die("fuse_add add", &e);
+        mf_cuda_set_fuse_add(be, false);
+        float *y = dev_get(ob, (size_t)(n_out * nt) * 4);
+        if (v == 3)
+            ym = dev_get(mb, (size_t)(n_out * nt) * 4);
+        snprintf(name, sizeof name, "fuse_add[%s] %-5s %lldx%lld nt %lld",
+                 v == 0 ? "off" : v == 1 ? "in-place" : v == 2 ? "swapped" : v == 3 ? "2 readers" : "flushed",
+                 mf_type_name(t), (long long)n_in, (long long)n_out, (long long)nt);
+        result(name, rel_err(y, ref, n_out * nt), tol, count_nan(y, n_out * nt), NULL);
+        if (ym)
+            result(name, rel_err(ym, refm, n_out * nt), tol, count_nan(ym, n_out * nt), "(matmul output)");
+        if (v == 0) {
+            y0 = y;
+        } else {
+            strncat(name, " vs off", sizeof name - strlen(name) - 1);
+            result(name, rel_err_f(y, y0, n_out * nt), 1e-5, count_nan(y, n_out * nt), NULL);
+            free(y);
+        }
+        free(ym);
+        dev_free(xb);
+        dev_free(rb);
+        dev_free(mb);
+        if (ob != rb)
+            dev_free(ob);
+        mf_graph_free(&g);
+    }
+    free(x); free(r); free(ref); free(refm); free(y0);
+}
 
 static void test_refusals(void) {
     mf_graph g;
@@ -1033,7 +1340,7 @@ static void test_pool(void) {
  * replayed (step 1 is seen, step 2 captured, the rest replayed; step 5 is
  * flushed by a synchronize between nodes, as the op profiler does). */
 static void test_graph(void) {
-    const qkv_spec qs = {MF_TYPE_Q8_0, 896, 14, 2, 64, true, false, MF_ROPE_NEOX};
+    const qkv_spec qs = {MF_TYPE_Q8_0, 896, 14, 2, 64, true, false, MF_ROPE_NEOX, 0};
     char nm[6][64];
     qkv_names(&qs, nm);
     const int64_t d = qs.d, qd = 14 * 64, kvd = 2 * 64, n_out = small ? 96 : 1152;
@@ -1165,13 +1472,15 @@ int main(void) {
     }
     /* getrows reads the first spec table of each type (same name, same shape) */
     add_f32("norm.896", 896, 0.5f, 1.0f);
+    add_f32("norm.2560", 2560, 0.5f, 1.0f);
     add_f32("norm.3584", 3584, 0.5f, 1.0f);
     add_f32("norm.18944", 18944, 0.5f, 1.0f);
     add_f32("norm.128", 128, 0.5f, 1.0f);
     const qkv_spec qkvs[] = {
-        {MF_TYPE_Q8_0, 896, 14, 2, 64, true, false, MF_ROPE_NEOX},  /* qwen2 0.5B */
-        {MF_TYPE_Q4_K, 2560, 32, 8, 128, false, true, MF_ROPE_NEOX}, /* qwen3 4B */
-        {MF_TYPE_Q5_0, 896, 14, 2, 64, false, false, MF_ROPE_NORMAL}, /* llama-style */
+        {MF_TYPE_Q8_0, 896, 14, 2, 64, true, false, MF_ROPE_NEOX, 0},  /* qwen2 0.5B */
+        {MF_TYPE_Q4_K, 2560, 32, 8, 128, false, true, MF_ROPE_NEOX, 0}, /* qwen3 4B */
+        {MF_TYPE_Q5_0, 896, 14, 2, 64, false, false, MF_ROPE_NORMAL, 0}, /* llama-style */
+        {MF_TYPE_Q4_K, 3584, 28, 4, 128, true, false, MF_ROPE_NEOX, MF_TYPE_Q6_K}, /* qwen2 7B Q4_K_M */
     };
     for (size_t i = 0; i < sizeof qkvs / sizeof qkvs[0]; i++)
         qkv_weights(&qkvs[i]);
@@ -1190,6 +1499,13 @@ int main(void) {
         snprintf(un, sizeof un, "%s.up", gn);
         add_weight(gn, t, d, d);
         add_weight(un, t, d, d);
+        if (t == MF_TYPE_Q4_0) { /* gate and up of different types: the fused path's two-launch arm */
+            mm_spec sm = {t, d, ff, false};
+            char um[80];
+            mm_name(gn, sizeof gn, &sm);
+            ffn_up_name(um, sizeof um, gn, t, MF_TYPE_Q8_0);
+            add_weight(um, MF_TYPE_Q8_0, d, ff);
+        }
     }
 
     mf_error e;
@@ -1260,21 +1576,53 @@ int main(void) {
         test_attention(&(attn_spec){14, 2, 64, small ? 100 : 2000, 1, kvt[i]});
         test_attention(&(attn_spec){32, 8, 128, small ? 30 : 700, 7, kvt[i]});
         test_attention(&(attn_spec){28, 4, 128, 0, 64, kvt[i]});
+        /* odd prefill counts after a past: the flash kernel's tail tiles */
+        test_attention(&(attn_spec){14, 2, 64, 37, 45, kvt[i]});
+        test_attention(&(attn_spec){28, 4, 128, 100, 17, kvt[i]});
     }
     if (fam("attn"))
         test_attention(&(attn_spec){8, 8, 256, 50, 3, MF_TYPE_F32}); /* widest head, no GQA */
 
     for (size_t i = 0; fam("qkv") && i < sizeof qkvs / sizeof qkvs[0]; i++) {
-        test_qkv(&qkvs[i], 1, 37, false);
-        test_qkv(&qkvs[i], 7, 0, false);
-        test_qkv(&qkvs[i], 7, 11, true);
+        test_qkv(&qkvs[i], 1, 37, false, MF_TYPE_F32);
+        test_qkv(&qkvs[i], 7, 0, false, MF_TYPE_F32);
+        test_qkv(&qkvs[i], 7, 11, true, MF_TYPE_F32);
+        test_qkv(&qkvs[i], 3, 5, false, i % 2 ? MF_TYPE_F16 : MF_TYPE_Q8_0); /* the rope/store fusion's casts */
     }
     for (size_t i = 0; fam("ffn") && i < sizeof ffn_types / sizeof ffn_types[0]; i++) {
         const uint32_t t = ffn_types[i];
         const int64_t d = kq(t) ? 2560 : 896, ff = small ? 256 : kq(t) ? 9728 : 4864;
-        test_ffn(t, d, ff, 1);
-        test_ffn(t, d, ff, 7);
-        test_ffn(t, d, d, 1);
+        test_ffn(t, t, d, ff, 1);
+        test_ffn(t, t, d, ff, 7);
+        test_ffn(t, t, d, d, 1);
+        if (t == MF_TYPE_Q4_0) {
+            test_ffn(t, MF_TYPE_Q8_0, d, ff, 1);
+            test_ffn(t, MF_TYPE_Q8_0, d, ff, 5);
+        }
+    }
+    if (fam("fuse_add")) {
+        test_fuse_add(MF_TYPE_Q4_0, 896, 896, 1);   /* 0.5B attn_output */
+        test_fuse_add(MF_TYPE_Q4_0, 896, 896, 7);
+        test_fuse_add(MF_TYPE_Q4_K, 3584, 3584, 1); /* 7B attn_output */
+        test_fuse_add(MF_TYPE_Q6_K, 2560, small ? 256 : 9728, 3);
+        test_fuse_add(MF_TYPE_BF16, 896, 896, 1);   /* no int8 tier: never fuses */
+    }
+    if (fam("gemv_v2")) {
+        test_gemv_v2(2560, small ? 96 : 1152, 1);
+        test_gemv_v2(2560, small ? 96 : 1152, 8);
+        test_gemv_v2(3584, 3584, 1);  /* 7B attn_q / attn_output */
+        test_gemv_v2(3584, 3584, 5);
+        if (!small) {
+            test_gemv_v2(18944, 160, 1); /* long rows: ks 4, many pairs per lane */
+            test_gemv_v2(3584, 18944, 1);
+        }
+    }
+    if (fam("fuse_norm")) {
+        const int64_t ff05 = small ? 256 : 4864;
+        test_fuse_norm(MF_TYPE_Q4_0, MF_TYPE_Q4_0, 896, ff05, 1); /* 0.5B ffn_norm -> gate/up */
+        test_fuse_norm(MF_TYPE_Q4_0, MF_TYPE_Q4_0, 896, ff05, 7);
+        test_fuse_norm(MF_TYPE_Q4_0, MF_TYPE_Q8_0, 896, ff05, 3); /* two GEMV launches */
+        test_fuse_norm(MF_TYPE_Q6_K, MF_TYPE_Q6_K, 2560, small ? 256 : 9728, 1);
     }
     if (fam("graph"))
         test_graph();

@@ -51,6 +51,34 @@ cudaError_t mf_cu_matmul(const mf_cu_matmul_args *a, cudaStream_t s);
  * Needs a quantized weight type with n_in % 32 == 0 and nt <= 8. */
 int mf_cu_q8_supported(uint32_t wtype, int64_t n_in);
 cudaError_t mf_cu_gemv_q8(const mf_cu_matmul_args *a, cudaStream_t s);
+/* The fused decode GEMV (MINFER_CUDA_FUSE_GEMV): n_w (1..3) weights sharing
+ * the input x (n_in, nt <= 8) -> y[i] (n_out[i], nt), one activation
+ * quantization into q8 and one GEMV launch per run of equal weight types
+ * (Q/K/V of one type: 2 kernels instead of 6). swiglu (n_w == 2, one type,
+ * equal n_out): y[0] = silu(W0 x + b0) * (W1 x + b1), y[1] unused (gate/up
+ * plus the SwiGLU: 2 kernels instead of 5). res[i] adds a residual in the
+ * epilogue (MINFER_CUDA_FUSE_ADD: MATMUL + ADD as one GEMV). y may alias x
+ * (the GEMV reads only the quantized copy). */
+typedef struct mf_cu_q8_multi_args {
+    int32_t n_w;
+    int32_t swiglu;
+    const float *x;
+    int64_t n_in, nt;
+    void *q8; /* scratch of mf_cu_q8_bytes(n_in, nt) */
+    uint32_t wtype[3];
+    const void *w[3];
+    uint64_t row_bytes[3];
+    const float *bias[3]; /* NULL: none */
+    const float *res[3];  /* NULL: none; else y[i] += res[i] (n_out[i], nt; may equal y[i]) */
+    int32_t norm;         /* 1: x is RMSNorm'ed (norm_w, norm_eps) while it is quantized
+                             (MINFER_CUDA_FUSE_NORM: the norm node is not launched) */
+    const float *norm_w;  /* n_in weights; NULL: none */
+    float norm_eps;
+    int32_t v2;           /* MINFER_CUDA_GEMV_V2: Q4_K weights take the paired-unit GEMV */
+    float *y[3];
+    int64_t n_out[3];
+} mf_cu_q8_multi_args;
+cudaError_t mf_cu_gemv_q8_multi(const mf_cu_q8_multi_args *a, cudaStream_t s);
 static inline size_t mf_cu_q8_bytes(int64_t n_in, int64_t nt) {
     /* int8 values, then a float scale and an int32 of two half sums per unit */
     return (size_t)(nt * n_in) + (size_t)(nt * (n_in / 32)) * 8 + 256;
@@ -149,6 +177,16 @@ typedef struct mf_cu_kv_args {
 cudaError_t mf_cu_kv_store(const mf_cu_kv_args *a, cudaStream_t s);
 cudaError_t mf_cu_kv_load(const mf_cu_kv_args *a, cudaStream_t s);
 
+/* RoPE of Q (rq: x -> y) and of K in place (rk: x == y), then the K rows
+ * (ks.src == rk.y) and V rows (vs) stored into the cache: the tail of
+ * FUSED_QKV in one launch (MINFER_CUDA_FUSE_ROPE), bitwise equal to
+ * mf_cu_rope x2 + mf_cu_kv_store x2. All four describe the same nt. */
+typedef struct mf_cu_rope_store_args {
+    mf_cu_rope_args rq, rk;
+    mf_cu_kv_args ks, vs;
+} mf_cu_rope_store_args;
+cudaError_t mf_cu_rope_store(const mf_cu_rope_store_args *a, cudaStream_t s);
+
 /* Causal GQA attention over the cache: token t at position n_past + t
  * attends to rows [0, n_past + t]; q/out nt rows of n_head * head_dim; head
  * h reads KV head h / (n_head / n_head_kv). out may equal q. */
@@ -162,8 +200,11 @@ typedef struct mf_cu_attn_args {
     const int32_t *n_past_dev; /* non-NULL: n_past is read from here (CUDA graph replay) */
     int32_t n_head, n_head_kv, head_dim;
     float scale;
+    int32_t flash; /* MINFER_CUDA_FLASH_PREFILL: the query-tiled kernel (mf_cu_attn_flash_ok) */
 } mf_cu_attn_args;
 cudaError_t mf_cu_attn(const mf_cu_attn_args *a, cudaStream_t s);
+/* Whether the flash-prefill kernel takes this shape: head_dim <= 128, nt > 8. */
+int mf_cu_attn_flash_ok(int32_t head_dim, int64_t nt);
 
 /* Weight types with a matmul / getrows kernel. */
 int mf_cu_type_supported(uint32_t wtype);
@@ -181,6 +222,7 @@ cudaError_t mf_cu_probe_getrows(size_t smem_limit, const char **bad);
 cudaError_t mf_cu_probe_kv(size_t smem_limit, const char **bad);
 cudaError_t mf_cu_probe_attn(size_t smem_limit, const char **bad);
 cudaError_t mf_cu_probe_gemv_q8(size_t smem_limit, const char **bad);
+cudaError_t mf_cu_probe_rope_store(size_t smem_limit, const char **bad);
 
 #ifdef __cplusplus
 }

@@ -101,6 +101,17 @@ typedef struct cu_ctx {
     int matmul_mode;
     int no_tc; /* MINFER_CUDA_NO_TC=1: SIMT GEMM tier for prefill */
     int no_q8; /* MINFER_CUDA_NO_Q8=1: f32-activation GEMV for decode */
+    int fuse;  /* MINFER_CUDA_FUSE_GEMV=1: QKV / gate+up(+SwiGLU) as one int8 GEMV launch */
+    int fuse_rope; /* MINFER_CUDA_FUSE_ROPE=1: FUSED_QKV's rope q/k + store k/v as one launch */
+    int fuse_add;  /* MINFER_CUDA_FUSE_ADD=1: MATMUL + the ADD of its result as one GEMV */
+    int fuse_norm; /* MINFER_CUDA_FUSE_NORM=1: RMSNORM folded into the next fused node's quantization */
+    int gemv_v2;   /* MINFER_CUDA_GEMV_V2=1: Q4_K decode GEMVs take the paired-unit kernel */
+    int flash;     /* MINFER_CUDA_FLASH_PREFILL=1: query-tiled attention for nt > 8 */
+    /* the deferred MATMUL of fuse_add or RMSNORM of fuse_norm (see exec_now);
+     * pend_node < 0: none */
+    const mf_graph *pend_g;
+    int32_t pend_node, pend_in, pend_out;
+    mf_exec_args pend_ea;
 
     /* CUDA graphs (see "forward hooks" below) */
     bool graphs_on;          /* MINFER_NO_CUDA_GRAPH=1 turns them off */
@@ -275,6 +286,7 @@ static void cu_free_buffer(mf_backend *b, int32_t id) {
 /* ---- host copies ------------------------------------------------------------------------ */
 
 static int flush_recorded(mf_backend *b, mf_error *err);
+static int flush_pending(mf_backend *b, mf_error *err);
 
 static int check_window(cu_ctx *c, int32_t id, size_t off, size_t nbytes, const char *what,
                         mf_error *err) {
@@ -299,6 +311,8 @@ static int cu_write_host(mf_backend *b, int32_t id, size_t off, const void *src,
         return -1;
     if (c->recording && c->n_rec > 0 && flush_recorded(b, err)) /* a split boundary */
         return -1;
+    if (flush_pending(b, err))
+        return -1;
     const uint8_t *s = src;
     while (nbytes > 0) {
         size_t chunk = nbytes < PIN_BYTES ? nbytes : PIN_BYTES;
@@ -322,6 +336,8 @@ static int cu_read_host(mf_backend *b, int32_t id, size_t off, void *dst, size_t
         return -1;
     if (c->recording && flush_recorded(b, err))
         return -1;
+    if (flush_pending(b, err))
+        return -1;
     uint8_t *d = dst;
     while (nbytes > 0) {
         size_t chunk = nbytes < PIN_BYTES ? nbytes : PIN_BYTES;
@@ -341,6 +357,8 @@ static int cu_read_host(mf_backend *b, int32_t id, size_t off, void *dst, size_t
 
 static int cu_synchronize(mf_backend *b, mf_error *err) {
     if (CX(b)->recording && flush_recorded(b, err))
+        return -1;
+    if (flush_pending(b, err))
         return -1;
     return cu_wait(CX(b), "synchronize", err);
 }
@@ -520,6 +538,10 @@ typedef struct exec {
     int32_t id;
     mf_error *err;
     const int32_t *npast_dev; /* capturing: n_past lives here, not in launch arguments */
+    /* MINFER_CUDA_FUSE_NORM: the node's input is RMSNorm(norm_x) (not launched) */
+    bool norm;
+    const float *norm_x, *norm_w;
+    float norm_eps;
 } exec;
 
 #define NODE_ERR(x, fmt, ...)                                                                   \
@@ -620,6 +642,9 @@ static const float *norm_weight(exec *x, const char *name, int64_t n) {
     return weight_ptr(x, name, MF_TYPE_F32, n, 1);
 }
 
+static int run_multi(exec *x, const mf_matmul_meta *const *mm, int n, bool swiglu, const float *in,
+                     float *const *y, const float *const *res, int64_t nt);
+
 /* y (n_out x nt) = W x (+ bias) with the node's matmul meta; y must not alias x. */
 static int run_matmul(exec *x, const mf_matmul_meta *m, const float *in, float *y, int64_t nt) {
     if (!mm_ok(m))
@@ -640,9 +665,53 @@ static int run_matmul(exec *x, const mf_matmul_meta *m, const float *in, float *
     if (mode == -2 && !q8)
         return NODE_ERR(x, "int8 GEMV forced for weight '%s' (%s, n_in %lld, nt %lld) it cannot run",
                         m->weight, mf_type_name(m->wtype), (long long)m->n_in, (long long)nt);
+    if (q8 && x->c->gemv_v2 && m->wtype == MF_TYPE_Q4_K) { /* the paired-unit kernel */
+        const mf_matmul_meta *mm[1] = {m};
+        float *const ys[1] = {y};
+        return run_multi(x, mm, 1, false, in, ys, NULL, nt);
+    }
     if (q8 && !(a.q8 = scratch(x, Q8_SLOT, mf_cu_q8_bytes(m->n_in, nt))))
         return -1;
     return launched(x, q8 ? "matmul(q8)" : "matmul", m->n_out, nt, mf_cu_matmul(&a, x->c->stream));
+}
+
+/* Whether the fused int8 GEMV (mf_cu_gemv_q8_multi) serves these n matmuls
+ * of nt tokens: the lever (or the test hook) is on, the int8 tier is the one
+ * run_matmul would pick, and every weight has an int8 decoder. */
+static bool fuse_ok(const exec *x, const mf_matmul_meta *const *mm, int n, int64_t nt) {
+    const int mode = x->c->matmul_mode;
+    if (!(x->c->fuse || x->norm) || nt > 8 || !(mode == -2 || (mode == 0 && !x->c->no_q8)))
+        return false;
+    for (int i = 0; i < n; i++)
+        if (!mm_ok(mm[i]) || !mf_cu_q8_supported(mm[i]->wtype, mm[i]->n_in) || mm[i]->n_in != mm[0]->n_in)
+            return false;
+    return true;
+}
+
+/* y[i] = W_i in (+ b_i) for the n (<= 3) matmuls of fuse_ok, or with swiglu
+ * (n == 2) y[0] = silu(W0 in + b0) * (W1 in + b1). y may alias in: the GEMV
+ * reads only the quantized copy of in. */
+static int run_multi(exec *x, const mf_matmul_meta *const *mm, int n, bool swiglu, const float *in,
+                     float *const *y, const float *const *res, int64_t nt) {
+    mf_cu_q8_multi_args a = {.n_w = n, .swiglu = swiglu, .x = x->norm ? x->norm_x : in, .n_in = mm[0]->n_in,
+                             .nt = nt, .norm = x->norm, .norm_w = x->norm_w, .norm_eps = x->norm_eps,
+                             .v2 = x->c->gemv_v2};
+    for (int i = 0; i < n; i++) {
+        const mf_matmul_meta *m = mm[i];
+        if (!(a.w[i] = weight_ptr(x, m->weight, m->wtype, m->n_in, m->n_out)))
+            return -1;
+        if (m->bias && !(a.bias[i] = weight_ptr(x, m->bias, MF_TYPE_F32, m->n_out, 1)))
+            return -1;
+        a.wtype[i] = m->wtype;
+        a.row_bytes[i] = row_bytes(m->wtype, m->n_in);
+        a.y[i] = y[i];
+        a.res[i] = res ? res[i] : NULL;
+        a.n_out[i] = m->n_out;
+    }
+    if (!(a.q8 = scratch(x, Q8_SLOT, mf_cu_q8_bytes(a.n_in, nt))))
+        return -1;
+    return launched(x, swiglu ? "gemv_q8_multi(swiglu)" : "gemv_q8_multi", a.n_out[0] * n, nt,
+                    mf_cu_gemv_q8_multi(&a, x->c->stream));
 }
 
 static int run_ew(exec *x, int op, const float *a, const float *b, float *y, int64_t n, int64_t b_n,
@@ -701,6 +770,33 @@ static int run_store(exec *x, void *kc, void *vc, const mf_exec_args *ea, const 
     a.cache = vc;
     a.src = v;
     return launched(x, "kv_store(v)", nt, x->g->kv_dim, mf_cu_kv_store(&a, x->c->stream));
+}
+
+/* The four launches of run_rope(k in place), run_store, run_rope(q -> y) as
+ * one (mf_cu_rope_store), with the same arguments and checks. */
+static int run_rope_store(exec *x, const mf_qkv_meta *m, float *sq, float *sk, const float *sv, float *y,
+                          void *kc, void *vc, const mf_exec_args *ea, const int32_t *pos, int64_t nt) {
+    const mf_rope_meta *r[2] = {&m->rope_q, &m->rope_k};
+    for (int i = 0; i < 2; i++)
+        if (r[i]->n_head <= 0 || r[i]->head_dim <= 0 || r[i]->n_rot <= 0 || r[i]->n_rot > r[i]->head_dim ||
+            r[i]->n_rot % 2)
+            return NODE_ERR(x, "rope n_head %d head_dim %d n_rot %d", r[i]->n_head, r[i]->head_dim,
+                            r[i]->n_rot);
+    mf_cu_rope_store_args a;
+    memset(&a, 0, sizeof a);
+    mf_cu_rope_args *ra[2] = {&a.rq, &a.rk};
+    for (int i = 0; i < 2; i++)
+        *ra[i] = (mf_cu_rope_args){.x = i ? sk : sq, .y = i ? sk : y, .pos = pos, .pos0 = ea->n_past,
+                                   .pos0_dev = pos ? NULL : x->npast_dev, .nt = nt,
+                                   .n_head = r[i]->n_head, .head_dim = r[i]->head_dim,
+                                   .n_rot = r[i]->n_rot, .mode = r[i]->mode, .theta = r[i]->theta,
+                                   .freq_scale = r[i]->freq_scale};
+    a.ks = (mf_cu_kv_args){.kv_type = ea->kv_type, .cache = kc, .kv_dim = x->g->kv_dim,
+                           .pos0 = ea->n_past, .pos0_dev = x->npast_dev, .nt = nt, .src = sk};
+    a.vs = a.ks;
+    a.vs.cache = vc;
+    a.vs.src = sv;
+    return launched(x, "rope_store", nt, m->n_head, mf_cu_rope_store(&a, x->c->stream));
 }
 
 static int d2d(exec *x, void *dst, const void *src, size_t nbytes) {
@@ -762,9 +858,18 @@ static int exec_qkv(exec *x, const int32_t *in, int32_t out, mf_kv_pair kv, cons
             return NODE_ERR(x, "q/k/v n_out %lld/%lld/%lld vs q_dim %lld, kv_dim %lld",
                             (long long)m->q.n_out, (long long)m->k.n_out, (long long)m->v.n_out,
                             (long long)q_dim, (long long)kvd);
-        if (run_matmul(x, &m->q, xin, sq, nt) || run_matmul(x, &m->k, xin, sk, nt) ||
-            run_matmul(x, &m->v, xin, sv, nt))
+        const mf_matmul_meta *mm[3] = {&m->q, &m->k, &m->v};
+        float *const ys[3] = {sq, sk, sv};
+        if (fuse_ok(x, mm, 3, nt)) {
+            if (run_multi(x, mm, 3, false, xin, ys, NULL, nt))
+                return -1;
+        } else if (x->norm) { /* norm_fusable promised the fused path */
+            return NODE_ERR(x, "folded RMSNorm but the matmuls cannot take the int8 GEMV (nt %lld)",
+                            (long long)nt);
+        } else if (run_matmul(x, &m->q, xin, sq, nt) || run_matmul(x, &m->k, xin, sk, nt) ||
+                   run_matmul(x, &m->v, xin, sv, nt)) {
             return -1;
+        }
     }
     if (m->q_norm || m->k_norm || n->op == MF_OP_FUSED_QKV_NORM) {
         const float *qn = norm_weight(x, m->q_norm, m->head_dim);
@@ -780,6 +885,8 @@ static int exec_qkv(exec *x, const int32_t *in, int32_t out, mf_kv_pair kv, cons
         return NODE_ERR(x, "rope q %dx%d / k %dx%d for widths %lld / %lld", m->rope_q.n_head,
                         m->rope_q.head_dim, m->rope_k.n_head, m->rope_k.head_dim, (long long)q_dim,
                         (long long)kvd);
+    if (x->c->fuse_rope)
+        return run_rope_store(x, m, sq, sk, sv, y, kc, vc, ea, pos, nt);
     if (run_rope(x, &m->rope_k, sk, sk, pos, ea->n_past, nt) ||
         run_store(x, kc, vc, ea, sk, sv, nt) || run_rope(x, &m->rope_q, sq, y, pos, ea->n_past, nt))
         return -1;
@@ -788,14 +895,169 @@ static int exec_qkv(exec *x, const int32_t *in, int32_t out, mf_kv_pair kv, cons
 
 /* ---- execute -------------------------------------------------------------------------------- */
 
-/* Launches node `node` now (execute_node's contract). */
+/* ---- MATMUL + ADD (MINFER_CUDA_FUSE_ADD) ----------------------------------------------- */
+
+/* Rule: a decode MATMUL on the int8 tier whose only consumer is the next
+ * node, an ADD of two operands of its size (the residual add after Wo and
+ * Wdown), and which is no graph output, is deferred: exec_node records it
+ * instead of launching. When the next call is that ADD, one GEMV writes
+ * add_out = residual + W x (+ b); the MATMUL's own output buffer is never
+ * written (nothing else reads it). Any other call, a host copy, a
+ * synchronize, begin/end_forward, or the end of a replayed call list first
+ * launches the deferred MATMUL plainly (flush_pending), so correctness never
+ * depends on the scheduler's order. */
+static bool add_fusable(const cu_ctx *c, const mf_graph *g, int32_t node, int64_t nt) {
+    const mf_node *n = &g->nodes[node];
+    const mf_matmul_meta *m = &n->meta.matmul;
+    const int mode = c->matmul_mode;
+    if (!c->fuse_add || nt > 8 || node + 1 >= g->n_nodes || (n->flags & MF_NODE_OUTPUT) ||
+        !(mode == -2 || (mode == 0 && !c->no_q8)) || !mf_cu_q8_supported(m->wtype, m->n_in))
+        return false;
+    const mf_node *a = &g->nodes[node + 1];
+    if (a->op != MF_OP_ADD || (a->flags & MF_NODE_DEAD) || a->n_src != 2 ||
+        (a->src[0] == node) == (a->src[1] == node) || mf_node_nelem(a) != mf_node_nelem(n) ||
+        mf_node_nelem(&g->nodes[a->src[0]]) != mf_node_nelem(a) ||
+        mf_node_nelem(&g->nodes[a->src[1]]) != mf_node_nelem(a))
+        return false;
+    for (int32_t i = node + 2; i < g->n_nodes; i++) {
+        const mf_node *u = &g->nodes[i];
+        if (u->flags & MF_NODE_DEAD)
+            continue;
+        for (int32_t k = 0; k < u->n_src && k < MF_MAX_SRC; k++)
+            if (u->src[k] == node)
+                return false;
+    }
+    return true;
+}
+
+/* RMSNORM + quantization (MINFER_CUDA_FUSE_NORM), the same deferral: an
+ * RMSNORM over whole rows whose only consumer is the next node, a
+ * FUSED_QKV(_NORM) or FUSED_FFN whose matmuls all run on the int8 tier at
+ * this token count, is not launched; that node then quantizes the norm's
+ * input with the norm applied (mf_cu_q8_multi_args.norm) and runs its
+ * matmuls through the multi-weight GEMV. The norm's output buffer is never
+ * written. */
+static bool norm_fusable(const cu_ctx *c, const mf_graph *g, int32_t node) {
+    const mf_node *n = &g->nodes[node];
+    const int mode = c->matmul_mode;
+    if (!c->fuse_norm || n->op != MF_OP_RMSNORM || n->ne[1] > 8 || node + 1 >= g->n_nodes ||
+        (n->flags & MF_NODE_OUTPUT) || !(mode == -2 || (mode == 0 && !c->no_q8)))
+        return false;
+    const mf_node *u = &g->nodes[node + 1];
+    if ((u->flags & MF_NODE_DEAD) || u->n_src < 1 || u->src[0] != node || u->ne[1] != n->ne[1])
+        return false;
+    const mf_matmul_meta *mm[3];
+    int k = 0;
+    if (u->op == MF_OP_FUSED_QKV || u->op == MF_OP_FUSED_QKV_NORM) {
+        mm[k++] = &u->meta.qkv.q;
+        mm[k++] = &u->meta.qkv.k;
+        mm[k++] = &u->meta.qkv.v;
+    } else if (u->op == MF_OP_FUSED_FFN) {
+        mm[k++] = &u->meta.ffn.gate;
+        mm[k++] = &u->meta.ffn.up;
+    } else {
+        return false;
+    }
+    for (int i = 0; i < k; i++)
+        if (!mm_ok(mm[i]) || !mf_cu_q8_supported(mm[i]->wtype, mm[i]->n_in) || mm[i]->n_in != n->ne[0])
+            return false;
+    for (int32_t i = node + 1; i < g->n_nodes; i++) {
+        const mf_node *v = &g->nodes[i];
+        if (v->flags & MF_NODE_DEAD)
+            continue;
+        for (int32_t s = (i == node + 1) ? 1 : 0; s < v->n_src && s < MF_MAX_SRC; s++)
+            if (v->src[s] == node)
+                return false;
+    }
+    return true;
+}
+
+static int exec_node(mf_backend *b, const mf_graph *g, int32_t node, const int32_t *in, int32_t out,
+                     mf_kv_pair kv, const mf_exec_args *ea, mf_error *err, bool may_defer,
+                     const exec *fold);
+
+/* Launches the deferred MATMUL or RMSNORM, if any, plainly. */
+static int flush_pending(mf_backend *b, mf_error *err) {
+    cu_ctx *c = CX(b);
+    if (c->pend_node < 0)
+        return 0;
+    const int32_t node = c->pend_node;
+    int32_t in[MF_MAX_SRC] = {c->pend_in};
+    c->pend_node = -1;
+    return exec_node(b, c->pend_g, node, in, c->pend_out, (mf_kv_pair){-1, -1}, &c->pend_ea, err, false,
+                     NULL);
+}
+
+/* The ADD (node `node`) that consumes the deferred MATMUL: one GEMV with the
+ * other operand as the residual. */
+static int exec_add_fused(mf_backend *b, const mf_graph *g, int32_t node, const int32_t *in, int32_t out,
+                          mf_error *err) {
+    cu_ctx *c = CX(b);
+    exec xx = {.c = c, .g = g, .n = &g->nodes[node], .id = node, .err = err,
+               .npast_dev = c->capturing ? c->dev_npast : NULL};
+    exec *x = &xx;
+    const mf_node *mmn = &g->nodes[c->pend_node];
+    const mf_matmul_meta *m = &mmn->meta.matmul;
+    const int64_t nt = mmn->ne[1], ne = m->n_out * nt;
+    const int r = x->n->src[0] == c->pend_node ? 1 : 0; /* the residual operand */
+    const int32_t pin = c->pend_in;
+    c->pend_node = -1;
+    if (mf_node_nelem(x->n) != ne)
+        return NODE_ERR(x, "fused residual add of %lld elements after a matmul of %lld", (long long)mf_node_nelem(x->n),
+                        (long long)ne);
+    const float *a = buf_ptr(x, pin, f32b(m->n_in * nt), "matmul input");
+    const float *res = a ? buf_ptr(x, in[r], f32b(ne), "residual") : NULL;
+    float *y = res ? buf_ptr(x, out, f32b(ne), "output") : NULL;
+    if (!y)
+        return -1;
+    const mf_matmul_meta *mm[1] = {m};
+    float *const ys[1] = {y};
+    const float *const rs[1] = {res};
+    return run_multi(x, mm, 1, false, a, ys, rs, nt);
+}
+
+/* Launches node `node` now (execute_node's contract), apart from the MATMUL
+ * that MINFER_CUDA_FUSE_ADD defers to its ADD. */
 static int exec_now(mf_backend *b, const mf_graph *g, int32_t node, const int32_t *in, int32_t out,
                     mf_kv_pair kv, const mf_exec_args *ea, mf_error *err) {
+    cu_ctx *c = CX(b);
+    if (c->pend_node >= 0) {
+        const bool next = g == c->pend_g && node == c->pend_node + 1 && node < g->n_nodes;
+        const mf_node *pn = &c->pend_g->nodes[c->pend_node];
+        if (next && pn->op == MF_OP_MATMUL && g->nodes[node].op == MF_OP_ADD)
+            return exec_add_fused(b, g, node, in, out, err);
+        if (next && pn->op == MF_OP_RMSNORM && g->nodes[node].n_src > 0 && g->nodes[node].src[0] == c->pend_node) {
+            /* the consumer quantizes RMSNorm(norm input) itself */
+            exec nf = {.c = c, .g = g, .n = pn, .id = c->pend_node, .err = err, .norm = true,
+                       .norm_eps = pn->meta.norm.eps};
+            const int32_t pin = c->pend_in;
+            c->pend_node = -1;
+            if (!(nf.norm_x = buf_ptr(&nf, pin, f32b(mf_node_nelem(pn)), "norm input")))
+                return -1;
+            if (pn->meta.norm.weight && !(nf.norm_w = norm_weight(&nf, pn->meta.norm.weight, pn->ne[0])))
+                return -1;
+            return exec_node(b, g, node, in, out, kv, ea, err, false, &nf);
+        }
+        if (flush_pending(b, err))
+            return -1;
+    }
+    return exec_node(b, g, node, in, out, kv, ea, err, true, NULL);
+}
+
+static int exec_node(mf_backend *b, const mf_graph *g, int32_t node, const int32_t *in, int32_t out,
+                     mf_kv_pair kv, const mf_exec_args *ea, mf_error *err, bool may_defer,
+                     const exec *fold) {
     cu_ctx *c = CX(b);
     if (node < 0 || node >= g->n_nodes)
         return mf_errorf(err, "cuda: node %d outside the graph (%d nodes)", node, g->n_nodes);
     exec xx = {.c = c, .g = g, .n = &g->nodes[node], .id = node, .err = err,
                .npast_dev = c->capturing ? c->dev_npast : NULL};
+    if (fold) { /* the RMSNorm folded into this node (MINFER_CUDA_FUSE_NORM) */
+        xx.norm = true;
+        xx.norm_x = fold->norm_x;
+        xx.norm_w = fold->norm_w;
+        xx.norm_eps = fold->norm_eps;
+    }
     exec *x = &xx;
     const mf_node *n = x->n;
     if (!cu_supports_op(b, n))
@@ -863,6 +1125,14 @@ static int exec_now(mf_backend *b, const mf_graph *g, int32_t node, const int32_
         float *y = a ? buf_ptr(x, out, f32b(ne), "output") : NULL;
         if (!y)
             return -1;
+        if (may_defer && w == n->ne[0] && norm_fusable(c, g, node)) {
+            c->pend_g = g;
+            c->pend_node = node;
+            c->pend_in = in[0];
+            c->pend_out = out;
+            c->pend_ea = *ea;
+            return 0;
+        }
         return run_norm(x, a, wt, y, w, ne / w, n->meta.norm.eps);
     }
     case MF_OP_MATMUL: {
@@ -875,6 +1145,14 @@ static int exec_now(mf_backend *b, const mf_graph *g, int32_t node, const int32_
         float *y = a ? buf_ptr(x, out, f32b(m->n_out * nt), "output") : NULL;
         if (!y)
             return -1;
+        if (may_defer && add_fusable(c, g, node, nt)) {
+            c->pend_g = g;
+            c->pend_node = node;
+            c->pend_in = in[0];
+            c->pend_out = out;
+            c->pend_ea = *ea;
+            return 0;
+        }
         if (out == in[0]) { /* other rows still read the input while rows are written */
             float *s = scratch(x, 0, f32b(m->n_out * nt));
             if (!s || run_matmul(x, m, a, s, nt))
@@ -968,8 +1246,9 @@ static int exec_now(mf_backend *b, const mf_graph *g, int32_t node, const int32_
         mf_cu_attn_args a = {.q = q, .out = y, .k = kc, .v = vc, .kv_type = ea->kv_type, .nt = nt,
                              .n_past = ea->n_past, .n_past_dev = x->npast_dev,
                              .n_head = m->n_head, .n_head_kv = m->n_head_kv,
-                             .head_dim = m->head_dim, .scale = m->scale};
-        return launched(x, "attn", nt, m->n_head, mf_cu_attn(&a, st));
+                             .head_dim = m->head_dim, .scale = m->scale,
+                             .flash = c->flash && mf_cu_attn_flash_ok(m->head_dim, nt)};
+        return launched(x, a.flash ? "attn(flash)" : "attn", nt, m->n_head, mf_cu_attn(&a, st));
     }
     case MF_OP_SOFTMAX: {
         if (mf_node_nelem(s0) != ne)
@@ -1044,8 +1323,22 @@ static int exec_now(mf_backend *b, const mf_graph *g, int32_t node, const int32_
                             (long long)m->up.n_out, (long long)s0->ne[0], (long long)n->ne[0]);
         const float *a = buf_ptr(x, in[0], f32b(s0->ne[0] * nt), "input");
         float *y = a ? buf_ptr(x, out, f32b(nf * nt), "output") : NULL;
+        const mf_matmul_meta *mm[2] = {&m->gate, &m->up};
+        if (y && fuse_ok(x, mm, 2, nt) && m->gate.wtype == m->up.wtype) {
+            float *const ys[2] = {y, NULL};
+            return run_multi(x, mm, 2, true, a, ys, NULL, nt);
+        }
         float *sg = y ? scratch(x, 0, f32b(nf * nt)) : NULL;
         float *su = sg ? scratch(x, 1, f32b(nf * nt)) : NULL;
+        if (su && fuse_ok(x, mm, 2, nt)) {
+            float *const ys[2] = {sg, su};
+            if (run_multi(x, mm, 2, false, a, ys, NULL, nt))
+                return -1;
+            return run_ew(x, MF_CU_EW_SWIGLU, sg, su, y, nf * nt, nf * nt, 0);
+        }
+        if (su && x->norm) /* norm_fusable promised the fused path */
+            return NODE_ERR(x, "folded RMSNorm but the matmuls cannot take the int8 GEMV (nt %lld)",
+                            (long long)nt);
         if (!su || run_matmul(x, &m->gate, a, sg, nt) || run_matmul(x, &m->up, a, su, nt))
             return -1;
         return run_ew(x, MF_CU_EW_SWIGLU, sg, su, y, nf * nt, nf * nt, 0);
@@ -1088,7 +1381,7 @@ static int run_calls(mf_backend *b, const mf_graph *g, const cu_call *calls, int
     for (int32_t i = 0; i < n; i++)
         if (exec_now(b, g, calls[i].node, calls[i].in, calls[i].out, calls[i].kv, a, err))
             return -1;
-    return 0;
+    return flush_pending(b, err); /* a capture must contain every launch */
 }
 
 static int flush_recorded(mf_backend *b, mf_error *err) {
@@ -1106,6 +1399,7 @@ static int cu_begin_forward(mf_backend *b, const mf_graph *g, const mf_exec_args
      * end_forward: its calls are dropped, never run late */
     c->recording = false;
     c->n_rec = 0;
+    c->pend_node = -1; /* likewise a node it deferred (end_forward flushes one on success) */
     if (!c->graphs_on || a->n_tokens > GRAPH_MAX_T)
         return 0;
     c->recording = true;
@@ -1205,7 +1499,7 @@ static bool capture(mf_backend *b, cu_gentry *e, mf_error *err) {
 static int cu_end_forward(mf_backend *b, const mf_graph *g, const mf_exec_args *a, mf_error *err) {
     cu_ctx *c = CX(b);
     if (!c->recording)
-        return 0;
+        return flush_pending(b, err);
     if (g != c->rec_g || a->n_past != c->rec_a.n_past)
         return flush_recorded(b, err);
     c->recording = false;
@@ -1283,6 +1577,7 @@ static void cu_free(mf_backend *b) {
     if (c->stream) {
         mf_error e;
         c->recording = false; /* an unfinished forward's calls are dropped */
+        c->pend_node = -1;
         if (cu_wait(c, "free", &e))
             fprintf(stderr, "%s\n", e.msg);
     }
@@ -1354,7 +1649,8 @@ static int open_device(cu_ctx *c, mf_error *err) {
     const char *bad = "?";
     cudaError_t (*probes[])(size_t, const char **) = {
         mf_cu_probe_matmul, mf_cu_probe_norm, mf_cu_probe_rope, mf_cu_probe_elementwise,
-        mf_cu_probe_getrows, mf_cu_probe_kv, mf_cu_probe_attn, mf_cu_probe_gemv_q8};
+        mf_cu_probe_getrows, mf_cu_probe_kv, mf_cu_probe_attn, mf_cu_probe_gemv_q8,
+        mf_cu_probe_rope_store};
     for (size_t i = 0; i < sizeof probes / sizeof probes[0]; i++) {
         e = probes[i](c->smem_per_block, &bad);
         if (e != cudaSuccess) {
@@ -1384,6 +1680,13 @@ int mf_backend_cuda_new_progress(const mf_weights *w, mf_cuda_progress_fn progre
         c->timeout_ms = 10000;
     c->no_tc = mf_env_flag("MINFER_CUDA_NO_TC");
     c->no_q8 = mf_env_flag("MINFER_CUDA_NO_Q8");
+    c->fuse = mf_env_flag("MINFER_CUDA_FUSE_GEMV");
+    c->fuse_rope = mf_env_flag("MINFER_CUDA_FUSE_ROPE");
+    c->fuse_add = mf_env_flag("MINFER_CUDA_FUSE_ADD");
+    c->fuse_norm = mf_env_flag("MINFER_CUDA_FUSE_NORM");
+    c->gemv_v2 = mf_env_flag("MINFER_CUDA_GEMV_V2");
+    c->flash = mf_env_flag("MINFER_CUDA_FLASH_PREFILL");
+    c->pend_node = -1;
     c->graphs_on = !mf_env_flag("MINFER_NO_CUDA_GRAPH");
     if (open_device(c, err))
         goto fail;
@@ -1421,6 +1724,30 @@ const char *mf_cuda_device_desc(const mf_backend *b) {
 
 void mf_cuda_set_matmul_mode(mf_backend *b, int mode) {
     CX(b)->matmul_mode = mode;
+}
+
+void mf_cuda_set_fuse(mf_backend *b, bool on) {
+    CX(b)->fuse = on;
+}
+
+void mf_cuda_set_fuse_rope(mf_backend *b, bool on) {
+    CX(b)->fuse_rope = on;
+}
+
+void mf_cuda_set_fuse_add(mf_backend *b, bool on) {
+    CX(b)->fuse_add = on;
+}
+
+void mf_cuda_set_fuse_norm(mf_backend *b, bool on) {
+    CX(b)->fuse_norm = on;
+}
+
+void mf_cuda_set_gemv_v2(mf_backend *b, bool on) {
+    CX(b)->gemv_v2 = on;
+}
+
+void mf_cuda_set_flash(mf_backend *b, bool on) {
+    CX(b)->flash = on;
 }
 
 void mf_cuda_set_graphs(mf_backend *b, bool on) {

@@ -15,7 +15,18 @@
  * (the caller then runs on the CPU); MINFER_CUDA_DEVICE=N; MINFER_GPU_TIMEOUT_MS;
  * MINFER_NO_CUDA_GRAPH=1 (no graph capture of decode forwards);
  * MINFER_CUDA_NO_Q8=1 (decode GEMV on f32 activations instead of int8);
- * MINFER_CUDA_NO_TC=1 (SIMT GEMM for prefill).
+ * MINFER_CUDA_NO_TC=1 (SIMT GEMM for prefill);
+ * MINFER_CUDA_FUSE_GEMV=1 (decode QKV as one int8 GEMV launch after one
+ * activation quantization, gate+up+SwiGLU as one; default off until measured);
+ * MINFER_CUDA_FUSE_ROPE=1 (the rope q/k + K/V store tail of the QKV nodes
+ * as one launch; default off until measured); MINFER_CUDA_FUSE_ADD=1 (a
+ * decode MATMUL and the residual ADD of its result as one GEMV; default off);
+ * MINFER_CUDA_FUSE_NORM=1 (a decode RMSNORM feeding only the next FUSED_QKV /
+ * FUSED_FFN is folded into that node's int8 quantization; default off);
+ * MINFER_CUDA_GEMV_V2=1 (Q4_K decode GEMVs on the paired-unit kernel: one
+ * load per two units; default off); MINFER_CUDA_FLASH_PREFILL=1 (query-tiled
+ * attention with K/V tiles in shared memory for forwards of > 8 tokens,
+ * head_dim <= 128; default off).
  * Without a usable device or driver the constructor fails the same way:
  * never an abort. */
 #ifndef MF_CUDA_BACKEND_H
@@ -43,6 +54,19 @@ const char *mf_cuda_device_desc(const mf_backend *b);
  * -1 f32-activation GEMV, -2 int8 GEMV, 0 by token count and type). Not for
  * production use. */
 void mf_cuda_set_matmul_mode(mf_backend *b, int mode);
+
+/* Tests: the fused decode GEMV of MINFER_CUDA_FUSE_GEMV on or off. */
+void mf_cuda_set_fuse(mf_backend *b, bool on);
+/* Tests: the one-launch rope + KV store of MINFER_CUDA_FUSE_ROPE on or off. */
+void mf_cuda_set_fuse_rope(mf_backend *b, bool on);
+/* Tests: MATMUL + residual ADD as one GEMV (MINFER_CUDA_FUSE_ADD) on or off. */
+void mf_cuda_set_fuse_add(mf_backend *b, bool on);
+/* Tests: RMSNORM folded into the next fused node (MINFER_CUDA_FUSE_NORM). */
+void mf_cuda_set_fuse_norm(mf_backend *b, bool on);
+/* Tests: the paired-unit Q4_K GEMV (MINFER_CUDA_GEMV_V2) on or off. */
+void mf_cuda_set_gemv_v2(mf_backend *b, bool on);
+/* Tests: the flash-prefill attention (MINFER_CUDA_FLASH_PREFILL) on or off. */
+void mf_cuda_set_flash(mf_backend *b, bool on);
 
 /* CUDA graph capture/replay of small forwards (begin_forward/end_forward):
  * on unless MINFER_NO_CUDA_GRAPH=1; tests switch it and read how many
