@@ -25,10 +25,10 @@
 # GPU_CHECK_MEMCHECK_ONLY=matmul,graph: memcheck on these op families only.
 # GPU_CHECK_7B_LAYERS=N: the perf stage's 7B model with N layers (same shapes,
 # default 8).
-# Default-off levers checked here (ops: through test hooks; e2e: against the
-# float64 reference; perf: lever-on vs lever-off rows): MINFER_CUDA_FUSE_GEMV,
-# MINFER_CUDA_FUSE_ROPE, MINFER_CUDA_FUSE_ADD, MINFER_CUDA_FUSE_NORM,
-# MINFER_CUDA_GEMV_V2 (Q4_K only: 7B rows), MINFER_CUDA_FLASH_PREFILL (pp rows).
+# Levers checked here (ops: through test hooks; e2e: against the float64
+# reference; perf: rows with and without): on by default MINFER_CUDA_FUSE_ROPE,
+# MINFER_CUDA_FUSE_NORM, MINFER_CUDA_FLASH_PREFILL (=0 turns off); opt-in
+# MINFER_CUDA_FUSE_GEMV, MINFER_CUDA_FUSE_ADD, MINFER_CUDA_GEMV_V2.
 # Budget: < 8 minutes on one H200.
 set -u
 cd "$(dirname "$0")/.."
@@ -189,7 +189,7 @@ EOF
         timeout 120 "$DUMP" "$m" --tokens $TOKS --decode 8 --device cuda --cache f32 \
             >"$LOG/e2e-$arch-base8.json" 2>"$LOG/e2e-$arch-base8.err"
         k=0
-        for lever in "MINFER_NO_FUSE_QKV=1 MINFER_NO_FUSE_FFN=1" "MINFER_NO_CUDA_GRAPH=1" "MINFER_CUDA_FUSE_ROPE=1"; do
+        for lever in "MINFER_NO_FUSE_QKV=1 MINFER_NO_FUSE_FFN=1" "MINFER_NO_CUDA_GRAPH=1" "MINFER_CUDA_FUSE_ROPE=0 MINFER_CUDA_FUSE_NORM=0 MINFER_CUDA_FLASH_PREFILL=0"; do
             k=$((k + 1)); j=$LOG/e2e-$arch-lever$k.json
             env $lever timeout 120 "$DUMP" "$m" --tokens $TOKS --decode 8 --device cuda --cache f32 \
                 >"$j" 2>"$LOG/e2e-$arch-lever$k.err"
@@ -237,29 +237,21 @@ if [ $HAVE_MINFER -eq 1 ] && "$MINFER" bench --help >/dev/null 2>&1; then
         rm -f "$MODELS/bench-qwen2-0.5b-q8_0.gguf"
     fi
     if want perf; then
-        # lever-off (defaults) vs lever-on rows of the default-off paths, on
-        # one synthesized model each; the 7B keeps every shape in 8 layers
-        # (GPU_CHECK_7B_LAYERS=28 for the full model; ~3x the time).
-        # MINFER_CUDA_FUSE_GEMV only changes decode (nt <= 8): tg rows only;
-        # MINFER_CUDA_FUSE_ROPE saves 3 launches per layer, MINFER_CUDA_FUSE_ADD
-        # 2: decode rows too.
+        # The defaults (rope-store + norm fusion and flash prefill on) against
+        # the opt-in levers (FUSE_GEMV, FUSE_ADD, GEMV_V2) and against the
+        # defaults turned off, on one synthesized model each; the 7B keeps
+        # every shape in 8 layers (GPU_CHECK_7B_LAYERS=28 for the full model).
         S05="--preset qwen2-0.5b --type q4_0"
         MNAME=q05 KEEP_MODEL=1 PROFILE=1 bench_model qwen2-0.5b-q4_0 "$S05" -r 3
+        MNAME=q05 KEEP_MODEL=1 MINFER_CUDA_FUSE_ROPE=0 MINFER_CUDA_FUSE_NORM=0 MINFER_CUDA_FLASH_PREFILL=0 bench_model qwen2-0.5b-q4_0-defaultsoff "$S05" -r 3
         MNAME=q05 KEEP_MODEL=1 MINFER_CUDA_FUSE_GEMV=1 bench_model qwen2-0.5b-q4_0-fusegemv "$S05" -p 0 -r 3
-        MNAME=q05 KEEP_MODEL=1 MINFER_CUDA_FUSE_ROPE=1 bench_model qwen2-0.5b-q4_0-fuserope "$S05" -p 0 -r 3
         MNAME=q05 KEEP_MODEL=1 MINFER_CUDA_FUSE_ADD=1 bench_model qwen2-0.5b-q4_0-fuseadd "$S05" -p 0 -r 3
-        MNAME=q05 KEEP_MODEL=1 MINFER_CUDA_FUSE_NORM=1 bench_model qwen2-0.5b-q4_0-fusenorm "$S05" -p 0 -r 3
-        MNAME=q05 KEEP_MODEL=1 PROFILE=1 MINFER_CUDA_FUSE_GEMV=1 MINFER_CUDA_FUSE_ROPE=1 MINFER_CUDA_FUSE_ADD=1 \
-            MINFER_CUDA_FUSE_NORM=1 bench_model qwen2-0.5b-q4_0-fuseall "$S05" -p 0 -r 3
-        MNAME=q05 KEEP_MODEL=1 MINFER_CUDA_FLASH_PREFILL=1 bench_model qwen2-0.5b-q4_0-flash "$S05" -n 0 -r 3
         MNAME=q05 MINFER_NO_CUDA_GRAPH=1 bench_model qwen2-0.5b-q4_0-nograph "$S05" -p 0 -r 3
         S7="--preset qwen2-7b --type Q4_K_M --layers ${GPU_CHECK_7B_LAYERS:-8}"
         MNAME=q7 KEEP_MODEL=1 PROFILE=1 bench_model qwen2-7b-q4_k_m "$S7" -r 3
+        MNAME=q7 KEEP_MODEL=1 MINFER_CUDA_FUSE_ROPE=0 MINFER_CUDA_FUSE_NORM=0 MINFER_CUDA_FLASH_PREFILL=0 bench_model qwen2-7b-q4_k_m-defaultsoff "$S7" -r 3
         MNAME=q7 KEEP_MODEL=1 MINFER_CUDA_GEMV_V2=1 bench_model qwen2-7b-q4_k_m-gemvv2 "$S7" -p 0 -r 3
-        MNAME=q7 KEEP_MODEL=1 MINFER_CUDA_FUSE_GEMV=1 MINFER_CUDA_FUSE_ROPE=1 MINFER_CUDA_FUSE_ADD=1 MINFER_CUDA_FUSE_NORM=1 \
-            bench_model qwen2-7b-q4_k_m-fuseall "$S7" -p 0 -r 3
-        MNAME=q7 MINFER_CUDA_FUSE_GEMV=1 MINFER_CUDA_FUSE_ROPE=1 MINFER_CUDA_FUSE_ADD=1 MINFER_CUDA_FUSE_NORM=1 \
-            MINFER_CUDA_GEMV_V2=1 MINFER_CUDA_FLASH_PREFILL=1 bench_model qwen2-7b-q4_k_m-alllevers "$S7" -r 3
+        MNAME=q7 MINFER_CUDA_FUSE_GEMV=1 bench_model qwen2-7b-q4_k_m-fusegemv "$S7" -p 0 -r 3
     fi
 elif want bench; then
     note bench SKIP "minfer bench not available"
