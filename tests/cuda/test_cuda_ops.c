@@ -172,6 +172,20 @@ static double rel_err_f(const float *a, const float *b, int64_t n) {
     return den > 0 ? num / den : num;
 }
 
+/* A variant loop's comparison with its first variant: variant 0's output y
+ * becomes *y0 (the caller frees it after the loop); a later variant's is
+ * checked against it within 1e-5 (max norm) as "<name><suffix>" and freed. */
+static void check_vs_first(char *name, size_t cap, const char *suffix, int variant, float *y, float **y0,
+                           int64_t n) {
+    if (variant == 0) {
+        *y0 = y;
+        return;
+    }
+    strncat(name, suffix, cap - strlen(name) - 1);
+    result(name, rel_err_f(y, *y0, n), 1e-5, count_nan(y, n), NULL);
+    free(y);
+}
+
 static mf_exec_args args(int64_t n_past, int64_t nt, int32_t n_ctx, uint32_t kv_type) {
     return (mf_exec_args){.n_past = (int32_t)n_past, .n_tokens = (int32_t)nt, .n_ctx = n_ctx,
                           .kv_type = kv_type};
@@ -1065,13 +1079,7 @@ static void test_ffn(uint32_t t, uint32_t ut, int64_t d, int64_t ff, int64_t nt)
                  mf_type_name(t), ut != t ? "/" : "", ut != t ? mf_type_name(ut) : "", (long long)d,
                  (long long)ff, (long long)nt, alias ? " in-place" : "");
         result(name, rel_err(y, rg, ff * nt), q8 ? 1e-2 : 1e-3, count_nan(y, ff * nt), NULL);
-        if (fv == 1) {
-            strncat(name, " vs unfused", sizeof name - strlen(name) - 1);
-            result(name, rel_err_f(y, y0, ff * nt), 1e-5, count_nan(y, ff * nt), NULL);
-            free(y);
-        } else {
-            y0 = y;
-        }
+        check_vs_first(name, sizeof name, " vs unfused", fv, y, &y0, ff * nt);
         dev_free(in);
         if (!alias)
             dev_free(out);
@@ -1110,13 +1118,7 @@ static void test_gemv_v2(int64_t n_in, int64_t n_out, int64_t nt) {
                  (long long)n_out, (long long)nt);
         result(name, rel_err(y, ref, n_out * nt), q8_tier(MF_TYPE_Q4_K, nt, 0) ? 1e-2 : 1e-3,
                count_nan(y, n_out * nt), NULL);
-        if (v == 0) {
-            y0 = y;
-        } else {
-            strncat(name, " vs off", sizeof name - strlen(name) - 1);
-            result(name, rel_err_f(y, y0, n_out * nt), 1e-5, count_nan(y, n_out * nt), NULL);
-            free(y);
-        }
+        check_vs_first(name, sizeof name, " vs off", v, y, &y0, n_out * nt);
         dev_free(out);
     }
     dev_free(in);
@@ -1185,15 +1187,9 @@ static void test_fuse_norm(uint32_t t, uint32_t ut, int64_t d, int64_t ff, int64
             result(name, rel_err(yn, rn, d * nt), 1e-5, count_nan(yn, d * nt), "(norm output)");
             free(yn);
         }
-        if (v == 0) {
-            y0 = y;
-        } else {
-            strncat(name, " vs off", sizeof name - strlen(name) - 1);
-            /* the fold quantizes x * sc * w computed in the same f32 order
-             * as norm.cu; the GEMV may sum in another order */
-            result(name, rel_err_f(y, y0, ff * nt), 1e-5, count_nan(y, ff * nt), NULL);
-            free(y);
-        }
+        /* the fold quantizes x * sc * w computed in the same f32 order as
+         * norm.cu; the GEMV may sum in another order, hence not bitwise */
+        check_vs_first(name, sizeof name, " vs off", v, y, &y0, ff * nt);
         dev_free(xb);
         dev_free(nb);
         dev_free(ob);
@@ -1259,13 +1255,7 @@ static void test_fuse_add(uint32_t t, int64_t n_in, int64_t n_out, int64_t nt) {
         result(name, rel_err(y, ref, n_out * nt), tol, count_nan(y, n_out * nt), NULL);
         if (ym)
             result(name, rel_err(ym, refm, n_out * nt), tol, count_nan(ym, n_out * nt), "(matmul output)");
-        if (v == 0) {
-            y0 = y;
-        } else {
-            strncat(name, " vs off", sizeof name - strlen(name) - 1);
-            result(name, rel_err_f(y, y0, n_out * nt), 1e-5, count_nan(y, n_out * nt), NULL);
-            free(y);
-        }
+        check_vs_first(name, sizeof name, " vs off", v, y, &y0, n_out * nt);
         free(ym);
         dev_free(xb);
         dev_free(rb);

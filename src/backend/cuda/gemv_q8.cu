@@ -324,30 +324,15 @@ template <> struct q8w<MF_TYPE_Q6_K> {
 
 /* ---- the GEMV --------------------------------------------------------------------------- */
 
-/* NT: tokens per launch row of the grid (1, or 8 with the tail predicated).
- * Grid: x = row groups of (Q8_WARPS / ks) rows, y = token groups of NT. */
+/* One warp's partial dot products of `row` (units kp*32+lane, stepping by
+ * 32*ks) with NT tokens from t0 (ntok valid), accumulated into acc. Shared
+ * by gemv_q8_kernel and gemv_q8_multi_kernel. */
 template <int T, int NT>
-static __global__ void __launch_bounds__(32 * Q8_WARPS)
-gemv_q8_kernel(const uint8_t *__restrict__ w, uint64_t row_bytes, const int8_t *__restrict__ xq,
-               const float *__restrict__ xd, const int32_t *__restrict__ xs,
-               const float *__restrict__ bias, float *__restrict__ y, int64_t n_in, int64_t n_out,
-               int64_t nt, int ks) {
-    __shared__ float part[Q8_WARPS][NT];
-    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
-    const int rpb = Q8_WARPS / ks;
-    const int64_t o = (int64_t)blockIdx.x * rpb + warp / ks;
-    const int kp = warp % ks;
-    const int64_t t0 = (int64_t)blockIdx.y * NT;
-    const bool valid = o < n_out;
-    const uint8_t *row = w + (uint64_t)(valid ? o : 0) * row_bytes;
-    const int64_t n_units = n_in / 32;
-    const int ntok = (int)min((int64_t)NT, nt - t0);
-
-    float acc[NT];
-#pragma unroll
-    for (int t = 0; t < NT; t++)
-        acc[t] = 0.0f;
-
+static __device__ __forceinline__ void q8_row_dot(const uint8_t *row, const int8_t *__restrict__ xq,
+                                                  const float *__restrict__ xd,
+                                                  const int32_t *__restrict__ xs, int64_t n_units,
+                                                  int64_t t0, int ntok, int kp, int ks, int lane,
+                                                  float *acc) {
     const int64_t step = 32 * (int64_t)ks;
     for (int64_t u0 = 32 * (int64_t)kp + lane; u0 < n_units; u0 += step * Q8_U) {
         uint32_t q[Q8_U][8];
@@ -386,6 +371,14 @@ gemv_q8_kernel(const uint8_t *__restrict__ w, uint64_t row_bytes, const int8_t *
             }
         }
     }
+}
+
+/* Sums acc over the warp's lanes, then over the ks warps of the row through
+ * part (which the caller owns; one __syncthreads inside, reached by every
+ * thread of the block). The row's first warp ends with the totals in acc. */
+template <int NT>
+static __device__ __forceinline__ void q8_reduce(float *acc, float (*part)[NT], int lane, int warp,
+                                                 int ks) {
 #pragma unroll
     for (int t = 0; t < NT; t++) {
         float s = acc[t];
@@ -400,16 +393,47 @@ gemv_q8_kernel(const uint8_t *__restrict__ w, uint64_t row_bytes, const int8_t *
             for (int t = 0; t < NT; t++)
                 part[warp][t] = acc[t];
         __syncthreads();
-        if (kp != 0)
-            return;
+        if (warp % ks == 0)
 #pragma unroll
-        for (int t = 0; t < NT; t++) {
-            float s = 0.0f;
-            for (int k = 0; k < ks; k++)
-                s += part[warp + k][t];
-            acc[t] = s;
-        }
+            for (int t = 0; t < NT; t++) {
+                float s = 0.0f;
+                for (int k = 0; k < ks; k++)
+                    s += part[warp + k][t];
+                acc[t] = s;
+            }
     }
+}
+
+/* NT: tokens per launch row of the grid (1, or 8 with the tail predicated).
+ * Grid: x = row groups of (Q8_WARPS / ks) rows, y = token groups of NT. */
+template <int T, int NT>
+static __global__ void __launch_bounds__(32 * Q8_WARPS)
+gemv_q8_kernel(const uint8_t *__restrict__ w, uint64_t row_bytes, const int8_t *__restrict__ xq,
+               const float *__restrict__ xd, const int32_t *__restrict__ xs,
+               const float *__restrict__ bias, float *__restrict__ y, int64_t n_in, int64_t n_out,
+               int64_t nt, int ks) {
+    __shared__ float part[Q8_WARPS][NT];
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+    const int rpb = Q8_WARPS / ks;
+    const int64_t o = (int64_t)blockIdx.x * rpb + warp / ks;
+    const int kp = warp % ks;
+    const int64_t t0 = (int64_t)blockIdx.y * NT;
+    const bool valid = o < n_out;
+    const uint8_t *row = w + (uint64_t)(valid ? o : 0) * row_bytes;
+    const int64_t n_units = n_in / 32;
+    const int ntok = (int)min((int64_t)NT, nt - t0);
+
+    float acc[NT];
+#pragma unroll
+    for (int t = 0; t < NT; t++)
+        acc[t] = 0.0f;
+
+    /* an invalid warp computes on row 0, stores nothing, and still reaches
+     * the __syncthreads in q8_reduce */
+    q8_row_dot<T, NT>(row, xq, xd, xs, n_units, t0, ntok, kp, ks, lane, acc);
+    q8_reduce<NT>(acc, part, lane, warp, ks);
+    if (kp != 0)
+        return;
     if (valid && lane == 0) {
         const float b = bias ? bias[o] : 0.0f;
 #pragma unroll
@@ -462,54 +486,6 @@ typedef struct q8_multi {
     int64_t start[4];
     int32_t n_w;
 } q8_multi;
-
-/* One warp's partial dot products of `row` (units kp*32+lane, stepping by
- * 32*ks) with NT tokens from t0 (ntok valid), accumulated into acc. The
- * same arithmetic as gemv_q8_kernel's loop. */
-template <int T, int NT>
-static __device__ __forceinline__ void q8_row_dot(const uint8_t *row, const int8_t *__restrict__ xq,
-                                                  const float *__restrict__ xd,
-                                                  const int32_t *__restrict__ xs, int64_t n_units,
-                                                  int64_t t0, int ntok, int kp, int ks, int lane,
-                                                  float *acc) {
-    const int64_t step = 32 * (int64_t)ks;
-    for (int64_t u0 = 32 * (int64_t)kp + lane; u0 < n_units; u0 += step * Q8_U) {
-        uint32_t q[Q8_U][8];
-        float2 dm[Q8_U][2];
-#pragma unroll
-        for (int k = 0; k < Q8_U; k++) {
-            const int64_t u = u0 + k * step;
-            q8w<T>::unit(row, u < n_units ? u : u0, q[k], dm[k]);
-        }
-#pragma unroll
-        for (int k = 0; k < Q8_U; k++) {
-            const int64_t u = u0 + k * step;
-            if (u >= n_units)
-                break;
-#pragma unroll
-            for (int t = 0; t < NT; t++) {
-                if (t < ntok) {
-                    const int64_t xu = (t0 + t) * n_units + u;
-                    const int4 *xp = (const int4 *)(xq + xu * 32);
-                    const int4 a = xp[0], c = xp[1];
-                    int s0 = __dp4a((int)q[k][0], a.x, 0);
-                    s0 = __dp4a((int)q[k][1], a.y, s0);
-                    s0 = __dp4a((int)q[k][2], a.z, s0);
-                    s0 = __dp4a((int)q[k][3], a.w, s0);
-                    int s1 = __dp4a((int)q[k][4], c.x, 0);
-                    s1 = __dp4a((int)q[k][5], c.y, s1);
-                    s1 = __dp4a((int)q[k][6], c.z, s1);
-                    s1 = __dp4a((int)q[k][7], c.w, s1);
-                    const int32_t hs = xs[xu];
-                    const float sx0 = (float)(int16_t)(hs & 0xffff), sx1 = (float)(int16_t)(hs >> 16);
-                    const float r = dm[k][0].x * (float)s0 + dm[k][0].y * sx0 + dm[k][1].x * (float)s1 +
-                                    dm[k][1].y * sx1;
-                    acc[t] += xd[xu] * r;
-                }
-            }
-        }
-    }
-}
 
 /* Q4_K, paired (MINFER_CUDA_GEMV_V2): units 2p and 2p+1 of a super-block
  * are the low and high nibbles of the same 32 qs bytes, so each lane takes
@@ -571,37 +547,6 @@ static __device__ __forceinline__ void q4k_pair_dot(const uint8_t *row, const in
                 }
             }
         }
-    }
-}
-
-/* Sums acc over the warp's lanes, then over the ks warps of the row through
- * part (which the caller owns; one __syncthreads inside, reached by every
- * thread of the block). The row's first warp ends with the totals in acc. */
-template <int NT>
-static __device__ __forceinline__ void q8_reduce(float *acc, float (*part)[NT], int lane, int warp,
-                                                 int ks) {
-#pragma unroll
-    for (int t = 0; t < NT; t++) {
-        float s = acc[t];
-#pragma unroll
-        for (int off = 16; off > 0; off >>= 1)
-            s += __shfl_xor_sync(0xffffffffu, s, off);
-        acc[t] = s;
-    }
-    if (ks > 1) {
-        if (lane == 0)
-#pragma unroll
-            for (int t = 0; t < NT; t++)
-                part[warp][t] = acc[t];
-        __syncthreads();
-        if (warp % ks == 0)
-#pragma unroll
-            for (int t = 0; t < NT; t++) {
-                float s = 0.0f;
-                for (int k = 0; k < ks; k++)
-                    s += part[warp + k][t];
-                acc[t] = s;
-            }
     }
 }
 

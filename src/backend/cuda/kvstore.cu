@@ -9,8 +9,7 @@
 static __global__ void kv_store_kernel(mf_cu_kv_args a) {
     const int64_t t = blockIdx.y;
     const float *src = a.src + t * a.kv_dim;
-    const int64_t pos0 = a.pos0_dev ? (int64_t)*a.pos0_dev : a.pos0;
-    uint8_t *row = (uint8_t *)a.cache + (uint64_t)(pos0 + t) * mf_kv_row_bytes(a.kv_type, a.kv_dim);
+    uint8_t *row = mf_kv_store_row(a, t);
     if (a.kv_type == MF_TYPE_Q8_0) {
         /* one warp per 32-element block; every lane of a warp stays to the
          * shuffles, out-of-range warps compute on block 0 and skip stores */
@@ -18,28 +17,13 @@ static __global__ void kv_store_kernel(mf_cu_kv_args a) {
         const int64_t b = (int64_t)blockIdx.x * (blockDim.x / 32) + (threadIdx.x >> 5);
         const int lane = threadIdx.x & 31;
         const bool valid = b < nb;
-        const float x = src[(valid ? b : 0) * MF_QK8_0 + lane];
-        float amax = fabsf(x);
-#pragma unroll
-        for (int off = 16; off > 0; off >>= 1)
-            amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, off));
-        const float d = amax / 127.0f;
-        const float id = d != 0.0f ? 1.0f / d : 0.0f;
-        if (valid) {
-            mf_block_q8_0 *blk = (mf_block_q8_0 *)row + b;
-            blk->qs[lane] = (int8_t)roundf(x * id);
-            if (lane == 0)
-                blk->d = __half_as_ushort(__float2half_rn(d));
-        }
+        mf_kv_put_q8_block(row, b, lane, src[(valid ? b : 0) * MF_QK8_0 + lane], valid);
         return;
     }
     const int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
     if (i >= a.kv_dim)
         return;
-    if (a.kv_type == MF_TYPE_F32)
-        ((float *)row)[i] = src[i];
-    else
-        ((__half *)row)[i] = __float2half_rn(src[i]);
+    mf_kv_put(a.kv_type, row, i, src[i]);
 }
 
 extern "C" cudaError_t mf_cu_kv_store(const mf_cu_kv_args *a, cudaStream_t s) {

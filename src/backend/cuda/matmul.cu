@@ -98,6 +98,21 @@ gemv_kernel(const uint8_t *__restrict__ w, uint64_t row_bytes, const float *__re
     }
 }
 
+/* The GEMM loaders' K step: unit u of the row dequantized, or zeros past
+ * the row's last unit (the second unit of the final K step when n_in is not
+ * a multiple of 64), so the tile's tail adds nothing. */
+template <int T>
+static __device__ __forceinline__ void gemm_load_unit(const uint8_t *lrow, int64_t u, int64_t n_units,
+                                                      int64_t n_in, float *wv) {
+    if (u < n_units) {
+        mf_deq<T>::unit(lrow, u, n_in, wv);
+    } else {
+#pragma unroll
+        for (int i = 0; i < 32; i++)
+            wv[i] = 0.0f;
+    }
+}
+
 template <int T>
 static __global__ void __launch_bounds__(MF_GEMM_THREADS)
 gemm_kernel(const uint8_t *__restrict__ w, uint64_t row_bytes, const float *__restrict__ x,
@@ -129,13 +144,7 @@ gemm_kernel(const uint8_t *__restrict__ w, uint64_t row_bytes, const float *__re
     for (int64_t k0 = 0; k0 < n_in; k0 += MF_GEMM_TK) {
         const int64_t u = k0 / 32 + lu;
         float wv[32];
-        if (u < n_units) {
-            mf_deq<T>::unit(lrow, u, n_in, wv);
-        } else {
-#pragma unroll
-            for (int i = 0; i < 32; i++)
-                wv[i] = 0.0f;
-        }
+        gemm_load_unit<T>(lrow, u, n_units, n_in, wv);
 #pragma unroll
         for (int i = 0; i < 32; i++)
             ws[32 * lu + i][lr] = wv[i];
@@ -219,13 +228,7 @@ tc_gemm_kernel(const uint8_t *__restrict__ w, uint64_t row_bytes, const float *_
     for (int64_t k0 = 0; k0 < n_in; k0 += MF_TC_BK) {
         const int64_t u = k0 / 32 + lu;
         float wv[32];
-        if (u < n_units) {
-            mf_deq<T>::unit(lrow, u, n_in, wv);
-        } else {
-#pragma unroll
-            for (int i = 0; i < 32; i++)
-                wv[i] = 0.0f;
-        }
+        gemm_load_unit<T>(lrow, u, n_units, n_in, wv);
         uint4 *dst = (uint4 *)(sw + lr * MF_TC_LD + 32 * lu);
 #pragma unroll
         for (int q = 0; q < 4; q++) {

@@ -6,9 +6,8 @@
  * stores it (a __syncthreads orders the in-place rotation before the reads
  * of the store: global writes of a block are visible to the block after
  * it), (t, 2) stores V row t. The rotation (angle and sin/cos in double)
- * and the store rounding (f16 round-to-nearest-even; q8_0 d = amax / 127,
- * q = roundf(x / d)) are those of rope.cu and kvstore.cu, so the results
- * are bitwise the unfused path's. */
+ * is rope.cu's and the store is kvstore.cu's (the kv.cuh writers), so the
+ * results are bitwise the unfused path's. */
 #include <math.h>
 
 #include "backend/cuda/cuda_args.h"
@@ -47,33 +46,17 @@ static __device__ void rs_rope_row(const mf_cu_rope_args &a, int64_t t) {
 /* Source row t into cache row pos0 + t. */
 static __device__ void rs_store_row(const mf_cu_kv_args &a, int64_t t) {
     const float *src = a.src + t * a.kv_dim;
-    const int64_t pos0 = a.pos0_dev ? (int64_t)*a.pos0_dev : a.pos0;
-    uint8_t *row = (uint8_t *)a.cache + (uint64_t)(pos0 + t) * mf_kv_row_bytes(a.kv_type, a.kv_dim);
+    uint8_t *row = mf_kv_store_row(a, t);
     if (a.kv_type == MF_TYPE_Q8_0) {
         const int64_t nb = a.kv_dim / MF_QK8_0;
         const int lane = threadIdx.x & 31;
         /* whole warps per block of 32: the shuffles need every lane */
-        for (int64_t b = threadIdx.x >> 5; b < nb; b += blockDim.x / 32) {
-            const float x = src[b * MF_QK8_0 + lane];
-            float amax = fabsf(x);
-#pragma unroll
-            for (int off = 16; off > 0; off >>= 1)
-                amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, off));
-            const float d = amax / 127.0f;
-            const float id = d != 0.0f ? 1.0f / d : 0.0f;
-            mf_block_q8_0 *blk = (mf_block_q8_0 *)row + b;
-            blk->qs[lane] = (int8_t)roundf(x * id);
-            if (lane == 0)
-                blk->d = __half_as_ushort(__float2half_rn(d));
-        }
+        for (int64_t b = threadIdx.x >> 5; b < nb; b += blockDim.x / 32)
+            mf_kv_put_q8_block(row, b, lane, src[b * MF_QK8_0 + lane], true);
         return;
     }
-    for (int64_t i = threadIdx.x; i < a.kv_dim; i += blockDim.x) {
-        if (a.kv_type == MF_TYPE_F32)
-            ((float *)row)[i] = src[i];
-        else
-            ((__half *)row)[i] = __float2half_rn(src[i]);
-    }
+    for (int64_t i = threadIdx.x; i < a.kv_dim; i += blockDim.x)
+        mf_kv_put(a.kv_type, row, i, src[i]);
 }
 
 static __global__ void __launch_bounds__(RS_THREADS) rope_store_kernel(mf_cu_rope_store_args a) {
