@@ -66,6 +66,10 @@ typedef struct mf_cpu_gemm_tile {
     float *y;
     int64_t ldy;
     void *scratch;
+    /* the weights of the caller's next tile: prefetched into L2 while this
+     * one computes, so its pack does not wait on DRAM (NULL: none) */
+    const uint8_t *pf;
+    size_t pf_bytes;
 } mf_cpu_gemm_tile;
 bool mf_cpu_gemm_supported(uint32_t wtype);
 
