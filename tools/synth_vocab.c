@@ -1,5 +1,6 @@
 /* synth_vocab.c - deterministic byte-level BPE vocabulary (see synth_vocab.h). */
 #include "synth_vocab.h"
+#include "tokenizer/tokenizer.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -87,30 +88,6 @@ static const char corpus[] =
 
 const char *mf_synth_vocab_corpus(void) {
     return corpus;
-}
-
-/* ---- byte-level symbols ------------------------------------------------------------- */
-
-/* The GPT-2 byte-to-unicode map: printable Latin-1 bytes map to themselves,
- * the others to U+0100 upwards in byte order. */
-static uint32_t byte_codepoint(unsigned b) {
-    if ((b >= 0x21 && b <= 0x7e) || (b >= 0xa1 && b <= 0xac) || (b >= 0xae && b <= 0xff))
-        return b;
-    uint32_t n = 0;
-    for (unsigned x = 0; x < b; x++)
-        if (!((x >= 0x21 && x <= 0x7e) || (x >= 0xa1 && x <= 0xac) || (x >= 0xae && x <= 0xff)))
-            n++;
-    return 256 + n;
-}
-
-static size_t utf8_put(uint32_t cp, char *out) {
-    if (cp < 0x80) {
-        out[0] = (char)cp;
-        return 1;
-    }
-    out[0] = (char)(0xc0 | (cp >> 6));
-    out[1] = (char)(0x80 | (cp & 0x3f));
-    return 2; /* every code point of the map is below U+0800 */
 }
 
 /* ---- training ---------------------------------------------------------------------- */
@@ -277,7 +254,7 @@ int mf_synth_vocab_build(uint32_t n_tokens, mf_synth_vocab *out, mf_error *err) 
     trainer t = {0};
     for (unsigned b = 0; b < 256; b++) {
         char *s = mf_malloc(3);
-        s[utf8_put(byte_codepoint(b), s)] = '\0';
+        mf_gpt2_byte_symbol((uint8_t)b, s);
         push_token(&t, s);
     }
     const unsigned char *c = (const unsigned char *)corpus;

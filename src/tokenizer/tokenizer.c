@@ -241,6 +241,12 @@ static int cp_to_byte(uint32_t cp) {
     return k <= 32 ? (int)k : k <= 66 ? (int)(127 + (k - 33)) : 173;
 }
 
+size_t mf_gpt2_byte_symbol(uint8_t b, char out[3]) {
+    size_t l = utf8_encode(byte_to_cp(b), out);
+    out[l] = '\0';
+    return l;
+}
+
 /* ==== construction ========================================================== */
 
 void mf_tokenizer_spec_init(mf_tokenizer_spec *spec, mf_tokenizer_model model) {

@@ -86,6 +86,11 @@ const char *mf_tokenizer_pre_name(const mf_tokenizer *t); /* canonical: "gpt2", 
 int64_t mf_tokenize(const mf_tokenizer *t, const char *text, size_t len, bool add_special,
                     bool parse_special, int32_t *out, int64_t cap, mf_error *err);
 
+/* The GPT-2 byte-level symbol of byte b as UTF-8 (printable Latin-1 bytes
+ * stand for themselves, the others map in order to U+0100..: ' ' -> "Ġ").
+ * Writes at most 2 bytes plus a NUL into out; returns the length. */
+size_t mf_gpt2_byte_symbol(uint8_t b, char out[3]);
+
 /* The bytes token id stands for: gpt2 byte-level mapping undone, spm '▁' ->
  * ' ' and <0xNN> -> that byte. Control tokens (and unknown/unused ones)
  * render their text only when render_special, else nothing. Writes
