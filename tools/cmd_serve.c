@@ -285,34 +285,29 @@ static int parse_params(const mf_json *root, bool chat, gen_params *g, bad *b) {
             return -1;
         g->max_tokens = (int32_t)ll;
     }
-    if ((r = get_number(root, "temperature", 0, 100, &d, b)) < 0)
-        return -1;
-    if (r)
-        g->so.temp = (float)d;
+    /* The float sampling fields: name, accepted range, where it goes. */
+    const struct {
+        const char *key;
+        double lo, hi;
+        float *dst;
+    } floats[] = {
+        {"temperature", 0, 100, &g->so.temp},
+        {"top_p", 0, 1, &g->so.top_p},
+        {"min_p", 0, 1, &g->so.min_p},
+        {"presence_penalty", -2, 2, &g->so.presence_penalty},
+        {"frequency_penalty", -2, 2, &g->so.frequency_penalty},
+        {"repeat_penalty", 0.01, 100, &g->so.repeat_penalty},
+    };
+    for (size_t i = 0; i < sizeof floats / sizeof floats[0]; i++) {
+        if ((r = get_number(root, floats[i].key, floats[i].lo, floats[i].hi, &d, b)) < 0)
+            return -1;
+        if (r)
+            *floats[i].dst = (float)d;
+    }
     if ((r = get_int(root, "top_k", 0, INT32_MAX, &ll, b)) < 0)
         return -1;
     if (r)
         g->so.top_k = (int32_t)ll;
-    if ((r = get_number(root, "top_p", 0, 1, &d, b)) < 0)
-        return -1;
-    if (r)
-        g->so.top_p = (float)d;
-    if ((r = get_number(root, "min_p", 0, 1, &d, b)) < 0)
-        return -1;
-    if (r)
-        g->so.min_p = (float)d;
-    if ((r = get_number(root, "presence_penalty", -2, 2, &d, b)) < 0)
-        return -1;
-    if (r)
-        g->so.presence_penalty = (float)d;
-    if ((r = get_number(root, "frequency_penalty", -2, 2, &d, b)) < 0)
-        return -1;
-    if (r)
-        g->so.frequency_penalty = (float)d;
-    if ((r = get_number(root, "repeat_penalty", 0.01, 100, &d, b)) < 0)
-        return -1;
-    if (r)
-        g->so.repeat_penalty = (float)d;
     if ((r = get_int(root, "seed", -1, 9007199254740992.0, &ll, b)) < 0)
         return -1;
     if (r)
