@@ -18,6 +18,7 @@
 #include "tools.h"
 
 #define CHUNK_FLOATS (1 << 22)
+#define FAST_POOL_ROWS 512 /* --fast: distinct rows per tensor, repeated after */
 
 /* ---- configuration ---------------------------------------------------------------- */
 
@@ -175,8 +176,20 @@ static void gen_worker(void *ctx, int ith, int nth) {
                             (uint8_t *)j->qbuf + (size_t)r0 * j->out_row, r1 - r0, n);
 }
 
+/* --fast: rows past the first FAST_POOL_ROWS repeat them, row r taking pool
+ * row (r * 7919) % pool (a stride coprime to the pool, so neighbouring rows
+ * differ). Every row is still a real quantization of a Gaussian row, so the
+ * file is valid and numerically tame; only the variety is lower, which speed
+ * measurements do not see (no kernel's work depends on the values). */
+static void fast_fill(const uint8_t *pool, int64_t pool_rows, size_t out_row, int64_t row0,
+                      int64_t nrows, uint8_t *dst) {
+    for (int64_t r = 0; r < nrows; r++)
+        memcpy(dst + (size_t)r * out_row,
+               pool + (size_t)(((row0 + r) * 7919) % pool_rows) * out_row, out_row);
+}
+
 static int write_model(const synth_cfg *c, const mf_quant_mix *mix, uint64_t seed,
-                       const char *out, int threads) {
+                       const char *out, int threads, bool fast) {
     mf_error err = {{0}};
     plan p = {0};
     build_plan(c, &p);
@@ -264,6 +277,27 @@ static int write_model(const synth_cfg *c, const mf_quant_mix *mix, uint64_t see
             qbuf = mf_realloc(qbuf, qcap);
         }
         uint64_t ts = seed * 0x9e3779b97f4a7c15ull ^ fnv1a(t->name);
+        if (fast && nrows > FAST_POOL_ROWS) {
+            /* the pool: FAST_POOL_ROWS generated rows, kept after qbuf's chunk */
+            const int64_t pr = FAST_POOL_ROWS;
+            if ((size_t)(pr * n) > fcap) {
+                fcap = (size_t)(pr * n);
+                fbuf = mf_realloc(fbuf, (fcap + 1) * sizeof(float));
+            }
+            uint8_t *poolq = mf_malloc((size_t)pr * out_row);
+            gen_job pj = {t, ts, 0, pr, fbuf, poolq, out_row};
+            if (pool)
+                mf_pool_run(pool, gen_worker, &pj);
+            else
+                gen_worker(&pj, 0, 1);
+            for (int64_t r = 0; r < nrows && rc == 0; r += chunk) {
+                const int64_t nr = nrows - r < chunk ? nrows - r : chunk;
+                fast_fill(poolq, pr, out_row, r, nr, qbuf);
+                rc = mf_gguf_writer_write(w, qbuf, (size_t)nr * out_row, &err);
+            }
+            free(poolq);
+            continue;
+        }
         for (int64_t r = 0; r < nrows && rc == 0; r += chunk) {
             gen_job j = {t, ts, r, nrows - r < chunk ? nrows - r : chunk, fbuf, qbuf, out_row};
             if (pool && j.nrows > 1)
@@ -308,7 +342,9 @@ static void synth_usage(FILE *f) {
             "    --head-dim --vocab --ctx --theta --eps --tied/--untied\n"
             "  --type T   weight type or mix (default f16): %s\n"
             "  --seed S   random seed (default 0); the same seed gives identical bytes\n"
-            "  --pure     every 2-D weight gets T (no llama.cpp mix adjustments)\n",
+            "  --pure     every 2-D weight gets T (no llama.cpp mix adjustments)\n"
+            "  --fast     draw 512 rows per tensor and repeat them (valid weights, much faster\n"
+            "             for multi-GB models; for speed measurements, not accuracy tests)\n",
             mf_quant_mix_names());
 }
 
@@ -324,7 +360,7 @@ int mf_cmd_synth(int argc, char **argv) {
     synth_cfg set = c; /* values given by flags; 0 / -1 = not given */
     const char *arch = NULL, *preset = NULL, *type = "f16", *out = NULL;
     int64_t seed = 0, threads = 0;
-    bool pure = false, have_theta = false, have_eps = false;
+    bool pure = false, fast = false, have_theta = false, have_eps = false;
     int_flag ints[] = {
         {"--dim", 1, 1 << 20, &set.dim},        {"--layers", 1, 4096, &set.layers},
         {"--ff", 1, 1 << 22, &set.ff},          {"--heads", 1, 4096, &set.heads},
@@ -342,6 +378,10 @@ int mf_cmd_synth(int argc, char **argv) {
         }
         if (!strcmp(a, "--tied") || !strcmp(a, "--untied")) {
             set.tied = !strcmp(a, "--tied");
+            continue;
+        }
+        if (!strcmp(a, "--fast")) {
+            fast = true;
             continue;
         }
         if (!strcmp(a, "--pure")) {
@@ -461,5 +501,5 @@ int mf_cmd_synth(int argc, char **argv) {
     }
     if (threads <= 0)
         threads = mf_cpu_count();
-    return write_model(&c, &mix, (uint64_t)seed, out, (int)threads);
+    return write_model(&c, &mix, (uint64_t)seed, out, (int)threads, fast);
 }

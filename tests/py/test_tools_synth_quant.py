@@ -342,6 +342,25 @@ t7 = tensors(gguf.GGUFReader(p7))
 ok(list(t7["output.weight"].shape) == [3584, 512], "qwen2-7b untied output")
 ok(list(t7["blk.0.attn_k.weight"].shape) == [3584, 512], "qwen2-7b 4 kv heads of 128")
 
-for f in (src, small, dst, d2, d8, dp, w0, w1, a, b, c, p3, pl, p7):
+# ---- 9. --fast: same tensors, types and sizes as the full synth; the first
+# 512 rows of a tensor are genuine draws, the rest repeat them ----
+fa, fb = path("fast_a.gguf"), path("fast_b.gguf")
+fshape = ["--arch", "qwen2", "--dim", "256", "--heads", "4", "--ff", "1024", "--vocab", "2000",
+          "--layers", "1", "--type", "q4_K", "--seed", "5"]
+run("synth", *fshape, "--fast", "-o", fa)
+run("synth", *fshape, "-o", fb)
+tfa, tfb = tensors(gguf.GGUFReader(fa)), tensors(gguf.GGUFReader(fb))
+ok(sorted(tfa) == sorted(tfb), "--fast: same tensor names")
+ok(all(tfa[k].tensor_type == tfb[k].tensor_type and list(tfa[k].shape) == list(tfb[k].shape)
+       for k in tfa), "--fast: same types and shapes")
+emb = as_float(tfa["token_embd.weight"])  # 2000 rows of 256: past the 512-row pool
+ref_rows = as_float(tfb["token_embd.weight"])
+ok(np.isfinite(emb).all() and abs(emb.std() / ref_rows.std() - 1) < 0.05,
+   f"--fast: finite, same spread as the full draw ({emb.std():.4f} vs {ref_rows.std():.4f})")
+uniq = len({emb[i].tobytes() for i in range(emb.shape[0])})
+ok(uniq == 512, f"--fast: the rows repeat a pool of 512 distinct rows ({uniq})")
+ok(sha(fa) != sha(fb), "--fast differs from the full draw")
+
+for f in (src, small, dst, d2, d8, dp, w0, w1, a, b, c, p3, pl, p7, fa, fb):
     os.remove(f)
 print(f"test_tools_synth_quant: {checks} checks passed")
