@@ -6,6 +6,9 @@
 #   build      cmake -DMINFER_CUDA=ON -DMINFER_CUDA_ARCHS=90: test_cuda_ops,
 #              minfer, dump_logits
 #   ops        tests/cuda/test_cuda_ops (every kernel family vs float64)
+#   ops-nopdl  the decode families again with MINFER_CUDA_PDL=0 (plain launches;
+#              programmatic dependent launch is the default)
+#   opsbench   (opt-in) MINFER_CUDA_TEST_BENCH=1 kernel timings -> $OUT/opsbench.log
 #   memcheck   compute-sanitizer memcheck on the op tests, small shapes
 #   racecheck  compute-sanitizer racecheck on the shared-memory families
 #              (matmul, norm, elementwise, attn), small shapes
@@ -23,12 +26,17 @@
 # GPU_CHECK_END=<epoch seconds>: stages and benches not started by then are
 # skipped (noted), so a run under a hard time limit still returns its logs.
 # GPU_CHECK_MEMCHECK_ONLY=matmul,graph: memcheck on these op families only.
+# GPU_CHECK_STAGES=table: the issue's table on full-size models (synth --fast),
+# TABLE_MODELS="tag:preset:type ...", TABLE_LEVERS="VAR=1 ..." (a row each),
+# TABLE_R (repetitions, default 20), TABLE_DEPTH=0 skips the 7B depth-4096 row.
 # GPU_CHECK_7B_LAYERS=N: the perf stage's 7B model with N layers (same shapes,
 # default 8).
 # Levers checked here (ops: through test hooks; e2e: against the float64
 # reference; perf: rows with and without): on by default MINFER_CUDA_FUSE_ROPE,
-# MINFER_CUDA_FUSE_NORM, MINFER_CUDA_FLASH_PREFILL (=0 turns off); opt-in
-# MINFER_CUDA_FUSE_GEMV, MINFER_CUDA_FUSE_ADD, MINFER_CUDA_GEMV_V2.
+# MINFER_CUDA_FUSE_NORM, MINFER_CUDA_FLASH_PREFILL, MINFER_CUDA_FUSE_ADD
+# (=0 turns off), the wide decode kernels (MINFER_CUDA_NO_WIDE_NORM=1,
+# MINFER_CUDA_NO_WIDE_ROPE=1 turn off); opt-in MINFER_CUDA_FUSE_GEMV,
+# MINFER_CUDA_GEMV_V2.
 # Budget: < 8 minutes on one H200.
 set -u
 cd "$(dirname "$0")/.."
@@ -38,7 +46,7 @@ LOG=$OUT/logs
 mkdir -p "$LOG"
 BUILD=${BUILD:-$ROOT/build-gpu}
 JOBS=${JOBS:-$(nproc 2>/dev/null || echo 8)}
-STAGES=${GPU_CHECK_STAGES:-"build ops memcheck racecheck e2e bench"}
+STAGES=${GPU_CHECK_STAGES:-"build ops ops-nopdl memcheck racecheck e2e bench"}
 [ "${GPU_CHECK_PERF:-0}" = 1 ] && STAGES="$STAGES perf"
 SUMMARY=$OUT/summary.txt
 : >"$SUMMARY"
@@ -114,6 +122,24 @@ if want ops; then
     elif [ $rc -eq 77 ]; then note ops SKIP "$(head -1 "$LOG/ops.log")";
     else note ops FAIL "rc $rc: $last"; grep FAIL "$LOG/ops.log" | head -20 >>"$SUMMARY"; fi
 fi
+if want ops-nopdl; then # the decode-path families again with plain launches (PDL is the default)
+    t=$(date +%s)
+    MINFER_CUDA_PDL=0 MINFER_CUDA_TEST_ONLY=${PDL_ONLY:-matmul,getrows,norm,rope,elementwise,attn,qkv,ffn,fuse_add,fuse_norm,gemv_v2,graph,decattn,decsmall,gemv} \
+        timeout 300 "$OPS" >"$LOG/ops-nopdl.log" 2>&1
+    rc=$?
+    last=$(grep -E "passed, .* failed" "$LOG/ops-nopdl.log" | tail -1)
+    if [ $rc -eq 0 ]; then note ops-nopdl PASS "$last ($(( $(date +%s) - t ))s)";
+    elif [ $rc -eq 77 ]; then note ops-nopdl SKIP "$(head -1 "$LOG/ops-nopdl.log")";
+    else note ops-nopdl FAIL "rc $rc: $last"; grep FAIL "$LOG/ops-nopdl.log" | head -20 >>"$SUMMARY"; fi
+fi
+if want opsbench; then # kernel-level timings of the session-2 families (never asserted)
+    t=$(date +%s)
+    MINFER_CUDA_TEST_BENCH=1 MINFER_CUDA_TEST_ONLY=${OPSBENCH_ONLY:-mma,preattn,decattn,decsmall,gemv} \
+        timeout 300 "$OPS" >"$OUT/opsbench.log" 2>&1
+    rc=$?
+    if [ $rc -eq 0 ]; then note opsbench done "$(grep -E "passed, .* failed" "$OUT/opsbench.log" | tail -1) ($(( $(date +%s) - t ))s; opsbench.log)";
+    else note opsbench FAIL "rc $rc (opsbench.log)"; fi
+fi
 
 # ---- compute-sanitizer -------------------------------------------------------------------------
 CS=$(command -v compute-sanitizer || ls /usr/local/cuda/bin/compute-sanitizer 2>/dev/null)
@@ -129,8 +155,8 @@ sanitize() { # tool log-name time-limit env-assignments...
     if [ $rc -eq 0 ]; then note "$name" PASS "${errs:-no summary line}; $res ($(( $(date +%s) - t ))s)";
     else note "$name" FAIL "rc $rc ${errs}; $res"; fi
 }
-want memcheck && sanitize memcheck memcheck 150 ${GPU_CHECK_MEMCHECK_ONLY:+MINFER_CUDA_TEST_ONLY=$GPU_CHECK_MEMCHECK_ONLY}
-want racecheck && sanitize racecheck racecheck 100 MINFER_CUDA_TEST_ONLY=matmul,norm,elementwise,attn,ffn,fuse_norm,gemv_v2
+want memcheck && sanitize memcheck memcheck 200 ${GPU_CHECK_MEMCHECK_ONLY:+MINFER_CUDA_TEST_ONLY=$GPU_CHECK_MEMCHECK_ONLY}
+want racecheck && sanitize racecheck racecheck 150 MINFER_CUDA_TEST_ONLY=matmul,norm,elementwise,attn,ffn,fuse_norm,gemv_v2,gemv,mma,preattn,decattn,decsmall
 
 # ---- end to end ------------------------------------------------------------------------------
 PY=$(command -v python3 || true)
@@ -147,11 +173,14 @@ if want e2e && [ $HAVE_MINFER -eq 1 ] && [ -n "$DUMP" ]; then
         if ! timeout 120 "$MINFER" synth $args -o "$m" >"$LOG/synth-$arch.log" 2>&1; then
             note e2e FAIL "$arch: minfer synth failed (synth-$arch.log)"; continue
         fi
-        for cache in f32 f16 q8_0 f32-noq8 f32-fuse; do
+        for cache in f32 f16 q8_0 f32-noq8 f32-fuse f16-long; do
             E2E_NO_Q8=; [ $cache = f32-noq8 ] && { E2E_NO_Q8=1; cache=f32; }
             E2E_FUSE=; [ $cache = f32-fuse ] && { E2E_FUSE=1; cache=f32; }  # every default-off fusion
-            tag=$cache${E2E_NO_Q8:+-noq8}${E2E_FUSE:+-fuse}; j=$LOG/e2e-$arch-$tag.json
-            if ! env ${E2E_NO_Q8:+MINFER_CUDA_NO_Q8=1} ${E2E_FUSE:+MINFER_CUDA_FUSE_GEMV=1 MINFER_CUDA_FUSE_ROPE=1 MINFER_CUDA_FUSE_ADD=1 MINFER_CUDA_FUSE_NORM=1 MINFER_CUDA_GEMV_V2=1 MINFER_CUDA_FLASH_PREFILL=1} MINFER_LOG=info timeout 120 "$DUMP" "$m" --tokens $TOKS --decode 4 --device cuda \
+            # a 96-token prompt: the prefill goes through the mma GEMM tier (nt >= 64)
+            E2E_LONG=; [ $cache = f16-long ] && { E2E_LONG=1; cache=f16; }
+            toks=$TOKS; [ -n "$E2E_LONG" ] && toks=$(seq -s, 3 41 3899 | cut -d, -f1-96)
+            tag=$cache${E2E_NO_Q8:+-noq8}${E2E_FUSE:+-fuse}${E2E_LONG:+-long}; j=$LOG/e2e-$arch-$tag.json
+            if ! env ${E2E_NO_Q8:+MINFER_CUDA_NO_Q8=1} ${E2E_FUSE:+MINFER_CUDA_FUSE_GEMV=1 MINFER_CUDA_FUSE_ROPE=1 MINFER_CUDA_FUSE_ADD=1 MINFER_CUDA_FUSE_NORM=1 MINFER_CUDA_GEMV_V2=1 MINFER_CUDA_FLASH_PREFILL=1} MINFER_LOG=info timeout 120 "$DUMP" "$m" --tokens $toks --decode 4 --device cuda \
                     --cache $cache >"$j" 2>"$LOG/e2e-$arch-$tag.err"; then
                 note e2e FAIL "$arch $tag: dump_logits --device cuda failed: $(tail -1 "$LOG/e2e-$arch-$tag.err")"
                 continue
@@ -189,7 +218,7 @@ EOF
         timeout 120 "$DUMP" "$m" --tokens $TOKS --decode 8 --device cuda --cache f32 \
             >"$LOG/e2e-$arch-base8.json" 2>"$LOG/e2e-$arch-base8.err"
         k=0
-        for lever in "MINFER_NO_FUSE_QKV=1 MINFER_NO_FUSE_FFN=1" "MINFER_NO_CUDA_GRAPH=1" "MINFER_CUDA_FUSE_ROPE=0 MINFER_CUDA_FUSE_NORM=0 MINFER_CUDA_FLASH_PREFILL=0"; do
+        for lever in "MINFER_NO_FUSE_QKV=1 MINFER_NO_FUSE_FFN=1" "MINFER_NO_CUDA_GRAPH=1" "MINFER_CUDA_PDL=0 MINFER_CUDA_GEMV_V1=1" "MINFER_CUDA_GEMV_V3=1" "MINFER_CUDA_FUSE_ROPE=0 MINFER_CUDA_FUSE_NORM=0 MINFER_CUDA_FLASH_PREFILL=0" "MINFER_CUDA_NO_FLASH_DECODE=1"; do
             k=$((k + 1)); j=$LOG/e2e-$arch-lever$k.json
             env $lever timeout 120 "$DUMP" "$m" --tokens $TOKS --decode 8 --device cuda --cache f32 \
                 >"$j" 2>"$LOG/e2e-$arch-lever$k.err"
@@ -246,12 +275,40 @@ if [ $HAVE_MINFER -eq 1 ] && "$MINFER" bench --help >/dev/null 2>&1; then
         MNAME=q05 KEEP_MODEL=1 MINFER_CUDA_FUSE_ROPE=0 MINFER_CUDA_FUSE_NORM=0 MINFER_CUDA_FLASH_PREFILL=0 bench_model qwen2-0.5b-q4_0-defaultsoff "$S05" -r 3
         MNAME=q05 KEEP_MODEL=1 MINFER_CUDA_FUSE_GEMV=1 bench_model qwen2-0.5b-q4_0-fusegemv "$S05" -p 0 -r 3
         MNAME=q05 KEEP_MODEL=1 MINFER_CUDA_FUSE_ADD=1 bench_model qwen2-0.5b-q4_0-fuseadd "$S05" -p 0 -r 3
+        MNAME=q05 KEEP_MODEL=1 MINFER_CUDA_GEMV_V1=1 bench_model qwen2-0.5b-q4_0-gemvv1 "$S05" -p 0 -r 3
         MNAME=q05 MINFER_NO_CUDA_GRAPH=1 bench_model qwen2-0.5b-q4_0-nograph "$S05" -p 0 -r 3
         S7="--preset qwen2-7b --type Q4_K_M --layers ${GPU_CHECK_7B_LAYERS:-8}"
         MNAME=q7 KEEP_MODEL=1 PROFILE=1 bench_model qwen2-7b-q4_k_m "$S7" -r 3
         MNAME=q7 KEEP_MODEL=1 MINFER_CUDA_FUSE_ROPE=0 MINFER_CUDA_FUSE_NORM=0 MINFER_CUDA_FLASH_PREFILL=0 bench_model qwen2-7b-q4_k_m-defaultsoff "$S7" -r 3
         MNAME=q7 KEEP_MODEL=1 MINFER_CUDA_GEMV_V2=1 bench_model qwen2-7b-q4_k_m-gemvv2 "$S7" -p 0 -r 3
+        MNAME=q7 KEEP_MODEL=1 MINFER_CUDA_GEMV_V1=1 bench_model qwen2-7b-q4_k_m-gemvv1 "$S7" -p 0 -r 3
+        MNAME=q7 KEEP_MODEL=1 MINFER_CUDA_GEMV_PF=0 bench_model qwen2-7b-q4_k_m-gemvpf0 "$S7" -p 0 -r 3
         MNAME=q7 MINFER_CUDA_FUSE_GEMV=1 bench_model qwen2-7b-q4_k_m-fusegemv "$S7" -p 0 -r 3
+    fi
+    if want table; then
+        # The issue's table: full-size synthetic models (synth --fast: real
+        # shapes, 512 drawn rows per tensor repeated; speed does not depend on
+        # the values), f16 KV cache (llama.cpp's default), -r ${TABLE_R:-20}.
+        # TABLE_LEVERS="VAR=1 ..." adds a row per lever on the same model.
+        TABLE_LIST=${TABLE_MODELS:-"q7km:qwen2-7b:Q4_K_M q70:qwen2-7b:q4_0 q78:qwen2-7b:q8_0 q3km:qwen3-4b:Q4_K_M q05:qwen2-0.5b:q4_0 q05km:qwen2-0.5b:Q4_K_M"}
+        for spec in $TABLE_LIST; do
+            IFS=: read -r tag preset ttype <<<"$spec"
+            MNAME=t-$tag KEEP_MODEL=1 bench_model "table-$tag" "--preset $preset --type $ttype --fast" \
+                -ctk f16 -r "${TABLE_R:-20}"
+            for lev in ${TABLE_LEVERS:-}; do
+                ( export "$lev"; MNAME=t-$tag KEEP_MODEL=1 bench_model "table-$tag-$lev" \
+                    "--preset $preset --type $ttype --fast" -ctk f16 -r "${TABLE_R:-20}" )
+            done
+            if [ "$tag" = q7km ] && [ "${TABLE_DEPTH:-1}" = 1 ] && left; then
+                # pp2048 and tg128 after 4096 tokens of context (llama.cpp: 10,001 / 247.8)
+                echo "### table-q7km depth 4096 $(date -u +%Y-%m-%dT%H:%MZ)" >>"$OUT/bench.md"
+                timeout 300 "$MINFER" bench -m "$MODELS/bench-t-q7km.gguf" --device cuda -ctk f16 \
+                    -p 2048 -n 128 -d 4096 -r "${TABLE_DEPTH_R:-3}" >>"$OUT/bench.md" 2>"$LOG/bench-depth.err" &&
+                    note bench done "q7km d4096: $(grep -E 'pp2048|tg128' "$OUT/bench.md" | tail -2 | awk -F'|' '{print $(NF-2)}' | tr -s ' ' | tr '\n' ';')" ||
+                    note bench FAIL "q7km d4096: $(tail -1 "$LOG/bench-depth.err")"
+            fi
+            rm -f "$MODELS/bench-t-$tag.gguf"
+        done
     fi
 elif want bench; then
     note bench SKIP "minfer bench not available"

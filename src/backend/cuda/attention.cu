@@ -236,6 +236,8 @@ extern "C" cudaError_t mf_cu_attn(const mf_cu_attn_args *a, cudaStream_t s) {
     const int64_t blocks = a->nt * a->n_head;
     if (blocks <= 0)
         return cudaSuccess;
+    if (a->tc && mf_cu_attn_mma_ok(a)) /* tensor-core flash prefill (attn_prefill_mma.cu) */
+        return mf_cu_attn_mma(a, s);
     if (a->flash) {
         if (!mf_cu_attn_flash_ok(a->head_dim, a->nt))
             return cudaErrorInvalidValue;
@@ -243,6 +245,8 @@ extern "C" cudaError_t mf_cu_attn(const mf_cu_attn_args *a, cudaStream_t s) {
         attn_flash_kernel<<<grid, 32 * FA_WARPS, flash_smem(a->head_dim), s>>>(*a);
         return cudaGetLastError();
     }
+    if (a->part && mf_cu_attn_decode_bytes(a)) /* split-KV flash decode (attn_decode.cu) */
+        return mf_cu_attn_decode(a, s);
     attn_kernel<<<(unsigned)blocks, 32 * MF_ATTN_WARPS, 0, s>>>(*a);
     return cudaGetLastError();
 }
@@ -256,5 +260,5 @@ extern "C" cudaError_t mf_cu_probe_attn(size_t smem_limit, const char **bad) {
         *bad = "attn_flash_kernel (dynamic shared memory)";
         return cudaErrorInvalidConfiguration;
     }
-    return cudaSuccess;
+    return mf_cu_attn_mma_setup(bad); /* opts its kernels into > 48 KiB of shared memory */
 }

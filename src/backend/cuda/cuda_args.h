@@ -39,12 +39,58 @@ typedef struct mf_cu_matmul_args {
     const float *bias;      /* NULL: none */
     float *y;
     int64_t n_in, n_out, nt;
-    int32_t force_gemm;     /* tests: 2 TC GEMM, 1 SIMT GEMM, -1 f32 GEMV, -2 int8 GEMV,
+    int32_t force_gemm;     /* tests: 3 mma GEMM, 2 TC GEMM, 1 SIMT GEMM, -1 f32 GEMV, -2 int8 GEMV,
                                0 choose by nt (int8 GEMV for nt <= 8 when q8 is set) */
     int32_t no_tc;          /* MINFER_CUDA_NO_TC: the SIMT tier for nt > 8 */
     void *q8;               /* scratch of mf_cu_q8_bytes(n_in, nt) for the int8 GEMV; NULL: f32 GEMV */
+    /* the mma prefill tier (gemm_mma.cu), taken when mf_cu_mma_wanted */
+    int32_t no_mma;         /* MINFER_CUDA_NO_MMA: the wmma tier for every nt > 8 */
+    int32_t mma_min_nt;     /* auto takes the mma tier from this many tokens (0: 64) */
+    int32_t x_ready;        /* xf16 already holds this x as f16 (fused QKV / FFN group) */
+    uint64_t wchunk_bytes;  /* f16 weight rows per dequant + GEMM chunk, bytes (0: 256 MiB) */
+    void *wf16;             /* scratch of mf_cu_mma_scratch's w_bytes (f16 weight chunk, split-K partials) */
+    void *xf16;             /* scratch of its x_bytes */
+    int32_t gemv_v1;        /* MINFER_CUDA_GEMV_V1: the int8 GEMV on the v1 kernels (else v3) */
+    int32_t gemv_auto;      /* v3 only where it measured faster (mf_cu_gemv_v3_wanted) */
+    int32_t prologue;       /* int8 GEMV: 1 quantize x in the GEMV's prologue where mf_cu_q8_prologue_rule
+                               allows, 2 wherever it fits (tests), 0 the separate quantize kernel
+                               (MINFER_CUDA_NO_GEMV_PROLOGUE) */
+    int32_t no_split;       /* MINFER_CUDA_NO_MMA_SPLIT: no split-K in the mma tier */
 } mf_cu_matmul_args;
 cudaError_t mf_cu_matmul(const mf_cu_matmul_args *a, cudaStream_t s);
+
+/* The mma tier (gemm_mma.cu): whether a call takes it (force_gemm 3, or
+ * auto at nt >= mma_min_nt without no_mma / no_tc; n_in % 8 == 0 and a
+ * device that passed mf_cu_probe_mma), the scratch it needs, and the
+ * launcher (dequantize W to f16 per chunk, x to f16, mma.sync GEMM). */
+int mf_cu_mma_wanted(const mf_cu_matmul_args *a);
+void mf_cu_mma_scratch(const mf_cu_matmul_args *a, size_t *w_bytes, size_t *x_bytes);
+cudaError_t mf_cu_gemm_mma(const mf_cu_matmul_args *a, cudaStream_t s);
+cudaError_t mf_cu_probe_mma(size_t smem_limit, const char **bad);
+/* One mma GEMM over several weights sharing x (n_in, nt): swiglu 0, n_w 3
+ * (fused QKV): y[i] (n_out[i] x nt) = W_i x + bias[i], the three weights
+ * (any supported types) dequantized into one scratch; swiglu 1, n_w 2
+ * (fused FFN): y[0] (n_out[0] x nt) = silu(W0 x + b0) * (W1 x + b1), gate
+ * and up rows interleaved in the scratch (n_out[0] == n_out[1], % 8 == 0).
+ * _ok: the shapes and types are served (the caller decides the tier with
+ * mf_cu_mma_wanted per weight); _scratch: wf16 / xf16 bytes. */
+typedef struct mf_cu_mma_multi_args {
+    int32_t n_w, swiglu;
+    uint32_t wtype[3];
+    const void *w[3];
+    uint64_t row_bytes[3];
+    const float *bias[3];   /* NULL: none */
+    float *y[3];
+    int64_t n_out[3];
+    const float *x;
+    int64_t n_in, nt;
+    int32_t x_ready;        /* xf16 already holds x as f16 */
+    uint64_t wchunk_bytes;  /* 0: the tier's default */
+    void *wf16, *xf16;
+} mf_cu_mma_multi_args;
+int mf_cu_mma_multi_ok(const mf_cu_mma_multi_args *a);
+void mf_cu_mma_multi_scratch(const mf_cu_mma_multi_args *a, size_t *w_bytes, size_t *x_bytes);
+cudaError_t mf_cu_gemm_mma_multi(const mf_cu_mma_multi_args *a, cudaStream_t s);
 
 /* The int8 decode GEMV (gemv_q8.cu): activations quantized to int8 per
  * 32-element unit into a->q8, then dp4a against the weight's integers.
@@ -75,10 +121,24 @@ typedef struct mf_cu_q8_multi_args {
     const float *norm_w;  /* n_in weights; NULL: none */
     float norm_eps;
     int32_t v2;           /* MINFER_CUDA_GEMV_V2: Q4_K weights take the paired-unit GEMV */
+    int32_t gemv_v1;      /* MINFER_CUDA_GEMV_V1: the v1 kernels (else the v3 row-pair GEMV) */
+    int32_t gemv_auto;    /* v3 only where it measured faster (mf_cu_gemv_v3_wanted) */
+    int32_t prologue;     /* as mf_cu_matmul_args.prologue (with norm: RMSNorm + quantize in the prologue) */
     float *y[3];
     int64_t n_out[3];
 } mf_cu_q8_multi_args;
 cudaError_t mf_cu_gemv_q8_multi(const mf_cu_q8_multi_args *a, cudaStream_t s);
+/* The quantizing prologue (MINFER_CUDA_NO_GEMV_PROLOGUE=1: off): every GEMV
+ * block quantizes (RMSNorms) its tokens' f32 rows into shared memory itself,
+ * so no separate quantize / norm-quant launch precedes it. Auto rule: a
+ * launch of `blocks` blocks of ntb tokens of n_in takes it when the redundant
+ * activation reads per SM, ceil(blocks / SMs) * ntb * n_in * 4 bytes, stay
+ * <= 128 KiB (~1 us of one SM's L2 bandwidth, under the ~2.5 us launch it
+ * saves) and the shared copy (ntb * n_in * 5/4 bytes + 576) fits 47 KiB.
+ * mf_cu_gemv_prologue_count: GEMV launches that took it (host count; a
+ * captured launch counts once). */
+int mf_cu_q8_prologue_rule(int64_t blocks, int64_t ntb, int64_t n_in);
+int64_t mf_cu_gemv_prologue_count(void);
 static inline size_t mf_cu_q8_bytes(int64_t n_in, int64_t nt) {
     /* int8 values, then a float scale and an int32 of two half sums per unit */
     return (size_t)(nt * n_in) + (size_t)(nt * (n_in / 32)) * 8 + 256;
@@ -184,6 +244,11 @@ cudaError_t mf_cu_kv_load(const mf_cu_kv_args *a, cudaStream_t s);
 typedef struct mf_cu_rope_store_args {
     mf_cu_rope_args rq, rk;
     mf_cu_kv_args ks, vs;
+    /* both non-NULL: first RMSNorm every Q head (rq.x, in place) and K head
+     * (rows of head_dim, these weights, norm_eps): Qwen3's QkNorm, bitwise
+     * mf_cu_rmsnorm's; NULL: none */
+    const float *q_norm, *k_norm;
+    float norm_eps;
 } mf_cu_rope_store_args;
 cudaError_t mf_cu_rope_store(const mf_cu_rope_store_args *a, cudaStream_t s);
 
@@ -201,10 +266,68 @@ typedef struct mf_cu_attn_args {
     int32_t n_head, n_head_kv, head_dim;
     float scale;
     int32_t flash; /* MINFER_CUDA_FLASH_PREFILL: the query-tiled kernel (mf_cu_attn_flash_ok) */
+    int32_t n_ctx; /* cache rows: fixes the split-KV decode's split count; 0: unknown */
+    float *part;   /* scratch of mf_cu_attn_decode_bytes(): the split-KV decode path; NULL: off */
+    int32_t tc;    /* tensor-core prefill (mf_cu_attn_mma_ok); MINFER_CUDA_NO_TC_ATTN=1 clears it */
 } mf_cu_attn_args;
 cudaError_t mf_cu_attn(const mf_cu_attn_args *a, cudaStream_t s);
 /* Whether the flash-prefill kernel takes this shape: head_dim <= 128, nt > 8. */
 int mf_cu_attn_flash_ok(int32_t head_dim, int64_t nt);
+/* Split-KV flash decode (attn_decode.cu; MINFER_CUDA_NO_FLASH_DECODE=1 turns
+ * it off): nt <= 8, head_dim 64 or 128, at most 8 query heads per KV head,
+ * f32/f16/q8_0 cache. Returns the scratch bytes a->part needs, 0 when the
+ * shape is not taken; a function of nt, n_head, n_head_kv, head_dim and
+ * n_ctx only (not n_past), so a captured graph stays valid. mf_cu_attn takes
+ * this path when a->part is set and the shape fits. */
+size_t mf_cu_attn_decode_bytes(const mf_cu_attn_args *a);
+cudaError_t mf_cu_attn_decode(const mf_cu_attn_args *a, cudaStream_t s);
+/* Tensor-core flash prefill (attn_prefill_mma.cu): nt > 8, head_dim 64 or
+ * 128, f32/f16/q8_0 cache, q/out/k/v 16-byte aligned, a device of cc >= 8.0
+ * (recorded by mf_cu_attn_mma_setup, which mf_cu_probe_attn calls). mf_cu_attn
+ * takes it before the SIMT kernels when a->tc is set and the shape fits. */
+int mf_cu_attn_mma_ok(const mf_cu_attn_args *a);
+cudaError_t mf_cu_attn_mma(const mf_cu_attn_args *a, cudaStream_t s);
+cudaError_t mf_cu_attn_mma_setup(const char **bad);
+
+/* Programmatic dependent launch for the kernels launched through
+ * mf_launch (pdl.cuh); set once at backend creation (MINFER_CUDA_PDL). */
+void mf_cu_set_pdl(int on);
+/* MINFER_CUDA_PDL's default: on (H200 run of 01:52Z: qwen2-0.5B tg128 1,006 ->
+ * 1,170 t/s, 7B Q4_K_M 260 -> 270). */
+#define MF_CU_PDL_DEFAULT 1
+/* Whether the v3 GEMV takes a launch of `rows` output rows of n_in inputs of
+ * wtype under the auto rule (docs/PERF.md entry 11: v3 wins on the 7B-width
+ * rows, v1 on 896-wide rows, on the vocab-wide lm_head and on Q6_K). */
+int mf_cu_gemv_v3_wanted(uint32_t wtype, int64_t n_in, int64_t rows);
+/* The v3 int8 GEMV's L2 prefetch distance in 32-unit groups per row (0:
+ * none; clamped to 0..8) and kind (lines 0: one TMA bulk prefetch per row
+ * and group; 1: prefetch.global.L2 per 128-byte line); set once at backend
+ * creation (MINFER_CUDA_GEMV_PF, default 2; MINFER_CUDA_GEMV_PF_LINES=1);
+ * the bench flips them. */
+void mf_cu_set_gemv_pf(int groups, int lines);
+
+/* The wide decode kernels, set once at backend creation (tests flip them):
+ * norm: RMSNorm of up to 64 rows and the q8 norm-quant on many blocks per
+ * row (MINFER_CUDA_NO_WIDE_NORM=1 clears it); rope: the rope-store on one
+ * block per (token, head) (MINFER_CUDA_NO_WIDE_ROPE=1 clears it). Both are
+ * bitwise equal to the kernels they replace. */
+void mf_cu_set_wide(int norm, int rope);
+/* gemv_wide.cu: the long-row int8 GEMV (Q4_0/Q8_0/Q4_K/Q6_K, n_in >= 2048,
+ * nt <= 8), taken inside mf_cu_gemv_q8 / mf_cu_gemv_q8_multi unless gemv_v1
+ * (or v2 for Q4_K). set: once at backend creation (MINFER_CUDA_NO_GEMV_WIDE=1
+ * clears it; tests flip it). wanted: whether it serves (wtype, n_in, nt) now.
+ * mf_cu_gemv_wide: weights first .. first + n - 1 of a (one type; SWIGLU:
+ * 0 and 1) on the already quantized a->q8 (no quantization here). count:
+ * launches so far (tests check which path ran). */
+void mf_cu_set_gemv_wide(int on);
+int mf_cu_gemv_wide_wanted(uint32_t wtype, int64_t n_in, int64_t nt);
+cudaError_t mf_cu_gemv_wide(const mf_cu_q8_multi_args *a, int first, int n, cudaStream_t s);
+long long mf_cu_gemv_wide_count(void);
+/* Test entry: the int8 GEMV's activation quantization alone, nt rows of n_in
+ * (n_in % 32 == 0) into q8 (mf_cu_q8_bytes layout), RMSNorm'ed by w (NULL:
+ * none) and eps first when norm. */
+cudaError_t mf_cu_q8_quant_rows(const float *x, const float *w, float eps, int norm, int64_t n_in, int64_t nt,
+                                void *q8, cudaStream_t s);
 
 /* Weight types with a matmul / getrows kernel. */
 int mf_cu_type_supported(uint32_t wtype);
@@ -221,6 +344,7 @@ cudaError_t mf_cu_probe_elementwise(size_t smem_limit, const char **bad);
 cudaError_t mf_cu_probe_getrows(size_t smem_limit, const char **bad);
 cudaError_t mf_cu_probe_kv(size_t smem_limit, const char **bad);
 cudaError_t mf_cu_probe_attn(size_t smem_limit, const char **bad);
+cudaError_t mf_cu_probe_attn_decode(size_t smem_limit, const char **bad);
 cudaError_t mf_cu_probe_gemv_q8(size_t smem_limit, const char **bad);
 cudaError_t mf_cu_probe_rope_store(size_t smem_limit, const char **bad);
 

@@ -25,7 +25,7 @@
 #include "quant/quant.h"
 
 #define TRACE_N 16
-#define N_SCRATCH 4
+#define N_SCRATCH 8
 #define PIN_BYTES ((size_t)64 << 20)
 #define WEIGHT_ALIGN 256
 #define NO_WEIGHT UINT64_MAX
@@ -33,6 +33,9 @@
 #define GRAPH_MAX_T 8     /* forwards of at most this many tokens are captured */
 #define FRUITLESS_MAX 8   /* captures without a replay before graphs turn off */
 #define Q8_SLOT 3         /* scratch slot of the int8 GEMV activations */
+#define WF16_SLOT 4       /* prefill GEMM: a weight dequantized to f16 */
+#define XF16_SLOT 5       /* prefill GEMM: the activations as f16 */
+#define ATTN_SLOT 6       /* split-KV decode attention: per-split partial results */
 
 typedef struct cu_buf {
     void *p;
@@ -100,13 +103,24 @@ typedef struct cu_ctx {
     long timeout_ms;
     int matmul_mode;
     int no_tc; /* MINFER_CUDA_NO_TC=1: SIMT GEMM tier for prefill */
+    int no_mma; /* MINFER_CUDA_NO_MMA=1: the wmma TC tier for every nt > 8 (no mma tier) */
+    int mma_min_nt; /* MINFER_CUDA_MMA_MIN_NT: the mma tier from this many tokens (0: 64) */
+    uint64_t mma_chunk; /* f16 weight bytes per mma dequant chunk (0: 256 MiB; tests shrink it) */
+    int no_mma_fuse;  /* MINFER_CUDA_NO_MMA_FUSE=1: QKV / gate+up as per-weight mma GEMMs */
+    int no_mma_split; /* MINFER_CUDA_NO_MMA_SPLIT=1: no split-K in the mma tier */
     int no_q8; /* MINFER_CUDA_NO_Q8=1: f32-activation GEMV for decode */
     int fuse;  /* MINFER_CUDA_FUSE_GEMV=1: QKV / gate+up(+SwiGLU) as one int8 GEMV launch */
     int fuse_rope; /* MINFER_CUDA_FUSE_ROPE=1: FUSED_QKV's rope q/k + store k/v as one launch */
     int fuse_add;  /* MINFER_CUDA_FUSE_ADD=1: MATMUL + the ADD of its result as one GEMV */
     int fuse_norm; /* MINFER_CUDA_FUSE_NORM=1: RMSNORM folded into the next fused node's quantization */
     int gemv_v2;   /* MINFER_CUDA_GEMV_V2=1: Q4_K decode GEMVs take the paired-unit kernel */
+    int gemv_v1;   /* MINFER_CUDA_GEMV_V1=1: the int8 GEMVs on the v1 kernels (default: v3) */
+    int gemv_auto; /* v3 only where it measured faster; MINFER_CUDA_GEMV_V3=1: v3 everywhere */
+    int gemv_pro;  /* int8 GEMV quantizes x in its prologue: 1 auto rule, 2 always (tests), 0 the separate
+                      quantize kernels (MINFER_CUDA_NO_GEMV_PROLOGUE=1) */
     int flash;     /* MINFER_CUDA_FLASH_PREFILL=1: query-tiled attention for nt > 8 */
+    int tc_attn;   /* tensor-core prefill attention for nt > 8 (MINFER_CUDA_NO_TC_ATTN=1 clears) */
+    int flash_decode; /* MINFER_CUDA_NO_FLASH_DECODE=1 clears it: split-KV attention for nt <= 8 */
     /* the deferred MATMUL of fuse_add or RMSNORM of fuse_norm (see exec_now);
      * pend_node < 0: none */
     const mf_graph *pend_g;
@@ -126,6 +140,7 @@ typedef struct cu_ctx {
     int32_t *dev_npast;      /* n_past of the forward, read by captured kernels */
     int32_t fruitless;       /* captures since the last replay */
     int64_t n_captures, n_replays;
+    int64_t n_fused_add, n_fused_norm; /* launches of the two deferrals (mf_cuda_fuse_stats) */
 } cu_ctx;
 
 #define CX(b) ((cu_ctx *)(b)->ctx)
@@ -542,6 +557,10 @@ typedef struct exec {
     bool norm;
     const float *norm_x, *norm_w;
     float norm_eps;
+    /* the x this node last converted to f16 in XF16_SLOT for the mma tier
+     * (the fused QKV / FFN matmuls share it); NULL: none */
+    const float *xf16_of;
+    int64_t xf16_n_in;
 } exec;
 
 #define NODE_ERR(x, fmt, ...)                                                                   \
@@ -658,7 +677,9 @@ static int run_matmul(exec *x, const mf_matmul_meta *m, const float *in, float *
         return -1;
     mf_cu_matmul_args a = {.wtype = m->wtype, .w = w, .row_bytes = row_bytes(m->wtype, m->n_in),
                            .x = in, .bias = bias, .y = y, .n_in = m->n_in, .n_out = m->n_out,
-                           .nt = nt, .force_gemm = x->c->matmul_mode, .no_tc = x->c->no_tc};
+                           .nt = nt, .force_gemm = x->c->matmul_mode, .no_tc = x->c->no_tc,
+                           .gemv_v1 = x->c->gemv_v1, .gemv_auto = x->c->gemv_auto,
+                           .prologue = x->c->gemv_pro};
     const int mode = x->c->matmul_mode;
     const bool q8 = mf_cu_q8_supported(m->wtype, m->n_in) && nt <= 8 &&
                     (mode == -2 || (mode == 0 && !x->c->no_q8));
@@ -672,7 +693,70 @@ static int run_matmul(exec *x, const mf_matmul_meta *m, const float *in, float *
     }
     if (q8 && !(a.q8 = scratch(x, Q8_SLOT, mf_cu_q8_bytes(m->n_in, nt))))
         return -1;
+    a.no_mma = x->c->no_mma;
+    a.mma_min_nt = x->c->mma_min_nt;
+    a.wchunk_bytes = x->c->mma_chunk;
+    a.no_split = x->c->no_mma_split;
+    if (!q8 && mf_cu_mma_wanted(&a)) {
+        size_t wb, xb;
+        mf_cu_mma_scratch(&a, &wb, &xb);
+        if (wb && !(a.wf16 = scratch(x, WF16_SLOT, wb)))
+            return -1;
+        if (!(a.xf16 = scratch(x, XF16_SLOT, xb)))
+            return -1;
+        /* the same x of the same node (fused QKV / gate+up): converted once */
+        a.x_ready = x->xf16_of == in && x->xf16_n_in == m->n_in;
+        const cudaError_t e = mf_cu_matmul(&a, x->c->stream);
+        x->xf16_of = e == cudaSuccess ? in : NULL;
+        x->xf16_n_in = m->n_in;
+        return launched(x, a.x_ready ? "matmul(mma, x ready)" : "matmul(mma)", m->n_out, nt, e);
+    }
     return launched(x, q8 ? "matmul(q8)" : "matmul", m->n_out, nt, mf_cu_matmul(&a, x->c->stream));
+}
+
+/* The mma tier's one-GEMM form (mf_cu_gemm_mma_multi) of n matmuls sharing
+ * `in`: n 3 (QKV) into y[0..2], or n 2 with swiglu (gate, up) into y[0] =
+ * silu(gate) * up. Returns 1 when it does not apply (MINFER_CUDA_NO_MMA_FUSE,
+ * a folded norm, a weight the mma tier would not take at this nt, shapes
+ * it does not serve): the caller runs the matmuls one by one; else 0, or -1
+ * with the error set. y may alias in: the GEMM reads the f16 copy of in. */
+static int run_mma_multi(exec *x, const mf_matmul_meta *const *mm, int n, bool swiglu, const float *in,
+                         float *const *y, int64_t nt) {
+    const int mode = x->c->matmul_mode;
+    if (x->c->no_mma_fuse || x->norm || nt <= 8 || (mode != 0 && mode != 3))
+        return 1;
+    mf_cu_mma_multi_args a = {.n_w = n, .swiglu = swiglu, .x = in, .n_in = mm[0]->n_in, .nt = nt,
+                              .wchunk_bytes = x->c->mma_chunk};
+    for (int i = 0; i < n; i++) {
+        const mf_matmul_meta *m = mm[i];
+        mf_cu_matmul_args t = {.wtype = m->wtype, .n_in = m->n_in, .n_out = m->n_out, .nt = nt,
+                               .force_gemm = mode, .no_tc = x->c->no_tc, .no_mma = x->c->no_mma,
+                               .mma_min_nt = x->c->mma_min_nt};
+        if (!mm_ok(m) || m->n_in != a.n_in || !mf_cu_mma_wanted(&t))
+            return 1;
+    }
+    for (int i = 0; i < n; i++) {
+        const mf_matmul_meta *m = mm[i];
+        if (!(a.w[i] = weight_ptr(x, m->weight, m->wtype, m->n_in, m->n_out)))
+            return -1;
+        if (m->bias && !(a.bias[i] = weight_ptr(x, m->bias, MF_TYPE_F32, m->n_out, 1)))
+            return -1;
+        a.wtype[i] = m->wtype;
+        a.row_bytes[i] = row_bytes(m->wtype, m->n_in);
+        a.y[i] = y[i] ? y[i] : y[0];
+        a.n_out[i] = m->n_out;
+    }
+    if (!mf_cu_mma_multi_ok(&a))
+        return 1;
+    size_t wb, xb;
+    mf_cu_mma_multi_scratch(&a, &wb, &xb);
+    if (!(a.wf16 = scratch(x, WF16_SLOT, wb)) || !(a.xf16 = scratch(x, XF16_SLOT, xb)))
+        return -1;
+    a.x_ready = x->xf16_of == in && x->xf16_n_in == a.n_in;
+    const cudaError_t e = mf_cu_gemm_mma_multi(&a, x->c->stream);
+    x->xf16_of = e == cudaSuccess ? in : NULL;
+    x->xf16_n_in = a.n_in;
+    return launched(x, swiglu ? "matmul(mma, gate+up swiglu)" : "matmul(mma, qkv)", a.n_out[0] * n, nt, e);
 }
 
 /* Whether the fused int8 GEMV (mf_cu_gemv_q8_multi) serves these n matmuls
@@ -695,7 +779,8 @@ static int run_multi(exec *x, const mf_matmul_meta *const *mm, int n, bool swigl
                      float *const *y, const float *const *res, int64_t nt) {
     mf_cu_q8_multi_args a = {.n_w = n, .swiglu = swiglu, .x = x->norm ? x->norm_x : in, .n_in = mm[0]->n_in,
                              .nt = nt, .norm = x->norm, .norm_w = x->norm_w, .norm_eps = x->norm_eps,
-                             .v2 = x->c->gemv_v2};
+                             .v2 = x->c->gemv_v2, .gemv_v1 = x->c->gemv_v1, .gemv_auto = x->c->gemv_auto,
+                             .prologue = x->c->gemv_pro};
     for (int i = 0; i < n; i++) {
         const mf_matmul_meta *m = mm[i];
         if (!(a.w[i] = weight_ptr(x, m->weight, m->wtype, m->n_in, m->n_out)))
@@ -774,8 +859,11 @@ static int run_store(exec *x, void *kc, void *vc, const mf_exec_args *ea, const 
 
 /* The four launches of run_rope(k in place), run_store, run_rope(q -> y) as
  * one (mf_cu_rope_store), with the same arguments and checks. */
+/* qn / kn non-NULL: the QkNorm of sq / sk goes into the same launch
+ * (mf_cu_rope_store_args.q_norm). */
 static int run_rope_store(exec *x, const mf_qkv_meta *m, float *sq, float *sk, const float *sv, float *y,
-                          void *kc, void *vc, const mf_exec_args *ea, const int32_t *pos, int64_t nt) {
+                          void *kc, void *vc, const mf_exec_args *ea, const int32_t *pos, int64_t nt,
+                          const float *qn, const float *kn) {
     const mf_rope_meta *r[2] = {&m->rope_q, &m->rope_k};
     for (int i = 0; i < 2; i++)
         if (r[i]->n_head <= 0 || r[i]->head_dim <= 0 || r[i]->n_rot <= 0 || r[i]->n_rot > r[i]->head_dim ||
@@ -796,7 +884,10 @@ static int run_rope_store(exec *x, const mf_qkv_meta *m, float *sq, float *sk, c
     a.vs = a.ks;
     a.vs.cache = vc;
     a.vs.src = sv;
-    return launched(x, "rope_store", nt, m->n_head, mf_cu_rope_store(&a, x->c->stream));
+    a.q_norm = qn;
+    a.k_norm = kn;
+    a.norm_eps = m->norm_eps;
+    return launched(x, qn ? "rope_store(qk norm)" : "rope_store", nt, m->n_head, mf_cu_rope_store(&a, x->c->stream));
 }
 
 static int d2d(exec *x, void *dst, const void *src, size_t nbytes) {
@@ -866,19 +957,27 @@ static int exec_qkv(exec *x, const int32_t *in, int32_t out, mf_kv_pair kv, cons
         } else if (x->norm) { /* norm_fusable promised the fused path */
             return NODE_ERR(x, "folded RMSNorm but the matmuls cannot take the int8 GEMV (nt %lld)",
                             (long long)nt);
-        } else if (run_matmul(x, &m->q, xin, sq, nt) || run_matmul(x, &m->k, xin, sk, nt) ||
-                   run_matmul(x, &m->v, xin, sv, nt)) {
-            return -1;
+        } else {
+            const int r = run_mma_multi(x, mm, 3, false, xin, ys, nt);
+            if (r < 0 || (r > 0 && (run_matmul(x, &m->q, xin, sq, nt) || run_matmul(x, &m->k, xin, sk, nt) ||
+                                    run_matmul(x, &m->v, xin, sv, nt))))
+                return -1;
         }
     }
+    const float *fold_qn = NULL, *fold_kn = NULL; /* QkNorm inside the rope-store launch */
     if (m->q_norm || m->k_norm || n->op == MF_OP_FUSED_QKV_NORM) {
         const float *qn = norm_weight(x, m->q_norm, m->head_dim);
         const float *kn = qn ? norm_weight(x, m->k_norm, m->head_dim) : NULL;
         if (!kn)
             return m->q_norm && m->k_norm ? -1 : NODE_ERR(x, "needs q_norm and k_norm weights%s", "");
-        if (run_norm(x, sq, qn, sq, m->head_dim, nt * m->n_head, m->norm_eps) ||
-            run_norm(x, sk, kn, sk, m->head_dim, nt * m->n_head_kv, m->norm_eps))
+        if (x->c->fuse_rope && m->rope_q.head_dim == m->head_dim && m->rope_k.head_dim == m->head_dim &&
+            m->rope_q.n_head == m->n_head && m->rope_k.n_head == m->n_head_kv) {
+            fold_qn = qn;
+            fold_kn = kn;
+        } else if (run_norm(x, sq, qn, sq, m->head_dim, nt * m->n_head, m->norm_eps) ||
+                   run_norm(x, sk, kn, sk, m->head_dim, nt * m->n_head_kv, m->norm_eps)) {
             return -1;
+        }
     }
     if ((int64_t)m->rope_q.n_head * m->rope_q.head_dim != q_dim ||
         (int64_t)m->rope_k.n_head * m->rope_k.head_dim != kvd)
@@ -886,7 +985,7 @@ static int exec_qkv(exec *x, const int32_t *in, int32_t out, mf_kv_pair kv, cons
                         m->rope_q.head_dim, m->rope_k.n_head, m->rope_k.head_dim, (long long)q_dim,
                         (long long)kvd);
     if (x->c->fuse_rope)
-        return run_rope_store(x, m, sq, sk, sv, y, kc, vc, ea, pos, nt);
+        return run_rope_store(x, m, sq, sk, sv, y, kc, vc, ea, pos, nt, fold_qn, fold_kn);
     if (run_rope(x, &m->rope_k, sk, sk, pos, ea->n_past, nt) ||
         run_store(x, kc, vc, ea, sk, sv, nt) || run_rope(x, &m->rope_q, sq, y, pos, ea->n_past, nt))
         return -1;
@@ -1002,6 +1101,7 @@ static int exec_add_fused(mf_backend *b, const mf_graph *g, int32_t node, const 
     const int r = x->n->src[0] == c->pend_node ? 1 : 0; /* the residual operand */
     const int32_t pin = c->pend_in;
     c->pend_node = -1;
+    c->n_fused_add++;
     if (mf_node_nelem(x->n) != ne)
         return NODE_ERR(x, "fused residual add of %lld elements after a matmul of %lld", (long long)mf_node_nelem(x->n),
                         (long long)ne);
@@ -1032,6 +1132,7 @@ static int exec_now(mf_backend *b, const mf_graph *g, int32_t node, const int32_
                        .norm_eps = pn->meta.norm.eps};
             const int32_t pin = c->pend_in;
             c->pend_node = -1;
+            c->n_fused_norm++;
             if (!(nf.norm_x = buf_ptr(&nf, pin, f32b(mf_node_nelem(pn)), "norm input")))
                 return -1;
             if (pn->meta.norm.weight && !(nf.norm_w = norm_weight(&nf, pn->meta.norm.weight, pn->ne[0])))
@@ -1247,8 +1348,17 @@ static int exec_node(mf_backend *b, const mf_graph *g, int32_t node, const int32
                              .n_past = ea->n_past, .n_past_dev = x->npast_dev,
                              .n_head = m->n_head, .n_head_kv = m->n_head_kv,
                              .head_dim = m->head_dim, .scale = m->scale,
-                             .flash = c->flash && mf_cu_attn_flash_ok(m->head_dim, nt)};
-        return launched(x, a.flash ? "attn(flash)" : "attn", nt, m->n_head, mf_cu_attn(&a, st));
+                             .flash = c->flash && mf_cu_attn_flash_ok(m->head_dim, nt),
+                             .n_ctx = ea->n_ctx, .tc = c->tc_attn};
+        /* split-KV decode: its scratch size depends on n_ctx, never n_past */
+        const size_t pb = c->flash_decode && !a.flash ? mf_cu_attn_decode_bytes(&a) : 0;
+        if (pb && !(a.part = scratch(x, ATTN_SLOT, pb)))
+            return -1;
+        const char *kind = a.tc && mf_cu_attn_mma_ok(&a) ? "attn(mma)"
+                           : a.flash                      ? "attn(flash)"
+                           : a.part                       ? "attn(decode)"
+                                                          : "attn";
+        return launched(x, kind, nt, m->n_head, mf_cu_attn(&a, st));
     }
     case MF_OP_SOFTMAX: {
         if (mf_node_nelem(s0) != ne)
@@ -1327,6 +1437,12 @@ static int exec_node(mf_backend *b, const mf_graph *g, int32_t node, const int32
         if (y && fuse_ok(x, mm, 2, nt) && m->gate.wtype == m->up.wtype) {
             float *const ys[2] = {y, NULL};
             return run_multi(x, mm, 2, true, a, ys, NULL, nt);
+        }
+        if (y) { /* prefill: gate and up as one mma GEMM with SwiGLU in its epilogue */
+            float *const ys[2] = {y, NULL};
+            const int r = run_mma_multi(x, mm, 2, true, a, ys, nt);
+            if (r <= 0)
+                return r;
         }
         float *sg = y ? scratch(x, 0, f32b(nf * nt)) : NULL;
         float *su = sg ? scratch(x, 1, f32b(nf * nt)) : NULL;
@@ -1650,7 +1766,7 @@ static int open_device(cu_ctx *c, mf_error *err) {
     cudaError_t (*probes[])(size_t, const char **) = {
         mf_cu_probe_matmul, mf_cu_probe_norm, mf_cu_probe_rope, mf_cu_probe_elementwise,
         mf_cu_probe_getrows, mf_cu_probe_kv, mf_cu_probe_attn, mf_cu_probe_gemv_q8,
-        mf_cu_probe_rope_store};
+        mf_cu_probe_rope_store, mf_cu_probe_attn_decode};
     for (size_t i = 0; i < sizeof probes / sizeof probes[0]; i++) {
         e = probes[i](c->smem_per_block, &bad);
         if (e != cudaSuccess) {
@@ -1679,20 +1795,36 @@ int mf_backend_cuda_new_progress(const mf_weights *w, mf_cuda_progress_fn progre
     if (c->timeout_ms <= 0)
         c->timeout_ms = 10000;
     c->no_tc = mf_env_flag("MINFER_CUDA_NO_TC");
+    c->no_mma = mf_env_flag("MINFER_CUDA_NO_MMA");
+    c->mma_min_nt = (int)mf_env_int("MINFER_CUDA_MMA_MIN_NT", 0);
+    c->no_mma_fuse = mf_env_flag("MINFER_CUDA_NO_MMA_FUSE");
+    c->no_mma_split = mf_env_flag("MINFER_CUDA_NO_MMA_SPLIT");
     c->no_q8 = mf_env_flag("MINFER_CUDA_NO_Q8");
     c->fuse = mf_env_flag("MINFER_CUDA_FUSE_GEMV");
     /* On by default: the H200 run of 00:21 measured rope-store + norm fusion +
      * flash prefill together at +33 % tg / +25 % pp on qwen2-0.5B and +2 % /
      * +11 % on the 7B shapes (docs/PERF.md); =0 turns each off. The others
-     * stay opt-in: FUSE_GEMV helped alone but not on top of these, FUSE_ADD
-     * measured nothing, GEMV_V2 measured slower. */
+     * stay opt-in: FUSE_GEMV helped alone but not on top of these, GEMV_V2
+     * measured slower. FUSE_ADD (measured +0.3 % in run 10, before the
+     * kernels got fast enough for 48 ew launches a token to show) is on by
+     * default from session 2; =0 turns it off. */
     c->fuse_rope = mf_env_int("MINFER_CUDA_FUSE_ROPE", 1) != 0;
-    c->fuse_add = mf_env_flag("MINFER_CUDA_FUSE_ADD");
+    c->fuse_add = mf_env_int("MINFER_CUDA_FUSE_ADD", 1) != 0;
     c->fuse_norm = mf_env_int("MINFER_CUDA_FUSE_NORM", 1) != 0;
     c->gemv_v2 = mf_env_flag("MINFER_CUDA_GEMV_V2");
+    c->gemv_v1 = mf_env_flag("MINFER_CUDA_GEMV_V1");
+    c->gemv_auto = !mf_env_flag("MINFER_CUDA_GEMV_V3");
+    c->gemv_pro = mf_env_flag("MINFER_CUDA_NO_GEMV_PROLOGUE") ? 0 : 1;
     c->flash = mf_env_int("MINFER_CUDA_FLASH_PREFILL", 1) != 0;
+    c->tc_attn = !mf_env_flag("MINFER_CUDA_NO_TC_ATTN");
+    c->flash_decode = !mf_env_flag("MINFER_CUDA_NO_FLASH_DECODE");
     c->pend_node = -1;
     c->graphs_on = !mf_env_flag("MINFER_NO_CUDA_GRAPH");
+    mf_cu_set_pdl(mf_env_int("MINFER_CUDA_PDL", MF_CU_PDL_DEFAULT) != 0);
+    mf_cu_set_gemv_pf((int)mf_env_int("MINFER_CUDA_GEMV_PF", 0), mf_env_flag("MINFER_CUDA_GEMV_PF_LINES"));
+    /* many-block RMSNorm / norm-quant and per-head rope-store (bitwise equal) */
+    mf_cu_set_wide(!mf_env_flag("MINFER_CUDA_NO_WIDE_NORM"), !mf_env_flag("MINFER_CUDA_NO_WIDE_ROPE"));
+    mf_cu_set_gemv_wide(!mf_env_flag("MINFER_CUDA_NO_GEMV_WIDE"));
     if (open_device(c, err))
         goto fail;
     cudaError_t e = cudaStreamCreateWithFlags(&c->stream, cudaStreamNonBlocking);
@@ -1751,14 +1883,50 @@ void mf_cuda_set_gemv_v2(mf_backend *b, bool on) {
     CX(b)->gemv_v2 = on;
 }
 
+void mf_cuda_set_gemv_v1(mf_backend *b, bool on) {
+    CX(b)->gemv_v1 = on;
+    CX(b)->gemv_auto = false; /* the tests pick v1 or v3 exactly */
+}
+
+void mf_cuda_reset_gemv(mf_backend *b) {
+    CX(b)->gemv_v1 = mf_env_flag("MINFER_CUDA_GEMV_V1");
+    CX(b)->gemv_auto = !mf_env_flag("MINFER_CUDA_GEMV_V3");
+}
+
+void mf_cuda_set_gemv_prologue(mf_backend *b, int mode) {
+    CX(b)->gemv_pro = mode < 0 ? (mf_env_flag("MINFER_CUDA_NO_GEMV_PROLOGUE") ? 0 : 1) : mode > 2 ? 2 : mode;
+}
+
 void mf_cuda_set_flash(mf_backend *b, bool on) {
     CX(b)->flash = on;
+}
+
+void mf_cuda_set_tc_attn(mf_backend *b, bool on) {
+    CX(b)->tc_attn = on;
+}
+
+void mf_cuda_set_flash_decode(mf_backend *b, bool on) {
+    CX(b)->flash_decode = on;
+}
+
+void mf_cuda_set_mma_chunk(mf_backend *b, uint64_t bytes) {
+    CX(b)->mma_chunk = bytes;
+}
+
+void mf_cuda_set_mma_fuse(mf_backend *b, int fuse, int split) {
+    CX(b)->no_mma_fuse = !fuse;
+    CX(b)->no_mma_split = !split;
 }
 
 void mf_cuda_set_graphs(mf_backend *b, bool on) {
     cu_ctx *c = CX(b);
     c->graphs_on = on;
     c->fruitless = 0;
+}
+
+void mf_cuda_fuse_stats(const mf_backend *b, int64_t *adds, int64_t *norms) {
+    *adds = CX(b)->n_fused_add;
+    *norms = CX(b)->n_fused_norm;
 }
 
 void mf_cuda_graph_stats(const mf_backend *b, int64_t *captures, int64_t *replays) {

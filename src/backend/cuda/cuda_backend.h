@@ -16,6 +16,9 @@
  * MINFER_NO_CUDA_GRAPH=1 (no graph capture of decode forwards);
  * MINFER_CUDA_NO_Q8=1 (decode GEMV on f32 activations instead of int8);
  * MINFER_CUDA_NO_TC=1 (SIMT GEMM for prefill);
+ * MINFER_CUDA_NO_MMA=1 (prefill on the wmma TC GEMM instead of the mma tier:
+ * weight dequantized to f16 once per call, pipelined mma.sync GEMM);
+ * MINFER_CUDA_MMA_MIN_NT=N (the mma tier from N tokens, default 64);
  * MINFER_CUDA_FUSE_GEMV=1 (decode QKV as one int8 GEMV launch after one
  * activation quantization, gate+up+SwiGLU as one; default off until measured);
  * MINFER_CUDA_FUSE_ROPE=1 (the rope q/k + K/V store tail of the QKV nodes
@@ -24,9 +27,20 @@
  * MINFER_CUDA_FUSE_NORM=1 (a decode RMSNORM feeding only the next FUSED_QKV /
  * FUSED_FFN is folded into that node's int8 quantization; default off);
  * MINFER_CUDA_GEMV_V2=1 (Q4_K decode GEMVs on the paired-unit kernel: one
- * load per two units; default off); MINFER_CUDA_FLASH_PREFILL=1 (query-tiled
+ * load per two units; default off); MINFER_CUDA_GEMV_V1=1 (the int8 decode
+ * GEMVs on the v1 kernels instead of v3, the row-pair GEMV that reads each
+ * activation unit once per two rows and streams its first weights before
+ * the PDL wait; MINFER_CUDA_GEMV_PF=N: its L2 prefetch distance in groups of
+ * 1024 weights per row, default 2, 0 none; MINFER_CUDA_GEMV_PF_LINES=1: as
+ * per-lane 128-byte line prefetches instead of TMA bulk prefetches);
+ * MINFER_CUDA_FLASH_PREFILL=1 (query-tiled
  * attention with K/V tiles in shared memory for forwards of > 8 tokens,
- * head_dim <= 128; default off).
+ * head_dim <= 128; default off); MINFER_CUDA_NO_FLASH_DECODE=1 (attention
+ * of forwards of <= 8 tokens on the old one-block-per-(token, head) kernel
+ * instead of the split-KV flash decode; default on); MINFER_CUDA_NO_TC_ATTN=1
+ * (forwards of > 8 tokens with head_dim 64/128 on the kernel
+ * MINFER_CUDA_FLASH_PREFILL selects instead of the tensor-core flash
+ * prefill, attn_prefill_mma.cu; default on).
  * Without a usable device or driver the constructor fails the same way:
  * never an abort. */
 #ifndef MF_CUDA_BACKEND_H
@@ -50,10 +64,17 @@ int mf_backend_cuda_new_progress(const mf_weights *w, mf_cuda_progress_fn progre
  * 139.8 GiB"), for logs and tests. */
 const char *mf_cuda_device_desc(const mf_backend *b);
 
-/* Tests: force the matmul kernel family (2 tensor-core GEMM, 1 SIMT GEMM,
- * -1 f32-activation GEMV, -2 int8 GEMV, 0 by token count and type). Not for
- * production use. */
+/* Tests: force the matmul kernel family (3 mma GEMM, 2 tensor-core GEMM,
+ * 1 SIMT GEMM, -1 f32-activation GEMV, -2 int8 GEMV, 0 by token count and
+ * type). Not for production use. */
 void mf_cuda_set_matmul_mode(mf_backend *b, int mode);
+/* Tests: f16 bytes of weight rows per mma dequant + GEMM chunk (0: the
+ * default 256 MiB), so a small test can make the chunking happen. */
+void mf_cuda_set_mma_chunk(mf_backend *b, uint64_t bytes);
+/* Tests: the mma tier's fused QKV / gate+up GEMMs (fuse; off = what
+ * MINFER_CUDA_NO_MMA_FUSE=1 gives) and its split-K (split; off = what
+ * MINFER_CUDA_NO_MMA_SPLIT=1 gives). */
+void mf_cuda_set_mma_fuse(mf_backend *b, int fuse, int split);
 
 /* Tests: the fused decode GEMV of MINFER_CUDA_FUSE_GEMV on or off. */
 void mf_cuda_set_fuse(mf_backend *b, bool on);
@@ -63,10 +84,29 @@ void mf_cuda_set_fuse_rope(mf_backend *b, bool on);
 void mf_cuda_set_fuse_add(mf_backend *b, bool on);
 /* Tests: RMSNORM folded into the next fused node (MINFER_CUDA_FUSE_NORM). */
 void mf_cuda_set_fuse_norm(mf_backend *b, bool on);
+/* Tests: how many MATMUL + ADD pairs ran as one GEMV (FUSE_ADD) and how many
+ * RMSNorms were folded into their consumer (FUSE_NORM) since creation; a
+ * captured graph counts once, at its capture. */
+void mf_cuda_fuse_stats(const mf_backend *b, int64_t *adds, int64_t *norms);
 /* Tests: the paired-unit Q4_K GEMV (MINFER_CUDA_GEMV_V2) on or off. */
 void mf_cuda_set_gemv_v2(mf_backend *b, bool on);
+/* Tests: exactly the v1 int8 GEMV kernels (on) or exactly v3 (off), not
+ * the auto rule; mf_cuda_reset_gemv restores what the environment says. */
+void mf_cuda_set_gemv_v1(mf_backend *b, bool on);
+void mf_cuda_reset_gemv(mf_backend *b);
+/* The int8 GEMV's quantizing prologue (MINFER_CUDA_NO_GEMV_PROLOGUE): 0 off
+ * (the separate quantize / norm-quant kernels), 1 the auto rule
+ * (mf_cu_q8_prologue_rule), 2 wherever it fits; < 0: what the environment
+ * says. */
+void mf_cuda_set_gemv_prologue(mf_backend *b, int mode);
 /* Tests: the flash-prefill attention (MINFER_CUDA_FLASH_PREFILL) on or off. */
 void mf_cuda_set_flash(mf_backend *b, bool on);
+/* Tests: the tensor-core prefill attention (on unless MINFER_CUDA_NO_TC_ATTN=1);
+ * off, forwards of > 8 tokens take the kernel mf_cuda_set_flash selects. */
+void mf_cuda_set_tc_attn(mf_backend *b, bool on);
+/* Tests: the split-KV flash decode attention (on unless
+ * MINFER_CUDA_NO_FLASH_DECODE=1) on or off. */
+void mf_cuda_set_flash_decode(mf_backend *b, bool on);
 
 /* CUDA graph capture/replay of small forwards (begin_forward/end_forward):
  * on unless MINFER_NO_CUDA_GRAPH=1; tests switch it and read how many

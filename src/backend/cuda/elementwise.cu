@@ -5,8 +5,11 @@
 #include <math.h>
 
 #include "backend/cuda/cuda_args.h"
+#include "backend/cuda/pdl.cuh"
 
 static __global__ void ew_kernel(mf_cu_ew_args a) {
+    mf_pdl_wait();
+    mf_pdl_trigger();
     const int64_t stride = (int64_t)gridDim.x * blockDim.x;
     for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < a.n; i += stride) {
         const float x = a.a[i];
@@ -31,8 +34,7 @@ static unsigned ew_blocks(int64_t n) {
 extern "C" cudaError_t mf_cu_elementwise(const mf_cu_ew_args *a, cudaStream_t s) {
     if (a->n <= 0)
         return cudaSuccess;
-    ew_kernel<<<ew_blocks(a->n), 256, 0, s>>>(*a);
-    return cudaGetLastError();
+    return mf_launch(ew_kernel, dim3(ew_blocks(a->n)), dim3(256), 0, s, *a);
 }
 
 /* Block-wide reduction (sum or max) of one float per thread; every thread
@@ -55,6 +57,8 @@ static __device__ float block_reduce(float v, bool is_max, float *scr) {
 }
 
 static __global__ void softmax_kernel(const float *x, float *y, int64_t n, float scale) {
+    mf_pdl_wait();
+    mf_pdl_trigger();
     __shared__ float scr[32];
     const float *xr = x + (int64_t)blockIdx.x * n;
     float *yr = y + (int64_t)blockIdx.x * n;
@@ -77,11 +81,12 @@ static __global__ void softmax_kernel(const float *x, float *y, int64_t n, float
 extern "C" cudaError_t mf_cu_softmax(const mf_cu_softmax_args *a, cudaStream_t s) {
     if (a->nrows <= 0 || a->n <= 0)
         return cudaSuccess;
-    softmax_kernel<<<(unsigned)a->nrows, 256, 0, s>>>(a->x, a->y, a->n, a->scale);
-    return cudaGetLastError();
+    return mf_launch(softmax_kernel, dim3((unsigned)a->nrows), dim3(256), 0, s, a->x, a->y, a->n, a->scale);
 }
 
 static __global__ void copy4d_kernel(mf_cu_copy_args a, int64_t total) {
+    mf_pdl_wait();
+    mf_pdl_trigger();
     const int64_t stride = (int64_t)gridDim.x * blockDim.x;
     const uint32_t *x = (const uint32_t *)a.x;
     uint32_t *y = (uint32_t *)a.y;
@@ -101,8 +106,7 @@ extern "C" cudaError_t mf_cu_copy4d(const mf_cu_copy_args *a, cudaStream_t s) {
     const int64_t total = a->ne[0] * a->ne[1] * a->ne[2] * a->ne[3];
     if (total <= 0)
         return cudaSuccess;
-    copy4d_kernel<<<ew_blocks(total), 256, 0, s>>>(*a, total);
-    return cudaGetLastError();
+    return mf_launch(copy4d_kernel, dim3(ew_blocks(total)), dim3(256), 0, s, *a, total);
 }
 
 #include "backend/cuda/probe.cuh"

@@ -18,6 +18,10 @@
  * small), and every lane decodes U = 2 units before it uses either (two
  * independent loads in flight). Warp sums are reduced by shuffles, then
  * across the ks warps through shared memory.
+ * That is v1 (MINFER_CUDA_GEMV_V1=1); the default is v3 (gemv_q8v3_kernel
+ * below: the same unit decoders and arithmetic, two rows per warp, the
+ * weight stream prefetched into L2 ahead of the loads, PDL-aware), for the
+ * single GEMV and the multi-weight launches alike.
  *
  * Accuracy: the only error beyond f32 accumulation is the activation
  * rounding, |x - d q| <= d / 2 = amax_unit / 254 per element, so
@@ -32,6 +36,7 @@
 
 #include "backend/cuda/cuda_args.h"
 #include "backend/cuda/dequant.cuh"
+#include "backend/cuda/pdl.cuh"
 
 #define Q8_WARPS 4
 #define Q8_U 2
@@ -41,6 +46,8 @@
 static __global__ void __launch_bounds__(256)
 q8_quant_kernel(const float *__restrict__ x, int8_t *__restrict__ xq, float *__restrict__ xd,
                 int32_t *__restrict__ xs, int64_t n_units_total) {
+    mf_pdl_wait();
+    mf_pdl_trigger();
     const int64_t u = (int64_t)blockIdx.x * 8 + (threadIdx.x >> 5);
     const int lane = threadIdx.x & 31;
     const bool valid = u < n_units_total;
@@ -72,6 +79,8 @@ q8_quant_kernel(const float *__restrict__ x, int8_t *__restrict__ xq, float *__r
 static __global__ void __launch_bounds__(256)
 q8_norm_quant_kernel(const float *__restrict__ x, const float *__restrict__ w, float eps, int64_t n_in,
                      int8_t *__restrict__ xq, float *__restrict__ xd, int32_t *__restrict__ xs) {
+    mf_pdl_wait();
+    mf_pdl_trigger();
     __shared__ double part[8];
     const int64_t t = blockIdx.x;
     const float *xr = x + t * n_in;
@@ -112,6 +121,299 @@ q8_norm_quant_kernel(const float *__restrict__ x, const float *__restrict__ w, f
             xs[gu] = (int32_t)(((uint32_t)s & 0xffffu) | ((uint32_t)s_hi << 16));
         }
     }
+}
+
+/* The wide form of q8_norm_quant_kernel (MINFER_CUDA_NO_WIDE_NORM=1 turns it
+ * off): grid (n_units / 8, nt), warp w of block b quantizes unit 8 b + w.
+ * Every block recomputes its row's sum of squares exactly as the one-block
+ * kernel does (256 threads, the same per-thread order, the same shuffle and
+ * part[] order), so the scale and every output byte are bitwise the same;
+ * each thread keeps its own element from that pass (element 256 b + tid is
+ * its pass-b read), so the row is read once per block and the weight before
+ * the PDL wait. Launch latency for a one-token row drops from ~4 serial unit
+ * rounds to one. */
+static __global__ void __launch_bounds__(256)
+q8_norm_quant_wide_kernel(const float *__restrict__ x, const float *__restrict__ w, float eps, int64_t n_in,
+                          int8_t *__restrict__ xq, float *__restrict__ xd, int32_t *__restrict__ xs) {
+    const int64_t me = (int64_t)blockIdx.x * 256 + threadIdx.x;
+    const float wv = w && me < n_in ? w[me] : 1.0f;
+    mf_pdl_wait();
+    mf_pdl_trigger();
+    __shared__ double part[8];
+    const int64_t t = blockIdx.y;
+    const float *xr = x + t * n_in;
+    const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+    double ss = 0.0;
+    float mine = 0.0f;
+    for (int64_t i = threadIdx.x; i < n_in; i += blockDim.x) {
+        const float xv = xr[i];
+        if (i == me)
+            mine = xv;
+        ss += (double)xv * (double)xv;
+    }
+#pragma unroll
+    for (int off = 16; off > 0; off >>= 1)
+        ss += __shfl_xor_sync(0xffffffffu, ss, off);
+    if (lane == 0)
+        part[warp] = ss;
+    __syncthreads();
+    double tot = 0.0;
+    for (int i = 0; i < 8; i++)
+        tot += part[i];
+    const float sc = (float)(1.0 / sqrt(tot / (double)n_in + (double)eps));
+    const int64_t n_units = n_in / 32, u = (int64_t)blockIdx.x * 8 + warp;
+    if (u >= n_units) /* a whole warp: no shuffle is left short */
+        return;
+    const float v = w ? mine * sc * wv : mine * sc;
+    float amax = fabsf(v);
+#pragma unroll
+    for (int off = 16; off > 0; off >>= 1)
+        amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, off));
+    const float d = amax / 127.0f;
+    const float id = d != 0.0f ? 1.0f / d : 0.0f;
+    const int q = __float2int_rn(v * id);
+    int s = q;
+#pragma unroll
+    for (int off = 8; off > 0; off >>= 1)
+        s += __shfl_xor_sync(0xffffffffu, s, off);
+    const int s_hi = __shfl_sync(0xffffffffu, s, 16);
+    const int64_t gu = t * n_units + u;
+    xq[gu * 32 + lane] = (int8_t)q;
+    if (lane == 0) {
+        xd[gu] = d;
+        xs[gu] = (int32_t)(((uint32_t)s & 0xffffu) | ((uint32_t)s_hi << 16));
+    }
+}
+
+extern int mf_cu_wide_norm; /* norm.cu */
+
+/* The activation quantization of `total` units (q8_quant_kernel). */
+static cudaError_t launch_quant(const float *x, int8_t *xq, float *xd, int32_t *xs, int64_t total,
+                                cudaStream_t s) {
+    return mf_launch(q8_quant_kernel, dim3((unsigned)((total + 7) / 8)), dim3(256), 0, s, x, xq, xd, xs,
+                     total);
+}
+
+/* The RMSNorm'ed quantization of nt rows of n_in, by the kernel the switch
+ * picks (wide unless MINFER_CUDA_NO_WIDE_NORM). */
+static cudaError_t launch_norm_quant(const float *x, const float *w, float eps, int64_t n_in, int64_t nt,
+                                     int8_t *xq, float *xd, int32_t *xs, cudaStream_t s) {
+    if (mf_cu_wide_norm && nt <= 65535)
+        return mf_launch(q8_norm_quant_wide_kernel, dim3((unsigned)((n_in / 32 + 7) / 8), (unsigned)nt),
+                         dim3(256), 0, s, x, w, eps, n_in, xq, xd, xs);
+    return mf_launch(q8_norm_quant_kernel, dim3((unsigned)nt), dim3(256), 0, s, x, w, eps, n_in, xq, xd, xs);
+}
+
+extern "C" cudaError_t mf_cu_q8_quant_rows(const float *x, const float *w, float eps, int norm, int64_t n_in,
+                                           int64_t nt, void *q8, cudaStream_t s) {
+    if (nt <= 0 || n_in <= 0 || n_in % 32 != 0)
+        return cudaErrorInvalidValue;
+    int8_t *xq = (int8_t *)q8;
+    float *xd = (float *)(xq + nt * n_in);
+    int32_t *xs = (int32_t *)(xd + nt * (n_in / 32));
+    return norm ? launch_norm_quant(x, w, eps, n_in, nt, xq, xd, xs, s)
+                : launch_quant(x, xq, xd, xs, nt * (n_in / 32), s);
+}
+
+/* ---- the quantizing prologue (MINFER_CUDA_NO_GEMV_PROLOGUE=1 turns it off) ------------ */
+
+/* Why. At 0.5B widths a decode GEMV is latency, not bytes (~3 us), and the
+ * separate q8_quant / q8_norm_quant launch before it costs as much again
+ * (>= 2.5 us even nearly empty). So a GEMV block can quantize its own
+ * tokens' activation rows into shared memory (and RMSNorm them first), one
+ * barrier, then run the usual dp4a over shared memory. The price is
+ * redundant work: every block reads the rows (blocks x ntb x n_in x 4 bytes
+ * of L2 reads in all); mf_cu_q8_prologue_rule bounds it per SM.
+ *
+ * Exactness: the int8 values, d and the half sums are bitwise those of
+ * q8_quant_kernel / q8_norm_quant_kernel. A unit is 8 lanes x 4 elements
+ * here instead of 32 x 1, but amax (a max) and the half sums (integers) do
+ * not depend on the order, and d = amax / 127, id = 1 / d, q = rint(v * id)
+ * are the same expressions. The norm's double sum of squares replays the
+ * 256-thread kernel exactly: thread tid of the 128 plays threads tid and
+ * tid + 128 (the same per-thread element order, the same 32-lane shuffle
+ * tree, part[0..7] summed in the same order), so the float scale is equal.
+ *
+ * Shared layout (dynamic, q8p_bytes): part[8][8] doubles, 8 float scales,
+ * then ntok rows of n_in int8, ntok * n_in / 32 floats d, as many int32 half
+ * sums (the global scratch layout for ntok tokens). */
+typedef struct q8_pro {
+    const float *x; /* the f32 rows (token t0 + t at x + (t0 + t) * n_in); NULL: no prologue */
+    const float *w; /* RMSNorm weight, NULL: none (or no norm) */
+    float eps;
+    int32_t norm;
+} q8_pro;
+
+#define Q8P_HDR 576
+#define Q8P_SMEM_MAX (47 * 1024) /* under the 48 KiB a launch gets without opting in, with the static part[] */
+#define Q8P_SM_BYTES (128 * 1024)
+
+extern __shared__ __align__(16) uint8_t q8p_buf[];
+
+static size_t q8p_bytes(int64_t n_in, int64_t ntb) {
+    return Q8P_HDR + (size_t)ntb * (size_t)n_in + (size_t)ntb * (size_t)(n_in / 32) * 8;
+}
+
+static int q8_sms = 132; /* set by mf_cu_probe_gemv_q8 */
+static int64_t q8p_launches;
+
+extern "C" int mf_cu_q8_prologue_rule(int64_t blocks, int64_t ntb, int64_t n_in) {
+    if (blocks <= 0 || ntb <= 0 || n_in <= 0 || q8p_bytes(n_in, ntb) > Q8P_SMEM_MAX)
+        return 0;
+    return (blocks + q8_sms - 1) / q8_sms * ntb * n_in * 4 <= Q8P_SM_BYTES;
+}
+
+extern "C" int64_t mf_cu_gemv_prologue_count(void) {
+    return q8p_launches;
+}
+
+/* Fills the shared layout above with tokens t0 .. t0 + ntok - 1 of p.x; every
+ * thread of the 128 calls it (two barriers, or one without the norm), after
+ * mf_pdl_wait. Returns the shared activation pointers through xq / xd / xs
+ * (indexed from token 0 = t0). */
+static __device__ __forceinline__ void q8_prologue(const q8_pro &p, int64_t n_in, int64_t t0, int ntok) {
+    double (*part)[8] = (double (*)[8])q8p_buf;
+    float *scs = (float *)(q8p_buf + 512);
+    int8_t *sq = (int8_t *)(q8p_buf + Q8P_HDR);
+    const int64_t n_units = n_in / 32;
+    float *sd = (float *)(sq + ntok * n_in);
+    int32_t *ssum = (int32_t *)(sd + ntok * n_units);
+    const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
+    if (p.norm) {
+        for (int t = 0; t < ntok; t++) {
+            const float *xr = p.x + (t0 + t) * n_in;
+            double a = 0.0, b = 0.0; /* threads tid and tid + 128 of the 256-thread kernel */
+            for (int64_t i = tid; i < n_in; i += 256)
+                a += (double)xr[i] * (double)xr[i];
+            for (int64_t i = tid + 128; i < n_in; i += 256)
+                b += (double)xr[i] * (double)xr[i];
+#pragma unroll
+            for (int off = 16; off > 0; off >>= 1) {
+                a += __shfl_xor_sync(0xffffffffu, a, off);
+                b += __shfl_xor_sync(0xffffffffu, b, off);
+            }
+            if (lane == 0) {
+                part[t][warp] = a;
+                part[t][warp + 4] = b;
+            }
+        }
+        __syncthreads();
+        if (tid < ntok) {
+            double tot = 0.0;
+            for (int i = 0; i < 8; i++)
+                tot += part[tid][i];
+            scs[tid] = (float)(1.0 / sqrt(tot / (double)n_in + (double)p.eps));
+        }
+        __syncthreads();
+    }
+    /* 8 lanes x 4 elements per unit, 16 units per round; warp-uniform trip
+     * count (the shuffles need every lane) */
+    const int64_t total = (int64_t)ntok * n_units;
+    const int j = lane & 7;
+#pragma unroll 2
+    for (int64_t base = 4 * (int64_t)warp; base < total; base += 16) {
+        const int64_t uu = base + (lane >> 3);
+        const bool ok = uu < total;
+        const int t = ok ? (int)(uu / n_units) : 0;
+        const int64_t i = (ok ? uu - (int64_t)t * n_units : 0) * 32 + 4 * j;
+        float4 v = *(const float4 *)(p.x + (t0 + t) * n_in + i);
+        if (p.norm) {
+            const float sc = scs[t];
+            if (p.w) {
+                const float4 wv = *(const float4 *)(p.w + i);
+                v = make_float4(v.x * sc * wv.x, v.y * sc * wv.y, v.z * sc * wv.z, v.w * sc * wv.w);
+            } else {
+                v = make_float4(v.x * sc, v.y * sc, v.z * sc, v.w * sc);
+            }
+        }
+        float amax = fmaxf(fmaxf(fabsf(v.x), fabsf(v.y)), fmaxf(fabsf(v.z), fabsf(v.w)));
+#pragma unroll
+        for (int off = 1; off < 8; off <<= 1)
+            amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, off));
+        const float d = amax / 127.0f;
+        const float id = d != 0.0f ? 1.0f / d : 0.0f;
+        const int q0 = __float2int_rn(v.x * id), q1 = __float2int_rn(v.y * id);
+        const int q2 = __float2int_rn(v.z * id), q3 = __float2int_rn(v.w * id);
+        int s = q0 + q1 + q2 + q3;
+        s += __shfl_xor_sync(0xffffffffu, s, 1); /* lanes 0-3 of the unit: elements 0-15 */
+        s += __shfl_xor_sync(0xffffffffu, s, 2);
+        const int s_hi = __shfl_sync(0xffffffffu, s, (lane & ~7) + 4);
+        if (ok) {
+            ((uint32_t *)sq)[uu * 8 + j] = (uint32_t)(uint8_t)q0 | (uint32_t)(uint8_t)q1 << 8 |
+                                           (uint32_t)(uint8_t)q2 << 16 | (uint32_t)(uint8_t)q3 << 24;
+            if (j == 0) {
+                sd[uu] = d;
+                ssum[uu] = (int32_t)(((uint32_t)s & 0xffffu) | ((uint32_t)s_hi << 16));
+            }
+        }
+    }
+    __syncthreads();
+}
+
+/* The shared activation copy of q8_prologue for ntok tokens. */
+static __device__ __forceinline__ void q8p_ptrs(int64_t n_in, int ntok, const int8_t **xq, const float **xd,
+                                                const int32_t **xs) {
+    const int8_t *sq = (const int8_t *)(q8p_buf + Q8P_HDR);
+    *xq = sq;
+    *xd = (const float *)(sq + ntok * n_in);
+    *xs = (const int32_t *)(*xd + ntok * (n_in / 32));
+}
+
+/* L2 prefetch of a weight row's first 32 lines (4 KiB) by the warp's lanes,
+ * before mf_pdl_wait (weights are never written by a kernel). */
+static __device__ __forceinline__ void q8p_warm(const uint8_t *row, uint64_t row_bytes, int kp, int lane) {
+    const uint64_t off = 128 * (uint64_t)(32 * kp + lane);
+    if (off < row_bytes)
+        asm volatile("prefetch.global.L2 [%0];" ::"l"(__cvta_generic_to_global(row + off)));
+}
+
+/* The activation input of one int8 GEMV call: the f32 rows, the global
+ * scratch, and whether the separate quantization has been launched yet.
+ * q8_src_for decides per launch (each launch of a multi-weight call may
+ * decide differently) and launches the separate quantization before the
+ * first launch that does not take the prologue. */
+typedef struct q8_src {
+    const float *x, *nw;
+    float eps;
+    int norm, mode; /* mode: the args' prologue field */
+    bool alias_free; /* no output overlaps x (other blocks still read it) */
+    bool quantized;
+    int8_t *xq;
+    float *xd;
+    int32_t *xs;
+    int64_t n_in, nt;
+} q8_src;
+
+static cudaError_t launch_quant(const float *x, int8_t *xq, float *xd, int32_t *xs, int64_t total,
+                                cudaStream_t s);
+static cudaError_t launch_norm_quant(const float *x, const float *w, float eps, int64_t n_in, int64_t nt,
+                                     int8_t *xq, float *xd, int32_t *xs, cudaStream_t s);
+
+static cudaError_t q8_src_for(q8_src *in, int64_t blocks, int64_t ntb, q8_pro *pro, size_t *smem,
+                              cudaStream_t s) {
+    memset(pro, 0, sizeof *pro);
+    *smem = 0;
+    const bool fits = in->mode && in->alias_free && (((uintptr_t)in->x | (uintptr_t)in->nw) & 15) == 0 &&
+                      q8p_bytes(in->n_in, ntb) <= Q8P_SMEM_MAX;
+    if (fits && (in->mode == 2 || mf_cu_q8_prologue_rule(blocks, ntb, in->n_in))) {
+        pro->x = in->x;
+        pro->w = in->norm ? in->nw : NULL;
+        pro->eps = in->eps;
+        pro->norm = in->norm;
+        *smem = q8p_bytes(in->n_in, ntb);
+        q8p_launches++;
+        return cudaSuccess;
+    }
+    if (in->quantized)
+        return cudaSuccess;
+    in->quantized = true;
+    return in->norm ? launch_norm_quant(in->x, in->nw, in->eps, in->n_in, in->nt, in->xq, in->xd, in->xs, s)
+                    : launch_quant(in->x, in->xq, in->xd, in->xs, in->nt * (in->n_in / 32), s);
+}
+
+static bool q8_overlap(const void *a, size_t an, const void *b, size_t bn) {
+    const uintptr_t x = (uintptr_t)a, y = (uintptr_t)b;
+    return a && b && x < y + bn && y < x + an;
 }
 
 /* ---- weight unit decoders ------------------------------------------------------------- */
@@ -411,7 +713,7 @@ static __global__ void __launch_bounds__(32 * Q8_WARPS)
 gemv_q8_kernel(const uint8_t *__restrict__ w, uint64_t row_bytes, const int8_t *__restrict__ xq,
                const float *__restrict__ xd, const int32_t *__restrict__ xs,
                const float *__restrict__ bias, float *__restrict__ y, int64_t n_in, int64_t n_out,
-               int64_t nt, int ks) {
+               int64_t nt, int ks, q8_pro pro) {
     __shared__ float part[Q8_WARPS][NT];
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
     const int rpb = Q8_WARPS / ks;
@@ -430,7 +732,19 @@ gemv_q8_kernel(const uint8_t *__restrict__ w, uint64_t row_bytes, const int8_t *
 
     /* an invalid warp computes on row 0, stores nothing, and still reaches
      * the __syncthreads in q8_reduce */
-    q8_row_dot<T, NT>(row, xq, xd, xs, n_units, t0, ntok, kp, ks, lane, acc);
+    if (pro.x) { /* launched through mf_launch: the quantizing prologue */
+        q8p_warm(row, row_bytes, kp, lane);
+        mf_pdl_wait();
+        mf_pdl_trigger();
+        q8_prologue(pro, n_in, t0, ntok);
+        const int8_t *sq;
+        const float *sd;
+        const int32_t *ss;
+        q8p_ptrs(n_in, ntok, &sq, &sd, &ss);
+        q8_row_dot<T, NT>(row, sq, sd, ss, n_units, 0, ntok, kp, ks, lane, acc);
+    } else {
+        q8_row_dot<T, NT>(row, xq, xd, xs, n_units, t0, ntok, kp, ks, lane, acc);
+    }
     q8_reduce<NT>(acc, part, lane, warp, ks);
     if (kp != 0)
         return;
@@ -443,13 +757,11 @@ gemv_q8_kernel(const uint8_t *__restrict__ w, uint64_t row_bytes, const int8_t *
     }
 }
 
-template <int T> static cudaError_t launch_q8(const mf_cu_matmul_args *a, cudaStream_t s) {
+template <int T> static cudaError_t launch_q8(const mf_cu_matmul_args *a, q8_src *in, cudaStream_t s) {
     const int64_t n_units = a->n_in / 32;
-    int8_t *xq = (int8_t *)a->q8;
-    float *xd = (float *)(xq + a->nt * a->n_in);
-    int32_t *xs = (int32_t *)(xd + a->nt * n_units);
-    const int64_t total = a->nt * n_units;
-    q8_quant_kernel<<<(unsigned)((total + 7) / 8), 256, 0, s>>>(a->x, xq, xd, xs, total);
+    int8_t *xq = in->xq;
+    float *xd = in->xd;
+    int32_t *xs = in->xs;
     /* warps per row: enough warps in flight for narrow outputs (k/v
      * projections), never more than the row has 32-unit groups for */
     int ks = 1;
@@ -458,14 +770,19 @@ template <int T> static cudaError_t launch_q8(const mf_cu_matmul_args *a, cudaSt
     const int rpb = Q8_WARPS / ks;
     dim3 grid((unsigned)((a->n_out + rpb - 1) / rpb), 1);
     const uint8_t *w = (const uint8_t *)a->w;
-    if (a->nt == 1) {
-        gemv_q8_kernel<T, 1><<<grid, 32 * Q8_WARPS, 0, s>>>(w, a->row_bytes, xq, xd, xs, a->bias, a->y,
-                                                           a->n_in, a->n_out, a->nt, ks);
-    } else {
+    if (a->nt > 1)
         grid.y = (unsigned)((a->nt + 7) / 8);
-        gemv_q8_kernel<T, 8><<<grid, 32 * Q8_WARPS, 0, s>>>(w, a->row_bytes, xq, xd, xs, a->bias, a->y,
-                                                           a->n_in, a->n_out, a->nt, ks);
-    }
+    q8_pro pro;
+    size_t smem;
+    if (const cudaError_t qe = q8_src_for(in, (int64_t)grid.x * grid.y, a->nt < 8 ? a->nt : 8, &pro, &smem, s))
+        return qe;
+    void (*k)(const uint8_t *, uint64_t, const int8_t *, const float *, const int32_t *, const float *, float *,
+              int64_t, int64_t, int64_t, int, q8_pro) = a->nt == 1 ? gemv_q8_kernel<T, 1> : gemv_q8_kernel<T, 8>;
+    if (pro.x) /* PDL-aware with the prologue; else exactly the old launch */
+        return mf_launch(k, grid, dim3(32 * Q8_WARPS), smem, s, w, a->row_bytes, (const int8_t *)xq,
+                         (const float *)xd, (const int32_t *)xs, a->bias, a->y, a->n_in, a->n_out, a->nt, ks, pro);
+    k<<<grid, 32 * Q8_WARPS, 0, s>>>(w, a->row_bytes, xq, xd, xs, a->bias, a->y, a->n_in, a->n_out, a->nt, ks,
+                                     pro);
     return cudaGetLastError();
 }
 
@@ -565,7 +882,7 @@ static __device__ __forceinline__ void q8_dot_any(const uint8_t *row, const int8
 template <int T, int NT, bool SWIGLU, bool V2>
 static __global__ void __launch_bounds__(32 * Q8_WARPS)
 gemv_q8_multi_kernel(q8_multi p, const int8_t *__restrict__ xq, const float *__restrict__ xd,
-                     const int32_t *__restrict__ xs, int64_t n_in, int64_t nt, int ks) {
+                     const int32_t *__restrict__ xs, int64_t n_in, int64_t nt, int ks, q8_pro pro) {
     __shared__ float part[2][Q8_WARPS][NT];
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
     const int rpb = Q8_WARPS / ks;
@@ -584,12 +901,29 @@ gemv_q8_multi_kernel(q8_multi p, const int8_t *__restrict__ xq, const float *__r
 #pragma unroll
     for (int t = 0; t < NT; t++)
         acc[t] = acc2[t] = 0.0f;
-    if (valid) /* an invalid warp still reaches the __syncthreads in q8_reduce */
-        q8_dot_any<T, NT, V2>(p.w[wi] + (uint64_t)o * p.row_bytes[wi], xq, xd, xs, n_units, t0, ntok, kp,
-                              ks, lane, acc);
-    if (SWIGLU && valid)
-        q8_dot_any<T, NT, V2>(p.w[1] + (uint64_t)o * p.row_bytes[1], xq, xd, xs, n_units, t0, ntok, kp, ks,
-                              lane, acc2);
+    const uint8_t *row0 = p.w[wi] + (uint64_t)o * p.row_bytes[wi];
+    const uint8_t *row1 = p.w[SWIGLU ? 1 : wi] + (uint64_t)o * p.row_bytes[SWIGLU ? 1 : wi];
+    if (pro.x) { /* launched through mf_launch: the quantizing prologue (every warp: it has barriers) */
+        q8p_warm(row0, p.row_bytes[wi], kp, lane);
+        if (SWIGLU)
+            q8p_warm(row1, p.row_bytes[1], kp, lane);
+        mf_pdl_wait();
+        mf_pdl_trigger();
+        q8_prologue(pro, n_in, t0, ntok);
+        const int8_t *sq;
+        const float *sd;
+        const int32_t *ss;
+        q8p_ptrs(n_in, ntok, &sq, &sd, &ss);
+        if (valid)
+            q8_dot_any<T, NT, V2>(row0, sq, sd, ss, n_units, 0, ntok, kp, ks, lane, acc);
+        if (SWIGLU && valid)
+            q8_dot_any<T, NT, V2>(row1, sq, sd, ss, n_units, 0, ntok, kp, ks, lane, acc2);
+    } else {
+        if (valid) /* an invalid warp still reaches the __syncthreads in q8_reduce */
+            q8_dot_any<T, NT, V2>(row0, xq, xd, xs, n_units, t0, ntok, kp, ks, lane, acc);
+        if (SWIGLU && valid)
+            q8_dot_any<T, NT, V2>(row1, xq, xd, xs, n_units, t0, ntok, kp, ks, lane, acc2);
+    }
     q8_reduce<NT>(acc, part[0], lane, warp, ks);
     if (SWIGLU)
         q8_reduce<NT>(acc2, part[1], lane, warp, ks);
@@ -616,8 +950,10 @@ gemv_q8_multi_kernel(q8_multi p, const int8_t *__restrict__ xq, const float *__r
 }
 
 template <int T, bool SWIGLU, bool V2>
-static cudaError_t launch_q8_multi(const q8_multi *p, const int8_t *xq, const float *xd,
-                                   const int32_t *xs, int64_t n_in, int64_t nt, cudaStream_t s) {
+static cudaError_t launch_q8_multi(const q8_multi *p, q8_src *in, int64_t n_in, int64_t nt, cudaStream_t s) {
+    const int8_t *xq = in->xq;
+    const float *xd = in->xd;
+    const int32_t *xs = in->xs;
     const int64_t n_units = n_in / 32;
     const int64_t rows = SWIGLU ? p->n_out[0] : p->start[p->n_w];
     int ks = 1;
@@ -625,13 +961,305 @@ static cudaError_t launch_q8_multi(const q8_multi *p, const int8_t *xq, const fl
         ks *= 2;
     const int rpb = Q8_WARPS / ks;
     dim3 grid((unsigned)((rows + rpb - 1) / rpb), 1);
-    if (nt == 1) {
-        gemv_q8_multi_kernel<T, 1, SWIGLU, V2><<<grid, 32 * Q8_WARPS, 0, s>>>(*p, xq, xd, xs, n_in, nt, ks);
-    } else {
+    if (nt > 1)
         grid.y = (unsigned)((nt + 7) / 8);
-        gemv_q8_multi_kernel<T, 8, SWIGLU, V2><<<grid, 32 * Q8_WARPS, 0, s>>>(*p, xq, xd, xs, n_in, nt, ks);
-    }
+    q8_pro pro;
+    size_t smem;
+    if (const cudaError_t qe = q8_src_for(in, (int64_t)grid.x * grid.y, nt < 8 ? nt : 8, &pro, &smem, s))
+        return qe;
+    void (*k)(q8_multi, const int8_t *, const float *, const int32_t *, int64_t, int64_t, int, q8_pro) =
+        nt == 1 ? gemv_q8_multi_kernel<T, 1, SWIGLU, V2> : gemv_q8_multi_kernel<T, 8, SWIGLU, V2>;
+    if (pro.x) /* PDL-aware with the prologue; else exactly the old launch */
+        return mf_launch(k, grid, dim3(32 * Q8_WARPS), smem, s, *p, xq, xd, xs, n_in, nt, ks, pro);
+    k<<<grid, 32 * Q8_WARPS, 0, s>>>(*p, xq, xd, xs, n_in, nt, ks, pro);
     return cudaGetLastError();
+}
+
+/* ---- GEMV v3 (default; MINFER_CUDA_GEMV_V1=1 restores the kernels above) -------------- */
+
+/* Why a third kernel. v1 keeps the weight bytes it waits for in registers:
+ * two units per lane, decoded, is ~36 warps x 2 units x ~20 bytes = ~23 to
+ * 36 KB in flight per SM, at or under Little's law for ~4.3 TB/s (~36 KB
+ * per SM at ~1 us), and a wider register window spills (measured: 4 units x
+ * 2 rows needs > 80 registers for the K-quants). And each row re-reads its
+ * activation unit (32 int8 + d + sums = 40 bytes), more than the weight
+ * unit itself (18 bytes for Q4_K, 26 for Q6_K).
+ *
+ * So v3 (1) puts the weight stream in flight without registers: every
+ * iteration a warp consumes one 32-unit group (1024 elements) of each of
+ * its rows, and lanes 0..R-1 issue a TMA bulk L2 prefetch
+ * (cp.async.bulk.prefetch.L2, sm_90) of the group `pf` iterations ahead,
+ * so the demand loads mostly hit L2 and DRAM sees pf x R groups per warp in
+ * flight (pf = MINFER_CUDA_GEMV_PF, default 2: ~70-140 KB per SM); (2) gives
+ * a warp R = 2 rows (two consecutive rows of the joint row space, or the
+ * gate and up rows of one SwiGLU output) so every activation load feeds
+ * both; (3) with PDL, prefetches its first pf + 1 groups before
+ * mf_pdl_wait() (weights are never written by a kernel), so they stream in
+ * while the kernel before still runs; (4) at nt == 1 issues the activation
+ * loads before the weight loads, so the two latencies overlap. The
+ * arithmetic per unit is v1's exactly (8 dp4a, the half sums, one fma per
+ * unit and token); only the f32 summation order across warps can differ.
+ * Grid: x = groups of (Q8_WARPS / ks) row pairs, y = token groups of NT;
+ * ks warps split a row pair's 32-unit groups (warp kp takes groups kp,
+ * kp + ks, ...) when there are few row pairs. */
+#define Q8V3_R 2
+
+static int q8v3_pf = 0; /* mf_cu_set_gemv_pf: distance | Q8V3_PF_LINES */
+#define Q8V3_PF_LINES 256 /* per-lane prefetch.global.L2 of 128-byte lines instead of one TMA bulk prefetch */
+
+extern "C" void mf_cu_set_gemv_pf(int groups, int lines) {
+    q8v3_pf = (groups < 0 ? 0 : groups > 8 ? 8 : groups) | (lines ? Q8V3_PF_LINES : 0);
+}
+
+/* bytes [s, e) of a weight into L2, widened to 16-byte bounds (a weight's
+ * upload is 256-byte aligned and padded, so the widening stays inside it) */
+static __device__ __forceinline__ void q8v3_prefetch(const uint8_t *s, const uint8_t *e) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+    const size_t a = __cvta_generic_to_global(s) & ~(size_t)15;
+    const size_t b = (__cvta_generic_to_global(e) + 15) & ~(size_t)15;
+    asm volatile("cp.async.bulk.prefetch.L2.global [%0], %1;" ::"l"(a), "r"((uint32_t)(b - a)));
+#else
+    (void)s;
+    (void)e;
+#endif
+}
+
+/* The same range as 128-byte lines, line k by lane k (ranges here are at
+ * most 1088 bytes + alignment: 10 lines of the 16 lanes given to a row). */
+static __device__ __forceinline__ void q8v3_prefetch_line(const uint8_t *s, const uint8_t *e, int k) {
+    const uint8_t *l = (const uint8_t *)((uintptr_t)s & ~(uintptr_t)127) + 128 * k;
+    if (l < e)
+        asm volatile("prefetch.global.L2 [%0];" ::"l"(__cvta_generic_to_global(l)));
+}
+
+/* Row r of row pair g: its weight *w and the row within it, or -1 past the
+ * end of the row space. Called again in the epilogue rather than kept live
+ * in registers through the loop. */
+template <bool SWIGLU>
+static __device__ __forceinline__ int64_t q8v3_row(const q8_multi &p, int64_t g, int r, int64_t total, int *w) {
+    const int64_t rr = SWIGLU ? g : g * Q8V3_R + r;
+    int k = SWIGLU ? r : 0;
+    if (rr >= total) {
+        *w = k;
+        return -1;
+    }
+    if (!SWIGLU)
+        while (k + 1 < p.n_w && rr >= p.start[k + 1])
+            k++;
+    *w = k;
+    return SWIGLU ? rr : rr - p.start[k];
+}
+
+/* Registers: at 64 (8 blocks per SM) the K-quants from Q3_K on spill at
+ * nt 1 (two rows of raw words for their funnel-shift decode), so they get
+ * 80 (6 blocks); nt 8 keeps 8 accumulators per row (4 blocks). */
+template <int T, int NT, bool SWIGLU>
+static __global__ void __launch_bounds__(32 * Q8_WARPS, NT == 1 ? (T >= MF_TYPE_Q3_K && T <= MF_TYPE_Q6_K ? 6 : 8) : 4)
+gemv_q8v3_kernel(q8_multi p, const int8_t *__restrict__ xq, const float *__restrict__ xd,
+                 const int32_t *__restrict__ xs, int64_t n_in, int64_t nt, int ks, int pfm, q8_pro pro) {
+    constexpr int R = Q8V3_R;
+    __shared__ float part[Q8_WARPS][R * NT];
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+    const int64_t g = (int64_t)blockIdx.x * (Q8_WARPS / ks) + warp / ks;
+    const int kp = warp % ks;
+    const int64_t t0 = (int64_t)blockIdx.y * NT;
+    const int64_t n_units = n_in / 32, n_grp = (n_units + 31) / 32;
+    const int ntok = (int)min((int64_t)NT, nt - t0);
+    const int64_t total = SWIGLU ? p.n_out[0] : p.start[p.n_w];
+
+    const uint8_t *row[R], *end[R];
+    uint32_t gb[R];
+#pragma unroll
+    for (int r = 0; r < R; r++) {
+        int w;
+        const int64_t o = q8v3_row<SWIGLU>(p, g, r, total, &w);
+        row[r] = p.w[w] + (uint64_t)(o < 0 ? 0 : o) * p.row_bytes[w]; /* past the end: row 0, no store */
+        end[r] = row[r] + p.row_bytes[w];
+        /* a 32-unit group is 1024 elements: row_bytes * 32 / n_units bytes, exact for every type */
+        gb[r] = (uint32_t)(p.row_bytes[w] * 32 / (uint64_t)n_units);
+    }
+    /* row r's group of iteration i: by lane r (TMA bulk), or by lanes
+     * 16r .. 16r + 15 a line each (Q8V3_PF_LINES) */
+    const int pf = pfm & (Q8V3_PF_LINES - 1);
+    const bool lines = (pfm & Q8V3_PF_LINES) != 0;
+    auto prefetch = [&](int64_t i) {
+        const int64_t gi = kp + i * ks;
+        if (gi >= n_grp)
+            return;
+#pragma unroll
+        for (int r = 0; r < R; r++)
+            if (lines ? (lane >> 4) == r : lane == r) {
+                const uint8_t *s = row[r] + (uint64_t)gi * gb[r];
+                const uint8_t *e = s + gb[r] < end[r] ? s + gb[r] : end[r];
+                if (lines)
+                    q8v3_prefetch_line(s, e, lane & 15);
+                else
+                    q8v3_prefetch(s, e);
+            }
+    };
+    for (int i = 0; i <= pf; i++) /* weights only: allowed before the wait */
+        prefetch(i);
+    mf_pdl_wait();
+    mf_pdl_trigger();
+
+    float acc[R * NT];
+#pragma unroll
+    for (int i = 0; i < R * NT; i++)
+        acc[i] = 0.0f;
+    /* the dot loop over activations xq / xd / xs whose token 0 is tx: the
+     * global scratch (tx = t0) or the prologue's shared copy (tx = 0) */
+    auto dots = [&](const int8_t *__restrict__ qx, const float *__restrict__ qd, const int32_t *__restrict__ qs,
+                    int64_t tx) {
+        int64_t u = 32 * (int64_t)kp + lane;
+        for (int64_t i = 0; kp + i * ks < n_grp; i++, u += 32 * (int64_t)ks) { /* warp-uniform */
+            if (pf > 0) /* groups up to i + pf + 1 requested while group i is read */
+                prefetch(i + pf + 1);
+            if (u >= n_units)
+                continue;
+            int4 a0 = {}, c0 = {};
+            int32_t hs0 = 0;
+            float dx0 = 0.0f;
+            if constexpr (NT == 1) { /* the activation in flight together with the weights */
+                const int64_t xu = tx * n_units + u;
+                const int4 *xp = (const int4 *)(qx + xu * 32);
+                a0 = xp[0];
+                c0 = xp[1];
+                hs0 = qs[xu];
+                dx0 = qd[xu];
+            }
+            uint32_t q[R][8];
+            float2 dm[R][2];
+#pragma unroll
+            for (int r = 0; r < R; r++)
+                q8w<T>::unit(row[r], u, q[r], dm[r]);
+#pragma unroll
+            for (int t = 0; t < NT; t++) {
+                if (t < ntok) {
+                    int4 a = a0, c = c0;
+                    int32_t hs = hs0;
+                    float dx = dx0;
+                    if constexpr (NT != 1) {
+                        const int64_t xu = (tx + t) * n_units + u;
+                        const int4 *xp = (const int4 *)(qx + xu * 32);
+                        a = xp[0];
+                        c = xp[1];
+                        hs = qs[xu];
+                        dx = qd[xu];
+                    }
+                    const float sx0 = (float)(int16_t)(hs & 0xffff), sx1 = (float)(int16_t)(hs >> 16);
+#pragma unroll
+                    for (int r = 0; r < R; r++) {
+                        const uint32_t *qq = q[r];
+                        int s0 = __dp4a((int)qq[0], a.x, 0);
+                        s0 = __dp4a((int)qq[1], a.y, s0);
+                        s0 = __dp4a((int)qq[2], a.z, s0);
+                        s0 = __dp4a((int)qq[3], a.w, s0);
+                        int s1 = __dp4a((int)qq[4], c.x, 0);
+                        s1 = __dp4a((int)qq[5], c.y, s1);
+                        s1 = __dp4a((int)qq[6], c.z, s1);
+                        s1 = __dp4a((int)qq[7], c.w, s1);
+                        const float2 *m = dm[r];
+                        const float v = m[0].x * (float)s0 + m[0].y * sx0 + m[1].x * (float)s1 + m[1].y * sx1;
+                        acc[r * NT + t] += dx * v;
+                    }
+                }
+            }
+        }
+    };
+    if (pro.x) { /* the quantizing prologue (after the wait: x is the previous kernel's) */
+        q8_prologue(pro, n_in, t0, ntok);
+        const int8_t *sq;
+        const float *sd;
+        const int32_t *ss;
+        q8p_ptrs(n_in, ntok, &sq, &sd, &ss);
+        dots(sq, sd, ss, 0);
+    } else {
+        dots(xq, xd, xs, t0);
+    }
+    q8_reduce<R * NT>(acc, part, lane, warp, ks);
+    if (lane != 0 || kp != 0)
+        return;
+    if constexpr (SWIGLU) {
+        int w;
+        const int64_t o = q8v3_row<SWIGLU>(p, g, 0, total, &w);
+        if (o < 0)
+            return;
+        const float bg = p.bias[0] ? p.bias[0][o] : 0.0f, bu = p.bias[1] ? p.bias[1][o] : 0.0f;
+#pragma unroll
+        for (int t = 0; t < NT; t++)
+            if (t < ntok) {
+                const float gt = acc[t] + bg;
+                p.y[0][(t0 + t) * p.n_out[0] + o] = gt / (1.0f + expf(-gt)) * (acc[NT + t] + bu);
+            }
+    } else {
+#pragma unroll
+        for (int r = 0; r < R; r++) {
+            int w;
+            const int64_t o = q8v3_row<SWIGLU>(p, g, r, total, &w);
+            if (o < 0)
+                continue;
+            const float b = p.bias[w] ? p.bias[w][o] : 0.0f;
+            const float *res = p.res[w];
+#pragma unroll
+            for (int t = 0; t < NT; t++)
+                if (t < ntok) {
+                    const int64_t i = (t0 + t) * p.n_out[w] + o;
+                    p.y[w][i] = res ? res[i] + (acc[r * NT + t] + b) : acc[r * NT + t] + b; /* x + Wa, as v1 */
+                }
+        }
+    }
+}
+
+/* Blocks per SM of each v3 kernel and the SM count, from the start-up probe
+ * (mf_cu_probe_gemv_q8; 0: not probed, the launcher assumes 6). */
+static int q8v3_sms = 132;
+static int q8v3_bps[MF_TYPE_Q6_K + 1][2][2]; /* [type][nt > 1][swiglu] */
+
+template <int T> static void q8v3_occupancy() {
+    int n = 0;
+    if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&n, gemv_q8v3_kernel<T, 1, false>, 32 * Q8_WARPS, 0) == cudaSuccess)
+        q8v3_bps[T][0][0] = n;
+    if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&n, gemv_q8v3_kernel<T, 8, false>, 32 * Q8_WARPS, 0) == cudaSuccess)
+        q8v3_bps[T][1][0] = n;
+    if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&n, gemv_q8v3_kernel<T, 1, true>, 32 * Q8_WARPS, 0) == cudaSuccess)
+        q8v3_bps[T][0][1] = n;
+    if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&n, gemv_q8v3_kernel<T, 8, true>, 32 * Q8_WARPS, 0) == cudaSuccess)
+        q8v3_bps[T][1][1] = n;
+}
+
+/* ks (warps per row pair, each taking every ks-th 32-unit group): doubled
+ * while every warp still gets a group and the grid still fits one wave of
+ * resident blocks. A second, partial wave would run a whole block lifetime
+ * (a whole row) at low parallelism; one wave of fewer, longer warps keeps
+ * the prefetched stream going instead. Narrow outputs (k/v, the 0.5B
+ * projections) get more warps per row, wide ones (FFN, lm_head: many
+ * waves anyway) one. */
+template <int T, bool SWIGLU>
+static cudaError_t launch_q8v3(const q8_multi *p, q8_src *in, int64_t n_in, int64_t nt, cudaStream_t s) {
+    const int8_t *xq = in->xq;
+    const float *xd = in->xd;
+    const int32_t *xs = in->xs;
+    const int64_t n_units = n_in / 32, n_grp = (n_units + 31) / 32;
+    const int64_t rows = SWIGLU ? p->n_out[0] : p->start[p->n_w];
+    const int64_t pairs = SWIGLU ? rows : (rows + Q8V3_R - 1) / Q8V3_R;
+    const int bps = q8v3_bps[T][nt > 1][SWIGLU];
+    const int64_t wave = (int64_t)q8v3_sms * (bps > 0 ? bps : 6);
+    int ks = 1;
+    while (ks < Q8_WARPS && n_grp >= 2 * ks && (pairs * 2 * ks + Q8_WARPS - 1) / Q8_WARPS <= wave)
+        ks *= 2;
+    const int ppb = Q8_WARPS / ks;
+    dim3 grid((unsigned)((pairs + ppb - 1) / ppb), 1);
+    if (nt > 1)
+        grid.y = (unsigned)((nt + 7) / 8);
+    q8_pro pro;
+    size_t smem;
+    if (const cudaError_t qe = q8_src_for(in, (int64_t)grid.x * grid.y, nt < 8 ? nt : 8, &pro, &smem, s))
+        return qe;
+    if (nt == 1)
+        return mf_launch(gemv_q8v3_kernel<T, 1, SWIGLU>, grid, dim3(32 * Q8_WARPS), smem, s, *p, xq, xd, xs, n_in,
+                         nt, ks, q8v3_pf, pro);
+    return mf_launch(gemv_q8v3_kernel<T, 8, SWIGLU>, grid, dim3(32 * Q8_WARPS), smem, s, *p, xq, xd, xs, n_in, nt,
+                     ks, q8v3_pf, pro);
 }
 
 #define MF_CU_FOR_EACH_Q8_WTYPE(X) \
@@ -654,13 +1282,54 @@ extern "C" int mf_cu_q8_supported(uint32_t wtype, int64_t n_in) {
     }
 }
 
+/* The auto rule, from the H200 runs of 01:52Z and 02:05Z (ops bench, v1 vs
+ * v3 without prefetch, and minfer bench end to end, PDL on): v3 is faster
+ * on the layer matmuls (qwen2-0.5B tg128 1,221 t/s all-v3 vs 1,127 all-v1;
+ * 7B Q4_K_M 328 with this rule vs 271 all-v1 and 319 all-v3), v1 on
+ * vocab-wide outputs (lm_head Q4_0 97 vs 119 us) and on Q6_K (35 vs 41 us
+ * for 18944 -> 3584). n_in is kept in the signature for the next rule. */
+extern "C" int mf_cu_gemv_v3_wanted(uint32_t wtype, int64_t n_in, int64_t rows) {
+    (void)n_in;
+    return rows <= 65536 && wtype != MF_TYPE_Q6_K;
+}
+
 extern "C" cudaError_t mf_cu_gemv_q8(const mf_cu_matmul_args *a, cudaStream_t s) {
     if (!a->q8 || a->nt <= 0 || a->nt > 8 || !mf_cu_q8_supported(a->wtype, a->n_in))
         return cudaErrorInvalidValue;
+    if (!a->gemv_v1 && (!a->gemv_auto || mf_cu_gemv_v3_wanted(a->wtype, a->n_in, a->n_out) ||
+                        mf_cu_gemv_wide_wanted(a->wtype, a->n_in, a->nt))) { /* (gemv_wide.cu) */
+        /* v3: one weight through the multi launcher (same quantization) */
+        mf_cu_q8_multi_args m;
+        memset(&m, 0, sizeof m);
+        m.n_w = 1;
+        m.x = a->x;
+        m.n_in = a->n_in;
+        m.nt = a->nt;
+        m.q8 = a->q8;
+        m.wtype[0] = a->wtype;
+        m.w[0] = a->w;
+        m.row_bytes[0] = a->row_bytes;
+        m.bias[0] = a->bias;
+        m.y[0] = a->y;
+        m.n_out[0] = a->n_out;
+        m.gemv_auto = a->gemv_auto;
+        m.prologue = a->prologue;
+        return mf_cu_gemv_q8_multi(&m, s);
+    }
+    q8_src in;
+    memset(&in, 0, sizeof in);
+    in.x = a->x;
+    in.mode = a->prologue;
+    in.alias_free = !q8_overlap(a->x, (size_t)(a->nt * a->n_in) * 4, a->y, (size_t)(a->nt * a->n_out) * 4);
+    in.n_in = a->n_in;
+    in.nt = a->nt;
+    in.xq = (int8_t *)a->q8;
+    in.xd = (float *)(in.xq + a->nt * a->n_in);
+    in.xs = (int32_t *)(in.xd + a->nt * (a->n_in / 32));
     switch (a->wtype) {
 #define MF_CASE(T) \
     case T:        \
-        return launch_q8<T>(a, s);
+        return launch_q8<T>(a, &in, s);
         MF_CU_FOR_EACH_Q8_WTYPE(MF_CASE)
 #undef MF_CASE
     default:
@@ -682,15 +1351,22 @@ extern "C" cudaError_t mf_cu_gemv_q8_multi(const mf_cu_q8_multi_args *a, cudaStr
     }
     if (a->swiglu && (!same || a->n_out[1] != a->n_out[0] || a->res[0] || a->res[1]))
         return cudaErrorInvalidValue;
-    const int64_t n_units = a->n_in / 32;
-    int8_t *xq = (int8_t *)a->q8;
-    float *xd = (float *)(xq + a->nt * a->n_in);
-    int32_t *xs = (int32_t *)(xd + a->nt * n_units);
-    const int64_t total = a->nt * n_units;
-    if (a->norm)
-        q8_norm_quant_kernel<<<(unsigned)a->nt, 256, 0, s>>>(a->x, a->norm_w, a->norm_eps, a->n_in, xq, xd, xs);
-    else
-        q8_quant_kernel<<<(unsigned)((total + 7) / 8), 256, 0, s>>>(a->x, xq, xd, xs, total);
+    q8_src in; /* quantized by the first launch without the prologue, or never */
+    memset(&in, 0, sizeof in);
+    in.x = a->x;
+    in.nw = a->norm ? a->norm_w : NULL;
+    in.eps = a->norm_eps;
+    in.norm = a->norm;
+    in.mode = a->prologue;
+    in.alias_free = true;
+    for (int i = 0; i < (a->swiglu ? 1 : a->n_w); i++) /* swiglu writes y[0] only */
+        if (q8_overlap(a->x, (size_t)(a->nt * a->n_in) * 4, a->y[i], (size_t)(a->nt * a->n_out[i]) * 4))
+            in.alias_free = false;
+    in.n_in = a->n_in;
+    in.nt = a->nt;
+    in.xq = (int8_t *)a->q8;
+    in.xd = (float *)(in.xq + a->nt * a->n_in);
+    in.xs = (int32_t *)(in.xd + a->nt * (a->n_in / 32));
     q8_multi p;
     memset(&p, 0, sizeof p);
     int first = 0;
@@ -709,20 +1385,40 @@ extern "C" cudaError_t mf_cu_gemv_q8_multi(const mf_cu_q8_multi_args *a, cudaStr
             p.n_out[k] = a->n_out[first + k];
             p.start[k + 1] = p.start[k] + p.n_out[k];
         }
+        if (!a->gemv_v1 && !(a->v2 && a->wtype[first] == MF_TYPE_Q4_K) &&
+            mf_cu_gemv_wide_wanted(a->wtype[first], a->n_in, a->nt)) { /* the long-row GEMV (gemv_wide.cu) */
+            if (const cudaError_t we = mf_cu_gemv_wide(a, first, p.n_w, s))
+                return we;
+            first = i;
+            continue;
+        }
         cudaError_t e = cudaErrorInvalidValue;
-        switch (a->wtype[first]) {
+        const bool v3 = !a->gemv_v1 && !(a->v2 && a->wtype[first] == MF_TYPE_Q4_K) &&
+                        (!a->gemv_auto || mf_cu_gemv_v3_wanted(a->wtype[first], a->n_in, p.start[p.n_w]));
+        switch (v3 ? a->wtype[first] : 0xffffffffu) { /* the v3 row-pair GEMV */
 #define MF_CASE(T)                                                                          \
     case T:                                                                                 \
-        e = a->swiglu ? launch_q8_multi<T, true, false>(&p, xq, xd, xs, a->n_in, a->nt, s)  \
-                      : launch_q8_multi<T, false, false>(&p, xq, xd, xs, a->n_in, a->nt, s); \
+        e = a->swiglu ? launch_q8v3<T, true>(&p, &in, a->n_in, a->nt, s)             \
+                      : launch_q8v3<T, false>(&p, &in, a->n_in, a->nt, s);           \
+        break;
+            MF_CU_FOR_EACH_Q8_WTYPE(MF_CASE)
+#undef MF_CASE
+        default:
+            break;
+        }
+        switch (v3 ? 0xffffffffu : a->wtype[first]) {
+#define MF_CASE(T)                                                                          \
+    case T:                                                                                 \
+        e = a->swiglu ? launch_q8_multi<T, true, false>(&p, &in, a->n_in, a->nt, s)  \
+                      : launch_q8_multi<T, false, false>(&p, &in, a->n_in, a->nt, s); \
         break;
         case MF_TYPE_Q4_K: /* the paired-unit GEMV when asked (MINFER_CUDA_GEMV_V2) */
             if (a->v2)
-                e = a->swiglu ? launch_q8_multi<MF_TYPE_Q4_K, true, true>(&p, xq, xd, xs, a->n_in, a->nt, s)
-                              : launch_q8_multi<MF_TYPE_Q4_K, false, true>(&p, xq, xd, xs, a->n_in, a->nt, s);
+                e = a->swiglu ? launch_q8_multi<MF_TYPE_Q4_K, true, true>(&p, &in, a->n_in, a->nt, s)
+                              : launch_q8_multi<MF_TYPE_Q4_K, false, true>(&p, &in, a->n_in, a->nt, s);
             else
-                e = a->swiglu ? launch_q8_multi<MF_TYPE_Q4_K, true, false>(&p, xq, xd, xs, a->n_in, a->nt, s)
-                              : launch_q8_multi<MF_TYPE_Q4_K, false, false>(&p, xq, xd, xs, a->n_in, a->nt, s);
+                e = a->swiglu ? launch_q8_multi<MF_TYPE_Q4_K, true, false>(&p, &in, a->n_in, a->nt, s)
+                              : launch_q8_multi<MF_TYPE_Q4_K, false, false>(&p, &in, a->n_in, a->nt, s);
             break;
             MF_CU_FOR_EACH_Q8_WTYPE_BUT_Q4_K(MF_CASE)
 #undef MF_CASE
@@ -741,6 +1437,7 @@ extern "C" cudaError_t mf_cu_gemv_q8_multi(const mf_cu_q8_multi_args *a, cudaStr
 extern "C" cudaError_t mf_cu_probe_gemv_q8(size_t smem_limit, const char **bad) {
     MF_PROBE(q8_quant_kernel, 256);
     MF_PROBE(q8_norm_quant_kernel, 256);
+    MF_PROBE(q8_norm_quant_wide_kernel, 256);
 #define MF_CASE(T)                                     \
     MF_PROBE((gemv_q8_kernel<T, 1>), 32 * Q8_WARPS);   \
     MF_PROBE((gemv_q8_kernel<T, 8>), 32 * Q8_WARPS);             \
@@ -754,5 +1451,17 @@ extern "C" cudaError_t mf_cu_probe_gemv_q8(size_t smem_limit, const char **bad) 
     MF_PROBE((gemv_q8_multi_kernel<MF_TYPE_Q4_K, 8, false, true>), 32 * Q8_WARPS);
     MF_PROBE((gemv_q8_multi_kernel<MF_TYPE_Q4_K, 1, true, true>), 32 * Q8_WARPS);
     MF_PROBE((gemv_q8_multi_kernel<MF_TYPE_Q4_K, 8, true, true>), 32 * Q8_WARPS);
+#define MF_CASE(T)                                                 \
+    MF_PROBE((gemv_q8v3_kernel<T, 1, false>), 32 * Q8_WARPS);       \
+    MF_PROBE((gemv_q8v3_kernel<T, 8, false>), 32 * Q8_WARPS);       \
+    MF_PROBE((gemv_q8v3_kernel<T, 1, true>), 32 * Q8_WARPS);        \
+    MF_PROBE((gemv_q8v3_kernel<T, 8, true>), 32 * Q8_WARPS);        \
+    q8v3_occupancy<T>();
+    MF_CU_FOR_EACH_Q8_WTYPE(MF_CASE)
+#undef MF_CASE
+    int dev = 0, sms = 0; /* the v3 launcher's wave size */
+    if (cudaGetDevice(&dev) == cudaSuccess &&
+        cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev) == cudaSuccess && sms > 0)
+        q8v3_sms = q8_sms = sms;
     return cudaSuccess;
 }

@@ -7,11 +7,14 @@
 
 #include "backend/cuda/cuda_args.h"
 #include "backend/cuda/dequant.cuh"
+#include "backend/cuda/pdl.cuh"
 
 template <int T>
 static __global__ void getrows_kernel(const uint8_t *__restrict__ w, uint64_t row_bytes, int64_t n,
                                int64_t n_rows, const int32_t *__restrict__ ids, float *y,
                                mf_cu_fault *fault, int32_t node) {
+    mf_pdl_wait();
+    mf_pdl_trigger();
     const int64_t t = blockIdx.x;
     const int64_t id = ids[t];
     float *yr = y + t * n;
@@ -47,9 +50,8 @@ extern "C" cudaError_t mf_cu_getrows(const mf_cu_getrows_args *a, cudaStream_t s
     switch (a->wtype) {
 #define MF_CASE(T)                                                                               \
     case T:                                                                                      \
-        getrows_kernel<T><<<(unsigned)a->nt, 128, 0, s>>>(w, a->row_bytes, a->n, a->n_rows,    \
-                                                          a->ids, a->y, a->fault, a->node);     \
-        break;
+        return mf_launch(getrows_kernel<T>, dim3((unsigned)a->nt), dim3(128), 0, s, w, a->row_bytes, a->n, \
+                         a->n_rows, a->ids, a->y, a->fault, a->node);
         MF_CU_FOR_EACH_WTYPE(MF_CASE)
 #undef MF_CASE
     default:

@@ -5,8 +5,11 @@
 
 #include "backend/cuda/cuda_args.h"
 #include "backend/cuda/kv.cuh"
+#include "backend/cuda/pdl.cuh"
 
 static __global__ void kv_store_kernel(mf_cu_kv_args a) {
+    mf_pdl_wait();
+    mf_pdl_trigger();
     const int64_t t = blockIdx.y;
     const float *src = a.src + t * a.kv_dim;
     uint8_t *row = mf_kv_store_row(a, t);
@@ -31,11 +34,12 @@ extern "C" cudaError_t mf_cu_kv_store(const mf_cu_kv_args *a, cudaStream_t s) {
         return cudaSuccess;
     const int64_t per = a->kv_type == MF_TYPE_Q8_0 ? (a->kv_dim / MF_QK8_0) * 32 : a->kv_dim;
     dim3 grid((unsigned)((per + 255) / 256), (unsigned)a->nt);
-    kv_store_kernel<<<grid, 256, 0, s>>>(*a);
-    return cudaGetLastError();
+    return mf_launch(kv_store_kernel, grid, dim3(256), 0, s, *a);
 }
 
 static __global__ void kv_load_kernel(mf_cu_kv_args a) {
+    mf_pdl_wait();
+    mf_pdl_trigger();
     const int64_t r = blockIdx.x; /* rows on x: n_ctx may pass the 65535 limit of y */
     const uint8_t *row = (const uint8_t *)a.cache + (uint64_t)r * mf_kv_row_bytes(a.kv_type, a.kv_dim);
     for (int64_t i = threadIdx.x; i < a.kv_dim; i += blockDim.x)
@@ -46,8 +50,7 @@ static __global__ void kv_load_kernel(mf_cu_kv_args a) {
 extern "C" cudaError_t mf_cu_kv_load(const mf_cu_kv_args *a, cudaStream_t s) {
     if (a->nt <= 0)
         return cudaSuccess;
-    kv_load_kernel<<<(unsigned)a->nt, 256, 0, s>>>(*a);
-    return cudaGetLastError();
+    return mf_launch(kv_load_kernel, dim3((unsigned)a->nt), dim3(256), 0, s, *a);
 }
 
 #include "backend/cuda/probe.cuh"

@@ -18,6 +18,14 @@
  *     rounding to f16 costs about 3e-4 relative error per dot product (the
  *     tier's tolerance is 3e-3, documented in docs/GPU-TESTS.md);
  *     MINFER_CUDA_NO_TC=1 (host side) selects the SIMT tier instead.
+ * Above those, for nt >= MINFER_CUDA_MMA_MIN_NT (default 64; force_gemm 3
+ * at any nt) with n_in % 8 == 0 on an sm_80+ device, the call goes to the
+ * mma tier (gemm_mma.cu: W dequantized to f16 once per call in bounded
+ * chunks, x to f16, a pipelined mma.sync GEMM) when the caller supplied its
+ * scratch; the dequant costs 2 bytes written + read per weight element, so
+ * it only pays over enough tokens (below the threshold the TC tier above
+ * stays). MINFER_CUDA_NO_MMA=1 keeps the TC tier for every nt > 8 (mode 3
+ * without a usable mma tier also falls back to the TC tier).
  * For nt <= 8 on quantized weights with a q8 scratch, auto mode hands the
  * call to the int8 GEMV (gemv_q8.cu); this file's GEMV is then the f32
  * reference tier (mode -1, MINFER_CUDA_NO_Q8=1, float weights).
@@ -295,10 +303,16 @@ tc_gemm_kernel(const uint8_t *__restrict__ w, uint64_t row_bytes, const float *_
 
 template <int T> static cudaError_t launch_matmul(const mf_cu_matmul_args *a, cudaStream_t s) {
     const int mode = a->force_gemm;
+    if (mf_cu_mma_wanted(a)) {
+        if (a->xf16)
+            return mf_cu_gemm_mma(a, s);
+        if (mode == 3)
+            return cudaErrorInvalidValue; /* forced without its scratch */
+    }
     const bool gemm = mode > 0 || (mode == 0 && a->nt > MF_GEMV_T);
     if (mode == -2 || (mode == 0 && !gemm && a->q8 && mf_cu_q8_supported(a->wtype, a->n_in)))
         return mf_cu_gemv_q8(a, s);
-    const bool tc = mode == 2 || (mode == 0 && !a->no_tc);
+    const bool tc = mode >= 2 || (mode == 0 && !a->no_tc);
     const uint8_t *w = (const uint8_t *)a->w;
     if (gemm && tc) {
         dim3 grid((unsigned)((a->n_out + MF_TC_BM - 1) / MF_TC_BM),
@@ -351,5 +365,5 @@ extern "C" cudaError_t mf_cu_probe_matmul(size_t smem_limit, const char **bad) {
     MF_PROBE(tc_gemm_kernel<T>, MF_GEMM_THREADS);
     MF_CU_FOR_EACH_WTYPE(MF_CASE)
 #undef MF_CASE
-    return cudaSuccess;
+    return mf_cu_probe_mma(smem_limit, bad);
 }

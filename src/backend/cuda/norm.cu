@@ -3,11 +3,33 @@
  * One block per row. The sum of squares is accumulated in double (an
  * 18944-wide row of large activations loses digits in a float running sum,
  * the CPU does the same) and reduced by warp shuffles then shared memory;
- * each thread rereads and writes only its own elements, so y may equal x. */
+ * each thread rereads and writes only its own elements, so y may equal x.
+ *
+ * Wide path (decode; MINFER_CUDA_NO_WIDE_NORM=1 turns it off): with few rows
+ * one block per row leaves the GPU idle and the kernel is one long latency
+ * chain. rmsnorm_wide_kernel runs grid (n / threads, rows): every block
+ * recomputes its row's sum of squares with the same thread count and the
+ * same per-thread order as the one-block kernel (so the scale, and every
+ * output, is bitwise the same), then writes only its own `threads`
+ * elements, whose x it kept from that pass. Other blocks still read the
+ * whole row while one writes, so the host takes it only when y does not
+ * overlap x. The extra row reads are L2 hits (3.5-20 KB per row). */
 #include "backend/cuda/cuda_args.h"
+#include "backend/cuda/pdl.cuh"
+
+/* the kill switches of the wide decode kernels (mf_cu_set_wide) */
+int mf_cu_wide_norm = 1;
+int mf_cu_wide_rope = 1;
+
+extern "C" void mf_cu_set_wide(int norm, int rope) {
+    mf_cu_wide_norm = norm != 0;
+    mf_cu_wide_rope = rope != 0;
+}
 
 static __global__ void rmsnorm_kernel(const float *x, const float *__restrict__ w, float *y, int64_t n,
                                float eps) {
+    mf_pdl_wait();
+    mf_pdl_trigger();
     __shared__ double part[32];
     const int64_t r = blockIdx.x;
     const float *xr = x + r * n;
@@ -30,17 +52,62 @@ static __global__ void rmsnorm_kernel(const float *x, const float *__restrict__ 
         yr[i] = w ? xr[i] * sc * w[i] : xr[i] * sc;
 }
 
+/* Block (c, r): elements [c * blockDim.x, (c + 1) * blockDim.x) of row r.
+ * The weight is read before the PDL wait (no kernel writes it). */
+static __global__ void rmsnorm_wide_kernel(const float *__restrict__ x, const float *__restrict__ w,
+                                           float *__restrict__ y, int64_t n, float eps) {
+    const int64_t me = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
+    const float wv = w && me < n ? w[me] : 1.0f;
+    mf_pdl_wait();
+    mf_pdl_trigger();
+    __shared__ double part[32];
+    const int64_t r = blockIdx.y;
+    const float *xr = x + r * n;
+    double ss = 0.0;
+    float mine = 0.0f;
+    for (int64_t i = threadIdx.x; i < n; i += blockDim.x) {
+        const float v = xr[i];
+        if (i == me)
+            mine = v;
+        ss += (double)v * (double)v;
+    }
+#pragma unroll
+    for (int off = 16; off > 0; off >>= 1)
+        ss += __shfl_xor_sync(0xffffffffu, ss, off);
+    const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, nw = (blockDim.x + 31) >> 5;
+    if (lane == 0)
+        part[warp] = ss;
+    __syncthreads();
+    double tot = 0.0;
+    for (int i = 0; i < nw; i++)
+        tot += part[i];
+    const float sc = (float)(1.0 / sqrt(tot / (double)n + (double)eps));
+    if (me < n)
+        y[r * n + me] = w ? mine * sc * wv : mine * sc;
+}
+
+/* Rows up to which the wide kernel is taken: past it the one-block grid
+ * fills the GPU and the repeated row reads would only add L2 traffic. */
+#define WIDE_MAX_ROWS 64
+
 extern "C" cudaError_t mf_cu_rmsnorm(const mf_cu_norm_args *a, cudaStream_t s) {
     if (a->nrows <= 0)
         return cudaSuccess;
-    int threads = a->n >= 1024 ? 256 : a->n >= 256 ? 128 : 32;
-    rmsnorm_kernel<<<(unsigned)a->nrows, threads, 0, s>>>(a->x, a->w, a->y, a->n, a->eps);
-    return cudaGetLastError();
+    const int threads = a->n >= 1024 ? 256 : a->n >= 256 ? 128 : 32;
+    const int64_t total = a->n * a->nrows;
+    const bool apart = a->y + total <= a->x || a->x + total <= a->y;
+    if (mf_cu_wide_norm && a->nrows <= WIDE_MAX_ROWS && apart && a->n > threads) {
+        const dim3 grid((unsigned)((a->n + threads - 1) / threads), (unsigned)a->nrows);
+        return mf_launch(rmsnorm_wide_kernel, grid, dim3(threads), 0, s, a->x, a->w, a->y, a->n, a->eps);
+    }
+    return mf_launch(rmsnorm_kernel, dim3((unsigned)a->nrows), dim3(threads), 0, s, a->x, a->w, a->y, a->n,
+                     a->eps);
 }
 
 #include "backend/cuda/probe.cuh"
 
 extern "C" cudaError_t mf_cu_probe_norm(size_t smem_limit, const char **bad) {
     MF_PROBE(rmsnorm_kernel, 256);
+    MF_PROBE(rmsnorm_wide_kernel, 256);
     return cudaSuccess;
 }

@@ -6,8 +6,11 @@
  * as the CPU does, so long contexts keep their phase. Each pair is read and
  * written by one thread, so y may equal x; dims >= n_rot are copied. */
 #include "backend/cuda/cuda_args.h"
+#include "backend/cuda/pdl.cuh"
 
 static __global__ void rope_kernel(mf_cu_rope_args a) {
+    mf_pdl_wait();
+    mf_pdl_trigger();
     const int64_t t = blockIdx.x / a.n_head;
     const int h = (int)(blockIdx.x % a.n_head);
     const float *xv = a.x + (t * a.n_head + h) * (int64_t)a.head_dim;
@@ -34,8 +37,7 @@ extern "C" cudaError_t mf_cu_rope(const mf_cu_rope_args *a, cudaStream_t s) {
     const int64_t blocks = a->nt * a->n_head;
     if (blocks <= 0)
         return cudaSuccess;
-    rope_kernel<<<(unsigned)blocks, 64, 0, s>>>(*a);
-    return cudaGetLastError();
+    return mf_launch(rope_kernel, dim3((unsigned)blocks), dim3(64), 0, s, *a);
 }
 
 #include "backend/cuda/probe.cuh"

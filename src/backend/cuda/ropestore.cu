@@ -7,11 +7,30 @@
  * of the store: global writes of a block are visible to the block after
  * it), (t, 2) stores V row t. The rotation (angle and sin/cos in double)
  * is rope.cu's and the store is kvstore.cu's (the kv.cuh writers), so the
- * results are bitwise the unfused path's. */
+ * results are bitwise the unfused path's.
+ *
+ * Wide path (MINFER_CUDA_NO_WIDE_ROPE=1 turns it off): grid (n_head + 2
+ * n_head_kv, nt) of 64 threads, block (h, t): Q head h (h < n_head), K head
+ * h - n_head (rotated in place, a barrier, then that head's slice of the K
+ * row stored), or V head h - n_head - n_head_kv (its slice stored). With one
+ * token the old grid had 3 blocks each walking a whole row (14 heads of
+ * double pow + sincos per thread for Q); now every head is its own block and
+ * each thread rotates one pair. The per-element math is the same code, so
+ * the results are bitwise equal. It needs head_dim % 32 == 0 (a q8_0 block
+ * never straddles two heads) and one head_dim for Q and K.
+ *
+ * With q_norm / k_norm (Qwen3's QkNorm) the Q and K head blocks first
+ * RMSNorm their head in place, exactly as norm.cu's one-block kernel does
+ * for a head_dim row (one warp: same element order, shuffle tree, lane 0's
+ * total), then a barrier, then the rotation: two launches fewer per layer,
+ * bitwise the same. Where the per-head kernel does not apply (or
+ * head_dim >= 256, where norm.cu would use more than one warp) the norms run
+ * as mf_cu_rmsnorm launches before the rope-store kernel. */
 #include <math.h>
 
 #include "backend/cuda/cuda_args.h"
 #include "backend/cuda/kv.cuh"
+#include "backend/cuda/pdl.cuh"
 
 #define RS_THREADS 256
 
@@ -60,6 +79,8 @@ static __device__ void rs_store_row(const mf_cu_kv_args &a, int64_t t) {
 }
 
 static __global__ void __launch_bounds__(RS_THREADS) rope_store_kernel(mf_cu_rope_store_args a) {
+    mf_pdl_wait();
+    mf_pdl_trigger();
     const int64_t t = blockIdx.x;
     if (blockIdx.y == 0) {
         rs_rope_row(a.rq, t);
@@ -72,6 +93,89 @@ static __global__ void __launch_bounds__(RS_THREADS) rope_store_kernel(mf_cu_rop
     }
 }
 
+#define RSH_THREADS 64
+
+/* Head h of row t of a: rs_rope_row's arithmetic, one head. */
+static __device__ void rs_rope_head(const mf_cu_rope_args &a, int64_t t, int h) {
+    const double p = a.pos ? (double)a.pos[t] : (double)((a.pos0_dev ? (int64_t)*a.pos0_dev : a.pos0) + t);
+    const int half = a.n_rot / 2;
+    const bool neox = (a.mode & 2) != 0;
+    const int64_t off = (t * a.n_head + h) * (int64_t)a.head_dim;
+    const float *xv = a.x + off;
+    float *yv = a.y + off;
+    for (int i = threadIdx.x; i < half; i += blockDim.x) {
+        const double ang = p * (double)a.freq_scale * pow((double)a.theta, -2.0 * i / (double)a.n_rot);
+        double sd, cd;
+        sincos(ang, &sd, &cd);
+        const float si = (float)sd, co = (float)cd;
+        const int i0 = neox ? i : 2 * i, i1 = neox ? i + half : 2 * i + 1;
+        const float x0 = xv[i0], x1 = xv[i1];
+        yv[i0] = x0 * co - x1 * si;
+        yv[i1] = x0 * si + x1 * co;
+    }
+    if (xv != yv)
+        for (int d = a.n_rot + threadIdx.x; d < a.head_dim; d += blockDim.x)
+            yv[d] = xv[d];
+}
+
+/* Elements [e0, e0 + len) of source row t into its cache row (len and e0
+ * multiples of 32 for q8_0): rs_store_row's writers on a slice. */
+static __device__ void rs_store_slice(const mf_cu_kv_args &a, int64_t t, int64_t e0, int64_t len) {
+    const float *src = a.src + t * a.kv_dim;
+    uint8_t *row = mf_kv_store_row(a, t);
+    if (a.kv_type == MF_TYPE_Q8_0) {
+        const int lane = threadIdx.x & 31;
+        for (int64_t b = e0 / MF_QK8_0 + (threadIdx.x >> 5); b < (e0 + len) / MF_QK8_0; b += blockDim.x / 32)
+            mf_kv_put_q8_block(row, b, lane, src[b * MF_QK8_0 + lane], true);
+        return;
+    }
+    for (int64_t i = e0 + threadIdx.x; i < e0 + len; i += blockDim.x)
+        mf_kv_put(a.kv_type, row, i, src[i]);
+}
+
+/* RMSNorm of one head_dim row in place (hd < 256): rmsnorm_kernel's
+ * arithmetic with its 32 threads (warp 0 here); every thread of the block
+ * must call it (barrier). */
+static __device__ void rs_norm_head(float *xv, const float *__restrict__ w, int hd, float eps) {
+    if (threadIdx.x < 32) {
+        double ss = 0.0;
+        for (int i = threadIdx.x; i < hd; i += 32)
+            ss += (double)xv[i] * (double)xv[i];
+#pragma unroll
+        for (int off = 16; off > 0; off >>= 1)
+            ss += __shfl_xor_sync(0xffffffffu, ss, off);
+        double tot = 0.0;
+        tot += __shfl_sync(0xffffffffu, ss, 0); /* the old kernel's part[0], written by lane 0 */
+        const float sc = (float)(1.0 / sqrt(tot / (double)hd + (double)eps));
+        for (int i = threadIdx.x; i < hd; i += 32)
+            xv[i] = xv[i] * sc * w[i];
+    }
+    __syncthreads();
+}
+
+static __global__ void __launch_bounds__(RSH_THREADS) rope_store_head_kernel(mf_cu_rope_store_args a) {
+    mf_pdl_wait();
+    mf_pdl_trigger();
+    const int64_t t = blockIdx.y;
+    const int h = (int)blockIdx.x, nq = a.rq.n_head, nkv = a.rk.n_head;
+    const int64_t hd = a.rk.head_dim;
+    if (h < nq) {
+        if (a.q_norm) /* rq.x is the caller's scratch: normalized in place, as run_norm did */
+            rs_norm_head((float *)a.rq.x + (t * nq + h) * hd, a.q_norm, (int)hd, a.norm_eps);
+        rs_rope_head(a.rq, t, h);
+    } else if (h < nq + nkv) {
+        if (a.k_norm)
+            rs_norm_head(a.rk.y + (t * nkv + h - nq) * hd, a.k_norm, (int)hd, a.norm_eps);
+        rs_rope_head(a.rk, t, h - nq);
+        __syncthreads(); /* the rotated head is what the store reads */
+        rs_store_slice(a.ks, t, (int64_t)(h - nq) * hd, hd);
+    } else {
+        rs_store_slice(a.vs, t, (int64_t)(h - nq - nkv) * hd, hd);
+    }
+}
+
+extern int mf_cu_wide_rope; /* norm.cu */
+
 extern "C" cudaError_t mf_cu_rope_store(const mf_cu_rope_store_args *a, cudaStream_t s) {
     const int64_t nt = a->rq.nt;
     if (nt <= 0)
@@ -79,13 +183,35 @@ extern "C" cudaError_t mf_cu_rope_store(const mf_cu_rope_store_args *a, cudaStre
     if (a->rk.nt != nt || a->ks.nt != nt || a->vs.nt != nt || a->rk.x != a->rk.y || a->ks.src != a->rk.y ||
         nt > 65535 * 1024LL)
         return cudaErrorInvalidValue;
-    rope_store_kernel<<<dim3((unsigned)nt, 3), RS_THREADS, 0, s>>>(*a);
-    return cudaGetLastError();
+    const int32_t hd = a->rk.head_dim;
+    const bool norm = a->q_norm && a->k_norm;
+    if ((a->q_norm || a->k_norm) && !norm)
+        return cudaErrorInvalidValue;
+    if (mf_cu_wide_rope && nt <= 65535 && hd > 0 && hd % 32 == 0 && a->rq.head_dim == hd &&
+        (int64_t)a->rk.n_head * hd == a->ks.kv_dim && a->vs.kv_dim == a->ks.kv_dim && a->rq.n_head > 0 &&
+        a->rk.n_head > 0 && (!norm || hd < 256))
+        return mf_launch(rope_store_head_kernel, dim3((unsigned)(a->rq.n_head + 2 * a->rk.n_head), (unsigned)nt),
+                         dim3(RSH_THREADS), 0, s, *a);
+    mf_cu_rope_store_args b = *a;
+    if (norm) { /* the QkNorm as its own launches (the old sequence) */
+        /* x, w, y, n, nrows, eps */
+        const mf_cu_norm_args nq = {a->rq.x, a->q_norm, (float *)a->rq.x, a->rq.head_dim, nt * a->rq.n_head,
+                                    a->norm_eps};
+        const mf_cu_norm_args nk = {a->rk.y, a->k_norm, a->rk.y, a->rk.head_dim, nt * a->rk.n_head, a->norm_eps};
+        cudaError_t e = mf_cu_rmsnorm(&nq, s);
+        if (e == cudaSuccess)
+            e = mf_cu_rmsnorm(&nk, s);
+        if (e != cudaSuccess)
+            return e;
+        b.q_norm = b.k_norm = NULL;
+    }
+    return mf_launch(rope_store_kernel, dim3((unsigned)nt, 3), dim3(RS_THREADS), 0, s, b);
 }
 
 #include "backend/cuda/probe.cuh"
 
 extern "C" cudaError_t mf_cu_probe_rope_store(size_t smem_limit, const char **bad) {
     MF_PROBE(rope_store_kernel, RS_THREADS);
+    MF_PROBE(rope_store_head_kernel, RSH_THREADS);
     return cudaSuccess;
 }

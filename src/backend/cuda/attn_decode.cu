@@ -1,0 +1,426 @@
+/* attn_decode.cu - split-KV flash decode attention (forwards of nt <= 8).
+ *
+ * The old decode kernel (attention.cu attn_kernel) gives one block to each
+ * (token, query head): 28 blocks for the 7B on 132 SMs, each warp walking a
+ * quarter of the causal range one dependent row at a time, and every K/V row
+ * read once per query head of its GQA group. Here:
+ *
+ *   grid = (KV head, split, token), 4 warps per block. A block takes the
+ *   whole GQA group (G <= 8 query heads, padded to 8) of its KV head and a
+ *   contiguous chunk of the token's causal range [0, n_past + t], so each
+ *   K/V row is fetched once per group. In a warp, LPR = hd / 8 lanes share
+ *   one row (8 contiguous elements a lane: one 16-byte load for f16), so a
+ *   warp covers RPW = 32 / LPR rows per step and DA_NB steps per batch; the
+ *   batch's K and V loads are all issued before the first use. The 8 partial
+ *   dot products of a lane (one per query head) are reduced over the row's
+ *   LPR lanes by a halving exchange (8 -> 4 -> 2 -> 1 values: 8 shuffles in
+ *   all instead of 8 x 4), which leaves lane j holding the score of head
+ *   j / (LPR / 8). The online softmax runs once per batch (one rescale per
+ *   batch, max shared by the warp's rows, in the log2 domain: q carries
+ *   scale * log2 e), and P.V accumulates in f32 with each lane owning its 8
+ *   dims for all 8 heads. The 4 warps merge through shared memory and the
+ *   block writes unnormalized partials (m, l, acc[hd]) per (token, query
+ *   head, split) to scratch; attn_decode_combine (a second, small kernel)
+ *   merges the non-empty splits and normalizes.
+ *
+ * Why a second kernel rather than "the last block combines": it keeps no
+ * state between launches (an arrival counter would have to start at zero in
+ * freshly grown scratch and be reset inside every replayed graph), the result
+ * does not depend on block arrival order, and with PDL its launch overlaps
+ * the tail of the split kernel.
+ *
+ * Graph replay: the split count (grid and scratch size) depends only on nt,
+ * n_head_kv and the cache capacity n_ctx (mf_cu_attn_decode_bytes), never on
+ * n_past; each block derives its chunk from n_past (read from n_past_dev when
+ * set) and a block whose chunk is empty writes the neutral partial m = -inf,
+ * l = 0 (the combine needs only the non-empty ones: it derives their count
+ * from n_past the same way). Both kernels go through mf_launch and wait
+ * (mf_pdl_wait) before any read of q/K/V/partials and any write. out may
+ * equal q: q is only read by the split kernel, out only written by the
+ * combine, which runs after it. */
+#include <math.h>
+
+#include "backend/cuda/cuda_args.h"
+#include "backend/cuda/kv.cuh"
+#include "backend/cuda/pdl.cuh"
+
+#define DA_WARPS 4
+#define DA_G 8               /* query heads per block (a GQA group, padded) */
+#define DA_NB 4              /* row steps per batch */
+#define DA_MAX_NT 8
+#define DA_MAX_SPLIT 128
+#define DA_MIN_CHUNK 32      /* rows; chunks are multiples of this */
+#define DA_TARGET_BLOCKS 264 /* about 2 blocks per SM on a 132-SM H200 */
+#define DA_LOG2E 1.4426950408889634f
+
+enum { DA_F32, DA_F16, DA_Q8 };
+
+/* 8 consecutive elements of a cache row as fetched: loads are issued for a
+ * whole batch first and converted when used. */
+template <int KVT> struct da_raw;
+template <> struct da_raw<DA_F32> {
+    float4 a, b;
+};
+template <> struct da_raw<DA_F16> {
+    uint4 a;
+};
+template <> struct da_raw<DA_Q8> {
+    unsigned short q[4], d;
+};
+
+/* Elements [e, e + 8) of the head slice starting at `s` (e % 8 == 0). A q8_0
+ * slice is 2-byte aligned at best (34-byte blocks), hence the short loads. */
+static __device__ __forceinline__ da_raw<DA_F32> da_load(const uint8_t *s, int e, da_raw<DA_F32> *) {
+    const float4 *p = (const float4 *)(s + 4 * e);
+    return {__ldg(p), __ldg(p + 1)};
+}
+static __device__ __forceinline__ da_raw<DA_F16> da_load(const uint8_t *s, int e, da_raw<DA_F16> *) {
+    return {__ldg((const uint4 *)(s + 2 * e))};
+}
+static __device__ __forceinline__ da_raw<DA_Q8> da_load(const uint8_t *s, int e, da_raw<DA_Q8> *) {
+    const uint8_t *blk = s + (e / MF_QK8_0) * sizeof(mf_block_q8_0);
+    const unsigned short *qs = (const unsigned short *)(blk + 2 + e % MF_QK8_0);
+    da_raw<DA_Q8> r;
+#pragma unroll
+    for (int i = 0; i < 4; i++)
+        r.q[i] = __ldg(qs + i);
+    r.d = __ldg((const unsigned short *)blk);
+    return r;
+}
+
+static __device__ __forceinline__ void da_cvt(const da_raw<DA_F32> &r, float f[8]) {
+    f[0] = r.a.x, f[1] = r.a.y, f[2] = r.a.z, f[3] = r.a.w;
+    f[4] = r.b.x, f[5] = r.b.y, f[6] = r.b.z, f[7] = r.b.w;
+}
+static __device__ __forceinline__ void da_cvt(const da_raw<DA_F16> &r, float f[8]) {
+    const unsigned w[4] = {r.a.x, r.a.y, r.a.z, r.a.w};
+#pragma unroll
+    for (int i = 0; i < 4; i++) {
+        __half2 h;
+        memcpy(&h, &w[i], 4);
+        const float2 x = __half22float2(h);
+        f[2 * i] = x.x;
+        f[2 * i + 1] = x.y;
+    }
+}
+static __device__ __forceinline__ void da_cvt(const da_raw<DA_Q8> &r, float f[8]) {
+    const float d = __half2float(__ushort_as_half(r.d));
+#pragma unroll
+    for (int i = 0; i < 4; i++) {
+        f[2 * i] = d * (float)(signed char)(r.q[i] & 0xff);
+        f[2 * i + 1] = d * (float)(signed char)(r.q[i] >> 8);
+    }
+}
+
+/* Sum over the LPR lanes of a row of v[0..7] (one value per query head),
+ * returned to lane j (j = lane % LPR) for head j / (LPR / 8): each halving
+ * step keeps the half of the values this lane's bit selects and adds the
+ * partner's copy of the same half. */
+template <int LPR>
+static __device__ __forceinline__ float da_reduce8(const float v[8], int j) {
+    constexpr int o1 = LPR / 2, o2 = LPR / 4, o3 = LPR / 8;
+    float w4[4], w2[2];
+    bool hi = (j & o1) != 0;
+#pragma unroll
+    for (int k = 0; k < 4; k++)
+        w4[k] = (hi ? v[k + 4] : v[k]) + __shfl_xor_sync(0xffffffffu, hi ? v[k] : v[k + 4], o1);
+    hi = (j & o2) != 0;
+#pragma unroll
+    for (int k = 0; k < 2; k++)
+        w2[k] = (hi ? w4[k + 2] : w4[k]) + __shfl_xor_sync(0xffffffffu, hi ? w4[k] : w4[k + 2], o2);
+    hi = (j & o3) != 0;
+    float w = (hi ? w2[1] : w2[0]) + __shfl_xor_sync(0xffffffffu, hi ? w2[0] : w2[1], o3);
+#pragma unroll
+    for (int off = o3 / 2; off > 0; off >>= 1)
+        w += __shfl_xor_sync(0xffffffffu, w, off);
+    return w;
+}
+
+/* Rows per split of the causal range [0, n_kv): ceil(n_kv / n_split), at
+ * least DA_MIN_CHUNK, rounded up to a multiple of it. Split s takes
+ * [s * chunk, min((s + 1) * chunk, n_kv)): the splits below
+ * ceil(n_kv / chunk) have rows, the rest are empty. */
+static __device__ __forceinline__ int64_t da_chunk(int64_t n_kv, int n_split) {
+    const int64_t chunk = (n_kv + n_split - 1) / n_split;
+    return (max(chunk, (int64_t)DA_MIN_CHUNK) + DA_MIN_CHUNK - 1) / DA_MIN_CHUNK * DA_MIN_CHUNK;
+}
+
+/* The split kernel (see the file comment). part: acc[(t * n_head + h) *
+ * n_split + s][hd], then (m, l) pairs at the same index. */
+template <int HD, int KVT>
+static __global__ void __launch_bounds__(32 * DA_WARPS) attn_decode_kernel(mf_cu_attn_args a, int n_split) {
+    constexpr int LPR = HD / 8, RPW = 32 / LPR, SUB = LPR / 8, BR = DA_NB * RPW;
+    static_assert(LPR >= 8 && LPR <= 32 && 32 % LPR == 0, "8 elements a lane, whole rows per warp");
+    __shared__ __align__(16) float s_acc[DA_WARPS][DA_G][HD]; /* float4 stores */
+    __shared__ float s_m[DA_WARPS][DA_G], s_l[DA_WARPS][DA_G];
+
+    mf_pdl_wait();
+    mf_pdl_trigger(); /* the combine may be scheduled; it waits for this grid to finish */
+    const int kvh = blockIdx.x, split = blockIdx.y;
+    const int64_t t = blockIdx.z;
+    const int G = a.n_head / a.n_head_kv;
+    const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+    const int rg = lane / LPR, j = lane % LPR;
+    const int64_t n_kv = (a.n_past_dev ? (int64_t)*a.n_past_dev : a.n_past) + t + 1;
+    const int64_t chunk = da_chunk(n_kv, n_split);
+    const int64_t r0 = (int64_t)split * chunk, r1 = min(r0 + chunk, n_kv);
+    const int64_t p0 = (t * a.n_head + (int64_t)kvh * G) * n_split + split; /* head g: p0 + g * n_split */
+    float *pacc = a.part, *pml = a.part + a.nt * a.n_head * (int64_t)n_split * HD;
+    if (r0 >= r1) {
+        if ((int)threadIdx.x < G) {
+            pml[2 * (p0 + (int64_t)threadIdx.x * n_split)] = -INFINITY;
+            pml[2 * (p0 + (int64_t)threadIdx.x * n_split) + 1] = 0.0f;
+        }
+        return;
+    }
+
+    float q[DA_G][8];
+    {
+        const float qs = a.scale * DA_LOG2E;
+        const float *qb = a.q + (t * a.n_head + (int64_t)kvh * G) * HD + 8 * j;
+#pragma unroll
+        for (int g = 0; g < DA_G; g++) {
+            float4 x0 = make_float4(0.0f, 0.0f, 0.0f, 0.0f), x1 = x0;
+            if (g < G) {
+                x0 = *(const float4 *)(qb + g * HD);
+                x1 = *(const float4 *)(qb + g * HD + 4);
+            }
+            q[g][0] = x0.x * qs, q[g][1] = x0.y * qs, q[g][2] = x0.z * qs, q[g][3] = x0.w * qs;
+            q[g][4] = x1.x * qs, q[g][5] = x1.y * qs, q[g][6] = x1.z * qs, q[g][7] = x1.w * qs;
+        }
+    }
+    float acc[DA_G][8];
+#pragma unroll
+    for (int g = 0; g < DA_G; g++)
+#pragma unroll
+        for (int k = 0; k < 8; k++)
+            acc[g][k] = 0.0f;
+    float m = -INFINITY, l = 0.0f; /* of head j / SUB: m shared by the warp, l this lane's rows */
+
+    const uint64_t rb = mf_kv_row_bytes(a.kv_type, (int64_t)a.n_head_kv * HD);
+    const uint64_t so = mf_kv_row_bytes(a.kv_type, (int64_t)kvh * HD); /* the head's slice */
+    const uint8_t *kb = (const uint8_t *)a.k + so, *vb = (const uint8_t *)a.v + so;
+    for (int64_t b0 = r0 + (int64_t)warp * BR; b0 < r1; b0 += (int64_t)DA_WARPS * BR) {
+        da_raw<KVT> kr[DA_NB], vr[DA_NB];
+#pragma unroll
+        for (int i = 0; i < DA_NB; i++) {
+            const int64_t r = min(b0 + i * RPW + rg, r1 - 1); /* past r1: a valid row, masked below */
+            kr[i] = da_load(kb + (uint64_t)r * rb, 8 * j, (da_raw<KVT> *)0);
+        }
+#pragma unroll
+        for (int i = 0; i < DA_NB; i++) {
+            const int64_t r = min(b0 + i * RPW + rg, r1 - 1);
+            vr[i] = da_load(vb + (uint64_t)r * rb, 8 * j, (da_raw<KVT> *)0);
+        }
+        float s[DA_NB], mt = -INFINITY;
+#pragma unroll
+        for (int i = 0; i < DA_NB; i++) {
+            float kf[8], dot[DA_G];
+            da_cvt(kr[i], kf);
+#pragma unroll
+            for (int g = 0; g < DA_G; g++) {
+                float d = 0.0f;
+#pragma unroll
+                for (int k = 0; k < 8; k++)
+                    d = fmaf(q[g][k], kf[k], d);
+                dot[g] = d;
+            }
+            const float sc = da_reduce8<LPR>(dot, j);
+            s[i] = b0 + i * RPW + rg < r1 ? sc : -INFINITY;
+            mt = fmaxf(mt, s[i]);
+        }
+#pragma unroll
+        for (int off = LPR; off < 32; off <<= 1)
+            mt = fmaxf(mt, __shfl_xor_sync(0xffffffffu, mt, off));
+        const float mn = fmaxf(m, mt); /* finite: row b0 < r1 is in the batch */
+        const float corr = exp2f(m - mn); /* 0 on the first batch (m = -inf) */
+        float p[DA_NB], ps = 0.0f;
+#pragma unroll
+        for (int i = 0; i < DA_NB; i++) {
+            p[i] = exp2f(s[i] - mn);
+            ps += p[i];
+        }
+        l = l * corr + ps;
+        m = mn;
+#pragma unroll
+        for (int g = 0; g < DA_G; g++) {
+            const float c = __shfl_sync(0xffffffffu, corr, g * SUB);
+#pragma unroll
+            for (int k = 0; k < 8; k++)
+                acc[g][k] *= c;
+        }
+#pragma unroll
+        for (int i = 0; i < DA_NB; i++) {
+            float vf[8];
+            da_cvt(vr[i], vf);
+#pragma unroll
+            for (int g = 0; g < DA_G; g++) {
+                const float pg = __shfl_sync(0xffffffffu, p[i], rg * LPR + g * SUB);
+                if (g < G) {
+#pragma unroll
+                    for (int k = 0; k < 8; k++)
+                        acc[g][k] = fmaf(pg, vf[k], acc[g][k]);
+                }
+            }
+        }
+    }
+
+    /* the warp's row groups share m: plain sums merge them */
+#pragma unroll
+    for (int off = LPR; off < 32; off <<= 1) {
+        l += __shfl_xor_sync(0xffffffffu, l, off);
+#pragma unroll
+        for (int g = 0; g < DA_G; g++)
+#pragma unroll
+            for (int k = 0; k < 8; k++)
+                acc[g][k] += __shfl_xor_sync(0xffffffffu, acc[g][k], off);
+    }
+    if (lane < LPR) {
+#pragma unroll
+        for (int g = 0; g < DA_G; g++) {
+            *(float4 *)&s_acc[warp][g][8 * j] = make_float4(acc[g][0], acc[g][1], acc[g][2], acc[g][3]);
+            *(float4 *)&s_acc[warp][g][8 * j + 4] = make_float4(acc[g][4], acc[g][5], acc[g][6], acc[g][7]);
+        }
+        if (j % SUB == 0) {
+            s_m[warp][j / SUB] = m; /* a warp without rows: m = -inf, l = 0 */
+            s_l[warp][j / SUB] = l;
+        }
+    }
+    __syncthreads();
+    for (int i = threadIdx.x; i < G * HD; i += 32 * DA_WARPS) {
+        const int g = i / HD, d = i % HD;
+        float M = -INFINITY;
+#pragma unroll
+        for (int w = 0; w < DA_WARPS; w++)
+            M = fmaxf(M, s_m[w][g]); /* finite: warp 0 had rows */
+        float L = 0.0f, o = 0.0f;
+#pragma unroll
+        for (int w = 0; w < DA_WARPS; w++) {
+            const float f = s_l[w][g] > 0.0f ? exp2f(s_m[w][g] - M) : 0.0f;
+            L += f * s_l[w][g];
+            o += f * s_acc[w][g][d];
+        }
+        const int64_t pi = p0 + (int64_t)g * n_split;
+        pacc[pi * HD + d] = o;
+        if (d == 0) {
+            pml[2 * pi] = M;
+            pml[2 * pi + 1] = L;
+        }
+    }
+}
+
+/* out[t, h] = sum_s 2^(m_s - M) acc_s / sum_s 2^(m_s - M) l_s over the
+ * splits of (t, h) that saw rows (s < ceil(n_kv / chunk)). One block of
+ * DC_THREADS per (query head, token): warp 0 takes the max and the split
+ * weights, then DC_THREADS / hd thread groups each sum every P-th split's
+ * acc (several independent loads in flight a thread) and the groups' sums
+ * are added through shared memory. */
+#define DC_THREADS 512
+static __global__ void __launch_bounds__(DC_THREADS) attn_decode_combine(mf_cu_attn_args a, int n_split) {
+    __shared__ float s_w[DA_MAX_SPLIT];
+    __shared__ float s_red[DC_THREADS];
+    __shared__ float s_L;
+    mf_pdl_wait();
+    mf_pdl_trigger();
+    const int h = blockIdx.x, hd = a.head_dim;
+    const int64_t t = blockIdx.y;
+    const int64_t n_kv = (a.n_past_dev ? (int64_t)*a.n_past_dev : a.n_past) + t + 1;
+    const int64_t chunk = da_chunk(n_kv, n_split);
+    const int n_act = (int)((n_kv + chunk - 1) / chunk); /* 1 .. n_split */
+    const int64_t base = (t * a.n_head + h) * n_split;
+    const float *pacc = a.part, *pml = a.part + a.nt * a.n_head * (int64_t)n_split * hd;
+    if (threadIdx.x < 32) {
+        const int lane = threadIdx.x;
+        float M = -INFINITY;
+        for (int s = lane; s < n_act; s += 32)
+            M = fmaxf(M, pml[2 * (base + s)]);
+#pragma unroll
+        for (int off = 16; off > 0; off >>= 1)
+            M = fmaxf(M, __shfl_xor_sync(0xffffffffu, M, off)); /* finite: split 0 has rows */
+        float L = 0.0f;
+        for (int s = lane; s < n_act; s += 32) {
+            const float w = exp2f(pml[2 * (base + s)] - M);
+            s_w[s] = w;
+            L += w * pml[2 * (base + s) + 1];
+        }
+#pragma unroll
+        for (int off = 16; off > 0; off >>= 1)
+            L += __shfl_xor_sync(0xffffffffu, L, off);
+        if (lane == 0)
+            s_L = L;
+    }
+    __syncthreads();
+    const int P = DC_THREADS / hd, part = threadIdx.x / hd, d = threadIdx.x % hd;
+    float acc = 0.0f;
+#pragma unroll 8
+    for (int s = part; s < n_act; s += P)
+        acc += s_w[s] * pacc[(base + s) * hd + d];
+    s_red[threadIdx.x] = acc;
+    __syncthreads();
+    if ((int)threadIdx.x < hd) {
+        float o = 0.0f;
+        for (int k = 0; k < P; k++)
+            o += s_red[k * hd + threadIdx.x];
+        a.out[(t * a.n_head + h) * (int64_t)hd + threadIdx.x] = o / s_L;
+    }
+}
+
+static int da_kvt(uint32_t kv_type) {
+    return kv_type == MF_TYPE_F32 ? DA_F32 : kv_type == MF_TYPE_F16 ? DA_F16 : kv_type == MF_TYPE_Q8_0 ? DA_Q8 : -1;
+}
+
+/* The split count for a's shape, 0 when this path does not take it. A
+ * function of nt, n_head_kv and n_ctx only (never n_past when n_past_dev is
+ * set): about DA_TARGET_BLOCKS blocks, at most one split per DA_MIN_CHUNK
+ * rows of the cache. */
+static int da_splits(const mf_cu_attn_args *a) {
+    if (a->nt < 1 || a->nt > DA_MAX_NT || (a->head_dim != 64 && a->head_dim != 128) || a->n_head_kv <= 0 ||
+        a->n_head % a->n_head_kv || a->n_head / a->n_head_kv > DA_G || da_kvt(a->kv_type) < 0)
+        return 0;
+    const int64_t per = (int64_t)a->n_head_kv * a->nt;
+    int64_t want = (DA_TARGET_BLOCKS + per - 1) / per;
+    const int64_t rows = a->n_ctx > 0     ? (int64_t)a->n_ctx
+                         : a->n_past_dev ? (int64_t)DA_MAX_SPLIT * DA_MIN_CHUNK
+                                         : a->n_past + a->nt;
+    const int64_t cap = (rows + DA_MIN_CHUNK - 1) / DA_MIN_CHUNK;
+    want = want < cap ? want : cap;
+    return (int)(want < 1 ? 1 : want > DA_MAX_SPLIT ? DA_MAX_SPLIT : want);
+}
+
+extern "C" size_t mf_cu_attn_decode_bytes(const mf_cu_attn_args *a) {
+    const int n_split = da_splits(a);
+    return n_split ? (size_t)(a->nt * a->n_head * n_split) * (size_t)(a->head_dim + 2) * sizeof(float) : 0;
+}
+
+extern "C" cudaError_t mf_cu_attn_decode(const mf_cu_attn_args *a, cudaStream_t s) {
+    const int n_split = da_splits(a);
+    if (!n_split || !a->part)
+        return cudaErrorInvalidValue;
+    const dim3 grid((unsigned)a->n_head_kv, (unsigned)n_split, (unsigned)a->nt), block(32 * DA_WARPS);
+    const int kvt = da_kvt(a->kv_type);
+    void (*k)(mf_cu_attn_args, int) =
+        a->head_dim == 64 ? (kvt == DA_F32   ? attn_decode_kernel<64, DA_F32>
+                             : kvt == DA_F16 ? attn_decode_kernel<64, DA_F16>
+                                             : attn_decode_kernel<64, DA_Q8>)
+                          : (kvt == DA_F32   ? attn_decode_kernel<128, DA_F32>
+                             : kvt == DA_F16 ? attn_decode_kernel<128, DA_F16>
+                                             : attn_decode_kernel<128, DA_Q8>);
+    cudaError_t e = mf_launch(k, grid, block, 0, s, *a, n_split);
+    if (e != cudaSuccess)
+        return e;
+    return mf_launch(attn_decode_combine, dim3((unsigned)a->n_head, (unsigned)a->nt), dim3(DC_THREADS), 0, s, *a,
+                     n_split);
+}
+
+#include "backend/cuda/probe.cuh"
+
+extern "C" cudaError_t mf_cu_probe_attn_decode(size_t smem_limit, const char **bad) {
+    MF_PROBE((attn_decode_kernel<64, DA_F32>), 32 * DA_WARPS);
+    MF_PROBE((attn_decode_kernel<64, DA_F16>), 32 * DA_WARPS);
+    MF_PROBE((attn_decode_kernel<64, DA_Q8>), 32 * DA_WARPS);
+    MF_PROBE((attn_decode_kernel<128, DA_F32>), 32 * DA_WARPS);
+    MF_PROBE((attn_decode_kernel<128, DA_F16>), 32 * DA_WARPS);
+    MF_PROBE((attn_decode_kernel<128, DA_Q8>), 32 * DA_WARPS);
+    MF_PROBE(attn_decode_combine, DC_THREADS);
+    return cudaSuccess;
+}
