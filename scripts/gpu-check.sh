@@ -124,7 +124,7 @@ if want ops; then
 fi
 if want ops-nopdl; then # the decode-path families again with plain launches (PDL is the default)
     t=$(date +%s)
-    MINFER_CUDA_PDL=0 MINFER_CUDA_TEST_ONLY=${PDL_ONLY:-matmul,getrows,norm,rope,elementwise,attn,qkv,ffn,fuse_add,fuse_norm,gemv_v2,graph,decattn,decsmall,gemv} \
+    MINFER_CUDA_PDL=0 MINFER_CUDA_TEST_ONLY=${PDL_ONLY:-matmul,getrows,norm,rope,elementwise,attn,qkv,ffn,fuse_add,fuse_norm,gemv_v2,graph,decattn,decsmall,gemv,gemvwide,gemvfuse} \
         timeout 300 "$OPS" >"$LOG/ops-nopdl.log" 2>&1
     rc=$?
     last=$(grep -E "passed, .* failed" "$LOG/ops-nopdl.log" | tail -1)
@@ -134,7 +134,7 @@ if want ops-nopdl; then # the decode-path families again with plain launches (PD
 fi
 if want opsbench; then # kernel-level timings of the session-2 families (never asserted)
     t=$(date +%s)
-    MINFER_CUDA_TEST_BENCH=1 MINFER_CUDA_TEST_ONLY=${OPSBENCH_ONLY:-mma,preattn,decattn,decsmall,gemv} \
+    MINFER_CUDA_TEST_BENCH=1 MINFER_CUDA_TEST_ONLY=${OPSBENCH_ONLY:-mma,mmafuse,preattn,decattn,decsmall,gemv,gemvwide,gemvfuse} \
         timeout 300 "$OPS" >"$OUT/opsbench.log" 2>&1
     rc=$?
     if [ $rc -eq 0 ]; then note opsbench done "$(grep -E "passed, .* failed" "$OUT/opsbench.log" | tail -1) ($(( $(date +%s) - t ))s; opsbench.log)";
@@ -156,7 +156,7 @@ sanitize() { # tool log-name time-limit env-assignments...
     else note "$name" FAIL "rc $rc ${errs}; $res"; fi
 }
 want memcheck && sanitize memcheck memcheck 200 ${GPU_CHECK_MEMCHECK_ONLY:+MINFER_CUDA_TEST_ONLY=$GPU_CHECK_MEMCHECK_ONLY}
-want racecheck && sanitize racecheck racecheck 150 MINFER_CUDA_TEST_ONLY=matmul,norm,elementwise,attn,ffn,fuse_norm,gemv_v2,gemv,mma,preattn,decattn,decsmall
+want racecheck && sanitize racecheck racecheck 150 MINFER_CUDA_TEST_ONLY=matmul,norm,elementwise,attn,ffn,fuse_norm,gemv_v2,gemv,mma,preattn,decattn,decsmall,gemvwide,gemvfuse
 
 # ---- end to end ------------------------------------------------------------------------------
 PY=$(command -v python3 || true)
@@ -276,6 +276,8 @@ if [ $HAVE_MINFER -eq 1 ] && "$MINFER" bench --help >/dev/null 2>&1; then
         MNAME=q05 KEEP_MODEL=1 MINFER_CUDA_FUSE_GEMV=1 bench_model qwen2-0.5b-q4_0-fusegemv "$S05" -p 0 -r 3
         MNAME=q05 KEEP_MODEL=1 MINFER_CUDA_FUSE_ADD=1 bench_model qwen2-0.5b-q4_0-fuseadd "$S05" -p 0 -r 3
         MNAME=q05 KEEP_MODEL=1 MINFER_CUDA_GEMV_V1=1 bench_model qwen2-0.5b-q4_0-gemvv1 "$S05" -p 0 -r 3
+        MNAME=q05 KEEP_MODEL=1 MINFER_CUDA_GEMV_WIDE=1 bench_model qwen2-0.5b-q4_0-gemvwide "$S05" -p 0 -r 3
+        MNAME=q05 KEEP_MODEL=1 MINFER_CUDA_GEMV_PROLOGUE=1 bench_model qwen2-0.5b-q4_0-gemvpro "$S05" -p 0 -r 3
         MNAME=q05 MINFER_NO_CUDA_GRAPH=1 bench_model qwen2-0.5b-q4_0-nograph "$S05" -p 0 -r 3
         S7="--preset qwen2-7b --type Q4_K_M --layers ${GPU_CHECK_7B_LAYERS:-8}"
         MNAME=q7 KEEP_MODEL=1 PROFILE=1 bench_model qwen2-7b-q4_k_m "$S7" -r 3
@@ -283,6 +285,8 @@ if [ $HAVE_MINFER -eq 1 ] && "$MINFER" bench --help >/dev/null 2>&1; then
         MNAME=q7 KEEP_MODEL=1 MINFER_CUDA_GEMV_V2=1 bench_model qwen2-7b-q4_k_m-gemvv2 "$S7" -p 0 -r 3
         MNAME=q7 KEEP_MODEL=1 MINFER_CUDA_GEMV_V1=1 bench_model qwen2-7b-q4_k_m-gemvv1 "$S7" -p 0 -r 3
         MNAME=q7 KEEP_MODEL=1 MINFER_CUDA_GEMV_PF=0 bench_model qwen2-7b-q4_k_m-gemvpf0 "$S7" -p 0 -r 3
+        MNAME=q7 KEEP_MODEL=1 MINFER_CUDA_GEMV_WIDE=1 bench_model qwen2-7b-q4_k_m-gemvwide "$S7" -p 0 -r 3
+        MNAME=q7 KEEP_MODEL=1 MINFER_CUDA_GEMV_PROLOGUE=1 bench_model qwen2-7b-q4_k_m-gemvpro "$S7" -p 0 -r 3
         MNAME=q7 MINFER_CUDA_FUSE_GEMV=1 bench_model qwen2-7b-q4_k_m-fusegemv "$S7" -p 0 -r 3
     fi
     if want table; then

@@ -21,7 +21,8 @@
  * MINFER_CUDA_TEST_SMALL=1: small shapes only (compute-sanitizer runs).
  * MINFER_CUDA_TEST_ONLY=matmul,norm,...: run only these families (matmul,
  * getrows, norm, rope, elementwise, attn, qkv, ffn, fuse_add, fuse_norm,
- * gemv_v2, graph, misc, mma, decattn, preattn, gemv, decsmall); racecheck runs the shared-memory families this way.
+ * gemv_v2, graph, misc, mma, mmafuse, decattn, preattn, gemv, decsmall, gemvwide,
+ * gemvfuse); racecheck runs the shared-memory families this way.
  * The default-off levers (MINFER_CUDA_FUSE_GEMV / _ROPE / _ADD / _NORM,
  * MINFER_CUDA_GEMV_V2, MINFER_CUDA_FLASH_PREFILL) are run through their test
  * hooks (mf_cuda_set_fuse ...) inside the qkv, ffn, attn, fuse_add,
@@ -33,6 +34,16 @@
  * converted once per group, a second run with new input): float64 with 3e-3,
  * and the wmma TC tier within 1e-4. MINFER_CUDA_TEST_BENCH=1 adds one timing
  * line per shape: TC tier vs mma tier vs its GEMM alone, nt 512 and 2048.
+ * Family mmafuse: the mma tier's one-GEMM fused QKV (q/k/v dequantized into one
+ * scratch, epilogue routes rows to q/k/v with their biases; Q4_0 0.5B, Q4_K +
+ * Q6_K v 7B, qwen3 4B without bias; nt 9/64/513) and fused gate/up with SwiGLU
+ * in the epilogue (0.5B / 7B, nt 9/100/513, shrunk chunks), through the
+ * launcher: float64 on sampled rows (3e-3) and the per-weight mma GEMMs
+ * (1e-5 max norm); FUSED_QKV nodes fused vs MINFER_CUDA_NO_MMA_FUSE (hook
+ * mf_cuda_set_mma_fuse; q, K and V rows, 1e-5); FUSED_FFN node with the
+ * fusion on and off (float64 + TC tier); split-K on/off on the down shapes
+ * (test_mma: float64 + TC). MINFER_CUDA_TEST_BENCH=1: fused vs unfused
+ * QKV / gate+up(+SWIGLU) at nt 512 and mma bench lines at nt 16/32/64/512.
  * Family decattn: the split-KV flash decode (attn_decode.cu, hook
  * mf_cuda_set_flash_decode) at nt 1/3/8, depth 0/1/37/700/4095, heads
  * 14/2 hd 64, 28/4 and 32/8 hd 128, f32/f16/q8_0 caches, tight and wide
@@ -69,15 +80,30 @@
  * replayed, vs float64 and vs unfused. MINFER_CUDA_TEST_BENCH=1 adds wide vs
  * old norm-quant and rmsnorm (n 896, 3584) and rope-store (0.5B, 7B) times.
  * Family gemvwide: the long-row int8 GEMV (gemv_wide.cu, hook
- * mf_cu_set_gemv_wide; on by default, so the gemv family's "v3" rows of
- * n_in >= 2048 run it too) for Q4_K/Q6_K/Q4_0/Q8_0 at 3584 -> 3584 / 512 /
+ * mf_cu_set_gemv_wide; opt-in, MINFER_CUDA_GEMV_WIDE=1) for Q4_K/Q6_K/Q4_0/Q8_0 at 3584 -> 3584 / 512 /
  * 4608 / 18944, 18944 -> 3584, 2560 -> 9728 (nt 1, 2, 5, 8, bias at nt 2)
  * and 3584 -> 152064 (nt 1): wide, wide+PDL, v3 and v1 each against float64
  * (3e-2 and the int8 rounding bound per output), wide vs v1 (1e-5), wide+PDL
  * vs wide (bitwise), a launch counter for the path taken; then FUSED_FFN
- * (SwiGLU), FUSED_QKV (Q4_K + Q6_K V) and FUSE_ADD (residual) with wide on
- * (PDL off/on) and off. MINFER_CUDA_TEST_BENCH=1: v1 / v3 / wide GEMV
- * kernel times (20 back-to-back launches per event pair) and TB/s per shape. */
+ * (SwiGLU), FUSED_QKV (Q4_K + Q6_K V; all Q4_K) and FUSE_ADD (residual) with
+ * wide on every n_in >= 2048 launch (PDL off/on), off, and under the default
+ * auto rule (launches of >= 16 M weights). MINFER_CUDA_TEST_BENCH=1: v1 / v3 / wide GEMV
+ * kernel times (20 back-to-back launches per event pair) and TB/s per shape.
+ * Family gemvfuse: the int8 GEMV's quantizing prologue (gemv_q8.cu, hooks
+ * mf_cuda_set_gemv_prologue / the args' prologue field; opt-in
+ * MINFER_CUDA_GEMV_PROLOGUE=1) on v3 and v1, every quantized type at the
+ * 0.5B shapes (896 -> 896 / 128, QKV 896 -> 896+128+128, gate/up 896 -> 4864
+ * SwiGLU; 4864 -> 896) and 7B (3584 -> 3584, QKV 3584 -> 3584+512+512), nt
+ * 1 / 3 / 8, with and without the RMSNorm folded in and the residual in
+ * place: forced prologue with PDL on and off vs the separate quantize kernel
+ * (1e-6 max norm: the same int8 values) and vs float64 (3e-2 and the int8
+ * rounding bound per output), the prologue launch counter
+ * (mf_cu_gemv_prologue_count) moved exactly when the shared copy fits; the
+ * auto rule (mf_cu_q8_prologue_rule) at the 0.5B / 7B grids; and a
+ * graph-replayed RMSNORM -> FUSED_FFN -> MATMUL -> ADD layer tail (prologue
+ * counter, folded norm, fused add, replays; vs float64 and vs prologue off,
+ * PDL on and off). MINFER_CUDA_TEST_BENCH=1: separate vs prologue us per
+ * call for the 0.5B Wo / down / QKV / gate-up and the 7B Wo. */
 #include <math.h>
 #include <stddef.h>
 #include <stdio.h>
@@ -1738,6 +1764,521 @@ static void mma_family(void) {
     }
 }
 
+/* ---- fused mma GEMMs and split-K (family "mmafuse") ------------------------------------------- */
+
+/* A weight from the test set copied to the device as-is (NULL name: NULL). */
+static void *mf_dev_weight(const char *name) {
+    if (!name)
+        return NULL;
+    const mf_weight *wt = mf_weights_find(W, name);
+    void *d = NULL;
+    if (!wt || cudaMalloc(&d, wt->nbytes) != cudaSuccess ||
+        cudaMemcpy(d, wt->data, wt->nbytes, cudaMemcpyHostToDevice) != cudaSuccess) {
+        printf("mmafuse: cannot upload weight %s\n", name);
+        exit(1);
+    }
+    return d;
+}
+
+static float *mf_dev_f32(const float *host, int64_t n, bool poison) {
+    float *d = NULL;
+    if (cudaMalloc((void **)&d, (size_t)n * 4) != cudaSuccess ||
+        (host ? cudaMemcpy(d, host, (size_t)n * 4, cudaMemcpyHostToDevice)
+              : poison ? cudaMemset(d, 0xff, (size_t)n * 4) : cudaSuccess) != cudaSuccess) {
+        printf("mmafuse: cudaMalloc of %lld floats failed\n", (long long)n);
+        exit(1);
+    }
+    return d;
+}
+
+static float *mf_host_f32(const float *dev, int64_t n) {
+    float *h = malloc((size_t)n * 4);
+    if (cudaDeviceSynchronize() != cudaSuccess || cudaMemcpy(h, dev, (size_t)n * 4, cudaMemcpyDeviceToHost)) {
+        printf("mmafuse: kernel or copy failed: %s\n", cudaGetErrorString(cudaGetLastError()));
+        exit(1);
+    }
+    return h;
+}
+
+/* One weight (name, optional bias) through the unfused mma tier
+ * (mf_cu_gemm_mma, force_gemm 3, split-K as the default) into y. */
+static void mf_mma_single(const char *wn, const void *w, const float *bias, const float *x, float *y, int64_t n_in,
+                          int64_t nt) {
+    const mf_weight *wt = mf_weights_find(W, wn);
+    mf_cu_matmul_args a = {.wtype = wt->type, .w = w, .row_bytes = mf_type_row_size(wt->type, n_in), .x = x,
+                           .bias = bias, .y = y, .n_in = n_in, .n_out = wt->ne[1], .nt = nt, .force_gemm = 3};
+    size_t wb, xb;
+    mf_cu_mma_scratch(&a, &wb, &xb);
+    void *wf = NULL, *xf = NULL;
+    if (cudaMalloc(&wf, wb ? wb : 16) || cudaMalloc(&xf, xb)) {
+        printf("mmafuse: scratch for %s failed\n", wn);
+        exit(1);
+    }
+    a.wf16 = wf;
+    a.xf16 = xf;
+    if (mf_cu_matmul(&a, 0) != cudaSuccess) {
+        printf("mmafuse: unfused %s failed\n", wn);
+        exit(1);
+    }
+    cudaDeviceSynchronize();
+    cudaFree(wf);
+    cudaFree(xf);
+}
+
+/* float64 reference of rows `rows` (NS of them) of weight wn (+ bias) for all
+ * nt tokens: ref[i * nt + t]. */
+static void mf_ref_rows(const char *wn, const char *bn, const int64_t *rows, int ns, const float *x, int64_t n_in,
+                        int64_t nt, double *ref) {
+    double *wr = malloc((size_t)n_in * sizeof *wr);
+    for (int i = 0; i < ns; i++) {
+        ref_row(wn, rows[i], wr);
+        const double b = bn ? wf32(bn)[rows[i]] : 0.0;
+        for (int64_t t = 0; t < nt; t++) {
+            double acc = 0;
+            for (int64_t k = 0; k < n_in; k++)
+                acc += wr[k] * x[t * n_in + k];
+            ref[i * nt + t] = acc + b;
+        }
+    }
+    free(wr);
+}
+
+enum { MF_NS = 24 };
+
+static void mf_sample_rows(int64_t n, int64_t *rows) {
+    for (int i = 0; i < MF_NS; i++)
+        rows[i] = i == 0 ? 0 : i == 1 ? n - 1 : i == 2 ? (n / 2 + 7) % n : (int64_t)(next_u64() % (uint64_t)n);
+}
+
+/* The fused QKV GEMM (mf_cu_gemm_mma_multi, n_w 3) of spec s at nt tokens,
+ * outputs poisoned: every output NaN-free, q/k/v against float64 on sampled
+ * rows (3e-3: both operands rounded to f16) and against the three unfused
+ * mma GEMMs over every element (1e-5, max norm: only the f32 summation
+ * order may differ, through split-K). */
+static void test_mmafuse_qkv(const qkv_spec *s, int64_t nt) {
+    char nm[6][64], name[160];
+    qkv_names(s, nm);
+    const int64_t qd = (int64_t)s->n_head * s->hd, kvd = (int64_t)s->n_head_kv * s->hd, d = s->d;
+    const int64_t no[3] = {qd, kvd, kvd};
+    const char *bn[3] = {s->bias ? nm[3] : NULL, s->bias ? nm[4] : NULL, s->bias ? nm[4] : NULL};
+    float *x = rand_vec(d * nt, 1.0f);
+    float *dx = mf_dev_f32(x, d * nt, false);
+    mf_cu_mma_multi_args a = {.n_w = 3, .x = dx, .n_in = d, .nt = nt};
+    void *dw[3];
+    float *db[3], *dy[3], *du[3];
+    for (int i = 0; i < 3; i++) {
+        const mf_weight *wt = mf_weights_find(W, nm[i]);
+        dw[i] = mf_dev_weight(nm[i]);
+        db[i] = bn[i] ? mf_dev_f32(wf32(bn[i]), no[i], false) : NULL;
+        dy[i] = mf_dev_f32(NULL, no[i] * nt, true);
+        du[i] = mf_dev_f32(NULL, no[i] * nt, true);
+        a.wtype[i] = wt->type;
+        a.w[i] = dw[i];
+        a.row_bytes[i] = mf_type_row_size(wt->type, d);
+        a.bias[i] = db[i];
+        a.y[i] = dy[i];
+        a.n_out[i] = no[i];
+    }
+    snprintf(name, sizeof name, "mmafuse qkv %s%s d %lld q %lld kv %lld nt %lld%s", mf_type_name(s->type),
+             s->vtype ? "/v Q6_K" : "", (long long)d, (long long)qd, (long long)kvd, (long long)nt,
+             s->bias ? " +bias" : "");
+    if (!mf_cu_mma_multi_ok(&a)) {
+        check_true(name, false, "mf_cu_mma_multi_ok refused a real QKV shape");
+    } else {
+        size_t wb, xb;
+        mf_cu_mma_multi_scratch(&a, &wb, &xb);
+        if (cudaMalloc(&a.wf16, wb) || cudaMalloc(&a.xf16, xb) || mf_cu_gemm_mma_multi(&a, 0) != cudaSuccess) {
+            printf("mmafuse: fused qkv launch failed\n");
+            exit(1);
+        }
+        for (int i = 0; i < 3; i++) {
+            float *y = mf_host_f32(dy[i], no[i] * nt);
+            mf_mma_single(nm[i], dw[i], db[i], dx, du[i], d, nt);
+            float *u = mf_host_f32(du[i], no[i] * nt);
+            int64_t rows[MF_NS];
+            mf_sample_rows(no[i], rows);
+            double *ref = malloc((size_t)(MF_NS * nt) * sizeof *ref);
+            float *got = malloc((size_t)(MF_NS * nt) * sizeof *got);
+            mf_ref_rows(nm[i], bn[i], rows, MF_NS, x, d, nt, ref);
+            for (int r = 0; r < MF_NS; r++)
+                for (int64_t t = 0; t < nt; t++)
+                    got[r * nt + t] = y[t * no[i] + rows[r]];
+            char nn[200];
+            snprintf(nn, sizeof nn, "%s: %c", name, "qkv"[i]);
+            result(nn, rel_err(got, ref, MF_NS * nt), 3e-3, count_nan(y, no[i] * nt), NULL);
+            strncat(nn, " vs unfused", sizeof nn - strlen(nn) - 1);
+            result(nn, rel_err_f(y, u, no[i] * nt), 1e-5, count_nan(u, no[i] * nt), NULL);
+            free(y); free(u); free(ref); free(got);
+        }
+        cudaFree(a.wf16);
+        cudaFree(a.xf16);
+    }
+    for (int i = 0; i < 3; i++) {
+        cudaFree(dw[i]); cudaFree(db[i]); cudaFree(dy[i]); cudaFree(du[i]);
+    }
+    cudaFree(dx);
+    free(x);
+}
+
+/* The fused gate/up GEMM with SwiGLU in its epilogue (n_w 2, swiglu) at
+ * d -> ff, nt tokens, f16 weight chunks of `chunk` bytes (0: default): NaN-free,
+ * against float64 silu(g) u on sampled outputs (3e-3) and against the two
+ * unfused mma GEMMs + silu(g) u in double on the host (1e-5, max norm). */
+static void test_mmafuse_ffn(uint32_t t, int64_t d, int64_t ff, int64_t nt, uint64_t chunk) {
+    char gn[64], un[80], name[160];
+    mm_spec sg = {t, d, ff, false};
+    mm_name(gn, sizeof gn, &sg);
+    ffn_up_name(un, sizeof un, gn, t, t);
+    float *x = rand_vec(d * nt, 1.0f);
+    float *dx = mf_dev_f32(x, d * nt, false);
+    void *dg = mf_dev_weight(gn), *du = mf_dev_weight(un);
+    float *dy = mf_dev_f32(NULL, ff * nt, true), *yg = mf_dev_f32(NULL, ff * nt, true),
+          *yu = mf_dev_f32(NULL, ff * nt, true);
+    const uint64_t rb = mf_type_row_size(t, d);
+    mf_cu_mma_multi_args a = {.n_w = 2, .swiglu = 1, .wtype = {t, t}, .w = {dg, du}, .row_bytes = {rb, rb},
+                              .y = {dy, dy}, .n_out = {ff, ff}, .x = dx, .n_in = d, .nt = nt,
+                              .wchunk_bytes = chunk};
+    snprintf(name, sizeof name, "mmafuse ffn %-5s %lld -> %lld nt %lld%s", mf_type_name(t), (long long)d,
+             (long long)ff, (long long)nt, chunk ? " chunked" : "");
+    size_t wb, xb;
+    mf_cu_mma_multi_scratch(&a, &wb, &xb);
+    if (!mf_cu_mma_multi_ok(&a)) {
+        check_true(name, false, "mf_cu_mma_multi_ok refused a real FFN shape");
+    } else if (cudaMalloc(&a.wf16, wb) || cudaMalloc(&a.xf16, xb) || mf_cu_gemm_mma_multi(&a, 0) != cudaSuccess) {
+        printf("mmafuse: fused ffn launch failed\n");
+        exit(1);
+    } else {
+        float *y = mf_host_f32(dy, ff * nt);
+        mf_mma_single(gn, dg, NULL, dx, yg, d, nt);
+        mf_mma_single(un, du, NULL, dx, yu, d, nt);
+        float *hg = mf_host_f32(yg, ff * nt), *hu = mf_host_f32(yu, ff * nt);
+        float *old = malloc((size_t)(ff * nt) * 4);
+        for (int64_t i = 0; i < ff * nt; i++)
+            old[i] = (float)((double)hg[i] / (1.0 + exp(-(double)hg[i])) * hu[i]);
+        int64_t rows[MF_NS];
+        mf_sample_rows(ff, rows);
+        double *rg = malloc((size_t)(MF_NS * nt) * sizeof *rg), *ru = malloc((size_t)(MF_NS * nt) * sizeof *ru);
+        float *got = malloc((size_t)(MF_NS * nt) * sizeof *got);
+        mf_ref_rows(gn, NULL, rows, MF_NS, x, d, nt, rg);
+        mf_ref_rows(un, NULL, rows, MF_NS, x, d, nt, ru);
+        for (int r = 0; r < MF_NS; r++)
+            for (int64_t k = 0; k < nt; k++) {
+                const int64_t i = r * nt + k;
+                rg[i] = rg[i] / (1 + exp(-rg[i])) * ru[i];
+                got[i] = y[k * ff + rows[r]];
+            }
+        result(name, rel_err(got, rg, MF_NS * nt), 3e-3, count_nan(y, ff * nt), NULL);
+        strncat(name, " vs unfused", sizeof name - strlen(name) - 1);
+        result(name, rel_err_f(y, old, ff * nt), 1e-5, count_nan(hg, ff * nt) + count_nan(hu, ff * nt), NULL);
+        free(y); free(hg); free(hu); free(old); free(rg); free(ru); free(got);
+    }
+    cudaFree(a.wf16); cudaFree(a.xf16);
+    cudaFree(dg); cudaFree(du); cudaFree(dy); cudaFree(yg); cudaFree(yu); cudaFree(dx);
+    free(x);
+}
+
+/* FUSED_QKV through the backend (exec_qkv: routing, biases, the rope/store
+ * tail) with the mma fusion on (default) and off (mf_cuda_set_mma_fuse, =
+ * MINFER_CUDA_NO_MMA_FUSE=1): the roped q output and the K/V rows stored at
+ * n_past (f32 cache) agree within 1e-5 (max norm), nothing stays NaN. */
+static void test_mmafuse_qkv_node(const qkv_spec *s, int64_t nt) {
+    char nm[6][64], name[160];
+    qkv_names(s, nm);
+    const int64_t qd = (int64_t)s->n_head * s->hd, kvd = (int64_t)s->n_head_kv * s->hd, n_past = 5;
+    const int32_t n_ctx = (int32_t)(n_past + nt + 8);
+    mf_rope_meta rq = {.n_head = s->n_head, .head_dim = s->hd, .n_rot = s->hd, .mode = s->mode,
+                       .theta = 10000.0f, .freq_scale = 1.0f};
+    mf_rope_meta rk = rq;
+    rk.n_head = s->n_head_kv;
+    mf_qkv_meta m = {.layer = 0,
+                     .q = {.weight = nm[0], .wtype = s->type, .bias = s->bias ? nm[3] : NULL, .n_in = s->d, .n_out = qd},
+                     .k = {.weight = nm[1], .wtype = s->type, .bias = s->bias ? nm[4] : NULL, .n_in = s->d, .n_out = kvd},
+                     .v = {.weight = nm[2], .wtype = qkv_vtype(s), .bias = s->bias ? nm[4] : NULL, .n_in = s->d,
+                           .n_out = kvd},
+                     .q_norm = s->norm ? nm[5] : NULL, .k_norm = s->norm ? nm[5] : NULL, .norm_eps = 1e-6f,
+                     .rope_q = rq, .rope_k = rk, .n_head = s->n_head, .n_head_kv = s->n_head_kv, .head_dim = s->hd};
+    mf_graph g;
+    graph_new(&g, 1, kvd);
+    int32_t xi = ext(&g, s->d, nt);
+    int32_t pi = mf_g_input(&g, MF_INPUT_POSITIONS, MF_DTYPE_I32, nt, 1);
+    int32_t node = mf_g_fused_qkv(&g, xi, pi, &m);
+    float *x = rand_vec(s->d * nt, 1.0f);
+    int32_t *pos = malloc((size_t)nt * 4);
+    for (int64_t t = 0; t < nt; t++)
+        pos[t] = (int32_t)(n_past + t);
+    int32_t ids[2] = {dev_put(x, (size_t)(s->d * nt) * 4), dev_put(pos, (size_t)nt * 4)};
+    const size_t region = (size_t)kvd * 4 * (size_t)n_ctx, off = (size_t)kvd * 4 * (size_t)n_past;
+    const size_t kvb = (size_t)(kvd * nt) * 4;
+    float *res[2][3];
+    for (int v = 0; v < 2; v++) {
+        mf_kv_pair kv = {dev_poison(region), dev_poison(region)};
+        int32_t out = dev_poison((size_t)(qd * nt) * 4);
+        mf_exec_args ea = args(n_past, nt, n_ctx, MF_TYPE_F32);
+        mf_cuda_set_mma_fuse(be, v == 0, 1);
+        run_ok(&g, node, ids, out, kv, &ea);
+        mf_cuda_set_mma_fuse(be, 1, 1);
+        res[v][0] = dev_get(out, (size_t)(qd * nt) * 4);
+        res[v][1] = malloc(kvb);
+        res[v][2] = malloc(kvb);
+        mf_error e;
+        if (be->ops->read_host(be, kv.k, off, res[v][1], kvb, &e) ||
+            be->ops->read_host(be, kv.v, off, res[v][2], kvb, &e))
+            die("read kv", &e);
+        dev_free(out); dev_free(kv.k); dev_free(kv.v);
+    }
+    snprintf(name, sizeof name, "mmafuse qkv node %s%s d %lld heads %d/%d nt %lld%s%s vs unfused",
+             mf_type_name(s->type), s->vtype ? "/v Q6_K" : "", (long long)s->d, s->n_head, s->n_head_kv,
+             (long long)nt, s->bias ? " +bias" : "", s->norm ? " +qk_norm" : "");
+    const int64_t n[3] = {qd * nt, kvd * nt, kvd * nt};
+    const char *part[3] = {"(q)", "(k)", "(v)"};
+    for (int i = 0; i < 3; i++) {
+        result(name, rel_err_f(res[0][i], res[1][i], n[i]), 1e-5, count_nan(res[0][i], n[i]) + count_nan(res[1][i], n[i]),
+               part[i]);
+        free(res[0][i]); free(res[1][i]);
+    }
+    dev_free(ids[0]); dev_free(ids[1]);
+    free(x); free(pos);
+    mf_graph_free(&g);
+}
+
+/* MINFER_CUDA_TEST_BENCH=1: fused vs per-weight mma GEMMs (QKV: three
+ * launches sharing one x conversion; FFN: gate, up, SWIGLU kernel), cudaEvent
+ * timing after 2 warm-ups, median of 11, contents arbitrary bytes. */
+typedef struct mf_fb {
+    const mf_cu_mma_multi_args *m;
+    mf_cu_matmul_args s[3];
+    float *sg, *su;
+    int64_t ew_n;
+} mf_fb;
+
+static cudaError_t mf_fb_run(const mf_fb *b, int fused, cudaStream_t st) {
+    if (fused)
+        return mf_cu_gemm_mma_multi(b->m, st);
+    cudaError_t e = cudaSuccess;
+    for (int i = 0; i < b->m->n_w && e == cudaSuccess; i++)
+        e = mf_cu_matmul(&b->s[i], st);
+    if (e == cudaSuccess && b->m->swiglu) {
+        mf_cu_ew_args ew = {.op = MF_CU_EW_SWIGLU, .a = b->sg, .b = b->su, .y = b->m->y[0], .n = b->ew_n,
+                            .b_n = b->ew_n};
+        e = mf_cu_elementwise(&ew, st);
+    }
+    return e;
+}
+
+static float mf_fb_time(const mf_fb *b, int fused, cudaStream_t st, cudaEvent_t e0, cudaEvent_t e1) {
+    enum { REPS = 11 };
+    float ms[REPS];
+    for (int i = 0; i < 2 + REPS; i++) {
+        cudaEventRecord(e0, st);
+        cudaError_t err = mf_fb_run(b, fused, st);
+        cudaEventRecord(e1, st);
+        if (err != cudaSuccess || cudaEventSynchronize(e1) != cudaSuccess)
+            return -1.0f;
+        if (i >= 2)
+            cudaEventElapsedTime(&ms[i - 2], e0, e1);
+    }
+    qsort(ms, REPS, sizeof ms[0], cmp_f);
+    return ms[REPS / 2];
+}
+
+/* n_w 3: QKV widths no[0..2] with types ty[0..2]; n_w 2: gate/up ff = no[0]. */
+static void bench_mmafuse(const char *label, int n_w, const uint32_t *ty, int64_t d, const int64_t *no, int64_t nt) {
+    mf_cu_mma_multi_args m = {.n_w = n_w, .swiglu = n_w == 2, .n_in = d, .nt = nt};
+    mf_fb b = {.m = &m};
+    void *bufs[16] = {0};
+    int nb = 0;
+    bool ok = true;
+#define MF_BALLOC(p, n) (ok = ok && cudaMalloc((void **)&(p), (n)) == cudaSuccess, bufs[nb++] = (void *)(p))
+    float *x = NULL, *y[3] = {0};
+    void *w[3] = {0}, *wf = NULL, *xf = NULL, *swf = NULL, *sxf = NULL;
+    MF_BALLOC(x, (size_t)(d * nt) * 4);
+    if (ok)
+        cudaMemset(x, 0x3c, (size_t)(d * nt) * 4);
+    for (int i = 0; i < n_w && ok; i++) {
+        const uint64_t rb = mf_type_row_size(ty[i], d);
+        MF_BALLOC(w[i], rb * (size_t)no[i]);
+        MF_BALLOC(y[i], (size_t)(no[i] * nt) * 4);
+        if (ok)
+            cudaMemset(w[i], 0x3c, rb * (size_t)no[i]);
+        m.wtype[i] = ty[i]; m.w[i] = w[i]; m.row_bytes[i] = rb; m.n_out[i] = no[i];
+        m.y[i] = n_w == 2 ? y[0] : y[i];
+        b.s[i] = (mf_cu_matmul_args){.wtype = ty[i], .w = w[i], .row_bytes = rb, .x = x, .y = y[i], .n_in = d,
+                                     .n_out = no[i], .nt = nt, .force_gemm = 3, .x_ready = i > 0};
+    }
+    m.x = x;
+    size_t wb = 0, xb = 0, swb = 0, sxb = 0;
+    mf_cu_mma_multi_scratch(&m, &wb, &xb);
+    for (int i = 0; i < n_w; i++) {
+        size_t a1, a2;
+        mf_cu_mma_scratch(&b.s[i], &a1, &a2);
+        swb = a1 > swb ? a1 : swb;
+        sxb = a2 > sxb ? a2 : sxb;
+    }
+    MF_BALLOC(wf, wb);
+    MF_BALLOC(xf, xb);
+    MF_BALLOC(swf, swb ? swb : 16);
+    MF_BALLOC(sxf, sxb);
+#undef MF_BALLOC
+    m.wf16 = wf; m.xf16 = xf;
+    for (int i = 0; i < n_w; i++) {
+        b.s[i].wf16 = swf;
+        b.s[i].xf16 = sxf;
+    }
+    if (n_w == 2) { /* unfused FFN: gate and up into their own buffers, then SWIGLU into y[0] */
+        b.sg = y[1]; /* gate's output; up's is y[2] */
+        float *su = NULL;
+        ok = ok && cudaMalloc((void **)&su, (size_t)(no[0] * nt) * 4) == cudaSuccess;
+        bufs[nb++] = su;
+        b.su = su;
+        b.s[0].y = b.sg;
+        b.s[1].y = su;
+        b.ew_n = no[0] * nt;
+    }
+    cudaStream_t st;
+    cudaEvent_t e0, e1;
+    if (!ok || !mf_cu_mma_multi_ok(&m) || cudaStreamCreate(&st) || cudaEventCreate(&e0) || cudaEventCreate(&e1)) {
+        printf("mmafuse bench %s: setup failed\n", label);
+        cudaGetLastError();
+    } else {
+        cudaDeviceSynchronize();
+        const float tf = mf_fb_time(&b, 1, st, e0, e1), tu = mf_fb_time(&b, 0, st, e0, e1);
+        int64_t rows = 0;
+        for (int i = 0; i < n_w; i++)
+            rows += no[i];
+        const double flop = 2.0 * (double)d * (double)rows * (double)nt;
+        printf("mmafuse bench %-22s nt %-4lld unfused %8.1f us %6.1f TFLOP/s | fused %8.1f us %6.1f TFLOP/s\n", label,
+               (long long)nt, tu * 1e3, flop / (tu * 1e9), tf * 1e3, flop / (tf * 1e9));
+        fflush(stdout);
+        cudaEventDestroy(e0); cudaEventDestroy(e1); cudaStreamDestroy(st);
+    }
+    for (int i = 0; i < nb; i++)
+        cudaFree(bufs[i]);
+}
+
+/* The dequantizer alone (mf_cu_mma_dequant): us and (read + write) GB/s. */
+static void bench_dequant(uint32_t t, int64_t n_in, int64_t rows) {
+    const uint64_t rb = mf_type_row_size(t, n_in);
+    void *w = NULL, *dst = NULL;
+    cudaEvent_t e0, e1;
+    if (cudaMalloc(&w, rb * (size_t)rows) || cudaMalloc(&dst, (size_t)(n_in * rows) * 2) || cudaEventCreate(&e0) ||
+        cudaEventCreate(&e1)) {
+        printf("dequant bench %s %lldx%lld: setup failed\n", mf_type_name(t), (long long)n_in, (long long)rows);
+        cudaGetLastError();
+        cudaFree(w); cudaFree(dst);
+        return;
+    }
+    cudaMemset(w, 0x3c, rb * (size_t)rows);
+    cudaDeviceSynchronize();
+    enum { REPS = 11 };
+    float ms[REPS];
+    for (int i = 0; i < 2 + REPS; i++) {
+        cudaEventRecord(e0, 0);
+        cudaError_t err = mf_cu_mma_dequant(t, w, rb, n_in, rows, dst, 0);
+        cudaEventRecord(e1, 0);
+        if (err != cudaSuccess || cudaEventSynchronize(e1) != cudaSuccess) {
+            printf("dequant bench %s: launch failed\n", mf_type_name(t));
+            break;
+        }
+        if (i >= 2)
+            cudaEventElapsedTime(&ms[i - 2], e0, e1);
+        if (i == 1 + REPS) {
+            qsort(ms, REPS, sizeof ms[0], cmp_f);
+            const double bytes = (double)rb * (double)rows + 2.0 * (double)n_in * (double)rows;
+            printf("dequant bench %-5s %5lldx%-6lld %8.1f us %7.1f GB/s (read + write)\n", mf_type_name(t),
+                   (long long)n_in, (long long)rows, ms[REPS / 2] * 1e3, bytes / (ms[REPS / 2] * 1e6));
+        }
+    }
+    fflush(stdout);
+    cudaEventDestroy(e0); cudaEventDestroy(e1);
+    cudaFree(w); cudaFree(dst);
+}
+
+static const qkv_spec mmafuse_qkvs[] = {
+    {MF_TYPE_Q4_0, 896, 14, 2, 64, true, false, MF_ROPE_NEOX, 0},               /* qwen2 0.5B */
+    {MF_TYPE_Q4_K, 3584, 28, 4, 128, true, false, MF_ROPE_NEOX, MF_TYPE_Q6_K}, /* qwen2 7B Q4_K_M */
+    {MF_TYPE_Q4_K, 2560, 32, 8, 128, false, true, MF_ROPE_NEOX, 0},            /* qwen3 4B */
+};
+
+static void mmafuse_weights(void) {
+    for (int i = 0; i < (small ? 1 : 3); i++)
+        qkv_weights(&mmafuse_qkvs[i]);
+    const int64_t ff05 = small ? 256 : 4864;
+    const struct { uint32_t t; int64_t d, ff; } f[2] = {{MF_TYPE_Q4_0, 896, ff05}, {MF_TYPE_Q4_K, 3584, 18944}};
+    for (int i = 0; i < (small ? 1 : 2); i++) {
+        char gn[64], un[80];
+        mm_spec sg = {f[i].t, f[i].d, f[i].ff, false};
+        mm_name(gn, sizeof gn, &sg);
+        ffn_up_name(un, sizeof un, gn, f[i].t, f[i].t);
+        add_weight(gn, f[i].t, f[i].d, f[i].ff);
+        add_weight(un, f[i].t, f[i].d, f[i].ff);
+    }
+    /* the split-K cases' weights, named as test_mma looks them up (mm_name;
+     * add_weight skips a name the mma family registered already) */
+    add_weight("mm.q4_0.4864x896", MF_TYPE_Q4_0, 4864, 896);
+    if (!small)
+        add_weight("mm.q4_K.18944x3584", MF_TYPE_Q4_K, 18944, 3584);
+}
+
+static void mmafuse_family(void) {
+    const int64_t nts[] = {9, 64, 513};
+    const int n_q = small ? 1 : 3;
+    for (int i = 0; i < n_q; i++)
+        for (int k = 0; k < (small ? 2 : 3); k++)
+            test_mmafuse_qkv(&mmafuse_qkvs[i], nts[k]);
+    for (int i = 0; i < n_q; i++)
+        test_mmafuse_qkv_node(&mmafuse_qkvs[i], 100);
+    const int64_t fnts[] = {9, 100, 513};
+    for (int k = 0; k < (small ? 2 : 3); k++)
+        test_mmafuse_ffn(MF_TYPE_Q4_0, 896, small ? 256 : 4864, fnts[k], 0);
+    test_mmafuse_ffn(MF_TYPE_Q4_0, 896, small ? 256 : 4864, 100, 1u << 20); /* 19 chunks of 256 outputs */
+    if (!small) {
+        test_mmafuse_ffn(MF_TYPE_Q4_K, 3584, 18944, 9, 0);
+        test_mmafuse_ffn(MF_TYPE_Q4_K, 3584, 18944, 513, 0);
+        test_mmafuse_ffn(MF_TYPE_Q4_K, 3584, 18944, 100, 64u << 20); /* 5 chunks, the last one shorter */
+    }
+    /* FUSED_FFN node on the default path with the fusion off (the old path), then on */
+    printf("mmafuse: the next mma fused_ffn lines run with the mma fusion off, then on\n");
+    mf_cuda_set_mma_fuse(be, 0, 1);
+    test_mma_ffn(MF_TYPE_Q4_0, 896, small ? 256 : 4864, 100);
+    mf_cuda_set_mma_fuse(be, 1, 1);
+    test_mma_ffn(MF_TYPE_Q4_0, 896, small ? 256 : 4864, 100);
+    /* split-K: 0.5B down at nt 100 / 513 (4 splits), 7B down at nt 100 (4); off = the old path */
+    const mm_spec down05 = {MF_TYPE_Q4_0, 4864, 896, false}, down7 = {MF_TYPE_Q4_K, 18944, 3584, false};
+    for (int sp = 0; sp < 2; sp++) {
+        printf("mmafuse: the next test_mma lines run with split-K %s\n", sp ? "on (default)" : "off (old path)");
+        mf_cuda_set_mma_fuse(be, 1, sp);
+        test_mma(&down05, 100, 0);
+        if (!small) {
+            test_mma(&down05, 513, 0);
+            test_mma(&down7, 100, 0);
+        }
+    }
+    mf_cuda_set_mma_fuse(be, 1, 1);
+    if (getenv("MINFER_CUDA_TEST_BENCH") && atoi(getenv("MINFER_CUDA_TEST_BENCH")) > 0) {
+        const uint32_t q05[3] = {MF_TYPE_Q4_0, MF_TYPE_Q4_0, MF_TYPE_Q4_0},
+                       q7[3] = {MF_TYPE_Q4_K, MF_TYPE_Q4_K, MF_TYPE_Q6_K};
+        const int64_t n05[3] = {896, 128, 128}, n7[3] = {3584, 512, 512}, f05[2] = {4864, 4864},
+                      f7[2] = {18944, 18944};
+        bench_dequant(MF_TYPE_Q4_K, 3584, 18944);
+        bench_dequant(MF_TYPE_Q4_K, 18944, 3584);
+        bench_dequant(MF_TYPE_Q6_K, 18944, 3584);
+        bench_dequant(MF_TYPE_Q4_0, 896, 4864);
+        bench_dequant(MF_TYPE_Q4_0, 4864, 896);
+        bench_mmafuse("qkv 0.5B q4_0", 3, q05, 896, n05, 512);
+        bench_mmafuse("qkv 7B q4_k/q6_k", 3, q7, 3584, n7, 512);
+        bench_mmafuse("gate+up 0.5B q4_0", 2, q05, 896, f05, 512);
+        bench_mmafuse("gate+up 7B q4_k", 2, q7, 3584, f7, 512);
+        /* split-K on (mma column) vs the tier's old shape (no split: see "mma bench" with
+         * MINFER_CUDA_NO_MMA_SPLIT=1) and the TC tier, plus the MMA_MIN_NT crossover */
+        const int64_t bnt[] = {16, 32, 64, 512};
+        for (int k = 0; k < 4; k++) {
+            bench_mma(MF_TYPE_Q4_0, 4864, 896, bnt[k]);
+            bench_mma(MF_TYPE_Q4_K, 18944, 3584, bnt[k]);
+            bench_mma(MF_TYPE_Q4_K, 3584, 3584, bnt[k]);
+        }
+    }
+}
+
 /* ---- split-KV flash decode attention (family "decattn") ------------------------------------- */
 
 /* out[t, h] = softmax(q k^T * scale) v over rows [0, n_past + t] of the host
@@ -2400,7 +2941,7 @@ static void test_gemv(const gv_case *c, int64_t nt, bool bias) {
             }
         snprintf(sub, sizeof sub, "%s [%s]", name, vname[v]);
         /* the x8 activations widen their units' int8 step: norm-wise the
-         * error reaches ~1.4e-2 on v1 and v3 alike (H200 run of 01:52Z);
+         * error reaches ~1.4e-2 on v1 and v3 alike (H200, PERF.md entry 11);
          * the per-output rounding bound below is the exact check */
         result(sub, rel_err(got, ref, NS * nt), 3e-2, count_nan(ys[v], ny), NULL);
         char detail[64];
@@ -2979,15 +3520,17 @@ static void decsmall_family(void) {
 /* ---- family gemvwide: the long-row int8 GEMV (gemv_wide.cu) ------------------------------------ */
 
 static const uint32_t gw_types[4] = {MF_TYPE_Q4_K, MF_TYPE_Q6_K, MF_TYPE_Q4_0, MF_TYPE_Q8_0};
-/* (n_in, n_out): 7B q / o, k/v, q+k+v, gate/up, down, qwen3-4B gate/up, 7B lm_head */
-static const int64_t gw_shapes[7][2] = {{3584, 3584}, {3584, 512},  {3584, 4608},  {3584, 18944},
-                                        {18944, 3584}, {2560, 9728}, {3584, 152064}};
+/* (n_in, n_out): 7B q / o, k/v, q+k+v, gate/up, down, qwen3-4B gate/up, an odd
+ * row count (a partial last block), 7B lm_head (last: nt 1 only) */
+enum { GW_NSHAPES = 8 };
+static const int64_t gw_shapes[GW_NSHAPES][2] = {{3584, 3584}, {3584, 512},  {3584, 4608}, {3584, 18944},
+                                                 {18944, 3584}, {2560, 9728}, {2560, 899},  {3584, 152064}};
 
 static void gemvwide_weights(void) {
     for (int i = 0; i < 4; i++)
-        for (int k = 0; k < 7; k++) {
+        for (int k = 0; k < GW_NSHAPES; k++) {
             char wn[64], bn[64];
-            if (small && gw_shapes[k][1] > 18944)
+            if (small && (gw_shapes[k][1] > 4608 || gw_shapes[k][0] > 3584)) /* as gemvwide_family */
                 continue;
             mm_name(wn, sizeof wn, &(mm_spec){gw_types[i], gw_shapes[k][0], gw_shapes[k][1], false});
             add_weight(wn, gw_types[i], gw_shapes[k][0], gw_shapes[k][1]);
@@ -2995,7 +3538,7 @@ static void gemvwide_weights(void) {
             add_f32(bn, gw_shapes[k][1], 0.5f, 0.0f);
         }
     /* gate and up of FUSED_FFN at the 7B width (gate = the 3584x18944 weight above) */
-    for (int i = 0; i < 4; i++) {
+    for (int i = 0; !small && i < 4; i++) {
         char gn[64], un[80];
         mm_name(gn, sizeof gn, &(mm_spec){gw_types[i], 3584, 18944, false});
         ffn_up_name(un, sizeof un, gn, gw_types[i], gw_types[i]);
@@ -3003,13 +3546,14 @@ static void gemvwide_weights(void) {
     }
 }
 
-/* One int8-GEMV matmul node (matmul mode -2) at nt tokens on four paths:
+/* One int8-GEMV matmul node (matmul mode -2) at nt tokens on five paths:
  * wide (PDL off), wide (PDL on), wide off = v3 (the test hook of
- * MINFER_CUDA_GEMV_V1 off: v3 everywhere), v1. Each against float64 on 40
+ * MINFER_CUDA_GEMV_V1 off: v3 everywhere), v1, wide reading the activations
+ * from global memory (set bit 2; the staged copy otherwise, where it fits). Each against float64 on 40
  * sampled rows (all tokens): 3e-2 norm-wise and every sampled output within
  * the int8 rounding bound (as the gemv family); every output NaN-free
  * (poisoned); wide vs v1 on every output within 1e-5 (the same int8
- * arithmetic per unit), wide+PDL vs wide bitwise (1e-9), and the launch
+ * arithmetic per unit), wide+PDL and unstaged vs wide bitwise (1e-9), and the launch
  * counter proves which kernel ran. */
 static void test_gemvwide(uint32_t t, int64_t n_in, int64_t n_out, int64_t nt, bool bias) {
     char wn[64], bn[64], name[160], sub[220];
@@ -3053,21 +3597,21 @@ static void test_gemvwide(uint32_t t, int64_t n_in, int64_t n_out, int64_t nt, b
     snprintf(name, sizeof name, "gemvwide %-5s %5lldx%-6lld nt %lld%s", mf_type_name(t), (long long)n_in,
              (long long)n_out, (long long)nt, bias ? " +bias" : "");
     const int64_t ny = n_out * nt;
-    float *ys[4];
-    static const char *const vname[4] = {"wide", "wide+pdl", "v3", "v1"};
+    float *ys[5];
+    static const char *const vname[5] = {"wide", "wide+pdl", "v3", "v1", "wide x unstaged"};
     float *got = malloc((size_t)(NS * nt) * sizeof *got);
-    for (int v = 0; v < 4; v++) {
+    for (int v = 0; v < 5; v++) {
         int32_t out = dev_poison((size_t)ny * 4);
         mf_exec_args a = args(0, nt, 1, MF_TYPE_F32);
         mf_cuda_set_matmul_mode(be, -2);
         mf_cuda_set_gemv_v1(be, v == 3);
-        mf_cu_set_gemv_wide(v < 2);
+        mf_cu_set_gemv_wide(v < 2 ? 1 : v == 4 ? 1 | 2 : 0);
         mf_cu_set_pdl(v == 1);
         const long long c0 = mf_cu_gemv_wide_count();
         run_ok(&g, mi, &in, out, (mf_kv_pair){-1, -1}, &a);
         const long long c1 = mf_cu_gemv_wide_count();
         mf_cu_set_pdl(mf_env_int("MINFER_CUDA_PDL", MF_CU_PDL_DEFAULT) != 0);
-        mf_cu_set_gemv_wide(!mf_env_flag("MINFER_CUDA_NO_GEMV_WIDE"));
+        mf_cu_set_gemv_wide(mf_env_flag("MINFER_CUDA_GEMV_WIDE"));
         mf_cuda_reset_gemv(be);
         mf_cuda_set_matmul_mode(be, 0);
         ys[v] = dev_get(out, (size_t)ny * 4);
@@ -3086,13 +3630,15 @@ static void test_gemvwide(uint32_t t, int64_t n_in, int64_t n_out, int64_t nt, b
         check_true(sub, worst <= 1.0, detail);
         snprintf(detail, sizeof detail, "wide launches %lld", c1 - c0);
         snprintf(sub, sizeof sub, "%s [%s]: path", name, vname[v]);
-        check_true(sub, v < 2 ? c1 - c0 == 1 : c1 == c0, detail);
+        check_true(sub, v < 2 || v == 4 ? c1 - c0 == 1 : c1 == c0, detail);
     }
     snprintf(sub, sizeof sub, "%s [wide vs v1]", name);
     result(sub, rel_err_f(ys[0], ys[3], ny), 1e-5, count_nan(ys[0], ny), NULL);
     snprintf(sub, sizeof sub, "%s [wide+pdl vs wide]", name);
     result(sub, rel_err_f(ys[1], ys[0], ny), 1e-9, count_nan(ys[1], ny), NULL);
-    for (int v = 0; v < 4; v++)
+    snprintf(sub, sizeof sub, "%s [wide x unstaged vs wide]", name);
+    result(sub, rel_err_f(ys[4], ys[0], ny), 1e-9, count_nan(ys[4], ny), NULL);
+    for (int v = 0; v < 5; v++)
         free(ys[v]);
     free(got); free(wr); free(ref); free(bound); free(x);
     dev_free(in);
@@ -3170,20 +3716,23 @@ static void bench_gemvwide(uint32_t t, int64_t n_in, int64_t n_out, bool swiglu)
         gw_call_quant(&m, st); /* once, for the wide kernel alone */
         mf_cu_set_gemv_wide(1);
         const float tw = gw_time(gw_call_wide, &m, st, e0, e1);
+        mf_cu_set_gemv_wide(1 | 2);
+        const float tn = gw_time(gw_call_wide, &m, st, e0, e1);
         const float tq = gw_time(gw_call_quant, &m, st, e0, e1);
         mf_cu_set_gemv_wide(0);
         m.gemv_v1 = 1;
         const float t1 = gw_time(gw_call_multi, &m, st, e0, e1);
         m.gemv_v1 = 0;
         const float t3 = gw_time(gw_call_multi, &m, st, e0, e1);
-        mf_cu_set_gemv_wide(!mf_env_flag("MINFER_CUDA_NO_GEMV_WIDE"));
+        mf_cu_set_gemv_wide(mf_env_flag("MINFER_CUDA_GEMV_WIDE"));
         const double tb = (double)rb * (double)n_out * (swiglu ? 2 : 1) / 1e12;
         const float k1 = t1 - tq, k3 = t3 - tq;
         printf("gemvwide bench %-5s %5lldx%-6lld%s nt 1: v1 %.2f us %.2f TB/s | v3 %.2f us %.2f TB/s | "
-               "wide %.2f us %.2f TB/s (kernel alone; v1/v3 = with quant %.2f / %.2f - quant %.2f us)\n",
+               "wide %.2f us %.2f TB/s | wide x unstaged %.2f us (kernel alone; v1/v3 = with quant %.2f / %.2f "
+               "- quant %.2f us)\n",
                mf_type_name(t), (long long)n_in, (long long)n_out, swiglu ? " swiglu" : "", k1 * 1e3,
-               tb / (k1 * 1e-3), k3 * 1e3, tb / (k3 * 1e-3), tw * 1e3, tb / (tw * 1e-3), t1 * 1e3, t3 * 1e3,
-               tq * 1e3);
+               tb / (k1 * 1e-3), k3 * 1e3, tb / (k3 * 1e-3), tw * 1e3, tb / (tw * 1e-3), tn * 1e3, t1 * 1e3,
+               t3 * 1e3, tq * 1e3);
     }
     if (e0)
         cudaEventDestroy(e0);
@@ -3195,14 +3744,19 @@ static void bench_gemvwide(uint32_t t, int64_t n_in, int64_t n_out, bool swiglu)
 }
 
 /* The fused paths (FUSED_FFN gate+up+SwiGLU in one launch, FUSED_QKV with a
- * Q6_K V = two launches, FUSE_ADD's residual epilogue) with the wide GEMV
- * (PDL off and on) and without it, each against float64 inside the called
- * tests; the counter proves the wide kernel ran (or did not). */
+ * Q6_K V = two launches or all Q4_K = one launch of 3 weights, FUSE_ADD's
+ * residual epilogue) with the wide GEMV on every n_in >= 2048 launch (PDL
+ * off and on), without it, and under the default auto rule, each against
+ * float64 inside the called tests; the counter proves the wide kernel ran
+ * (or did not). */
 static void gemvwide_fused(void) {
     const qkv_spec q7 = {MF_TYPE_Q4_K, 3584, 28, 4, 128, true, false, MF_ROPE_NEOX, MF_TYPE_Q6_K};
-    for (int v = 0; v < 3; v++) {
-        mf_cu_set_gemv_wide(v < 2);
+    const qkv_spec q4b = {MF_TYPE_Q4_K, 2560, 32, 8, 128, false, true, MF_ROPE_NEOX, 0};
+    for (int v = 0; v < 4; v++) { /* wide (PDL off, on) on every n_in >= 2048, wide off, the default rule */
+        mf_cu_set_gemv_wide(v != 2);
         mf_cu_set_pdl(v == 1);
+        if (v < 2)
+            mf_cuda_set_gemv_v1(be, false); /* clears the auto rule: wide on the narrow launches too */
         const long long c0 = mf_cu_gemv_wide_count();
         for (int i = 0; !small && i < 4; i++) {
             const uint32_t t = gw_types[i];
@@ -3210,8 +3764,14 @@ static void gemvwide_fused(void) {
             test_ffn(t, t, 3584, 18944, 5);
         }
         test_ffn(MF_TYPE_Q6_K, MF_TYPE_Q6_K, 2560, small ? 256 : 9728, 8);
-        test_qkv(&q7, 1, 37, false, MF_TYPE_F32);
-        test_qkv(&q7, 3, 5, false, MF_TYPE_F32);
+        for (int fz = 0; fz < 2; fz++) { /* per-matmul GEMVs, then FUSED_QKV's multi-weight launch */
+            mf_cuda_set_fuse(be, fz == 1);
+            test_qkv(&q7, 1, 37, false, MF_TYPE_F32);
+            test_qkv(&q7, 3, 5, false, MF_TYPE_F32);
+            test_qkv(&q4b, 1, 37, false, MF_TYPE_F32); /* Q, K, V of one type: one launch, 3 weights */
+            test_qkv(&q4b, 8, 5, false, MF_TYPE_F32);
+        }
+        mf_cuda_set_fuse(be, mf_env_flag("MINFER_CUDA_FUSE_GEMV"));
         test_fuse_add(MF_TYPE_Q4_K, 3584, 3584, 1);
         test_fuse_add(MF_TYPE_Q4_K, 3584, 3584, 7);
         test_fuse_add(MF_TYPE_Q6_K, 2560, small ? 256 : 9728, 3);
@@ -3220,35 +3780,499 @@ static void gemvwide_fused(void) {
         const long long c1 = mf_cu_gemv_wide_count();
         char detail[64];
         snprintf(detail, sizeof detail, "wide launches %lld", c1 - c0);
-        check_true(v == 2 ? "gemvwide fused paths [wide off]: no wide launch" : "gemvwide fused paths: wide ran",
-                   v == 2 ? c1 == c0 : c1 > c0, detail);
+        mf_cuda_reset_gemv(be);
+        static const char *const fname[4] = {"gemvwide fused paths [wide]: wide ran",
+                                             "gemvwide fused paths [wide+pdl]: wide ran",
+                                             "gemvwide fused paths [wide off]: no wide launch",
+                                             "gemvwide fused paths [auto rule]: wide ran"};
+        if (v != 3 || !small) /* small: nothing reaches the auto rule's 16 M weights */
+            check_true(fname[v], v == 2 ? c1 == c0 : c1 > c0, detail);
     }
     mf_cu_set_pdl(mf_env_int("MINFER_CUDA_PDL", MF_CU_PDL_DEFAULT) != 0);
-    mf_cu_set_gemv_wide(!mf_env_flag("MINFER_CUDA_NO_GEMV_WIDE"));
+    mf_cu_set_gemv_wide(mf_env_flag("MINFER_CUDA_GEMV_WIDE"));
 }
 
 static void gemvwide_family(void) {
     static const int64_t nts[] = {1, 2, 5, 8};
     for (int i = 0; i < 4; i++)
-        for (int k = 0; k < 7; k++) {
+        for (int k = 0; k < GW_NSHAPES; k++) {
             const int64_t n_in = gw_shapes[k][0], n_out = gw_shapes[k][1];
             if (n_out > 18944) { /* the lm_head: nt 1 only (host reference cost) */
                 if (!small)
                     test_gemvwide(gw_types[i], n_in, n_out, 1, false);
                 continue;
             }
+            if (small && (n_out > 4608 || n_in > 3584)) /* sanitizer runs: the narrow shapes only */
+                continue;
             for (int j = 0; j < 4; j++)
-                test_gemvwide(gw_types[i], n_in, n_out, nts[j], j == 1 || (j == 2 && k == 3));
+                if (!small || j == 0 || j == 2)
+                    test_gemvwide(gw_types[i], n_in, n_out, nts[j], j == 1 || (j == 2 && k == 3) || n_out == 899);
         }
     gemvwide_fused();
     if (!(getenv("MINFER_CUDA_TEST_BENCH") && atoi(getenv("MINFER_CUDA_TEST_BENCH")) > 0))
         return;
     for (int i = 0; i < 4; i++) {
-        for (int k = 0; k < 7; k++)
-            bench_gemvwide(gw_types[i], gw_shapes[k][0], gw_shapes[k][1], false);
+        for (int k = 0; k < GW_NSHAPES; k++)
+            if (gw_shapes[k][1] != 899)
+                bench_gemvwide(gw_types[i], gw_shapes[k][0], gw_shapes[k][1], false);
         bench_gemvwide(gw_types[i], 3584, 37888, false); /* gate+up as one row space */
         bench_gemvwide(gw_types[i], 3584, 18944, true);  /* FUSED_FFN: gate and up, SwiGLU */
     }
+}
+
+/* ---- the int8 GEMV's quantizing prologue (family "gemvfuse") ---------------------------------- */
+
+/* One shape of family gemvfuse: n_w weights of type t sharing n_in inputs
+ * (swiglu: gate and up of n_out[0] rows), registered as gf.<type>.<n_in>x<n_out>.<k>. */
+typedef struct gf_spec {
+    uint32_t t;
+    int64_t n_in;
+    int n_w;
+    int64_t n_out[3];
+    bool swiglu;
+} gf_spec;
+
+static void gf_wname(char *wn, size_t n, const gf_spec *s, int k) {
+    snprintf(wn, n, "gf.%s.%lldx%lld.%d", mf_type_name(s->t), (long long)s->n_in, (long long)s->n_out[k], k);
+}
+
+static int gf_specs(gf_spec *c) {
+    static const uint32_t qt[] = {MF_TYPE_Q4_0, MF_TYPE_Q4_1, MF_TYPE_Q5_0, MF_TYPE_Q5_1, MF_TYPE_Q8_0,
+                                  MF_TYPE_Q2_K, MF_TYPE_Q3_K, MF_TYPE_Q4_K, MF_TYPE_Q5_K, MF_TYPE_Q6_K};
+    int n = 0;
+    for (int i = 0; i < 10; i++) {
+        const uint32_t t = qt[i];
+        c[n++] = (gf_spec){t, 4864, 1, {896, 0, 0}, false}; /* 0.5B ffn_down */
+        if (!kq(t)) { /* the 0.5B widths (K-quants need n_in % 256 == 0) */
+            c[n++] = (gf_spec){t, 896, 1, {896, 0, 0}, false};      /* attn_output */
+            c[n++] = (gf_spec){t, 896, 1, {128, 0, 0}, false};      /* attn_k */
+            c[n++] = (gf_spec){t, 896, 3, {896, 128, 128}, false};  /* FUSED_QKV */
+            c[n++] = (gf_spec){t, 896, 2, {4864, 4864, 0}, true};   /* gate/up + SwiGLU */
+        } else {
+            c[n++] = (gf_spec){t, 3584, 1, {128, 0, 0}, false};
+        }
+    }
+    /* qwen2 7B: attn_output (under the auto rule) and q/k/v (over it at nt 8) */
+    c[n++] = (gf_spec){MF_TYPE_Q4_K, 3584, 1, {3584, 0, 0}, false};
+    c[n++] = (gf_spec){MF_TYPE_Q4_0, 3584, 3, {3584, 512, 512}, false};
+    return n;
+}
+
+static void gemvfuse_weights(void) {
+    gf_spec c[64];
+    const int n = gf_specs(c);
+    for (int i = 0; i < n; i++)
+        for (int k = 0; k < c[i].n_w; k++) {
+            char wn[80];
+            gf_wname(wn, sizeof wn, &c[i], k);
+            add_weight(wn, c[i].t, c[i].n_in, c[i].n_out[k]);
+        }
+    char gn[64], un[80]; /* the graph case: gate/up (main registers them only at full size) and down */
+    mm_name(gn, sizeof gn, &(mm_spec){MF_TYPE_Q4_0, 896, 4864, false});
+    ffn_up_name(un, sizeof un, gn, MF_TYPE_Q4_0, MF_TYPE_Q4_0);
+    add_weight(gn, MF_TYPE_Q4_0, 896, 4864);
+    add_weight(un, MF_TYPE_Q4_0, 896, 4864);
+    add_weight("gf.down.q4_0.4864x896", MF_TYPE_Q4_0, 4864, 896);
+}
+
+/* Device copy of weight `wn` (+256 bytes: the GEMVs may read one word past a block). */
+static void *gf_wdev(const char *wn) {
+    const mf_weight *wt = mf_weights_find(W, wn);
+    void *d = ds_alloc((size_t)wt->nbytes + 256, 0);
+    cudaMemcpy(d, wt->data, (size_t)wt->nbytes, cudaMemcpyHostToDevice);
+    return d;
+}
+
+/* The quantizing prologue against the separate quantize kernel for one
+ * shape at nt tokens: mf_cu_gemv_q8_multi (mf_cu_gemv_q8 for one plain
+ * weight) on cudaMalloc'd, NaN-poisoned outputs, v3 and v1 kernels, with
+ * `norm` (RMSNorm + quantize in the prologue, FUSE_NORM's form) and `res`
+ * (residual epilogue written in place over the residual, FUSE_ADD's form).
+ * Per kernel: prologue forced (mode 2) with PDL on and off, each vs the
+ * separate path over every output (1e-6 max-norm: the int8 values are the
+ * same, and so is the arithmetic after them) and vs float64 on 24 sampled
+ * rows (3e-2 norm-wise; every sampled output within the int8 rounding bound
+ * of the matmul family, except SwiGLU outputs); the prologue counter moved
+ * by one per launch exactly when the shared copy fits (47 KiB), and not on
+ * the separate path. */
+static void gf_test(const gf_spec *s, int64_t nt, bool norm, bool res) {
+    const int64_t n_in = s->n_in, nx = n_in * nt;
+    const int ny_w = s->swiglu ? 1 : s->n_w; /* outputs written */
+    const float eps = 1e-6f;
+    float *x = rand_vec(nx, 1.0f), *nw = rand_vec(n_in, 0.5f);
+    for (int64_t i = 0; i < n_in; i++)
+        nw[i] += 1.0f;
+    for (int64_t i = 0; i < nx; i += 97) /* a few large activations: units of mixed scale */
+        x[i] *= 8.0f;
+    float *xn = malloc((size_t)nx * 4); /* the GEMV's f32 input: x, or RMSNorm(x) as the kernels round it */
+    for (int64_t t = 0; t < nt; t++) {
+        double ss = 0;
+        for (int64_t i = 0; i < n_in; i++)
+            ss += (double)x[t * n_in + i] * x[t * n_in + i];
+        const float sc = (float)(1.0 / sqrt(ss / (double)n_in + (double)eps));
+        for (int64_t i = 0; i < n_in; i++)
+            xn[t * n_in + i] = norm ? x[t * n_in + i] * sc * nw[i] : x[t * n_in + i];
+    }
+    float *dx = ds_put(x, (size_t)nx * 4), *dnw = ds_put(nw, (size_t)n_in * 4);
+    void *q8 = ds_alloc(mf_cu_q8_bytes(n_in, nt), 0x5a);
+    void *dw[3] = {NULL, NULL, NULL};
+    float *r[3] = {NULL, NULL, NULL}, *dy[3] = {NULL, NULL, NULL};
+    char wn[3][80];
+    for (int k = 0; k < s->n_w; k++) {
+        gf_wname(wn[k], sizeof wn[k], s, k);
+        dw[k] = gf_wdev(wn[k]);
+        r[k] = rand_vec(s->n_out[k] * nt, 1.0f);
+        dy[k] = ds_alloc((size_t)(s->n_out[k] * nt) * 4, 0xff);
+    }
+    /* float64 reference on sampled rows of each written output */
+    enum { NS = 24 };
+    int64_t rows[3][NS];
+    double *ref = malloc((size_t)(3 * NS * nt) * sizeof *ref), *bound = malloc((size_t)(3 * NS * nt) * sizeof *bound);
+    double *wr = malloc((size_t)n_in * sizeof *wr), *wu = malloc((size_t)n_in * sizeof *wu);
+    for (int k = 0; k < ny_w; k++)
+        for (int i = 0; i < NS; i++) {
+            const int64_t o = i == 0 ? 0 : i == 1 ? s->n_out[k] - 1 : (int64_t)(next_u64() % (uint64_t)s->n_out[k]);
+            rows[k][i] = o;
+            ref_row(wn[k], o, wr);
+            if (s->swiglu)
+                ref_row(wn[1], o, wu);
+            for (int64_t t = 0; t < nt; t++) {
+                const float *xt = xn + t * n_in;
+                double acc = 0, up = 0, bd = 1e-6, mag = 0;
+                for (int64_t u = 0; u < n_in / 32; u++) {
+                    double amax = 0, wabs = 0;
+                    for (int l = 0; l < 32; l++) {
+                        const int64_t j = 32 * u + l;
+                        acc += wr[j] * xt[j];
+                        if (s->swiglu)
+                            up += wu[j] * xt[j];
+                        amax = fmax(amax, fabs(xt[j]));
+                        wabs += fabs(wr[j]);
+                        mag += fabs(wr[j] * xt[j]);
+                    }
+                    bd += amax / 254.0 * wabs;
+                }
+                const int64_t at = (k * NS + i) * nt + t;
+                ref[at] = s->swiglu ? acc / (1 + exp(-acc)) * up : acc + (res ? r[k][t * s->n_out[k] + o] : 0.0);
+                bound[at] = bd + 1e-5 * mag;
+            }
+        }
+    char name[200], sub[260];
+    snprintf(name, sizeof name, "gemvfuse %-5s %5lld->%lld%s%s nt %lld%s%s", mf_type_name(s->t), (long long)n_in,
+             (long long)s->n_out[0], s->n_w == 3 ? "/qkv" : "", s->swiglu ? "/swiglu" : "", (long long)nt,
+             norm ? " +norm" : "", res ? " +res" : "");
+    const int64_t ntb = nt < 8 ? nt : 8;
+    const bool fits = 576 + ntb * n_in + ntb * n_in / 4 <= 47 * 1024;
+    const bool pdl0 = mf_env_int("MINFER_CUDA_PDL", MF_CU_PDL_DEFAULT) != 0;
+    cudaStream_t st;
+    cudaStreamCreate(&st);
+    for (int v1 = 0; v1 < 2; v1++) {
+        float *out[3][3]; /* [run: separate, prologue pdl on, prologue pdl off][weight] */
+        int64_t moved[3];
+        for (int run = 0; run < 3; run++) {
+            for (int k = 0; k < ny_w; k++) {
+                if (res)
+                    cudaMemcpy(dy[k], r[k], (size_t)(s->n_out[k] * nt) * 4, cudaMemcpyHostToDevice);
+                else
+                    cudaMemset(dy[k], 0xff, (size_t)(s->n_out[k] * nt) * 4);
+            }
+            mf_cu_set_pdl(run == 2 ? 0 : 1);
+            const int64_t c0 = mf_cu_gemv_prologue_count();
+            cudaError_t e;
+            if (s->n_w == 1 && !norm && !res) { /* the single MATMUL entry (launch_q8 for v1) */
+                mf_cu_matmul_args a = {.wtype = s->t, .w = dw[0], .row_bytes = mf_type_row_size(s->t, n_in), .x = dx,
+                                       .y = dy[0], .n_in = n_in, .n_out = s->n_out[0], .nt = nt, .force_gemm = -2,
+                                       .q8 = q8, .gemv_v1 = v1, .prologue = run ? 2 : 0};
+                e = mf_cu_gemv_q8(&a, st);
+            } else {
+                mf_cu_q8_multi_args a = {.n_w = s->n_w, .swiglu = s->swiglu, .x = dx, .n_in = n_in, .nt = nt,
+                                         .q8 = q8, .norm = norm, .norm_w = norm ? dnw : NULL, .norm_eps = eps,
+                                         .gemv_v1 = v1, .prologue = run ? 2 : 0};
+                for (int k = 0; k < s->n_w; k++) {
+                    a.wtype[k] = s->t;
+                    a.w[k] = dw[k];
+                    a.row_bytes[k] = mf_type_row_size(s->t, n_in);
+                    a.y[k] = k < ny_w ? dy[k] : NULL;
+                    a.res[k] = res && k < ny_w ? dy[k] : NULL;
+                    a.n_out[k] = s->n_out[k];
+                }
+                e = mf_cu_gemv_q8_multi(&a, st);
+            }
+            ds_sync("gemvfuse gemv", e, st);
+            moved[run] = mf_cu_gemv_prologue_count() - c0;
+            for (int k = 0; k < ny_w; k++)
+                out[run][k] = ds_get(dy[k], (size_t)(s->n_out[k] * nt) * 4);
+        }
+        mf_cu_set_pdl(pdl0);
+        static const char *const rn[3] = {"separate", "prologue", "prologue pdl0"};
+        for (int run = 0; run < 3; run++) {
+            double worst = 0;
+            int64_t nan = 0, nsamp = 0;
+            float *got = malloc((size_t)(3 * NS * nt) * sizeof *got);
+            for (int k = 0; k < ny_w; k++) {
+                nan += count_nan(out[run][k], s->n_out[k] * nt);
+                for (int i = 0; i < NS; i++)
+                    for (int64_t t = 0; t < nt; t++) {
+                        const int64_t at = (k * NS + i) * nt + t;
+                        got[at] = out[run][k][t * s->n_out[k] + rows[k][i]];
+                        worst = fmax(worst, fabs((double)got[at] - ref[at]) / bound[at]);
+                        nsamp++;
+                    }
+            }
+            snprintf(sub, sizeof sub, "%s [%s %s]", name, v1 ? "v1" : "v3", rn[run]);
+            result(sub, rel_err(got, ref, nsamp), 3e-2, nan, NULL);
+            free(got);
+            if (!s->swiglu) {
+                char det[64];
+                snprintf(det, sizeof det, "worst |err| / bound %.3f", worst);
+                strncat(sub, ": int8 bound", sizeof sub - strlen(sub) - 1);
+                check_true(sub, worst <= 1.0, det);
+            }
+            if (run > 0) {
+                double d = 0;
+                for (int k = 0; k < ny_w; k++)
+                    d = fmax(d, rel_err_f(out[run][k], out[0][k], s->n_out[k] * nt));
+                snprintf(sub, sizeof sub, "%s [%s %s vs separate]", name, v1 ? "v1" : "v3", rn[run]);
+                result(sub, d, 1e-6, 0, NULL);
+            }
+        }
+        char det[120];
+        snprintf(det, sizeof det, "(prologue launches: separate %lld, forced %lld / %lld, shared copy %s)",
+                 (long long)moved[0], (long long)moved[1], (long long)moved[2], fits ? "fits" : "too big");
+        snprintf(sub, sizeof sub, "%s [%s] prologue ran", name, v1 ? "v1" : "v3");
+        check_true(sub, moved[0] == 0 && moved[1] == (fits ? 1 : 0) && moved[2] == moved[1], det);
+        for (int run = 0; run < 3; run++)
+            for (int k = 0; k < ny_w; k++)
+                free(out[run][k]);
+    }
+    cudaStreamDestroy(st);
+    for (int k = 0; k < s->n_w; k++) {
+        cudaFree(dw[k]);
+        cudaFree(dy[k]);
+        free(r[k]);
+    }
+    cudaFree(dx); cudaFree(dnw); cudaFree(q8);
+    free(x); free(nw); free(xn); free(ref); free(bound); free(wr); free(wu);
+}
+
+/* The auto rule (mf_cu_q8_prologue_rule) at the grids the notes derive
+ * (132 SMs): the 0.5B decode GEMVs take the prologue, the 7B down and
+ * gate/up do not, nor a shared copy over 47 KiB. */
+static void gf_rule(void) {
+    const struct { int64_t blocks, ntb, n_in; int want; const char *what; } r[] = {
+        {224, 1, 896, 1, "0.5B Wo (224 blocks x 3.5 KB)"},
+        {288, 1, 896, 1, "0.5B qkv"},
+        {1216, 1, 896, 1, "0.5B gate/up (10 per SM x 3.5 KB)"},
+        {224, 1, 4864, 1, "0.5B down (2 per SM x 19 KB)"},
+        {224, 8, 4864, 0, "0.5B down nt 8 (shared copy 48 KB)"},
+        {896, 1, 3584, 1, "7B Wo (7 per SM x 14 KB)"},
+        {896, 1, 18944, 0, "7B down (7 per SM x 76 KB)"},
+        {4736, 1, 3584, 0, "7B gate/up (36 per SM x 14 KB)"},
+    };
+    for (size_t i = 0; i < sizeof r / sizeof r[0]; i++) {
+        char name[120];
+        snprintf(name, sizeof name, "gemvfuse rule: %s -> %s", r[i].what, r[i].want ? "prologue" : "separate");
+        check_true(name, mf_cu_q8_prologue_rule(r[i].blocks, r[i].ntb, r[i].n_in) == r[i].want, NULL);
+    }
+}
+
+/* A decode layer tail through the backend with CUDA graphs: RMSNORM ->
+ * FUSED_FFN (gate/up Q4_0 896 -> 4864, SwiGLU) -> MATMUL down (4864 -> 896)
+ * -> ADD in place over the residual, begin_forward / execute_node /
+ * end_forward for 6 steps (the plain first step, the capture, replays), with
+ * the prologue on (auto rule) and off, PDL on and off. On: the prologue
+ * counter moved (the FFN with the norm folded and the down GEMV with the
+ * residual, in the plain step and the capture), the norm folded and the add
+ * fused (mf_cuda_fuse_stats), the graph replayed; every step vs float64
+ * (3e-2: two int8 GEMVs in a row) and on vs off (1e-6: same int8 values). */
+static void gf_graph(void) {
+    const int64_t d = 896, ff = 4864;
+    char gn[64], un[80];
+    mm_name(gn, sizeof gn, &(mm_spec){MF_TYPE_Q4_0, d, ff, false});
+    ffn_up_name(un, sizeof un, gn, MF_TYPE_Q4_0, MF_TYPE_Q4_0);
+    const char *dn = "gf.down.q4_0.4864x896";
+    mf_ffn_meta m = {.gate = {.weight = gn, .wtype = MF_TYPE_Q4_0, .n_in = d, .n_out = ff},
+                     .up = {.weight = un, .wtype = MF_TYPE_Q4_0, .n_in = d, .n_out = ff}};
+    const float eps = 1e-6f;
+    enum { STEPS = 6 };
+    float *xs = rand_vec(d * STEPS, 2.0f), *rs = rand_vec(d * STEPS, 1.0f);
+    /* float64: norm, gate/up + SwiGLU, down, + residual (steps as tokens) */
+    double *xn = malloc((size_t)(d * STEPS) * sizeof *xn), *g = malloc((size_t)(ff * STEPS) * sizeof *g);
+    double *u = malloc((size_t)(ff * STEPS) * sizeof *u), *ref = malloc((size_t)(d * STEPS) * sizeof *ref);
+    ref_rmsnorm(xs, wf32("norm.896"), xn, d, STEPS, eps);
+    float *xnf = malloc((size_t)(d * STEPS) * 4), *hf = malloc((size_t)(ff * STEPS) * 4);
+    for (int64_t i = 0; i < d * STEPS; i++)
+        xnf[i] = (float)xn[i];
+    ref_matmul(gn, xnf, d, ff, STEPS, NULL, g);
+    ref_matmul(un, xnf, d, ff, STEPS, NULL, u);
+    for (int64_t i = 0; i < ff * STEPS; i++)
+        hf[i] = (float)(g[i] / (1 + exp(-g[i])) * u[i]);
+    ref_matmul(dn, hf, ff, d, STEPS, NULL, ref);
+    for (int64_t i = 0; i < d * STEPS; i++)
+        ref[i] += rs[i];
+    const bool pdl0 = mf_env_int("MINFER_CUDA_PDL", MF_CU_PDL_DEFAULT) != 0;
+    for (int pdl = 1; pdl >= 0; pdl--) {
+        float *y[2];
+        int64_t pro[2], reps[2], adds[2], norms[2];
+        for (int on = 1; on >= 0; on--) {
+            mf_graph gr; /* one graph per run: a graph captured before would replay */
+            graph_new(&gr, 0, 0);
+            const int32_t xi = ext(&gr, d, 1), ri = ext(&gr, d, 1);
+            const int32_t ni = mf_g_rmsnorm(&gr, xi, "norm.896", eps);
+            const int32_t fi = mf_g_fused_ffn(&gr, ni, &m);
+            const int32_t mi = mf_g_matmul(&gr, fi, dn, MF_TYPE_Q4_0, NULL, ff, d);
+            const int32_t ai = mf_g_add(&gr, ri, mi);
+            const int32_t bx = dev_put(NULL, (size_t)d * 4), br = dev_put(NULL, (size_t)d * 4);
+            const int32_t bn = dev_poison((size_t)d * 4), bf = dev_poison((size_t)ff * 4), bm = dev_poison((size_t)d * 4);
+            y[on] = malloc((size_t)(d * STEPS) * 4);
+            mf_cu_set_pdl(pdl);
+            mf_cuda_set_gemv_prologue(be, on);
+            mf_cuda_set_fuse_norm(be, true); /* both folds on, whatever the environment says */
+            mf_cuda_set_fuse_add(be, true);
+            mf_cuda_set_graphs(be, true);
+            int64_t a0, n0, c0, r0, a1, n1, c1, r1;
+            mf_cuda_fuse_stats(be, &a0, &n0);
+            mf_cuda_graph_stats(be, &c0, &r0);
+            const int64_t p0 = mf_cu_gemv_prologue_count();
+            mf_error e;
+            for (int s = 0; s < STEPS; s++) {
+                mf_exec_args a = args(10 + s, 1, 64, MF_TYPE_F32);
+                if (be->ops->begin_forward(be, &gr, &a, &e) ||
+                    be->ops->write_host(be, bx, 0, xs + s * d, (size_t)d * 4, &e) ||
+                    be->ops->write_host(be, br, 0, rs + s * d, (size_t)d * 4, &e) ||
+                    be->ops->execute_node(be, &gr, ni, &bx, bn, (mf_kv_pair){-1, -1}, &a, &e) ||
+                    be->ops->execute_node(be, &gr, fi, &bn, bf, (mf_kv_pair){-1, -1}, &a, &e) ||
+                    be->ops->execute_node(be, &gr, mi, &bf, bm, (mf_kv_pair){-1, -1}, &a, &e) ||
+                    be->ops->execute_node(be, &gr, ai, (int32_t[]){br, bm}, br, (mf_kv_pair){-1, -1}, &a, &e) ||
+                    be->ops->end_forward(be, &gr, &a, &e) || be->ops->synchronize(be, &e) ||
+                    be->ops->read_host(be, br, 0, y[on] + s * d, (size_t)d * 4, &e))
+                    die("gemvfuse graph step", &e);
+            }
+            pro[on] = mf_cu_gemv_prologue_count() - p0;
+            mf_cuda_fuse_stats(be, &a1, &n1);
+            mf_cuda_graph_stats(be, &c1, &r1);
+            adds[on] = a1 - a0;
+            norms[on] = n1 - n0;
+            reps[on] = r1 - r0;
+            dev_free(bx); dev_free(br); dev_free(bn); dev_free(bf); dev_free(bm);
+            mf_graph_free(&gr);
+        }
+        mf_cu_set_pdl(pdl0);
+        mf_cuda_set_gemv_prologue(be, -1);
+        mf_cuda_set_fuse_norm(be, mf_env_int("MINFER_CUDA_FUSE_NORM", 1) != 0);
+        mf_cuda_set_fuse_add(be, mf_env_int("MINFER_CUDA_FUSE_ADD", 1) != 0);
+        mf_cuda_set_graphs(be, !mf_env_flag("MINFER_NO_CUDA_GRAPH"));
+        char name[120], det[200];
+        snprintf(det, sizeof det, "(prologue launches %lld, fused adds %lld, folded norms %lld, replays %lld; "
+                 "off: %lld, %lld, %lld, %lld)", (long long)pro[1], (long long)adds[1], (long long)norms[1],
+                 (long long)reps[1], (long long)pro[0], (long long)adds[0], (long long)norms[0], (long long)reps[0]);
+        snprintf(name, sizeof name, "gemvfuse graph pdl %d: prologue launched, replayed", pdl);
+        check_true(name, pro[1] >= 4 && pro[0] == 0 && adds[1] >= 2 && norms[1] >= 2 && reps[1] >= STEPS - 3 &&
+                             reps[0] >= STEPS - 3, det);
+        snprintf(name, sizeof name, "gemvfuse graph pdl %d: 6 steps vs float64", pdl);
+        result(name, rel_err(y[1], ref, d * STEPS), 3e-2, count_nan(y[1], d * STEPS), NULL);
+        snprintf(name, sizeof name, "gemvfuse graph pdl %d: prologue vs separate", pdl);
+        result(name, rel_err_f(y[1], y[0], d * STEPS), 1e-6, count_nan(y[0], d * STEPS), NULL);
+        free(y[0]); free(y[1]);
+    }
+    free(xs); free(rs); free(xn); free(g); free(u); free(ref); free(xnf); free(hf);
+}
+
+/* MINFER_CUDA_TEST_BENCH=1: one 0.5B decode GEMV (nt 1) per line, the
+ * separate quantize + GEMV against the GEMV with the prologue, v3 kernels
+ * (the auto rule's pick at these widths), PDL as MINFER_CUDA_PDL: 20
+ * back-to-back calls between two events, per-call us, median of 11 after 2
+ * warm-ups (a decode step's chain of dependent launches, so the launch
+ * floor the prologue removes shows). */
+static void gf_bench(const char *what, uint32_t t, int64_t n_in, int n_w, const int64_t *n_out, bool swiglu, bool norm,
+                     bool res) {
+    void *w[3] = {NULL, NULL, NULL}, *q8 = ds_alloc(mf_cu_q8_bytes(n_in, 1), 0);
+    float *y[3] = {NULL, NULL, NULL};
+    float *x = ds_alloc((size_t)n_in * 4, 0x3c), *nw = ds_alloc((size_t)n_in * 4, 0x3c);
+    const uint64_t rb = mf_type_row_size(t, n_in);
+    double bytes = 0;
+    for (int k = 0; k < n_w; k++) {
+        w[k] = ds_alloc(rb * (size_t)n_out[k] + 256, 0x3c);
+        y[k] = ds_alloc((size_t)n_out[k] * 4, 0);
+        bytes += (double)rb * (double)n_out[k];
+    }
+    cudaStream_t st;
+    cudaEvent_t e0, e1;
+    cudaStreamCreate(&st);
+    cudaEventCreate(&e0);
+    cudaEventCreate(&e1);
+    float us[2];
+    for (int pro = 0; pro < 2; pro++) {
+        mf_cu_q8_multi_args a = {.n_w = n_w, .swiglu = swiglu, .x = x, .n_in = n_in, .nt = 1, .q8 = q8,
+                                 .norm = norm, .norm_w = norm ? nw : NULL, .norm_eps = 1e-6f, .prologue = pro ? 2 : 0};
+        for (int k = 0; k < n_w; k++) {
+            a.wtype[k] = t;
+            a.w[k] = w[k];
+            a.row_bytes[k] = rb;
+            a.y[k] = y[k];
+            a.res[k] = res ? y[k] : NULL;
+            a.n_out[k] = n_out[k];
+        }
+        enum { REPS = 11, CALLS = 20 };
+        float ms[REPS];
+        bool ok = true;
+        for (int i = 0; i < 2 + REPS && ok; i++) {
+            cudaEventRecord(e0, st);
+            for (int c = 0; c < CALLS; c++)
+                ok = ok && mf_cu_gemv_q8_multi(&a, st) == cudaSuccess;
+            cudaEventRecord(e1, st);
+            ok = ok && cudaEventSynchronize(e1) == cudaSuccess;
+            if (i >= 2)
+                cudaEventElapsedTime(&ms[i - 2], e0, e1);
+        }
+        qsort(ms, REPS, sizeof ms[0], cmp_f);
+        us[pro] = ok ? ms[REPS / 2] * 1e3f / CALLS : -1.0f;
+        cudaGetLastError();
+    }
+    printf("gemvfuse bench %-22s %-5s %5lld->%-5lld: separate %.2f us | prologue %.2f us (%.0f / %.0f GB/s)\n", what,
+           mf_type_name(t), (long long)n_in, (long long)n_out[0], us[0], us[1], bytes / (us[0] * 1e3),
+           bytes / (us[1] * 1e3));
+    cudaEventDestroy(e0);
+    cudaEventDestroy(e1);
+    cudaStreamDestroy(st);
+    for (int k = 0; k < n_w; k++) {
+        cudaFree(w[k]);
+        cudaFree(y[k]);
+    }
+    cudaFree(q8); cudaFree(x); cudaFree(nw);
+}
+
+static void gemvfuse_family(void) {
+    mf_cu_set_gemv_wide(0); /* the kernels of this file (gemv_wide.cu has no prologue) */
+    gf_rule();
+    gf_spec c[64];
+    const int n = gf_specs(c);
+    static const int64_t nts[] = {1, 3, 8};
+    for (int i = 0; i < n; i++)
+        for (int k = 0; k < (small ? 2 : 3); k++) {
+            const gf_spec *s = &c[i];
+            const bool plain = s->n_w == 1 && s->n_out[0] == 128; /* the MATMUL entry */
+            const bool multi = s->n_w > 1;                         /* FUSED_QKV / FFN: with the norm */
+            gf_test(s, nts[k], multi || (!plain && k == 1), !plain && !multi);
+            if (k == 0 && !plain && !multi)
+                gf_test(s, 1, false, false); /* the single MATMUL entry at this shape too */
+            if (k == 0 && multi)
+                gf_test(s, 3, false, false); /* the multi GEMV without the norm */
+        }
+    gf_graph();
+    mf_cu_set_gemv_wide(mf_env_flag("MINFER_CUDA_GEMV_WIDE"));
+    if (!(getenv("MINFER_CUDA_TEST_BENCH") && atoi(getenv("MINFER_CUDA_TEST_BENCH")) > 0))
+        return;
+    mf_cu_set_gemv_wide(0);
+    for (int i = 0; i < 2; i++) {
+        const uint32_t t = i ? MF_TYPE_Q8_0 : MF_TYPE_Q4_0;
+        gf_bench("Wo + residual", t, 896, 1, (const int64_t[]){896}, false, false, true);
+        gf_bench("down + residual", t, 4864, 1, (const int64_t[]){896}, false, false, true);
+        gf_bench("qkv + norm", t, 896, 3, (const int64_t[]){896, 128, 128}, false, true, false);
+        gf_bench("gate/up swiglu + norm", t, 896, 2, (const int64_t[]){4864, 4864}, true, true, false);
+    }
+    gf_bench("7B Wo + residual", MF_TYPE_Q4_K, 3584, 1, (const int64_t[]){3584}, false, false, true);
+    mf_cu_set_gemv_wide(mf_env_flag("MINFER_CUDA_GEMV_WIDE"));
 }
 
 int main(void) {
@@ -3320,10 +4344,14 @@ int main(void) {
 
     if (fam("mma"))
         mma_weights();
+    if (fam("mmafuse"))
+        mmafuse_weights();
     if (fam("gemv"))
         gemv_weights();
     if (fam("gemvwide"))
         gemvwide_weights();
+    if (fam("gemvfuse"))
+        gemvfuse_weights();
 
     mf_error e;
     if (mf_backend_cuda_new(W, &be, &e)) {
@@ -3446,10 +4474,12 @@ int main(void) {
     if (fam("gemv")) { /* v3 and v1 as labelled: the long-row GEMV has its own family (gemvwide) */
         mf_cu_set_gemv_wide(0);
         gemv_family();
-        mf_cu_set_gemv_wide(!mf_env_flag("MINFER_CUDA_NO_GEMV_WIDE"));
+        mf_cu_set_gemv_wide(mf_env_flag("MINFER_CUDA_GEMV_WIDE"));
     }
     if (fam("mma"))
         mma_family();
+    if (fam("mmafuse"))
+        mmafuse_family();
     if (fam("graph"))
         test_graph();
     if (fam("decattn"))
@@ -3460,6 +4490,8 @@ int main(void) {
         decsmall_family();
     if (fam("gemvwide"))
         gemvwide_family();
+    if (fam("gemvfuse"))
+        gemvfuse_family();
     if (fam("misc")) {
         test_refusals();
         test_pool();

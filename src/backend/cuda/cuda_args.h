@@ -47,14 +47,14 @@ typedef struct mf_cu_matmul_args {
     int32_t no_mma;         /* MINFER_CUDA_NO_MMA: the wmma tier for every nt > 8 */
     int32_t mma_min_nt;     /* auto takes the mma tier from this many tokens (0: 64) */
     int32_t x_ready;        /* xf16 already holds this x as f16 (fused QKV / FFN group) */
-    uint64_t wchunk_bytes;  /* f16 weight rows per dequant + GEMM chunk, bytes (0: 256 MiB) */
+    uint64_t wchunk_bytes;  /* f16 weight rows per dequant + GEMM chunk, bytes (0: 320 MiB) */
     void *wf16;             /* scratch of mf_cu_mma_scratch's w_bytes (f16 weight chunk, split-K partials) */
     void *xf16;             /* scratch of its x_bytes */
     int32_t gemv_v1;        /* MINFER_CUDA_GEMV_V1: the int8 GEMV on the v1 kernels (else v3) */
     int32_t gemv_auto;      /* v3 only where it measured faster (mf_cu_gemv_v3_wanted) */
     int32_t prologue;       /* int8 GEMV: 1 quantize x in the GEMV's prologue where mf_cu_q8_prologue_rule
                                allows, 2 wherever it fits (tests), 0 the separate quantize kernel
-                               (MINFER_CUDA_NO_GEMV_PROLOGUE) */
+                               (default; MINFER_CUDA_GEMV_PROLOGUE=1 opts in) */
     int32_t no_split;       /* MINFER_CUDA_NO_MMA_SPLIT: no split-K in the mma tier */
 } mf_cu_matmul_args;
 cudaError_t mf_cu_matmul(const mf_cu_matmul_args *a, cudaStream_t s);
@@ -91,6 +91,9 @@ typedef struct mf_cu_mma_multi_args {
 int mf_cu_mma_multi_ok(const mf_cu_mma_multi_args *a);
 void mf_cu_mma_multi_scratch(const mf_cu_mma_multi_args *a, size_t *w_bytes, size_t *x_bytes);
 cudaError_t mf_cu_gemm_mma_multi(const mf_cu_mma_multi_args *a, cudaStream_t s);
+/* Benchmarks: the mma tier's dequantizer alone, W (rows x row_bytes) to f16 dst[rows][n_in]. */
+cudaError_t mf_cu_mma_dequant(uint32_t wtype, const void *w, uint64_t row_bytes, int64_t n_in, int64_t rows,
+                              void *dst, cudaStream_t s);
 
 /* The int8 decode GEMV (gemv_q8.cu): activations quantized to int8 per
  * 32-element unit into a->q8, then dp4a against the weight's integers.
@@ -128,7 +131,8 @@ typedef struct mf_cu_q8_multi_args {
     int64_t n_out[3];
 } mf_cu_q8_multi_args;
 cudaError_t mf_cu_gemv_q8_multi(const mf_cu_q8_multi_args *a, cudaStream_t s);
-/* The quantizing prologue (MINFER_CUDA_NO_GEMV_PROLOGUE=1: off): every GEMV
+/* The quantizing prologue (opt-in, MINFER_CUDA_GEMV_PROLOGUE=1: measured
+ * slower on the H200, docs/PERF.md entry 12): every GEMV
  * block quantizes (RMSNorms) its tokens' f32 rows into shared memory itself,
  * so no separate quantize / norm-quant launch precedes it. Auto rule: a
  * launch of `blocks` blocks of ntb tokens of n_in takes it when the redundant
@@ -292,12 +296,12 @@ cudaError_t mf_cu_attn_mma_setup(const char **bad);
 /* Programmatic dependent launch for the kernels launched through
  * mf_launch (pdl.cuh); set once at backend creation (MINFER_CUDA_PDL). */
 void mf_cu_set_pdl(int on);
-/* MINFER_CUDA_PDL's default: on (H200 run of 01:52Z: qwen2-0.5B tg128 1,006 ->
- * 1,170 t/s, 7B Q4_K_M 260 -> 270). */
+/* MINFER_CUDA_PDL's default: on (H200, docs/PERF.md entry 11: qwen2-0.5B
+ * tg128 1,006 -> 1,170 t/s, 7B Q4_K_M 260 -> 270). */
 #define MF_CU_PDL_DEFAULT 1
 /* Whether the v3 GEMV takes a launch of `rows` output rows of n_in inputs of
- * wtype under the auto rule (docs/PERF.md entry 11: v3 wins on the 7B-width
- * rows, v1 on 896-wide rows, on the vocab-wide lm_head and on Q6_K). */
+ * wtype under the auto rule (docs/PERF.md entry 11: with PDL on, v3 wins on
+ * the layer matmuls; v1 on the vocab-wide lm_head and on Q6_K). */
 int mf_cu_gemv_v3_wanted(uint32_t wtype, int64_t n_in, int64_t rows);
 /* The v3 int8 GEMV's L2 prefetch distance in 32-unit groups per row (0:
  * none; clamped to 0..8) and kind (lines 0: one TMA bulk prefetch per row
@@ -314,13 +318,17 @@ void mf_cu_set_gemv_pf(int groups, int lines);
 void mf_cu_set_wide(int norm, int rope);
 /* gemv_wide.cu: the long-row int8 GEMV (Q4_0/Q8_0/Q4_K/Q6_K, n_in >= 2048,
  * nt <= 8), taken inside mf_cu_gemv_q8 / mf_cu_gemv_q8_multi unless gemv_v1
- * (or v2 for Q4_K). set: once at backend creation (MINFER_CUDA_NO_GEMV_WIDE=1
- * clears it; tests flip it). wanted: whether it serves (wtype, n_in, nt) now.
+ * (or v2 for Q4_K). set: once at backend creation (opt-in,
+ * MINFER_CUDA_GEMV_WIDE=1: measured slower than v1/v3 on the H200, docs/PERF.md
+ * entry 12; tests flip it). wanted: whether it serves (wtype, n_in, nt) now,
+ * for a launch of `rows` rows under the auto rule (gemv_auto: >= 16 M weights)
+ * or not.
  * mf_cu_gemv_wide: weights first .. first + n - 1 of a (one type; SWIGLU:
  * 0 and 1) on the already quantized a->q8 (no quantization here). count:
- * launches so far (tests check which path ran). */
+ * launches so far (tests check which path ran). set's `on` is a bit set:
+ * 1 on, 2 never stage the activations in shared memory (bench variant). */
 void mf_cu_set_gemv_wide(int on);
-int mf_cu_gemv_wide_wanted(uint32_t wtype, int64_t n_in, int64_t nt);
+int mf_cu_gemv_wide_wanted(uint32_t wtype, int64_t n_in, int64_t nt, int64_t rows, int auto_rule);
 cudaError_t mf_cu_gemv_wide(const mf_cu_q8_multi_args *a, int first, int n, cudaStream_t s);
 long long mf_cu_gemv_wide_count(void);
 /* Test entry: the int8 GEMV's activation quantization alone, nt rows of n_in

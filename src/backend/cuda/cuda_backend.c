@@ -105,7 +105,7 @@ typedef struct cu_ctx {
     int no_tc; /* MINFER_CUDA_NO_TC=1: SIMT GEMM tier for prefill */
     int no_mma; /* MINFER_CUDA_NO_MMA=1: the wmma TC tier for every nt > 8 (no mma tier) */
     int mma_min_nt; /* MINFER_CUDA_MMA_MIN_NT: the mma tier from this many tokens (0: 64) */
-    uint64_t mma_chunk; /* f16 weight bytes per mma dequant chunk (0: 256 MiB; tests shrink it) */
+    uint64_t mma_chunk; /* f16 weight bytes per mma dequant chunk (0: 320 MiB; tests shrink it) */
     int no_mma_fuse;  /* MINFER_CUDA_NO_MMA_FUSE=1: QKV / gate+up as per-weight mma GEMMs */
     int no_mma_split; /* MINFER_CUDA_NO_MMA_SPLIT=1: no split-K in the mma tier */
     int no_q8; /* MINFER_CUDA_NO_Q8=1: f32-activation GEMV for decode */
@@ -117,7 +117,7 @@ typedef struct cu_ctx {
     int gemv_v1;   /* MINFER_CUDA_GEMV_V1=1: the int8 GEMVs on the v1 kernels (default: v3) */
     int gemv_auto; /* v3 only where it measured faster; MINFER_CUDA_GEMV_V3=1: v3 everywhere */
     int gemv_pro;  /* int8 GEMV quantizes x in its prologue: 1 auto rule, 2 always (tests), 0 the separate
-                      quantize kernels (MINFER_CUDA_NO_GEMV_PROLOGUE=1) */
+                      quantize kernels (opt-in MINFER_CUDA_GEMV_PROLOGUE=1) */
     int flash;     /* MINFER_CUDA_FLASH_PREFILL=1: query-tiled attention for nt > 8 */
     int tc_attn;   /* tensor-core prefill attention for nt > 8 (MINFER_CUDA_NO_TC_ATTN=1 clears) */
     int flash_decode; /* MINFER_CUDA_NO_FLASH_DECODE=1 clears it: split-KV attention for nt <= 8 */
@@ -1814,7 +1814,7 @@ int mf_backend_cuda_new_progress(const mf_weights *w, mf_cuda_progress_fn progre
     c->gemv_v2 = mf_env_flag("MINFER_CUDA_GEMV_V2");
     c->gemv_v1 = mf_env_flag("MINFER_CUDA_GEMV_V1");
     c->gemv_auto = !mf_env_flag("MINFER_CUDA_GEMV_V3");
-    c->gemv_pro = mf_env_flag("MINFER_CUDA_NO_GEMV_PROLOGUE") ? 0 : 1;
+    c->gemv_pro = mf_env_flag("MINFER_CUDA_GEMV_PROLOGUE") ? 1 : 0;
     c->flash = mf_env_int("MINFER_CUDA_FLASH_PREFILL", 1) != 0;
     c->tc_attn = !mf_env_flag("MINFER_CUDA_NO_TC_ATTN");
     c->flash_decode = !mf_env_flag("MINFER_CUDA_NO_FLASH_DECODE");
@@ -1824,7 +1824,7 @@ int mf_backend_cuda_new_progress(const mf_weights *w, mf_cuda_progress_fn progre
     mf_cu_set_gemv_pf((int)mf_env_int("MINFER_CUDA_GEMV_PF", 0), mf_env_flag("MINFER_CUDA_GEMV_PF_LINES"));
     /* many-block RMSNorm / norm-quant and per-head rope-store (bitwise equal) */
     mf_cu_set_wide(!mf_env_flag("MINFER_CUDA_NO_WIDE_NORM"), !mf_env_flag("MINFER_CUDA_NO_WIDE_ROPE"));
-    mf_cu_set_gemv_wide(!mf_env_flag("MINFER_CUDA_NO_GEMV_WIDE"));
+    mf_cu_set_gemv_wide(mf_env_flag("MINFER_CUDA_GEMV_WIDE"));
     if (open_device(c, err))
         goto fail;
     cudaError_t e = cudaStreamCreateWithFlags(&c->stream, cudaStreamNonBlocking);
@@ -1894,7 +1894,7 @@ void mf_cuda_reset_gemv(mf_backend *b) {
 }
 
 void mf_cuda_set_gemv_prologue(mf_backend *b, int mode) {
-    CX(b)->gemv_pro = mode < 0 ? (mf_env_flag("MINFER_CUDA_NO_GEMV_PROLOGUE") ? 0 : 1) : mode > 2 ? 2 : mode;
+    CX(b)->gemv_pro = mode < 0 ? (mf_env_flag("MINFER_CUDA_GEMV_PROLOGUE") ? 1 : 0) : mode > 2 ? 2 : mode;
 }
 
 void mf_cuda_set_flash(mf_backend *b, bool on) {

@@ -13,34 +13,9 @@
  *
  * Levers: MINFER_DISABLE_CUDA=1 makes the constructor fail with a message
  * (the caller then runs on the CPU); MINFER_CUDA_DEVICE=N; MINFER_GPU_TIMEOUT_MS;
- * MINFER_NO_CUDA_GRAPH=1 (no graph capture of decode forwards);
- * MINFER_CUDA_NO_Q8=1 (decode GEMV on f32 activations instead of int8);
- * MINFER_CUDA_NO_TC=1 (SIMT GEMM for prefill);
- * MINFER_CUDA_NO_MMA=1 (prefill on the wmma TC GEMM instead of the mma tier:
- * weight dequantized to f16 once per call, pipelined mma.sync GEMM);
- * MINFER_CUDA_MMA_MIN_NT=N (the mma tier from N tokens, default 64);
- * MINFER_CUDA_FUSE_GEMV=1 (decode QKV as one int8 GEMV launch after one
- * activation quantization, gate+up+SwiGLU as one; default off until measured);
- * MINFER_CUDA_FUSE_ROPE=1 (the rope q/k + K/V store tail of the QKV nodes
- * as one launch; default off until measured); MINFER_CUDA_FUSE_ADD=1 (a
- * decode MATMUL and the residual ADD of its result as one GEMV; default off);
- * MINFER_CUDA_FUSE_NORM=1 (a decode RMSNORM feeding only the next FUSED_QKV /
- * FUSED_FFN is folded into that node's int8 quantization; default off);
- * MINFER_CUDA_GEMV_V2=1 (Q4_K decode GEMVs on the paired-unit kernel: one
- * load per two units; default off); MINFER_CUDA_GEMV_V1=1 (the int8 decode
- * GEMVs on the v1 kernels instead of v3, the row-pair GEMV that reads each
- * activation unit once per two rows and streams its first weights before
- * the PDL wait; MINFER_CUDA_GEMV_PF=N: its L2 prefetch distance in groups of
- * 1024 weights per row, default 2, 0 none; MINFER_CUDA_GEMV_PF_LINES=1: as
- * per-lane 128-byte line prefetches instead of TMA bulk prefetches);
- * MINFER_CUDA_FLASH_PREFILL=1 (query-tiled
- * attention with K/V tiles in shared memory for forwards of > 8 tokens,
- * head_dim <= 128; default off); MINFER_CUDA_NO_FLASH_DECODE=1 (attention
- * of forwards of <= 8 tokens on the old one-block-per-(token, head) kernel
- * instead of the split-KV flash decode; default on); MINFER_CUDA_NO_TC_ATTN=1
- * (forwards of > 8 tokens with head_dim 64/128 on the kernel
- * MINFER_CUDA_FLASH_PREFILL selects instead of the tensor-core flash
- * prefill, attn_prefill_mma.cu; default on).
+ * the kernel-path switches (MINFER_NO_CUDA_GRAPH, MINFER_CUDA_PDL,
+ * MINFER_CUDA_NO_MMA, ...) are read once here, at creation; docs/ENV.md lists
+ * each with its default and the measurement behind it.
  * Without a usable device or driver the constructor fails the same way:
  * never an abort. */
 #ifndef MF_CUDA_BACKEND_H
@@ -69,7 +44,7 @@ const char *mf_cuda_device_desc(const mf_backend *b);
  * type). Not for production use. */
 void mf_cuda_set_matmul_mode(mf_backend *b, int mode);
 /* Tests: f16 bytes of weight rows per mma dequant + GEMM chunk (0: the
- * default 256 MiB), so a small test can make the chunking happen. */
+ * default 320 MiB), so a small test can make the chunking happen. */
 void mf_cuda_set_mma_chunk(mf_backend *b, uint64_t bytes);
 /* Tests: the mma tier's fused QKV / gate+up GEMMs (fuse; off = what
  * MINFER_CUDA_NO_MMA_FUSE=1 gives) and its split-K (split; off = what
@@ -94,7 +69,7 @@ void mf_cuda_set_gemv_v2(mf_backend *b, bool on);
  * the auto rule; mf_cuda_reset_gemv restores what the environment says. */
 void mf_cuda_set_gemv_v1(mf_backend *b, bool on);
 void mf_cuda_reset_gemv(mf_backend *b);
-/* The int8 GEMV's quantizing prologue (MINFER_CUDA_NO_GEMV_PROLOGUE): 0 off
+/* The int8 GEMV's quantizing prologue (opt-in MINFER_CUDA_GEMV_PROLOGUE=1): 0 off
  * (the separate quantize / norm-quant kernels), 1 the auto rule
  * (mf_cu_q8_prologue_rule), 2 wherever it fits; < 0: what the environment
  * says. */

@@ -11,7 +11,7 @@
  *      the quant bytes (0.56 B/element for Q4_K), writes 2 B/element.
  *   2. x_f16_kernel: x (nt x n_in f32) to f16 once per call (or once per
  *      fused QKV / FFN group: x_ready).
- *   3. mma_gemm_kernel<BM, BN, WM, WN>: both operands K-major ("TN"); tiles
+ *   3. mma_gemm_kernel<BM, BN, WM, WN, EPI>: both operands K-major ("TN"); tiles
  *      of BM outputs x BN tokens x 32 k, cp.async (16-byte, .cg, zero-fill
  *      past the edges) into a 4-stage ring of shared-memory tiles whose rows
  *      are padded to 40 halves (80 bytes: the 8 rows an ldmatrix phase reads
@@ -25,9 +25,23 @@
  *      (n_out 128 .. 4864 at nt 512) still spread over the SMs. blockIdx.x
  *      walks the token tiles, so the blocks that share a weight tile (the
  *      big operand) are scheduled together.
+ *      Split-K (EPI_PLAIN, i.e. single matmuls): when the chosen config's
+ *      grid fills at most half a wave, blockIdx.z takes a k range and the
+ *      f32 partials (in the weight scratch, after the f16 chunk) are summed
+ *      in a fixed order by splitk_reduce_kernel, which adds the bias: the
+ *      result does not depend on scheduling (MINFER_CUDA_NO_MMA_SPLIT=1 off).
  * The weight is processed in chunks of whole rows of at most wchunk_bytes of
- * f16 (default 128 MiB: the 7B lm_head would be 1.09 GB), one dequant + GEMM
- * per chunk, so the scratch stays bounded.
+ * f16 (default 320 MiB: the 7B lm_head would be 1.09 GB; every other 7B
+ * weight, and gate+up fused, fits one chunk: a chunked GEMM pays one more
+ * partial wave per chunk), one dequant + GEMM per chunk.
+ * Fused forms (mf_cu_gemm_mma_multi, MINFER_CUDA_NO_MMA_FUSE=1 off):
+ * FUSED_QKV dequantizes q, k, v (each its own type) into consecutive rows of
+ * one scratch and runs ONE GEMM whose epilogue (EPI_ROUTE) sends each row to
+ * its output with its bias; FUSED_FFN dequantizes gate and up with their
+ * rows interleaved in 8-row groups (dq_row), so each thread's m16n8
+ * accumulator holds gate (c0 c1) and up (c2 c3) of the same output and
+ * tokens, and the epilogue (EPI_SWIGLU) writes silu(gate) * up straight to
+ * the node's output: no gate/up buffers, no SWIGLU launch.
  * Requires n_in % 8 == 0 (16-byte rows) and a device of cc >= 8.0 with the
  * opt-in shared memory for the big config (checked by mf_cu_probe_mma);
  * otherwise launch_matmul keeps the wmma tier. Accuracy: both operands
@@ -41,7 +55,7 @@
 #define MMA_DQ_THREADS 256
 #define MMA_X_THREADS 256
 #define MMA_DEFAULT_MIN_NT 64
-#define MMA_DEFAULT_CHUNK ((uint64_t)256 << 20) /* every 7B weight but lm_head: one chunk */
+#define MMA_DEFAULT_CHUNK ((uint64_t)320 << 20) /* 7B: every weight, and gate+up fused, one chunk (not lm_head) */
 #define MMA_SPLIT_MIN_K 1024
 #define MMA_MAX_SPLIT 4
 #define MMA_MAX_CHUNK_ROWS ((int64_t)1 << 21) /* keeps gridDim.y <= 32768 */
@@ -62,9 +76,10 @@ static __device__ __forceinline__ int64_t dq_row(int64_t j, int64_t off, int il)
     return il ? 2 * j - (j & 7) + off : j + off;
 }
 
-/* Contract: rows [0, rows) of the chunk starting at w (rows of row_bytes)
- * into f16 scratch rows dq_row(j, dst_off, il) of dst (rows of n_in). n_units = ceil(n_in / 32); thread g of the grid
- * takes unit g % n_units of row g / n_units. staged (n_in % 32 == 0): the
+/* Contract: rows j in [0, rows) of the chunk starting at w (rows of
+ * row_bytes) into f16 scratch row dq_row(j, dst_off, il) of dst (rows of
+ * n_in). n_units = ceil(n_in / 32); thread g of the grid takes unit
+ * g % n_units of row g / n_units. staged (n_in % 32 == 0): the
  * block's output is contiguous, so it goes through shared memory and out as
  * coalesced 16-byte words; else (float types with n_in % 32 != 0) each
  * thread stores its unit's in-row 8-element groups directly. */
@@ -77,7 +92,11 @@ dequant_f16_kernel(const uint8_t *__restrict__ w, uint64_t row_bytes, half *__re
     const int64_t total = rows * n_units;
     const int64_t g0 = (int64_t)blockIdx.x * MMA_DQ_THREADS;
     const int64_t g = g0 + threadIdx.x;
-    const int64_t row = g / n_units, u = g % n_units;
+    /* 32-bit division where the unit count fits (every real shape): the 64-bit
+     * one is a long instruction sequence, paid per thread and per store */
+    const bool d32 = total <= (int64_t)0xffffffff;
+    const int64_t row = d32 ? (int64_t)((uint32_t)g / (uint32_t)n_units) : g / n_units;
+    const int64_t u = g - row * n_units;
     uint4 pk[4] = {};
     if (g < total) {
         float f[32];
@@ -115,7 +134,8 @@ dequant_f16_kernel(const uint8_t *__restrict__ w, uint64_t row_bytes, half *__re
             d[c] = *(const uint4 *)(sh + (c >> 2) * MMA_LDS + 8 * (c & 3));
     } else {
         for (int c = threadIdx.x; c < 4 * n_here; c += MMA_DQ_THREADS) {
-            const int64_t gg = g0 + (c >> 2), j = gg / n_units;
+            const int64_t gg = g0 + (c >> 2);
+            const int64_t j = d32 ? (int64_t)((uint32_t)gg / (uint32_t)n_units) : gg / n_units;
             uint4 *d = (uint4 *)(dst + (uint64_t)(dq_row(j, dst_off, il) - j) * (uint64_t)n_in +
                                  (uint64_t)gg * 32 + 8 * (c & 3));
             *d = *(const uint4 *)(sh + (c >> 2) * MMA_LDS + 8 * (c & 3));
@@ -539,6 +559,14 @@ static cudaError_t dequant_any(uint32_t t, const void *w, uint64_t row_bytes, ha
     default:
         return cudaErrorInvalidValue;
     }
+}
+
+/* Benchmarks: W (rows of row_bytes) dequantized to f16 dst[rows][n_in], as step 1. */
+extern "C" cudaError_t mf_cu_mma_dequant(uint32_t wtype, const void *w, uint64_t row_bytes, int64_t n_in,
+                                         int64_t rows, void *dst, cudaStream_t s) {
+    if (g_mma_ok != 1 || !mf_cu_type_supported(wtype) || n_in <= 0 || n_in % 8 || rows <= 0)
+        return cudaErrorInvalidValue;
+    return dequant_any(wtype, w, row_bytes, (half *)dst, n_in, rows, 0, 0, s);
 }
 
 static cudaError_t x_convert(const float *x, void *xf16, int64_t nt, int64_t n_in, cudaStream_t s) {

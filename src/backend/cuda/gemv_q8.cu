@@ -22,6 +22,10 @@
  * below: the same unit decoders and arithmetic, two rows per warp, the
  * weight stream prefetched into L2 ahead of the loads, PDL-aware), for the
  * single GEMV and the multi-weight launches alike.
+ * Step 1 can also run inside step 2 (q8_prologue, opt-in with
+ * MINFER_CUDA_GEMV_PROLOGUE=1, then under mf_cu_q8_prologue_rule): each GEMV
+ * block quantizes (and RMSNorms) its tokens' rows into shared memory with
+ * the same arithmetic, so the separate launch disappears.
  *
  * Accuracy: the only error beyond f32 accumulation is the activation
  * rounding, |x - d q| <= d / 2 = amax_unit / 254 per element, so
@@ -215,7 +219,7 @@ extern "C" cudaError_t mf_cu_q8_quant_rows(const float *x, const float *w, float
                 : launch_quant(x, xq, xd, xs, nt * (n_in / 32), s);
 }
 
-/* ---- the quantizing prologue (MINFER_CUDA_NO_GEMV_PROLOGUE=1 turns it off) ------------ */
+/* ---- the quantizing prologue (opt-in: MINFER_CUDA_GEMV_PROLOGUE=1) ---------------------- */
 
 /* Why. At 0.5B widths a decode GEMV is latency, not bytes (~3 us), and the
  * separate q8_quant / q8_norm_quant launch before it costs as much again
@@ -308,14 +312,14 @@ static __device__ __forceinline__ void q8_prologue(const q8_pro &p, int64_t n_in
     }
     /* 8 lanes x 4 elements per unit, 16 units per round; warp-uniform trip
      * count (the shuffles need every lane) */
-    const int64_t total = (int64_t)ntok * n_units;
+    const int total = ntok * (int)n_units, nu = (int)n_units; /* 32-bit: at most 8 x 1184 units (47 KiB) */
     const int j = lane & 7;
-#pragma unroll 2
-    for (int64_t base = 4 * (int64_t)warp; base < total; base += 16) {
-        const int64_t uu = base + (lane >> 3);
+#pragma unroll 1
+    for (int base = 4 * warp; base < total; base += 16) {
+        const int uu = base + (lane >> 3);
         const bool ok = uu < total;
-        const int t = ok ? (int)(uu / n_units) : 0;
-        const int64_t i = (ok ? uu - (int64_t)t * n_units : 0) * 32 + 4 * j;
+        const int t = ok ? uu / nu : 0;
+        const int64_t i = (int64_t)(ok ? uu - t * nu : 0) * 32 + 4 * j;
         float4 v = *(const float4 *)(p.x + (t0 + t) * n_in + i);
         if (p.norm) {
             const float sc = scs[t];
@@ -409,6 +413,18 @@ static cudaError_t q8_src_for(q8_src *in, int64_t blocks, int64_t ntb, q8_pro *p
     in->quantized = true;
     return in->norm ? launch_norm_quant(in->x, in->nw, in->eps, in->n_in, in->nt, in->xq, in->xd, in->xs, s)
                     : launch_quant(in->x, in->xq, in->xd, in->xs, in->nt * (in->n_in / 32), s);
+}
+
+/* The separate quantization, if no launch so far has needed it (for a
+ * kernel without the prologue: gemv_wide.cu's). */
+static cudaError_t q8_src_quantized(q8_src *in, cudaStream_t s) {
+    q8_pro pro;
+    size_t smem;
+    const int mode = in->mode;
+    in->mode = 0;
+    const cudaError_t e = q8_src_for(in, 1, 1, &pro, &smem, s);
+    in->mode = mode;
+    return e;
 }
 
 static bool q8_overlap(const void *a, size_t an, const void *b, size_t bn) {
@@ -1282,7 +1298,7 @@ extern "C" int mf_cu_q8_supported(uint32_t wtype, int64_t n_in) {
     }
 }
 
-/* The auto rule, from the H200 runs of 01:52Z and 02:05Z (ops bench, v1 vs
+/* The auto rule, from the H200 runs of docs/PERF.md entry 11 (ops bench, v1 vs
  * v3 without prefetch, and minfer bench end to end, PDL on): v3 is faster
  * on the layer matmuls (qwen2-0.5B tg128 1,221 t/s all-v3 vs 1,127 all-v1;
  * 7B Q4_K_M 328 with this rule vs 271 all-v1 and 319 all-v3), v1 on
@@ -1297,7 +1313,7 @@ extern "C" cudaError_t mf_cu_gemv_q8(const mf_cu_matmul_args *a, cudaStream_t s)
     if (!a->q8 || a->nt <= 0 || a->nt > 8 || !mf_cu_q8_supported(a->wtype, a->n_in))
         return cudaErrorInvalidValue;
     if (!a->gemv_v1 && (!a->gemv_auto || mf_cu_gemv_v3_wanted(a->wtype, a->n_in, a->n_out) ||
-                        mf_cu_gemv_wide_wanted(a->wtype, a->n_in, a->nt))) { /* (gemv_wide.cu) */
+                        mf_cu_gemv_wide_wanted(a->wtype, a->n_in, a->nt, a->n_out, a->gemv_auto))) {
         /* v3: one weight through the multi launcher (same quantization) */
         mf_cu_q8_multi_args m;
         memset(&m, 0, sizeof m);
@@ -1386,7 +1402,9 @@ extern "C" cudaError_t mf_cu_gemv_q8_multi(const mf_cu_q8_multi_args *a, cudaStr
             p.start[k + 1] = p.start[k] + p.n_out[k];
         }
         if (!a->gemv_v1 && !(a->v2 && a->wtype[first] == MF_TYPE_Q4_K) &&
-            mf_cu_gemv_wide_wanted(a->wtype[first], a->n_in, a->nt)) { /* the long-row GEMV (gemv_wide.cu) */
+            mf_cu_gemv_wide_wanted(a->wtype[first], a->n_in, a->nt, p.start[p.n_w], a->gemv_auto)) { /* gemv_wide.cu */
+            if (const cudaError_t we = q8_src_quantized(&in, s)) /* it reads the global scratch */
+                return we;
             if (const cudaError_t we = mf_cu_gemv_wide(a, first, p.n_w, s))
                 return we;
             first = i;
