@@ -40,22 +40,21 @@
 
 #include "backend/cuda/cuda_args.h"
 #include "backend/cuda/dequant.cuh"
+#include "backend/cuda/norm.cuh"
 #include "backend/cuda/pdl.cuh"
+#include "backend/cuda/q8w.cuh"
 
 #define Q8_WARPS 4
 #define Q8_U 2
 
 /* ---- activation quantization ------------------------------------------------------- */
 
-static __global__ void __launch_bounds__(256)
-q8_quant_kernel(const float *__restrict__ x, int8_t *__restrict__ xq, float *__restrict__ xd,
-                int32_t *__restrict__ xs, int64_t n_units_total) {
-    mf_pdl_wait();
-    mf_pdl_trigger();
-    const int64_t u = (int64_t)blockIdx.x * 8 + (threadIdx.x >> 5);
-    const int lane = threadIdx.x & 31;
-    const bool valid = u < n_units_total;
-    const float v = x[(valid ? u : 0) * 32 + lane]; /* rows are whole units: n_in % 32 == 0 */
+/* One 32-element unit from one warp, v being this lane's element: q =
+ * rint(v / d), d = amax / 127, and the two 16-lane half sums of q packed as
+ * int16 pairs. Every lane must call it (the shuffles); only when `store`
+ * does the warp write q (xq, 32 bytes), d (*xd) and the sums (*xs). */
+static __device__ __forceinline__ void q8_unit(float v, int lane, bool store, int8_t *xq, float *xd,
+                                               int32_t *xs) {
     float amax = fabsf(v);
 #pragma unroll
     for (int off = 16; off > 0; off >>= 1)
@@ -68,13 +67,25 @@ q8_quant_kernel(const float *__restrict__ x, int8_t *__restrict__ xq, float *__r
     for (int off = 8; off > 0; off >>= 1) /* sums within each 16-lane half */
         s += __shfl_xor_sync(0xffffffffu, s, off);
     const int s_hi = __shfl_sync(0xffffffffu, s, 16);
-    if (valid) {
-        xq[u * 32 + lane] = (int8_t)q;
+    if (store) {
+        xq[lane] = (int8_t)q;
         if (lane == 0) {
-            xd[u] = d;
-            xs[u] = (int32_t)(((uint32_t)s & 0xffffu) | ((uint32_t)s_hi << 16));
+            *xd = d;
+            *xs = (int32_t)(((uint32_t)s & 0xffffu) | ((uint32_t)s_hi << 16));
         }
     }
+}
+
+static __global__ void __launch_bounds__(256)
+q8_quant_kernel(const float *__restrict__ x, int8_t *__restrict__ xq, float *__restrict__ xd,
+                int32_t *__restrict__ xs, int64_t n_units_total) {
+    mf_pdl_wait();
+    mf_pdl_trigger();
+    const int64_t u = (int64_t)blockIdx.x * 8 + (threadIdx.x >> 5);
+    const int lane = threadIdx.x & 31;
+    const bool valid = u < n_units_total;
+    const float v = x[(valid ? u : 0) * 32 + lane]; /* rows are whole units: n_in % 32 == 0 */
+    q8_unit(v, lane, valid, xq + u * 32, xd + u, xs + u);
 }
 
 /* The RMSNorm of each activation row (as norm.cu: sum of squares in double,
@@ -92,38 +103,13 @@ q8_norm_quant_kernel(const float *__restrict__ x, const float *__restrict__ w, f
     double ss = 0.0;
     for (int64_t i = threadIdx.x; i < n_in; i += blockDim.x)
         ss += (double)xr[i] * (double)xr[i];
-#pragma unroll
-    for (int off = 16; off > 0; off >>= 1)
-        ss += __shfl_xor_sync(0xffffffffu, ss, off);
-    if (lane == 0)
-        part[warp] = ss;
-    __syncthreads();
-    double tot = 0.0;
-    for (int i = 0; i < 8; i++)
-        tot += part[i];
-    const float sc = (float)(1.0 / sqrt(tot / (double)n_in + (double)eps));
+    const float sc = mf_rms_scale(ss, part, 8, n_in, eps);
     const int64_t n_units = n_in / 32;
     for (int64_t u = warp; u < n_units; u += 8) { /* whole warps: the shuffles need every lane */
         const int64_t i = u * 32 + lane;
         const float v = w ? xr[i] * sc * w[i] : xr[i] * sc;
-        float amax = fabsf(v);
-#pragma unroll
-        for (int off = 16; off > 0; off >>= 1)
-            amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, off));
-        const float d = amax / 127.0f;
-        const float id = d != 0.0f ? 1.0f / d : 0.0f;
-        const int q = __float2int_rn(v * id);
-        int s = q;
-#pragma unroll
-        for (int off = 8; off > 0; off >>= 1)
-            s += __shfl_xor_sync(0xffffffffu, s, off);
-        const int s_hi = __shfl_sync(0xffffffffu, s, 16);
         const int64_t gu = t * n_units + u;
-        xq[gu * 32 + lane] = (int8_t)q;
-        if (lane == 0) {
-            xd[gu] = d;
-            xs[gu] = (int32_t)(((uint32_t)s & 0xffffu) | ((uint32_t)s_hi << 16));
-        }
+        q8_unit(v, lane, true, xq + gu * 32, xd + gu, xs + gu);
     }
 }
 
@@ -155,38 +141,13 @@ q8_norm_quant_wide_kernel(const float *__restrict__ x, const float *__restrict__
             mine = xv;
         ss += (double)xv * (double)xv;
     }
-#pragma unroll
-    for (int off = 16; off > 0; off >>= 1)
-        ss += __shfl_xor_sync(0xffffffffu, ss, off);
-    if (lane == 0)
-        part[warp] = ss;
-    __syncthreads();
-    double tot = 0.0;
-    for (int i = 0; i < 8; i++)
-        tot += part[i];
-    const float sc = (float)(1.0 / sqrt(tot / (double)n_in + (double)eps));
+    const float sc = mf_rms_scale(ss, part, 8, n_in, eps);
     const int64_t n_units = n_in / 32, u = (int64_t)blockIdx.x * 8 + warp;
     if (u >= n_units) /* a whole warp: no shuffle is left short */
         return;
     const float v = w ? mine * sc * wv : mine * sc;
-    float amax = fabsf(v);
-#pragma unroll
-    for (int off = 16; off > 0; off >>= 1)
-        amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, off));
-    const float d = amax / 127.0f;
-    const float id = d != 0.0f ? 1.0f / d : 0.0f;
-    const int q = __float2int_rn(v * id);
-    int s = q;
-#pragma unroll
-    for (int off = 8; off > 0; off >>= 1)
-        s += __shfl_xor_sync(0xffffffffu, s, off);
-    const int s_hi = __shfl_sync(0xffffffffu, s, 16);
     const int64_t gu = t * n_units + u;
-    xq[gu * 32 + lane] = (int8_t)q;
-    if (lane == 0) {
-        xd[gu] = d;
-        xs[gu] = (int32_t)(((uint32_t)s & 0xffffu) | ((uint32_t)s_hi << 16));
-    }
+    q8_unit(v, lane, true, xq + gu * 32, xd + gu, xs + gu);
 }
 
 extern int mf_cu_wide_norm; /* norm.cu */
@@ -432,214 +393,6 @@ static bool q8_overlap(const void *a, size_t an, const void *b, size_t bn) {
     return a && b && x < y + bn && y < x + an;
 }
 
-/* ---- weight unit decoders ------------------------------------------------------------- */
-
-/* NW words from p, where p is 2-byte aligned (A = 2) or 4-byte aligned. */
-template <int A, int NW>
-static __device__ __forceinline__ void ld_words(const uint8_t *p, uint32_t *w) {
-    if (A >= 4) {
-#pragma unroll
-        for (int i = 0; i < NW; i++)
-            w[i] = ((const uint32_t *)p)[i];
-        return;
-    }
-    const uintptr_t a = (uintptr_t)p;
-    const uint32_t *b = (const uint32_t *)(a & ~(uintptr_t)3);
-    uint32_t r[NW + 1];
-#pragma unroll
-    for (int i = 0; i < NW; i++)
-        r[i] = b[i];
-    if (a & 2) {
-        r[NW] = b[NW];
-#pragma unroll
-        for (int i = 0; i < NW; i++)
-            w[i] = __funnelshift_r(r[i], r[i + 1], 16);
-    } else {
-#pragma unroll
-        for (int i = 0; i < NW; i++)
-            w[i] = r[i];
-    }
-}
-
-template <int NW> static __device__ __forceinline__ void ld16(const uint8_t *p, uint32_t *w) {
-#pragma unroll
-    for (int i = 0; i < NW / 4; i++) {
-        const uint4 v = ((const uint4 *)p)[i];
-        w[4 * i] = v.x; w[4 * i + 1] = v.y; w[4 * i + 2] = v.z; w[4 * i + 3] = v.w;
-    }
-}
-
-/* bits 4i .. 4i+3 of h, one per byte, at bit position `at` of each byte */
-static __device__ __forceinline__ uint32_t spread4(uint32_t h, int i, int at) {
-    const uint32_t b = (h >> (4 * i)) & 0xfu;
-    return ((b & 1u) | ((b & 2u) << 7) | ((b & 4u) << 14) | ((b & 8u) << 21)) << at;
-}
-
-template <int T> struct q8w;
-
-template <> struct q8w<MF_TYPE_Q4_0> {
-    static __device__ __forceinline__ void unit(const uint8_t *row, int64_t u, uint32_t *q, float2 *dm) {
-        const mf_block_q4_0 *b = (const mf_block_q4_0 *)row + u;
-        uint32_t w[4];
-        ld_words<2, 4>(b->qs, w);
-#pragma unroll
-        for (int i = 0; i < 4; i++) {
-            q[i] = w[i] & 0x0f0f0f0fu;
-            q[i + 4] = (w[i] >> 4) & 0x0f0f0f0fu;
-        }
-        const float d = mf_h2f(b->d);
-        dm[0] = dm[1] = make_float2(d, -8.0f * d);
-    }
-};
-
-template <> struct q8w<MF_TYPE_Q4_1> {
-    static __device__ __forceinline__ void unit(const uint8_t *row, int64_t u, uint32_t *q, float2 *dm) {
-        const mf_block_q4_1 *b = (const mf_block_q4_1 *)row + u;
-        uint32_t w[4];
-        ld_words<4, 4>(b->qs, w); /* 20-byte blocks, qs at 4 */
-#pragma unroll
-        for (int i = 0; i < 4; i++) {
-            q[i] = w[i] & 0x0f0f0f0fu;
-            q[i + 4] = (w[i] >> 4) & 0x0f0f0f0fu;
-        }
-        dm[0] = dm[1] = make_float2(mf_h2f(b->d), mf_h2f(b->m));
-    }
-};
-
-template <> struct q8w<MF_TYPE_Q5_0> {
-    static __device__ __forceinline__ void unit(const uint8_t *row, int64_t u, uint32_t *q, float2 *dm) {
-        const mf_block_q5_0 *b = (const mf_block_q5_0 *)row + u;
-        uint32_t w[4], h;
-        ld_words<2, 4>(b->qs, w);
-        ld_words<2, 1>(b->qh, &h);
-#pragma unroll
-        for (int i = 0; i < 4; i++) {
-            q[i] = (w[i] & 0x0f0f0f0fu) | spread4(h, i, 4);
-            q[i + 4] = ((w[i] >> 4) & 0x0f0f0f0fu) | spread4(h, i + 4, 4);
-        }
-        const float d = mf_h2f(b->d);
-        dm[0] = dm[1] = make_float2(d, -16.0f * d);
-    }
-};
-
-template <> struct q8w<MF_TYPE_Q5_1> {
-    static __device__ __forceinline__ void unit(const uint8_t *row, int64_t u, uint32_t *q, float2 *dm) {
-        const mf_block_q5_1 *b = (const mf_block_q5_1 *)row + u;
-        uint32_t w[4], h;
-        ld_words<4, 4>(b->qs, w); /* 24-byte blocks: qh at 4, qs at 8 */
-        ld_words<4, 1>(b->qh, &h);
-#pragma unroll
-        for (int i = 0; i < 4; i++) {
-            q[i] = (w[i] & 0x0f0f0f0fu) | spread4(h, i, 4);
-            q[i + 4] = ((w[i] >> 4) & 0x0f0f0f0fu) | spread4(h, i + 4, 4);
-        }
-        dm[0] = dm[1] = make_float2(mf_h2f(b->d), mf_h2f(b->m));
-    }
-};
-
-template <> struct q8w<MF_TYPE_Q8_0> {
-    static __device__ __forceinline__ void unit(const uint8_t *row, int64_t u, uint32_t *q, float2 *dm) {
-        const mf_block_q8_0 *b = (const mf_block_q8_0 *)row + u;
-        ld_words<2, 8>((const uint8_t *)b->qs, q);
-        dm[0] = dm[1] = make_float2(mf_h2f(b->d), 0.0f);
-    }
-};
-
-/* K-quants: unit u is sub-block j = u % 8 of super-block u / 8 (as dequant.cuh) */
-template <> struct q8w<MF_TYPE_Q2_K> {
-    static __device__ __forceinline__ void unit(const uint8_t *row, int64_t u, uint32_t *q, float2 *dm) {
-        const mf_block_q2_K *b = (const mf_block_q2_K *)row + u / 8;
-        const int j = (int)(u % 8);
-        uint32_t w[8];
-        ld_words<4, 8>(b->qs + 32 * (j / 4), w); /* 84-byte blocks, qs at 16 */
-        const int shift = 2 * (j % 4);
-#pragma unroll
-        for (int i = 0; i < 8; i++)
-            q[i] = (w[i] >> shift) & 0x03030303u;
-        const float d = mf_h2f(b->d), dmin = mf_h2f(b->dmin);
-#pragma unroll
-        for (int h = 0; h < 2; h++) {
-            const uint8_t sc = b->scales[2 * j + h];
-            dm[h] = make_float2(d * (float)(sc & 0x0f), -dmin * (float)(sc >> 4));
-        }
-    }
-};
-
-template <> struct q8w<MF_TYPE_Q3_K> {
-    static __device__ __forceinline__ void unit(const uint8_t *row, int64_t u, uint32_t *q, float2 *dm) {
-        const mf_block_q3_K *b = (const mf_block_q3_K *)row + u / 8;
-        const int j = (int)(u % 8);
-        uint32_t w[8], hm[8];
-        ld_words<2, 8>(b->qs + 32 * (j / 4), w); /* 110-byte blocks */
-        ld_words<2, 8>(b->hmask, hm);
-        const int shift = 2 * (j % 4);
-        /* v = low2 - 4 * !hbit  ==  (low2 + 4 * hbit) - 4 */
-#pragma unroll
-        for (int i = 0; i < 8; i++)
-            q[i] = ((w[i] >> shift) & 0x03030303u) | (((hm[i] >> j) & 0x01010101u) << 2);
-        const float d = mf_h2f(b->d);
-#pragma unroll
-        for (int h = 0; h < 2; h++) {
-            const float dl = d * (float)mf_deq<MF_TYPE_Q3_K>::scale(b->scales, 2 * j + h);
-            dm[h] = make_float2(dl, -4.0f * dl);
-        }
-    }
-};
-
-template <> struct q8w<MF_TYPE_Q4_K> {
-    static __device__ __forceinline__ void unit(const uint8_t *row, int64_t u, uint32_t *q, float2 *dm) {
-        const mf_block_q4_K *b = (const mf_block_q4_K *)row + u / 8;
-        const int j = (int)(u % 8);
-        uint32_t w[8];
-        ld16<8>(b->qs + 32 * (j / 2), w); /* 144-byte blocks, qs at 16 */
-        const int shift = 4 * (j % 2);
-#pragma unroll
-        for (int i = 0; i < 8; i++)
-            q[i] = (w[i] >> shift) & 0x0f0f0f0fu;
-        int sc, m;
-        mf_k4_scale_min(b->scales, j, &sc, &m);
-        dm[0] = dm[1] = make_float2(mf_h2f(b->d) * (float)sc, -mf_h2f(b->dmin) * (float)m);
-    }
-};
-
-template <> struct q8w<MF_TYPE_Q5_K> {
-    static __device__ __forceinline__ void unit(const uint8_t *row, int64_t u, uint32_t *q, float2 *dm) {
-        const mf_block_q5_K *b = (const mf_block_q5_K *)row + u / 8;
-        const int j = (int)(u % 8);
-        uint32_t w[8], hw[8];
-        ld16<8>(b->qs + 32 * (j / 2), w); /* 176-byte blocks: qh at 16, qs at 48 */
-        ld16<8>(b->qh, hw);
-        const int shift = 4 * (j % 2);
-#pragma unroll
-        for (int i = 0; i < 8; i++)
-            q[i] = ((w[i] >> shift) & 0x0f0f0f0fu) | (((hw[i] >> j) & 0x01010101u) << 4);
-        int sc, m;
-        mf_k4_scale_min(b->scales, j, &sc, &m);
-        dm[0] = dm[1] = make_float2(mf_h2f(b->d) * (float)sc, -mf_h2f(b->dmin) * (float)m);
-    }
-};
-
-template <> struct q8w<MF_TYPE_Q6_K> {
-    static __device__ __forceinline__ void unit(const uint8_t *row, int64_t u, uint32_t *q, float2 *dm) {
-        const mf_block_q6_K *b = (const mf_block_q6_K *)row + u / 8;
-        const int j = (int)(u % 8);
-        const int half = j / 4, g = j % 4;
-        uint32_t lw[8], hw[8];
-        ld_words<2, 8>(b->ql + 64 * half + 32 * (g & 1), lw); /* 210-byte blocks */
-        ld_words<2, 8>(b->qh + 32 * half, hw);
-        const int lshift = 4 * (g >> 1), hshift = 2 * g;
-#pragma unroll
-        for (int i = 0; i < 8; i++)
-            q[i] = ((lw[i] >> lshift) & 0x0f0f0f0fu) | (((hw[i] >> hshift) & 0x03030303u) << 4);
-        const float d = mf_h2f(b->d);
-#pragma unroll
-        for (int h = 0; h < 2; h++) {
-            const float dl = d * (float)b->scales[2 * j + h];
-            dm[h] = make_float2(dl, -32.0f * dl);
-        }
-    }
-};
-
 /* ---- the GEMV --------------------------------------------------------------------------- */
 
 /* One warp's partial dot products of `row` (units kp*32+lane, stepping by
@@ -672,6 +425,8 @@ static __device__ __forceinline__ void q8_row_dot(const uint8_t *row, const int8
                     const int64_t xu = (t0 + t) * n_units + u;
                     const int4 *xp = (const int4 *)(xq + xu * 32);
                     const int4 a = xp[0], c = xp[1];
+                    /* q8_unit_dot's arithmetic, written out: this load order
+                     * is the code the H200 runs validated and timed */
                     int s0 = __dp4a((int)q[k][0], a.x, 0);
                     s0 = __dp4a((int)q[k][1], a.y, s0);
                     s0 = __dp4a((int)q[k][2], a.z, s0);
@@ -1164,20 +919,8 @@ gemv_q8v3_kernel(q8_multi p, const int8_t *__restrict__ xq, const float *__restr
                     }
                     const float sx0 = (float)(int16_t)(hs & 0xffff), sx1 = (float)(int16_t)(hs >> 16);
 #pragma unroll
-                    for (int r = 0; r < R; r++) {
-                        const uint32_t *qq = q[r];
-                        int s0 = __dp4a((int)qq[0], a.x, 0);
-                        s0 = __dp4a((int)qq[1], a.y, s0);
-                        s0 = __dp4a((int)qq[2], a.z, s0);
-                        s0 = __dp4a((int)qq[3], a.w, s0);
-                        int s1 = __dp4a((int)qq[4], c.x, 0);
-                        s1 = __dp4a((int)qq[5], c.y, s1);
-                        s1 = __dp4a((int)qq[6], c.z, s1);
-                        s1 = __dp4a((int)qq[7], c.w, s1);
-                        const float2 *m = dm[r];
-                        const float v = m[0].x * (float)s0 + m[0].y * sx0 + m[1].x * (float)s1 + m[1].y * sx1;
-                        acc[r * NT + t] += dx * v;
-                    }
+                    for (int r = 0; r < R; r++)
+                        acc[r * NT + t] += dx * q8_unit_dot(q[r], a, c, dm[r], sx0, sx1);
                 }
             }
         }

@@ -40,6 +40,7 @@
 #include "backend/cuda/cuda_args.h"
 #include "backend/cuda/dequant.cuh"
 #include "backend/cuda/pdl.cuh"
+#include "backend/cuda/q8w.cuh"
 
 #define GW_WARPS 8
 /* ring slots per warp: 6 for one row (5 groups in flight), 4 for SwiGLU's
@@ -66,91 +67,9 @@ template <int T> struct gw_geo {
     static constexpr int SLOT = (G + 15 + 15) / 16 * 16;
 };
 
-/* ---- unit decoders (gemv_q8.cu's q8w<T>, on a slot in shared memory) ------------------- */
-
-/* NW words from p, 2-byte aligned: aligned words and a funnel shift (the
- * extra word stays inside the slot's 16-byte-aligned span). */
-template <int NW> static __device__ __forceinline__ void gw_ld2(const uint8_t *p, uint32_t *w) {
-    const uintptr_t a = (uintptr_t)p;
-    const uint32_t *b = (const uint32_t *)(a & ~(uintptr_t)3);
-    uint32_t r[NW + 1];
-#pragma unroll
-    for (int i = 0; i < NW; i++)
-        r[i] = b[i];
-    if (a & 2) {
-        r[NW] = b[NW];
-#pragma unroll
-        for (int i = 0; i < NW; i++)
-            w[i] = __funnelshift_r(r[i], r[i + 1], 16);
-    } else {
-#pragma unroll
-        for (int i = 0; i < NW; i++)
-            w[i] = r[i];
-    }
-}
-
-template <int T> struct gw_unit;
-
-template <> struct gw_unit<MF_TYPE_Q4_0> {
-    static __device__ __forceinline__ void dec(const uint8_t *grp, int u, uint32_t *q, float2 *dm) {
-        const mf_block_q4_0 *b = (const mf_block_q4_0 *)grp + u;
-        uint32_t w[4];
-        gw_ld2<4>(b->qs, w);
-#pragma unroll
-        for (int i = 0; i < 4; i++) {
-            q[i] = w[i] & 0x0f0f0f0fu;
-            q[i + 4] = (w[i] >> 4) & 0x0f0f0f0fu;
-        }
-        const float d = mf_h2f(b->d);
-        dm[0] = dm[1] = make_float2(d, -8.0f * d);
-    }
-};
-
-template <> struct gw_unit<MF_TYPE_Q8_0> {
-    static __device__ __forceinline__ void dec(const uint8_t *grp, int u, uint32_t *q, float2 *dm) {
-        const mf_block_q8_0 *b = (const mf_block_q8_0 *)grp + u;
-        gw_ld2<8>((const uint8_t *)b->qs, q);
-        dm[0] = dm[1] = make_float2(mf_h2f(b->d), 0.0f);
-    }
-};
-
-template <> struct gw_unit<MF_TYPE_Q4_K> {
-    static __device__ __forceinline__ void dec(const uint8_t *grp, int u, uint32_t *q, float2 *dm) {
-        const mf_block_q4_K *b = (const mf_block_q4_K *)grp + u / 8;
-        const int j = u % 8;
-        const uint4 *p = (const uint4 *)(b->qs + 32 * (j / 2)); /* 144-byte blocks: 16-byte aligned */
-        const uint4 v0 = p[0], v1 = p[1];
-        const uint32_t w[8] = {v0.x, v0.y, v0.z, v0.w, v1.x, v1.y, v1.z, v1.w};
-        const int shift = 4 * (j % 2);
-#pragma unroll
-        for (int i = 0; i < 8; i++)
-            q[i] = (w[i] >> shift) & 0x0f0f0f0fu;
-        int sc, m;
-        mf_k4_scale_min(b->scales, j, &sc, &m);
-        dm[0] = dm[1] = make_float2(mf_h2f(b->d) * (float)sc, -mf_h2f(b->dmin) * (float)m);
-    }
-};
-
-template <> struct gw_unit<MF_TYPE_Q6_K> {
-    static __device__ __forceinline__ void dec(const uint8_t *grp, int u, uint32_t *q, float2 *dm) {
-        const mf_block_q6_K *b = (const mf_block_q6_K *)grp + u / 8;
-        const int j = u % 8;
-        const int half = j / 4, g = j % 4;
-        uint32_t lw[8], hw[8];
-        gw_ld2<8>(b->ql + 64 * half + 32 * (g & 1), lw);
-        gw_ld2<8>(b->qh + 32 * half, hw);
-        const int lshift = 4 * (g >> 1), hshift = 2 * g;
-#pragma unroll
-        for (int i = 0; i < 8; i++)
-            q[i] = ((lw[i] >> lshift) & 0x0f0f0f0fu) | (((hw[i] >> hshift) & 0x03030303u) << 4);
-        const float d = mf_h2f(b->d);
-#pragma unroll
-        for (int h = 0; h < 2; h++) {
-            const float dl = d * (float)b->scales[2 * j + h];
-            dm[h] = make_float2(dl, -32.0f * dl);
-        }
-    }
-};
+/* The unit decoders are q8w.cuh's q8w<T>, reading a group's slot in shared
+ * memory (every format's 2-byte-aligned reads stay inside the slot's
+ * 16-byte-aligned span). */
 
 /* ---- the kernel ------------------------------------------------------------------------- */
 
@@ -295,7 +214,7 @@ gemv_wide_kernel(gw_multi p, const int8_t *__restrict__ xq, int64_t n_in, int64_
                 const int64_t o = gw_row<SWIGLU>(p, rr, r, &wi);
                 const uintptr_t src = (uintptr_t)(p.w[wi] + (uint64_t)o * p.row_bytes[wi] + (int64_t)g * G);
                 const uint8_t *grp = ring + ((k % S) * R + r) * SLOT + (src & 15);
-                gw_unit<T>::dec(grp, lane, q[r], dm[r]);
+                q8w<T>::unit(grp, lane, q[r], dm[r]);
             }
 #pragma unroll
             for (int t = 0; t < NT; t++) {
@@ -307,20 +226,8 @@ gemv_wide_kernel(gw_multi p, const int8_t *__restrict__ xq, int64_t n_in, int64_
                     const float dx = sd[xu];
                     const float sx0 = (float)(int16_t)(hs & 0xffff), sx1 = (float)(int16_t)(hs >> 16);
 #pragma unroll
-                    for (int r = 0; r < R; r++) {
-                        const uint32_t *qq = q[r];
-                        int s0 = __dp4a((int)qq[0], a.x, 0);
-                        s0 = __dp4a((int)qq[1], a.y, s0);
-                        s0 = __dp4a((int)qq[2], a.z, s0);
-                        s0 = __dp4a((int)qq[3], a.w, s0);
-                        int s1 = __dp4a((int)qq[4], c.x, 0);
-                        s1 = __dp4a((int)qq[5], c.y, s1);
-                        s1 = __dp4a((int)qq[6], c.z, s1);
-                        s1 = __dp4a((int)qq[7], c.w, s1);
-                        const float2 *m = dm[r];
-                        const float v = m[0].x * (float)s0 + m[0].y * sx0 + m[1].x * (float)s1 + m[1].y * sx1;
-                        acc[r * NT + t] += dx * v;
-                    }
+                    for (int r = 0; r < R; r++)
+                        acc[r * NT + t] += dx * q8_unit_dot(q[r], a, c, dm[r], sx0, sx1);
                 }
             }
         }

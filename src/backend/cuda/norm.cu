@@ -15,6 +15,7 @@
  * whole row while one writes, so the host takes it only when y does not
  * overlap x. The extra row reads are L2 hits (3.5-20 KB per row). */
 #include "backend/cuda/cuda_args.h"
+#include "backend/cuda/norm.cuh"
 #include "backend/cuda/pdl.cuh"
 
 /* the kill switches of the wide decode kernels (mf_cu_set_wide) */
@@ -37,17 +38,7 @@ static __global__ void rmsnorm_kernel(const float *x, const float *__restrict__ 
     double ss = 0.0;
     for (int64_t i = threadIdx.x; i < n; i += blockDim.x)
         ss += (double)xr[i] * (double)xr[i];
-#pragma unroll
-    for (int off = 16; off > 0; off >>= 1)
-        ss += __shfl_xor_sync(0xffffffffu, ss, off);
-    const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, nw = (blockDim.x + 31) >> 5;
-    if (lane == 0)
-        part[warp] = ss;
-    __syncthreads();
-    double tot = 0.0;
-    for (int i = 0; i < nw; i++)
-        tot += part[i];
-    const float sc = (float)(1.0 / sqrt(tot / (double)n + (double)eps));
+    const float sc = mf_rms_scale(ss, part, (blockDim.x + 31) >> 5, n, eps);
     for (int64_t i = threadIdx.x; i < n; i += blockDim.x)
         yr[i] = w ? xr[i] * sc * w[i] : xr[i] * sc;
 }
@@ -71,17 +62,7 @@ static __global__ void rmsnorm_wide_kernel(const float *__restrict__ x, const fl
             mine = v;
         ss += (double)v * (double)v;
     }
-#pragma unroll
-    for (int off = 16; off > 0; off >>= 1)
-        ss += __shfl_xor_sync(0xffffffffu, ss, off);
-    const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, nw = (blockDim.x + 31) >> 5;
-    if (lane == 0)
-        part[warp] = ss;
-    __syncthreads();
-    double tot = 0.0;
-    for (int i = 0; i < nw; i++)
-        tot += part[i];
-    const float sc = (float)(1.0 / sqrt(tot / (double)n + (double)eps));
+    const float sc = mf_rms_scale(ss, part, (blockDim.x + 31) >> 5, n, eps);
     if (me < n)
         y[r * n + me] = w ? mine * sc * wv : mine * sc;
 }

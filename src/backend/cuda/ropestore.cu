@@ -31,6 +31,7 @@
 #include "backend/cuda/cuda_args.h"
 #include "backend/cuda/kv.cuh"
 #include "backend/cuda/pdl.cuh"
+#include "backend/cuda/rope.cuh"
 
 #define RS_THREADS 256
 
@@ -95,29 +96,6 @@ static __global__ void __launch_bounds__(RS_THREADS) rope_store_kernel(mf_cu_rop
 
 #define RSH_THREADS 64
 
-/* Head h of row t of a: rs_rope_row's arithmetic, one head. */
-static __device__ void rs_rope_head(const mf_cu_rope_args &a, int64_t t, int h) {
-    const double p = a.pos ? (double)a.pos[t] : (double)((a.pos0_dev ? (int64_t)*a.pos0_dev : a.pos0) + t);
-    const int half = a.n_rot / 2;
-    const bool neox = (a.mode & 2) != 0;
-    const int64_t off = (t * a.n_head + h) * (int64_t)a.head_dim;
-    const float *xv = a.x + off;
-    float *yv = a.y + off;
-    for (int i = threadIdx.x; i < half; i += blockDim.x) {
-        const double ang = p * (double)a.freq_scale * pow((double)a.theta, -2.0 * i / (double)a.n_rot);
-        double sd, cd;
-        sincos(ang, &sd, &cd);
-        const float si = (float)sd, co = (float)cd;
-        const int i0 = neox ? i : 2 * i, i1 = neox ? i + half : 2 * i + 1;
-        const float x0 = xv[i0], x1 = xv[i1];
-        yv[i0] = x0 * co - x1 * si;
-        yv[i1] = x0 * si + x1 * co;
-    }
-    if (xv != yv)
-        for (int d = a.n_rot + threadIdx.x; d < a.head_dim; d += blockDim.x)
-            yv[d] = xv[d];
-}
-
 /* Elements [e0, e0 + len) of source row t into its cache row (len and e0
  * multiples of 32 for q8_0): rs_store_row's writers on a slice. */
 static __device__ void rs_store_slice(const mf_cu_kv_args &a, int64_t t, int64_t e0, int64_t len) {
@@ -162,11 +140,11 @@ static __global__ void __launch_bounds__(RSH_THREADS) rope_store_head_kernel(mf_
     if (h < nq) {
         if (a.q_norm) /* rq.x is the caller's scratch: normalized in place, as run_norm did */
             rs_norm_head((float *)a.rq.x + (t * nq + h) * hd, a.q_norm, (int)hd, a.norm_eps);
-        rs_rope_head(a.rq, t, h);
+        mf_rope_head(a.rq, t, h);
     } else if (h < nq + nkv) {
         if (a.k_norm)
             rs_norm_head(a.rk.y + (t * nkv + h - nq) * hd, a.k_norm, (int)hd, a.norm_eps);
-        rs_rope_head(a.rk, t, h - nq);
+        mf_rope_head(a.rk, t, h - nq);
         __syncthreads(); /* the rotated head is what the store reads */
         rs_store_slice(a.ks, t, (int64_t)(h - nq) * hd, hd);
     } else {

@@ -1,0 +1,241 @@
+/* q8w.cuh - the int8 GEMVs' weight unit decoders and unit dot product,
+ * shared by gemv_q8.cu (v1 / v3) and gemv_wide.cu.
+ *
+ * q8w<T>::unit decodes 32-element unit u of a row of type T (blocks from
+ * `row`; a K-quant unit is sub-block u % 8 of super-block u / 8) into 32
+ * small integers q_w packed 4 per word (byte l = element l) and, for each
+ * 16-element half h, (d_h, m_h) with w_l = d_h q_w,l + m_h. Weight bytes that
+ * are only 2-byte aligned in their block (18-, 22-, 34-, 110-, 210-byte
+ * blocks) are read as aligned 32-bit words and realigned with a funnel
+ * shift; the extra word stays inside the block or the weight's padding. */
+#ifndef MF_CUDA_Q8W_CUH
+#define MF_CUDA_Q8W_CUH
+
+#include <stdint.h>
+
+#include "backend/cuda/dequant.cuh"
+
+/* NW words from p, where p is 2-byte aligned (A = 2) or 4-byte aligned. */
+template <int A, int NW>
+static __device__ __forceinline__ void ld_words(const uint8_t *p, uint32_t *w) {
+    if (A >= 4) {
+#pragma unroll
+        for (int i = 0; i < NW; i++)
+            w[i] = ((const uint32_t *)p)[i];
+        return;
+    }
+    const uintptr_t a = (uintptr_t)p;
+    const uint32_t *b = (const uint32_t *)(a & ~(uintptr_t)3);
+    uint32_t r[NW + 1];
+#pragma unroll
+    for (int i = 0; i < NW; i++)
+        r[i] = b[i];
+    if (a & 2) {
+        r[NW] = b[NW];
+#pragma unroll
+        for (int i = 0; i < NW; i++)
+            w[i] = __funnelshift_r(r[i], r[i + 1], 16);
+    } else {
+#pragma unroll
+        for (int i = 0; i < NW; i++)
+            w[i] = r[i];
+    }
+}
+
+template <int NW> static __device__ __forceinline__ void ld16(const uint8_t *p, uint32_t *w) {
+#pragma unroll
+    for (int i = 0; i < NW / 4; i++) {
+        const uint4 v = ((const uint4 *)p)[i];
+        w[4 * i] = v.x; w[4 * i + 1] = v.y; w[4 * i + 2] = v.z; w[4 * i + 3] = v.w;
+    }
+}
+
+/* bits 4i .. 4i+3 of h, one per byte, at bit position `at` of each byte */
+static __device__ __forceinline__ uint32_t spread4(uint32_t h, int i, int at) {
+    const uint32_t b = (h >> (4 * i)) & 0xfu;
+    return ((b & 1u) | ((b & 2u) << 7) | ((b & 4u) << 14) | ((b & 8u) << 21)) << at;
+}
+
+template <int T> struct q8w;
+
+template <> struct q8w<MF_TYPE_Q4_0> {
+    static __device__ __forceinline__ void unit(const uint8_t *row, int64_t u, uint32_t *q, float2 *dm) {
+        const mf_block_q4_0 *b = (const mf_block_q4_0 *)row + u;
+        uint32_t w[4];
+        ld_words<2, 4>(b->qs, w);
+#pragma unroll
+        for (int i = 0; i < 4; i++) {
+            q[i] = w[i] & 0x0f0f0f0fu;
+            q[i + 4] = (w[i] >> 4) & 0x0f0f0f0fu;
+        }
+        const float d = mf_h2f(b->d);
+        dm[0] = dm[1] = make_float2(d, -8.0f * d);
+    }
+};
+
+template <> struct q8w<MF_TYPE_Q4_1> {
+    static __device__ __forceinline__ void unit(const uint8_t *row, int64_t u, uint32_t *q, float2 *dm) {
+        const mf_block_q4_1 *b = (const mf_block_q4_1 *)row + u;
+        uint32_t w[4];
+        ld_words<4, 4>(b->qs, w); /* 20-byte blocks, qs at 4 */
+#pragma unroll
+        for (int i = 0; i < 4; i++) {
+            q[i] = w[i] & 0x0f0f0f0fu;
+            q[i + 4] = (w[i] >> 4) & 0x0f0f0f0fu;
+        }
+        dm[0] = dm[1] = make_float2(mf_h2f(b->d), mf_h2f(b->m));
+    }
+};
+
+template <> struct q8w<MF_TYPE_Q5_0> {
+    static __device__ __forceinline__ void unit(const uint8_t *row, int64_t u, uint32_t *q, float2 *dm) {
+        const mf_block_q5_0 *b = (const mf_block_q5_0 *)row + u;
+        uint32_t w[4], h;
+        ld_words<2, 4>(b->qs, w);
+        ld_words<2, 1>(b->qh, &h);
+#pragma unroll
+        for (int i = 0; i < 4; i++) {
+            q[i] = (w[i] & 0x0f0f0f0fu) | spread4(h, i, 4);
+            q[i + 4] = ((w[i] >> 4) & 0x0f0f0f0fu) | spread4(h, i + 4, 4);
+        }
+        const float d = mf_h2f(b->d);
+        dm[0] = dm[1] = make_float2(d, -16.0f * d);
+    }
+};
+
+template <> struct q8w<MF_TYPE_Q5_1> {
+    static __device__ __forceinline__ void unit(const uint8_t *row, int64_t u, uint32_t *q, float2 *dm) {
+        const mf_block_q5_1 *b = (const mf_block_q5_1 *)row + u;
+        uint32_t w[4], h;
+        ld_words<4, 4>(b->qs, w); /* 24-byte blocks: qh at 4, qs at 8 */
+        ld_words<4, 1>(b->qh, &h);
+#pragma unroll
+        for (int i = 0; i < 4; i++) {
+            q[i] = (w[i] & 0x0f0f0f0fu) | spread4(h, i, 4);
+            q[i + 4] = ((w[i] >> 4) & 0x0f0f0f0fu) | spread4(h, i + 4, 4);
+        }
+        dm[0] = dm[1] = make_float2(mf_h2f(b->d), mf_h2f(b->m));
+    }
+};
+
+template <> struct q8w<MF_TYPE_Q8_0> {
+    static __device__ __forceinline__ void unit(const uint8_t *row, int64_t u, uint32_t *q, float2 *dm) {
+        const mf_block_q8_0 *b = (const mf_block_q8_0 *)row + u;
+        ld_words<2, 8>((const uint8_t *)b->qs, q);
+        dm[0] = dm[1] = make_float2(mf_h2f(b->d), 0.0f);
+    }
+};
+
+/* K-quants: unit u is sub-block j = u % 8 of super-block u / 8 (as dequant.cuh) */
+template <> struct q8w<MF_TYPE_Q2_K> {
+    static __device__ __forceinline__ void unit(const uint8_t *row, int64_t u, uint32_t *q, float2 *dm) {
+        const mf_block_q2_K *b = (const mf_block_q2_K *)row + u / 8;
+        const int j = (int)(u % 8);
+        uint32_t w[8];
+        ld_words<4, 8>(b->qs + 32 * (j / 4), w); /* 84-byte blocks, qs at 16 */
+        const int shift = 2 * (j % 4);
+#pragma unroll
+        for (int i = 0; i < 8; i++)
+            q[i] = (w[i] >> shift) & 0x03030303u;
+        const float d = mf_h2f(b->d), dmin = mf_h2f(b->dmin);
+#pragma unroll
+        for (int h = 0; h < 2; h++) {
+            const uint8_t sc = b->scales[2 * j + h];
+            dm[h] = make_float2(d * (float)(sc & 0x0f), -dmin * (float)(sc >> 4));
+        }
+    }
+};
+
+template <> struct q8w<MF_TYPE_Q3_K> {
+    static __device__ __forceinline__ void unit(const uint8_t *row, int64_t u, uint32_t *q, float2 *dm) {
+        const mf_block_q3_K *b = (const mf_block_q3_K *)row + u / 8;
+        const int j = (int)(u % 8);
+        uint32_t w[8], hm[8];
+        ld_words<2, 8>(b->qs + 32 * (j / 4), w); /* 110-byte blocks */
+        ld_words<2, 8>(b->hmask, hm);
+        const int shift = 2 * (j % 4);
+        /* v = low2 - 4 * !hbit  ==  (low2 + 4 * hbit) - 4 */
+#pragma unroll
+        for (int i = 0; i < 8; i++)
+            q[i] = ((w[i] >> shift) & 0x03030303u) | (((hm[i] >> j) & 0x01010101u) << 2);
+        const float d = mf_h2f(b->d);
+#pragma unroll
+        for (int h = 0; h < 2; h++) {
+            const float dl = d * (float)mf_deq<MF_TYPE_Q3_K>::scale(b->scales, 2 * j + h);
+            dm[h] = make_float2(dl, -4.0f * dl);
+        }
+    }
+};
+
+template <> struct q8w<MF_TYPE_Q4_K> {
+    static __device__ __forceinline__ void unit(const uint8_t *row, int64_t u, uint32_t *q, float2 *dm) {
+        const mf_block_q4_K *b = (const mf_block_q4_K *)row + u / 8;
+        const int j = (int)(u % 8);
+        uint32_t w[8];
+        ld16<8>(b->qs + 32 * (j / 2), w); /* 144-byte blocks, qs at 16 */
+        const int shift = 4 * (j % 2);
+#pragma unroll
+        for (int i = 0; i < 8; i++)
+            q[i] = (w[i] >> shift) & 0x0f0f0f0fu;
+        int sc, m;
+        mf_k4_scale_min(b->scales, j, &sc, &m);
+        dm[0] = dm[1] = make_float2(mf_h2f(b->d) * (float)sc, -mf_h2f(b->dmin) * (float)m);
+    }
+};
+
+template <> struct q8w<MF_TYPE_Q5_K> {
+    static __device__ __forceinline__ void unit(const uint8_t *row, int64_t u, uint32_t *q, float2 *dm) {
+        const mf_block_q5_K *b = (const mf_block_q5_K *)row + u / 8;
+        const int j = (int)(u % 8);
+        uint32_t w[8], hw[8];
+        ld16<8>(b->qs + 32 * (j / 2), w); /* 176-byte blocks: qh at 16, qs at 48 */
+        ld16<8>(b->qh, hw);
+        const int shift = 4 * (j % 2);
+#pragma unroll
+        for (int i = 0; i < 8; i++)
+            q[i] = ((w[i] >> shift) & 0x0f0f0f0fu) | (((hw[i] >> j) & 0x01010101u) << 4);
+        int sc, m;
+        mf_k4_scale_min(b->scales, j, &sc, &m);
+        dm[0] = dm[1] = make_float2(mf_h2f(b->d) * (float)sc, -mf_h2f(b->dmin) * (float)m);
+    }
+};
+
+template <> struct q8w<MF_TYPE_Q6_K> {
+    static __device__ __forceinline__ void unit(const uint8_t *row, int64_t u, uint32_t *q, float2 *dm) {
+        const mf_block_q6_K *b = (const mf_block_q6_K *)row + u / 8;
+        const int j = (int)(u % 8);
+        const int half = j / 4, g = j % 4;
+        uint32_t lw[8], hw[8];
+        ld_words<2, 8>(b->ql + 64 * half + 32 * (g & 1), lw); /* 210-byte blocks */
+        ld_words<2, 8>(b->qh + 32 * half, hw);
+        const int lshift = 4 * (g >> 1), hshift = 2 * g;
+#pragma unroll
+        for (int i = 0; i < 8; i++)
+            q[i] = ((lw[i] >> lshift) & 0x0f0f0f0fu) | (((hw[i] >> hshift) & 0x03030303u) << 4);
+        const float d = mf_h2f(b->d);
+#pragma unroll
+        for (int h = 0; h < 2; h++) {
+            const float dl = d * (float)b->scales[2 * j + h];
+            dm[h] = make_float2(dl, -32.0f * dl);
+        }
+    }
+};
+
+/* One unit's contribution for one token: q (8 words of weight integers) dot
+ * the activation's 32 int8 (a: elements 0-15, c: 16-31), scaled per half,
+ * plus the offsets times the activation half sums sx0 / sx1. The caller
+ * multiplies by the activation unit's scale. */
+static __device__ __forceinline__ float q8_unit_dot(const uint32_t *q, int4 a, int4 c, const float2 *m,
+                                                    float sx0, float sx1) {
+    int s0 = __dp4a((int)q[0], a.x, 0);
+    s0 = __dp4a((int)q[1], a.y, s0);
+    s0 = __dp4a((int)q[2], a.z, s0);
+    s0 = __dp4a((int)q[3], a.w, s0);
+    int s1 = __dp4a((int)q[4], c.x, 0);
+    s1 = __dp4a((int)q[5], c.y, s1);
+    s1 = __dp4a((int)q[6], c.z, s1);
+    s1 = __dp4a((int)q[7], c.w, s1);
+    return m[0].x * (float)s0 + m[0].y * sx0 + m[1].x * (float)s1 + m[1].y * sx1;
+}
+
+#endif
