@@ -156,7 +156,7 @@ sanitize() { # tool log-name time-limit env-assignments...
     else note "$name" FAIL "rc $rc ${errs}; $res"; fi
 }
 want memcheck && sanitize memcheck memcheck 200 ${GPU_CHECK_MEMCHECK_ONLY:+MINFER_CUDA_TEST_ONLY=$GPU_CHECK_MEMCHECK_ONLY}
-want racecheck && sanitize racecheck racecheck 150 MINFER_CUDA_TEST_ONLY=matmul,norm,elementwise,attn,ffn,fuse_norm,gemv_v2,gemv,mma,preattn,decattn,decsmall,gemvwide,gemvfuse
+want racecheck && sanitize racecheck racecheck "${RACE_LIMIT:-150}" MINFER_CUDA_TEST_ONLY=${RACE_ONLY:-matmul,norm,elementwise,attn,ffn,fuse_norm,gemv_v2,gemv,mma,preattn,decattn,decsmall,gemvwide,gemvfuse}
 
 # ---- end to end ------------------------------------------------------------------------------
 PY=$(command -v python3 || true)

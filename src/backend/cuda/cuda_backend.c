@@ -109,6 +109,7 @@ typedef struct cu_ctx {
     int no_mma_fuse;  /* MINFER_CUDA_NO_MMA_FUSE=1: QKV / gate+up as per-weight mma GEMMs */
     int no_mma_split; /* MINFER_CUDA_NO_MMA_SPLIT=1: no split-K in the mma tier */
     int no_q8; /* MINFER_CUDA_NO_Q8=1: f32-activation GEMV for decode */
+    int trace; /* MINFER_TRACE=1: every launch printed to stderr as it is made */
     int fuse;  /* MINFER_CUDA_FUSE_GEMV=1: QKV / gate+up(+SwiGLU) as one int8 GEMV launch */
     int fuse_rope; /* MINFER_CUDA_FUSE_ROPE=1: FUSED_QKV's rope q/k + store k/v as one launch */
     int fuse_add;  /* MINFER_CUDA_FUSE_ADD=1: MATMUL + the ADD of its result as one GEMV */
@@ -624,6 +625,10 @@ static int launched(exec *x, const char *kernel, int64_t d0, int64_t d1, cudaErr
     t->kernel = kernel;
     t->d0 = d0;
     t->d1 = d1;
+    if (c->trace) /* MINFER_TRACE=1: the ring's entries, also streamed as they are made */
+        fprintf(stderr, "cuda: launch %lld node %d '%s' (%s) %s [%lld x %lld]%s\n",
+                (long long)c->n_launched, t->node, t->name, t->op, kernel, (long long)d0, (long long)d1,
+                c->capturing ? " (captured)" : "");
     if (e == cudaSuccess)
         return 0;
     NODE_ERR(x, "launching %s [%lld x %lld]: %s (%s)", kernel, (long long)d0, (long long)d1,
@@ -1801,9 +1806,9 @@ int mf_backend_cuda_new_progress(const mf_weights *w, mf_cuda_progress_fn progre
     c->no_mma_split = mf_env_flag("MINFER_CUDA_NO_MMA_SPLIT");
     c->no_q8 = mf_env_flag("MINFER_CUDA_NO_Q8");
     c->fuse = mf_env_flag("MINFER_CUDA_FUSE_GEMV");
-    /* On by default: the H200 run of 00:21 measured rope-store + norm fusion +
-     * flash prefill together at +33 % tg / +25 % pp on qwen2-0.5B and +2 % /
-     * +11 % on the 7B shapes (docs/PERF.md); =0 turns each off. The others
+    /* On by default: the H200 run of 2026-11-30 00:21 measured rope-store + norm
+     * fusion + flash prefill together at +33 % tg / +25 % pp on qwen2-0.5B and
+     * +2 % / +11 % on the 7B shapes (docs/PERF.md); =0 turns each off. The others
      * stay opt-in: FUSE_GEMV helped alone but not on top of these, GEMV_V2
      * measured slower. FUSE_ADD (measured +0.3 % in run 10, before the
      * kernels got fast enough for 48 ew launches a token to show) is on by
@@ -1820,6 +1825,7 @@ int mf_backend_cuda_new_progress(const mf_weights *w, mf_cuda_progress_fn progre
     c->flash_decode = !mf_env_flag("MINFER_CUDA_NO_FLASH_DECODE");
     c->pend_node = -1;
     c->graphs_on = !mf_env_flag("MINFER_NO_CUDA_GRAPH");
+    c->trace = mf_env_flag("MINFER_TRACE");
     mf_cu_set_pdl(mf_env_int("MINFER_CUDA_PDL", MF_CU_PDL_DEFAULT) != 0);
     mf_cu_set_gemv_pf((int)mf_env_int("MINFER_CUDA_GEMV_PF", 0), mf_env_flag("MINFER_CUDA_GEMV_PF_LINES"));
     /* many-block RMSNorm / norm-quant and per-head rope-store (bitwise equal) */
