@@ -23,10 +23,11 @@
  * getrows, norm, rope, elementwise, attn, qkv, ffn, fuse_add, fuse_norm,
  * gemv_v2, graph, misc, mma, mmafuse, decattn, preattn, gemv, decsmall, gemvwide,
  * gemvfuse); racecheck runs the shared-memory families this way.
- * The default-off levers (MINFER_CUDA_FUSE_GEMV / _ROPE / _ADD / _NORM,
- * MINFER_CUDA_GEMV_V2, MINFER_CUDA_FLASH_PREFILL) are run through their test
- * hooks (mf_cuda_set_fuse ...) inside the qkv, ffn, attn, fuse_add,
- * fuse_norm and gemv_v2 families, against float64 and the default path.
+ * The fusion levers (MINFER_CUDA_FUSE_GEMV / _ROPE / _ADD / _NORM,
+ * MINFER_CUDA_GEMV_V2, MINFER_CUDA_FLASH_PREFILL; docs/ENV.md says which are
+ * on by default) are run on and off through their test hooks
+ * (mf_cuda_set_fuse ...) inside the qkv, ffn, attn, fuse_add, fuse_norm and
+ * gemv_v2 families, against float64 and the default path.
  * Family mma: the prefill mma tier (gemm_mma.cu, force_gemm 3) for every
  * weight type at a small shape, odd shapes (n_in % 32 != 0, ragged n_out),
  * the 0.5B / 7B projection shapes at nt 9 / 64 / 100 / 513 (and 2048 once),
@@ -52,7 +53,8 @@
  * 3; and a graph-replayed forward whose n_past moves across split bounds.
  * MINFER_CUDA_TEST_BENCH=1 adds old vs flash decode timings (us, K+V GB/s)
  * at the 7B (28/4/128) and 0.5B (14/2/64) shapes, f16 cache.
- * Family gemv: the int8 decode GEMV v3 (default) with and without PDL
+ * Family gemv: the int8 decode GEMV v3 (forced; the default picks v3 or v1
+ * by mf_cu_gemv_v3_wanted) with and without PDL
  * launches, and v1 (MINFER_CUDA_GEMV_V1, test hook mf_cuda_set_gemv_v1),
  * every quantized type at an odd row count and long rows, the 0.5B / 7B
  * decode shapes, nt 1, 2, 5, 8: float64 (1e-2 and the int8 rounding bound)

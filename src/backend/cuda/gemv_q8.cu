@@ -18,9 +18,10 @@
  * small), and every lane decodes U = 2 units before it uses either (two
  * independent loads in flight). Warp sums are reduced by shuffles, then
  * across the ks warps through shared memory.
- * That is v1 (MINFER_CUDA_GEMV_V1=1); the default is v3 (gemv_q8v3_kernel
- * below: the same unit decoders and arithmetic, two rows per warp, the
- * weight stream prefetched into L2 ahead of the loads, PDL-aware), for the
+ * That is v1. v3 (gemv_q8v3_kernel below: the same unit decoders and
+ * arithmetic, two rows per warp, PDL-aware) takes the layer matmuls and v1
+ * the vocab-wide lm_head and Q6_K (mf_cu_gemv_v3_wanted, the rule measured
+ * on the H200; MINFER_CUDA_GEMV_V1=1 / _V3=1 pick one everywhere), for the
  * single GEMV and the multi-weight launches alike.
  * Step 1 can also run inside step 2 (q8_prologue, opt-in with
  * MINFER_CUDA_GEMV_PROLOGUE=1, then under mf_cu_q8_prologue_rule): each GEMV
@@ -746,7 +747,7 @@ static cudaError_t launch_q8_multi(const q8_multi *p, q8_src *in, int64_t n_in, 
     return cudaGetLastError();
 }
 
-/* ---- GEMV v3 (default; MINFER_CUDA_GEMV_V1=1 restores the kernels above) -------------- */
+/* ---- GEMV v3 (the layer matmuls; MINFER_CUDA_GEMV_V1=1 restores the kernels above) ---- */
 
 /* Why a third kernel. v1 keeps the weight bytes it waits for in registers:
  * two units per lane, decoded, is ~36 warps x 2 units x ~20 bytes = ~23 to
@@ -761,7 +762,8 @@ static cudaError_t launch_q8_multi(const q8_multi *p, q8_src *in, int64_t n_in, 
  * its rows, and lanes 0..R-1 issue a TMA bulk L2 prefetch
  * (cp.async.bulk.prefetch.L2, sm_90) of the group `pf` iterations ahead,
  * so the demand loads mostly hit L2 and DRAM sees pf x R groups per warp in
- * flight (pf = MINFER_CUDA_GEMV_PF, default 2: ~70-140 KB per SM); (2) gives
+ * flight (pf = MINFER_CUDA_GEMV_PF; default 0, off: on the H200 every
+ * distance measured slower than none, docs/PERF.md entry 11); (2) gives
  * a warp R = 2 rows (two consecutive rows of the joint row space, or the
  * gate and up rows of one SwiGLU output) so every activation load feeds
  * both; (3) with PDL, prefetches its first pf + 1 groups before
