@@ -11,12 +11,13 @@
 #   opsbench   (opt-in) MINFER_CUDA_TEST_BENCH=1 kernel timings -> $OUT/opsbench.log
 #   memcheck   compute-sanitizer memcheck on the op tests, small shapes
 #   racecheck  compute-sanitizer racecheck on the shared-memory families
-#              (matmul, norm, elementwise, attn), small shapes
+#              (RACE_ONLY overrides the list, RACE_LIMIT the seconds), small shapes
 #   e2e        minfer synth small qwen2/qwen3/llama models; dump_logits on
-#              CUDA vs the python float64 reference (tests/ref) when python3 +
-#              numpy + gguf exist (else skipped with a note); greedy tokens
-#              identical with fusions off (MINFER_NO_FUSE_QKV/FFN) and CUDA
-#              graphs off (MINFER_NO_CUDA_GRAPH)
+#              CUDA (14-token and 96-token prompts + 4 decodes) vs the python
+#              float64 reference (tests/ref) when python3 + numpy + gguf exist
+#              (else skipped with a note; the device image lacks gguf: carry
+#              the wheel and pip install --target); greedy tokens identical
+#              with fusions, CUDA graphs, PDL, flash decode off, v1/v3 GEMVs
 #   bench      minfer bench --device cuda (pp512 / tg128) on synthetic models
 #   perf       (GPU_CHECK_PERF=1) the same plus qwen2-7b Q4_K_M and a per-op
 #              profile (MINFER_OP_PROFILE=1) of one decode bench
@@ -32,11 +33,8 @@
 # GPU_CHECK_7B_LAYERS=N: the perf stage's 7B model with N layers (same shapes,
 # default 8).
 # Levers checked here (ops: through test hooks; e2e: against the float64
-# reference; perf: rows with and without): on by default MINFER_CUDA_FUSE_ROPE,
-# MINFER_CUDA_FUSE_NORM, MINFER_CUDA_FLASH_PREFILL, MINFER_CUDA_FUSE_ADD
-# (=0 turns off), the wide decode kernels (MINFER_CUDA_NO_WIDE_NORM=1,
-# MINFER_CUDA_NO_WIDE_ROPE=1 turn off); opt-in MINFER_CUDA_FUSE_GEMV,
-# MINFER_CUDA_GEMV_V2.
+# reference and the greedy tokens; table/perf: rows with and without); which
+# are on by default and why: docs/ENV.md.
 # Budget: < 8 minutes on one H200.
 set -u
 cd "$(dirname "$0")/.."
