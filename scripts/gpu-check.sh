@@ -19,8 +19,9 @@
 #              the wheel and pip install --target); greedy tokens identical
 #              with fusions, CUDA graphs, PDL, flash decode off, v1/v3 GEMVs
 #   bench      minfer bench --device cuda (pp512 / tg128) on synthetic models
-#   perf       (GPU_CHECK_PERF=1) the same plus qwen2-7b Q4_K_M and a per-op
-#              profile (MINFER_OP_PROFILE=1) of one decode bench
+#   perf       (GPU_CHECK_PERF=1) qwen2-0.5B and qwen2-7B shapes, the defaults
+#              against each lever of PERF_LEVERS alone, and a per-op profile
+#              (MINFER_OP_PROFILE=1) of one decode and one prefill bench
 # What comes back: $OUT/summary.txt, $OUT/bench.md, $OUT/bench.json and
 # $OUT/gpu-logs.tgz (every log; the device tool returns at most 8 files).
 # GPU_CHECK_STAGES="build ops ..." runs a subset (build is always needed).
@@ -122,7 +123,7 @@ if want ops; then
 fi
 if want ops-nopdl; then # the decode-path families again with plain launches (PDL is the default)
     t=$(date +%s)
-    MINFER_CUDA_PDL=0 MINFER_CUDA_TEST_ONLY=${PDL_ONLY:-matmul,getrows,norm,rope,elementwise,attn,qkv,ffn,fuse_add,fuse_norm,gemv_v2,graph,decattn,decsmall,gemv,gemvwide,gemvfuse} \
+    MINFER_CUDA_PDL=0 MINFER_CUDA_TEST_ONLY=${PDL_ONLY:-matmul,getrows,norm,rope,elementwise,attn,qkv,ffn,fuse_add,fuse_norm,gemv_v2,graph,decattn,decsmall,gemv,gemvfuse} \
         timeout 300 "$OPS" >"$LOG/ops-nopdl.log" 2>&1
     rc=$?
     last=$(grep -E "passed, .* failed" "$LOG/ops-nopdl.log" | tail -1)
@@ -132,7 +133,7 @@ if want ops-nopdl; then # the decode-path families again with plain launches (PD
 fi
 if want opsbench; then # kernel-level timings of the session-2 families (never asserted)
     t=$(date +%s)
-    MINFER_CUDA_TEST_BENCH=1 MINFER_CUDA_TEST_ONLY=${OPSBENCH_ONLY:-mma,mmafuse,preattn,decattn,decsmall,gemv,gemvwide,gemvfuse} \
+    MINFER_CUDA_TEST_BENCH=1 MINFER_CUDA_TEST_ONLY=${OPSBENCH_ONLY:-mma,mmafuse,preattn,decattn,decsmall,gemv,gemvfuse} \
         timeout 300 "$OPS" >"$OUT/opsbench.log" 2>&1
     rc=$?
     if [ $rc -eq 0 ]; then note opsbench done "$(grep -E "passed, .* failed" "$OUT/opsbench.log" | tail -1) ($(( $(date +%s) - t ))s; opsbench.log)";
@@ -154,7 +155,7 @@ sanitize() { # tool log-name time-limit env-assignments...
     else note "$name" FAIL "rc $rc ${errs}; $res"; fi
 }
 want memcheck && sanitize memcheck memcheck 200 ${GPU_CHECK_MEMCHECK_ONLY:+MINFER_CUDA_TEST_ONLY=$GPU_CHECK_MEMCHECK_ONLY}
-want racecheck && sanitize racecheck racecheck "${RACE_LIMIT:-150}" MINFER_CUDA_TEST_ONLY=${RACE_ONLY:-matmul,norm,elementwise,attn,ffn,fuse_norm,gemv_v2,gemv,mma,preattn,decattn,decsmall,gemvwide,gemvfuse}
+want racecheck && sanitize racecheck racecheck "${RACE_LIMIT:-150}" MINFER_CUDA_TEST_ONLY=${RACE_ONLY:-matmul,norm,elementwise,attn,ffn,fuse_norm,gemv_v2,gemv,mma,preattn,decattn,decsmall,gemvfuse}
 
 # ---- end to end ------------------------------------------------------------------------------
 PY=$(command -v python3 || true)
@@ -264,28 +265,21 @@ if [ $HAVE_MINFER -eq 1 ] && "$MINFER" bench --help >/dev/null 2>&1; then
         rm -f "$MODELS/bench-qwen2-0.5b-q8_0.gguf"
     fi
     if want perf; then
-        # The defaults (rope-store + norm fusion and flash prefill on) against
-        # the opt-in levers (FUSE_GEMV, FUSE_ADD, GEMV_V2) and against the
-        # defaults turned off, on one synthesized model each; the 7B keeps
-        # every shape in 8 layers (GPU_CHECK_7B_LAYERS=28 for the full model).
-        S05="--preset qwen2-0.5b --type q4_0"
-        MNAME=q05 KEEP_MODEL=1 PROFILE=1 bench_model qwen2-0.5b-q4_0 "$S05" -r 3
-        MNAME=q05 KEEP_MODEL=1 MINFER_CUDA_FUSE_ROPE=0 MINFER_CUDA_FUSE_NORM=0 MINFER_CUDA_FLASH_PREFILL=0 bench_model qwen2-0.5b-q4_0-defaultsoff "$S05" -r 3
-        MNAME=q05 KEEP_MODEL=1 MINFER_CUDA_FUSE_GEMV=1 bench_model qwen2-0.5b-q4_0-fusegemv "$S05" -p 0 -r 3
-        MNAME=q05 KEEP_MODEL=1 MINFER_CUDA_FUSE_ADD=1 bench_model qwen2-0.5b-q4_0-fuseadd "$S05" -p 0 -r 3
-        MNAME=q05 KEEP_MODEL=1 MINFER_CUDA_GEMV_V1=1 bench_model qwen2-0.5b-q4_0-gemvv1 "$S05" -p 0 -r 3
-        MNAME=q05 KEEP_MODEL=1 MINFER_CUDA_GEMV_WIDE=1 bench_model qwen2-0.5b-q4_0-gemvwide "$S05" -p 0 -r 3
-        MNAME=q05 KEEP_MODEL=1 MINFER_CUDA_GEMV_PROLOGUE=1 bench_model qwen2-0.5b-q4_0-gemvpro "$S05" -p 0 -r 3
-        MNAME=q05 MINFER_NO_CUDA_GRAPH=1 bench_model qwen2-0.5b-q4_0-nograph "$S05" -p 0 -r 3
-        S7="--preset qwen2-7b --type Q4_K_M --layers ${GPU_CHECK_7B_LAYERS:-8}"
-        MNAME=q7 KEEP_MODEL=1 PROFILE=1 bench_model qwen2-7b-q4_k_m "$S7" -r 3
-        MNAME=q7 KEEP_MODEL=1 MINFER_CUDA_FUSE_ROPE=0 MINFER_CUDA_FUSE_NORM=0 MINFER_CUDA_FLASH_PREFILL=0 bench_model qwen2-7b-q4_k_m-defaultsoff "$S7" -r 3
-        MNAME=q7 KEEP_MODEL=1 MINFER_CUDA_GEMV_V2=1 bench_model qwen2-7b-q4_k_m-gemvv2 "$S7" -p 0 -r 3
-        MNAME=q7 KEEP_MODEL=1 MINFER_CUDA_GEMV_V1=1 bench_model qwen2-7b-q4_k_m-gemvv1 "$S7" -p 0 -r 3
-        MNAME=q7 KEEP_MODEL=1 MINFER_CUDA_GEMV_PF=0 bench_model qwen2-7b-q4_k_m-gemvpf0 "$S7" -p 0 -r 3
-        MNAME=q7 KEEP_MODEL=1 MINFER_CUDA_GEMV_WIDE=1 bench_model qwen2-7b-q4_k_m-gemvwide "$S7" -p 0 -r 3
-        MNAME=q7 KEEP_MODEL=1 MINFER_CUDA_GEMV_PROLOGUE=1 bench_model qwen2-7b-q4_k_m-gemvpro "$S7" -p 0 -r 3
-        MNAME=q7 MINFER_CUDA_FUSE_GEMV=1 bench_model qwen2-7b-q4_k_m-fusegemv "$S7" -p 0 -r 3
+        # The defaults against each lever flipped alone (PERF_LEVERS, one
+        # VAR=value each), on one synthesized model each; the 7B keeps every
+        # shape in GPU_CHECK_7B_LAYERS layers (default 8); plus a per-op profile.
+        for m in "q05|--preset qwen2-0.5b --type q4_0" \
+                 "q7|--preset qwen2-7b --type Q4_K_M --layers ${GPU_CHECK_7B_LAYERS:-8}"; do
+            tag=${m%%|*}; sargs=${m#*|}
+            MNAME=perf-$tag KEEP_MODEL=1 PROFILE=1 bench_model "perf-$tag" "$sargs" -r 3
+            for lev in ${PERF_LEVERS:-MINFER_CUDA_PDL=0 MINFER_CUDA_GEMV_V1=1 MINFER_CUDA_GEMV_V3=1 \
+                       MINFER_CUDA_FUSE_ADD=0 MINFER_CUDA_NO_FLASH_DECODE=1 MINFER_CUDA_NO_MMA=1 \
+                       MINFER_CUDA_NO_TC_ATTN=1 MINFER_NO_CUDA_GRAPH=1 MINFER_CUDA_FUSE_GEMV=1 \
+                       MINFER_CUDA_GEMV_PROLOGUE=1}; do
+                ( export "$lev"; MNAME=perf-$tag KEEP_MODEL=1 bench_model "perf-$tag-$lev" "$sargs" -r 3 )
+            done
+            rm -f "$MODELS/bench-perf-$tag.gguf"
+        done
     fi
     if want table; then
         # The issue's table: full-size synthetic models (synth --fast: real

@@ -21,7 +21,7 @@
  * MINFER_CUDA_TEST_SMALL=1: small shapes only (compute-sanitizer runs).
  * MINFER_CUDA_TEST_ONLY=matmul,norm,...: run only these families (matmul,
  * getrows, norm, rope, elementwise, attn, qkv, ffn, fuse_add, fuse_norm,
- * gemv_v2, graph, misc, mma, mmafuse, decattn, preattn, gemv, decsmall, gemvwide,
+ * gemv_v2, graph, misc, mma, mmafuse, decattn, preattn, gemv, decsmall,
  * gemvfuse); racecheck runs the shared-memory families this way.
  * The fusion levers (MINFER_CUDA_FUSE_GEMV / _ROPE / _ADD / _NORM,
  * MINFER_CUDA_GEMV_V2, MINFER_CUDA_FLASH_PREFILL; docs/ENV.md says which are
@@ -81,16 +81,6 @@
  * a graph-replayed forward: the fused GEMV launched (mf_cuda_fuse_stats),
  * replayed, vs float64 and vs unfused. MINFER_CUDA_TEST_BENCH=1 adds wide vs
  * old norm-quant and rmsnorm (n 896, 3584) and rope-store (0.5B, 7B) times.
- * Family gemvwide: the long-row int8 GEMV (gemv_wide.cu, hook
- * mf_cu_set_gemv_wide; opt-in, MINFER_CUDA_GEMV_WIDE=1) for Q4_K/Q6_K/Q4_0/Q8_0 at 3584 -> 3584 / 512 /
- * 4608 / 18944, 18944 -> 3584, 2560 -> 9728 (nt 1, 2, 5, 8, bias at nt 2)
- * and 3584 -> 152064 (nt 1): wide, wide+PDL, v3 and v1 each against float64
- * (3e-2 and the int8 rounding bound per output), wide vs v1 (1e-5), wide+PDL
- * vs wide (bitwise), a launch counter for the path taken; then FUSED_FFN
- * (SwiGLU), FUSED_QKV (Q4_K + Q6_K V; all Q4_K) and FUSE_ADD (residual) with
- * wide on every n_in >= 2048 launch (PDL off/on), off, and under the default
- * auto rule (launches of >= 16 M weights). MINFER_CUDA_TEST_BENCH=1: v1 / v3 / wide GEMV
- * kernel times (20 back-to-back launches per event pair) and TB/s per shape.
  * Family gemvfuse: the int8 GEMV's quantizing prologue (gemv_q8.cu, hooks
  * mf_cuda_set_gemv_prologue / the args' prologue field; opt-in
  * MINFER_CUDA_GEMV_PROLOGUE=1) on v3 and v1, every quantized type at the
@@ -3519,309 +3509,6 @@ static void decsmall_family(void) {
     cudaStreamDestroy(st);
 }
 
-/* ---- family gemvwide: the long-row int8 GEMV (gemv_wide.cu) ------------------------------------ */
-
-static const uint32_t gw_types[4] = {MF_TYPE_Q4_K, MF_TYPE_Q6_K, MF_TYPE_Q4_0, MF_TYPE_Q8_0};
-/* (n_in, n_out): 7B q / o, k/v, q+k+v, gate/up, down, qwen3-4B gate/up, an odd
- * row count (a partial last block), 7B lm_head (last: nt 1 only) */
-enum { GW_NSHAPES = 8 };
-static const int64_t gw_shapes[GW_NSHAPES][2] = {{3584, 3584}, {3584, 512},  {3584, 4608}, {3584, 18944},
-                                                 {18944, 3584}, {2560, 9728}, {2560, 899},  {3584, 152064}};
-
-static void gemvwide_weights(void) {
-    for (int i = 0; i < 4; i++)
-        for (int k = 0; k < GW_NSHAPES; k++) {
-            char wn[64], bn[64];
-            if (small && (gw_shapes[k][1] > 4608 || gw_shapes[k][0] > 3584)) /* as gemvwide_family */
-                continue;
-            mm_name(wn, sizeof wn, &(mm_spec){gw_types[i], gw_shapes[k][0], gw_shapes[k][1], false});
-            add_weight(wn, gw_types[i], gw_shapes[k][0], gw_shapes[k][1]);
-            snprintf(bn, sizeof bn, "bias.%lld", (long long)gw_shapes[k][1]);
-            add_f32(bn, gw_shapes[k][1], 0.5f, 0.0f);
-        }
-    /* gate and up of FUSED_FFN at the 7B width (gate = the 3584x18944 weight above) */
-    for (int i = 0; !small && i < 4; i++) {
-        char gn[64], un[80];
-        mm_name(gn, sizeof gn, &(mm_spec){gw_types[i], 3584, 18944, false});
-        ffn_up_name(un, sizeof un, gn, gw_types[i], gw_types[i]);
-        add_weight(un, gw_types[i], 3584, 18944);
-    }
-}
-
-/* One int8-GEMV matmul node (matmul mode -2) at nt tokens on five paths:
- * wide (PDL off), wide (PDL on), wide off = v3 (the test hook of
- * MINFER_CUDA_GEMV_V1 off: v3 everywhere), v1, wide reading the activations
- * from global memory (set bit 2; the staged copy otherwise, where it fits). Each against float64 on 40
- * sampled rows (all tokens): 3e-2 norm-wise and every sampled output within
- * the int8 rounding bound (as the gemv family); every output NaN-free
- * (poisoned); wide vs v1 on every output within 1e-5 (the same int8
- * arithmetic per unit), wide+PDL and unstaged vs wide bitwise (1e-9), and the launch
- * counter proves which kernel ran. */
-static void test_gemvwide(uint32_t t, int64_t n_in, int64_t n_out, int64_t nt, bool bias) {
-    char wn[64], bn[64], name[160], sub[220];
-    mm_name(wn, sizeof wn, &(mm_spec){t, n_in, n_out, false});
-    snprintf(bn, sizeof bn, "bias.%lld", (long long)n_out);
-    mf_graph g;
-    graph_new(&g, 0, 0);
-    int32_t xi = ext(&g, n_in, nt);
-    int32_t mi = mf_g_matmul(&g, xi, wn, t, bias ? bn : NULL, n_in, n_out);
-    float *x = rand_vec(n_in * nt, 1.0f);
-    for (int64_t i = 0; i < n_in * nt; i += 97) /* a few large activations: units of mixed scale */
-        x[i] *= 8.0f;
-    int32_t in = dev_put(x, (size_t)(n_in * nt) * 4);
-    enum { NS = 40 };
-    int64_t rows[NS];
-    for (int i = 0; i < NS; i++)
-        rows[i] = i == 0 ? 0 : i == 1 ? n_out - 1 : (int64_t)(next_u64() % (uint64_t)n_out);
-    double *wr = malloc((size_t)n_in * sizeof *wr);
-    double *ref = malloc((size_t)(NS * nt) * sizeof *ref), *bound = malloc((size_t)(NS * nt) * sizeof *bound);
-    for (int i = 0; i < NS; i++) {
-        ref_row(wn, rows[i], wr);
-        const double b = bias ? wf32(bn)[rows[i]] : 0.0;
-        for (int64_t k = 0; k < nt; k++) {
-            const float *xt = x + k * n_in;
-            double acc = 0, bd = 1e-6, mag = 0;
-            for (int64_t u = 0; u < n_in / 32; u++) {
-                double amax = 0, wabs = 0;
-                for (int l = 0; l < 32; l++) {
-                    const int64_t e = 32 * u + l;
-                    acc += wr[e] * xt[e];
-                    amax = fmax(amax, fabs(xt[e]));
-                    wabs += fabs(wr[e]);
-                    mag += fabs(wr[e] * xt[e]);
-                }
-                bd += amax / 254.0 * wabs;
-            }
-            ref[i * nt + k] = acc + b;
-            bound[i * nt + k] = bd + 1e-5 * mag;
-        }
-    }
-    snprintf(name, sizeof name, "gemvwide %-5s %5lldx%-6lld nt %lld%s", mf_type_name(t), (long long)n_in,
-             (long long)n_out, (long long)nt, bias ? " +bias" : "");
-    const int64_t ny = n_out * nt;
-    float *ys[5];
-    static const char *const vname[5] = {"wide", "wide+pdl", "v3", "v1", "wide x unstaged"};
-    float *got = malloc((size_t)(NS * nt) * sizeof *got);
-    for (int v = 0; v < 5; v++) {
-        int32_t out = dev_poison((size_t)ny * 4);
-        mf_exec_args a = args(0, nt, 1, MF_TYPE_F32);
-        mf_cuda_set_matmul_mode(be, -2);
-        mf_cuda_set_gemv_v1(be, v == 3);
-        mf_cu_set_gemv_wide(v < 2 ? 1 : v == 4 ? 1 | 2 : 0);
-        mf_cu_set_pdl(v == 1);
-        const long long c0 = mf_cu_gemv_wide_count();
-        run_ok(&g, mi, &in, out, (mf_kv_pair){-1, -1}, &a);
-        const long long c1 = mf_cu_gemv_wide_count();
-        mf_cu_set_pdl(mf_env_int("MINFER_CUDA_PDL", MF_CU_PDL_DEFAULT) != 0);
-        mf_cu_set_gemv_wide(mf_env_flag("MINFER_CUDA_GEMV_WIDE"));
-        mf_cuda_reset_gemv(be);
-        mf_cuda_set_matmul_mode(be, 0);
-        ys[v] = dev_get(out, (size_t)ny * 4);
-        dev_free(out);
-        double worst = 0;
-        for (int i = 0; i < NS; i++)
-            for (int64_t k = 0; k < nt; k++) {
-                got[i * nt + k] = ys[v][k * n_out + rows[i]];
-                worst = fmax(worst, fabs((double)got[i * nt + k] - ref[i * nt + k]) / bound[i * nt + k]);
-            }
-        snprintf(sub, sizeof sub, "%s [%s]", name, vname[v]);
-        result(sub, rel_err(got, ref, NS * nt), 3e-2, count_nan(ys[v], ny), NULL);
-        char detail[96];
-        snprintf(detail, sizeof detail, "worst |err| / bound %.3f", worst);
-        snprintf(sub, sizeof sub, "%s [%s]: int8 bound", name, vname[v]);
-        check_true(sub, worst <= 1.0, detail);
-        snprintf(detail, sizeof detail, "wide launches %lld", c1 - c0);
-        snprintf(sub, sizeof sub, "%s [%s]: path", name, vname[v]);
-        check_true(sub, v < 2 || v == 4 ? c1 - c0 == 1 : c1 == c0, detail);
-    }
-    snprintf(sub, sizeof sub, "%s [wide vs v1]", name);
-    result(sub, rel_err_f(ys[0], ys[3], ny), 1e-5, count_nan(ys[0], ny), NULL);
-    snprintf(sub, sizeof sub, "%s [wide+pdl vs wide]", name);
-    result(sub, rel_err_f(ys[1], ys[0], ny), 1e-9, count_nan(ys[1], ny), NULL);
-    snprintf(sub, sizeof sub, "%s [wide x unstaged vs wide]", name);
-    result(sub, rel_err_f(ys[4], ys[0], ny), 1e-9, count_nan(ys[4], ny), NULL);
-    for (int v = 0; v < 5; v++)
-        free(ys[v]);
-    free(got); free(wr); free(ref); free(bound); free(x);
-    dev_free(in);
-    mf_graph_free(&g);
-}
-
-/* The time of `reps` back-to-back calls of `f` between two events, per
- * call: median of 11 after 2 warm-ups (ms; -1: a launch failed). */
-typedef cudaError_t (*gw_fn)(const void *ctx, cudaStream_t s);
-static float gw_time(gw_fn f, const void *ctx, cudaStream_t st, cudaEvent_t e0, cudaEvent_t e1) {
-    enum { REPS = 11, BACK = 20 };
-    float ms[REPS];
-    for (int i = 0; i < 2 + REPS; i++) {
-        cudaEventRecord(e0, st);
-        cudaError_t err = cudaSuccess;
-        for (int k = 0; k < BACK && err == cudaSuccess; k++)
-            err = f(ctx, st);
-        cudaEventRecord(e1, st);
-        if (err != cudaSuccess || cudaEventSynchronize(e1) != cudaSuccess) {
-            cudaGetLastError();
-            return -1.0f;
-        }
-        if (i >= 2) {
-            cudaEventElapsedTime(&ms[i - 2], e0, e1);
-            ms[i - 2] /= BACK;
-        }
-    }
-    qsort(ms, REPS, sizeof ms[0], cmp_f);
-    return ms[REPS / 2];
-}
-
-static cudaError_t gw_call_wide(const void *c, cudaStream_t s) {
-    const mf_cu_q8_multi_args *m = c;
-    return mf_cu_gemv_wide(m, 0, m->n_w, s);
-}
-static cudaError_t gw_call_quant(const void *c, cudaStream_t s) {
-    const mf_cu_q8_multi_args *m = c;
-    return mf_cu_q8_quant_rows(m->x, NULL, 0.0f, 0, m->n_in, m->nt, m->q8, s);
-}
-static cudaError_t gw_call_multi(const void *c, cudaStream_t s) {
-    return mf_cu_gemv_q8_multi(c, s);
-}
-
-/* MINFER_CUDA_TEST_BENCH=1: the GEMV kernel alone at nt 1 (swiglu: gate and
- * up of n_out rows each, one launch) on cudaMalloc'd buffers (weight bytes
- * 0x3c): wide timed alone on activations quantized once; v1 and v3 only
- * exist behind their quantization, so they are timed with it and the
- * quantization's own time is subtracted. 20 back-to-back launches per
- * event pair. TB/s over the weight bytes. */
-static void bench_gemvwide(uint32_t t, int64_t n_in, int64_t n_out, bool swiglu) {
-    const uint64_t rb = mf_type_row_size(t, n_in);
-    const size_t wb = rb * (size_t)n_out + 256;
-    void *w = NULL, *w2 = NULL, *q8 = NULL;
-    float *x = NULL, *y = NULL;
-    cudaStream_t st = NULL;
-    cudaEvent_t e0 = NULL, e1 = NULL;
-    if (cudaMalloc(&w, wb) || cudaMalloc(&w2, swiglu ? wb : 16) || cudaMalloc(&q8, mf_cu_q8_bytes(n_in, 1)) ||
-        cudaMalloc((void **)&x, (size_t)n_in * 4) || cudaMalloc((void **)&y, (size_t)n_out * 4) ||
-        cudaStreamCreate(&st) || cudaEventCreate(&e0) || cudaEventCreate(&e1)) {
-        printf("gemvwide bench %s %lldx%lld: allocation failed\n", mf_type_name(t), (long long)n_in,
-               (long long)n_out);
-        cudaGetLastError();
-    } else {
-        cudaMemset(w, 0x3c, wb);
-        cudaMemset(w2, 0x3c, swiglu ? wb : 16);
-        cudaMemset(x, 0x3c, (size_t)n_in * 4);
-        mf_cu_q8_multi_args m = {.n_w = swiglu ? 2 : 1, .swiglu = swiglu, .x = x, .n_in = n_in, .nt = 1, .q8 = q8};
-        for (int k = 0; k < m.n_w; k++) {
-            m.wtype[k] = t;
-            m.w[k] = k ? w2 : w;
-            m.row_bytes[k] = rb;
-            m.y[k] = y;
-            m.n_out[k] = n_out;
-        }
-        gw_call_quant(&m, st); /* once, for the wide kernel alone */
-        mf_cu_set_gemv_wide(1);
-        const float tw = gw_time(gw_call_wide, &m, st, e0, e1);
-        mf_cu_set_gemv_wide(1 | 2);
-        const float tn = gw_time(gw_call_wide, &m, st, e0, e1);
-        const float tq = gw_time(gw_call_quant, &m, st, e0, e1);
-        mf_cu_set_gemv_wide(0);
-        m.gemv_v1 = 1;
-        const float t1 = gw_time(gw_call_multi, &m, st, e0, e1);
-        m.gemv_v1 = 0;
-        const float t3 = gw_time(gw_call_multi, &m, st, e0, e1);
-        mf_cu_set_gemv_wide(mf_env_flag("MINFER_CUDA_GEMV_WIDE"));
-        const double tb = (double)rb * (double)n_out * (swiglu ? 2 : 1) / 1e12;
-        const float k1 = t1 - tq, k3 = t3 - tq;
-        printf("gemvwide bench %-5s %5lldx%-6lld%s nt 1: v1 %.2f us %.2f TB/s | v3 %.2f us %.2f TB/s | "
-               "wide %.2f us %.2f TB/s | wide x unstaged %.2f us (kernel alone; v1/v3 = with quant %.2f / %.2f "
-               "- quant %.2f us)\n",
-               mf_type_name(t), (long long)n_in, (long long)n_out, swiglu ? " swiglu" : "", k1 * 1e3,
-               tb / (k1 * 1e-3), k3 * 1e3, tb / (k3 * 1e-3), tw * 1e3, tb / (tw * 1e-3), tn * 1e3, t1 * 1e3,
-               t3 * 1e3, tq * 1e3);
-    }
-    if (e0)
-        cudaEventDestroy(e0);
-    if (e1)
-        cudaEventDestroy(e1);
-    if (st)
-        cudaStreamDestroy(st);
-    cudaFree(w); cudaFree(w2); cudaFree(q8); cudaFree(x); cudaFree(y);
-}
-
-/* The fused paths (FUSED_FFN gate+up+SwiGLU in one launch, FUSED_QKV with a
- * Q6_K V = two launches or all Q4_K = one launch of 3 weights, FUSE_ADD's
- * residual epilogue) with the wide GEMV on every n_in >= 2048 launch (PDL
- * off and on), without it, and under the default auto rule, each against
- * float64 inside the called tests; the counter proves the wide kernel ran
- * (or did not). */
-static void gemvwide_fused(void) {
-    const qkv_spec q7 = {MF_TYPE_Q4_K, 3584, 28, 4, 128, true, false, MF_ROPE_NEOX, MF_TYPE_Q6_K};
-    const qkv_spec q4b = {MF_TYPE_Q4_K, 2560, 32, 8, 128, false, true, MF_ROPE_NEOX, 0};
-    for (int v = 0; v < 4; v++) { /* wide (PDL off, on) on every n_in >= 2048, wide off, the default rule */
-        mf_cu_set_gemv_wide(v != 2);
-        mf_cu_set_pdl(v == 1);
-        if (v < 2)
-            mf_cuda_set_gemv_v1(be, false); /* clears the auto rule: wide on the narrow launches too */
-        const long long c0 = mf_cu_gemv_wide_count();
-        for (int i = 0; !small && i < 4; i++) {
-            const uint32_t t = gw_types[i];
-            test_ffn(t, t, 3584, 18944, 1);
-            test_ffn(t, t, 3584, 18944, 5);
-        }
-        test_ffn(MF_TYPE_Q6_K, MF_TYPE_Q6_K, 2560, small ? 256 : 9728, 8);
-        for (int fz = 0; fz < 2; fz++) { /* per-matmul GEMVs, then FUSED_QKV's multi-weight launch */
-            mf_cuda_set_fuse(be, fz == 1);
-            test_qkv(&q7, 1, 37, false, MF_TYPE_F32);
-            test_qkv(&q7, 3, 5, false, MF_TYPE_F32);
-            test_qkv(&q4b, 1, 37, false, MF_TYPE_F32); /* Q, K, V of one type: one launch, 3 weights */
-            test_qkv(&q4b, 8, 5, false, MF_TYPE_F32);
-        }
-        mf_cuda_set_fuse(be, mf_env_flag("MINFER_CUDA_FUSE_GEMV"));
-        test_fuse_add(MF_TYPE_Q4_K, 3584, 3584, 1);
-        test_fuse_add(MF_TYPE_Q4_K, 3584, 3584, 7);
-        test_fuse_add(MF_TYPE_Q6_K, 2560, small ? 256 : 9728, 3);
-        if (!small)
-            test_fuse_add(MF_TYPE_Q8_0, 18944, 3584, 1);
-        const long long c1 = mf_cu_gemv_wide_count();
-        char detail[64];
-        snprintf(detail, sizeof detail, "wide launches %lld", c1 - c0);
-        mf_cuda_reset_gemv(be);
-        static const char *const fname[4] = {"gemvwide fused paths [wide]: wide ran",
-                                             "gemvwide fused paths [wide+pdl]: wide ran",
-                                             "gemvwide fused paths [wide off]: no wide launch",
-                                             "gemvwide fused paths [auto rule]: wide ran"};
-        if (v != 3 || !small) /* small: nothing reaches the auto rule's 16 M weights */
-            check_true(fname[v], v == 2 ? c1 == c0 : c1 > c0, detail);
-    }
-    mf_cu_set_pdl(mf_env_int("MINFER_CUDA_PDL", MF_CU_PDL_DEFAULT) != 0);
-    mf_cu_set_gemv_wide(mf_env_flag("MINFER_CUDA_GEMV_WIDE"));
-}
-
-static void gemvwide_family(void) {
-    static const int64_t nts[] = {1, 2, 5, 8};
-    for (int i = 0; i < 4; i++)
-        for (int k = 0; k < GW_NSHAPES; k++) {
-            const int64_t n_in = gw_shapes[k][0], n_out = gw_shapes[k][1];
-            if (n_out > 18944) { /* the lm_head: nt 1 only (host reference cost) */
-                if (!small)
-                    test_gemvwide(gw_types[i], n_in, n_out, 1, false);
-                continue;
-            }
-            if (small && (n_out > 4608 || n_in > 3584)) /* sanitizer runs: the narrow shapes only */
-                continue;
-            for (int j = 0; j < 4; j++)
-                if (!small || j == 0 || j == 2)
-                    test_gemvwide(gw_types[i], n_in, n_out, nts[j], j == 1 || (j == 2 && k == 3) || n_out == 899);
-        }
-    gemvwide_fused();
-    if (!(getenv("MINFER_CUDA_TEST_BENCH") && atoi(getenv("MINFER_CUDA_TEST_BENCH")) > 0))
-        return;
-    for (int i = 0; i < 4; i++) {
-        for (int k = 0; k < GW_NSHAPES; k++)
-            if (gw_shapes[k][1] != 899)
-                bench_gemvwide(gw_types[i], gw_shapes[k][0], gw_shapes[k][1], false);
-        bench_gemvwide(gw_types[i], 3584, 37888, false); /* gate+up as one row space */
-        bench_gemvwide(gw_types[i], 3584, 18944, true);  /* FUSED_FFN: gate and up, SwiGLU */
-    }
-}
-
 /* ---- the int8 GEMV's quantizing prologue (family "gemvfuse") ---------------------------------- */
 
 /* One shape of family gemvfuse: n_w weights of type t sharing n_in inputs
@@ -4245,7 +3932,6 @@ static void gf_bench(const char *what, uint32_t t, int64_t n_in, int n_w, const 
 }
 
 static void gemvfuse_family(void) {
-    mf_cu_set_gemv_wide(0); /* the kernels of this file (gemv_wide.cu has no prologue) */
     gf_rule();
     gf_spec c[64];
     const int n = gf_specs(c);
@@ -4262,10 +3948,8 @@ static void gemvfuse_family(void) {
                 gf_test(s, 3, false, false); /* the multi GEMV without the norm */
         }
     gf_graph();
-    mf_cu_set_gemv_wide(mf_env_flag("MINFER_CUDA_GEMV_WIDE"));
     if (!(getenv("MINFER_CUDA_TEST_BENCH") && atoi(getenv("MINFER_CUDA_TEST_BENCH")) > 0))
         return;
-    mf_cu_set_gemv_wide(0);
     for (int i = 0; i < 2; i++) {
         const uint32_t t = i ? MF_TYPE_Q8_0 : MF_TYPE_Q4_0;
         gf_bench("Wo + residual", t, 896, 1, (const int64_t[]){896}, false, false, true);
@@ -4274,7 +3958,6 @@ static void gemvfuse_family(void) {
         gf_bench("gate/up swiglu + norm", t, 896, 2, (const int64_t[]){4864, 4864}, true, true, false);
     }
     gf_bench("7B Wo + residual", MF_TYPE_Q4_K, 3584, 1, (const int64_t[]){3584}, false, false, true);
-    mf_cu_set_gemv_wide(mf_env_flag("MINFER_CUDA_GEMV_WIDE"));
 }
 
 int main(void) {
@@ -4350,8 +4033,6 @@ int main(void) {
         mmafuse_weights();
     if (fam("gemv"))
         gemv_weights();
-    if (fam("gemvwide"))
-        gemvwide_weights();
     if (fam("gemvfuse"))
         gemvfuse_weights();
 
@@ -4473,11 +4154,8 @@ int main(void) {
         test_fuse_norm(MF_TYPE_Q4_0, MF_TYPE_Q8_0, 896, ff05, 3); /* two GEMV launches */
         test_fuse_norm(MF_TYPE_Q6_K, MF_TYPE_Q6_K, 2560, small ? 256 : 9728, 1);
     }
-    if (fam("gemv")) { /* v3 and v1 as labelled: the long-row GEMV has its own family (gemvwide) */
-        mf_cu_set_gemv_wide(0);
+    if (fam("gemv"))
         gemv_family();
-        mf_cu_set_gemv_wide(mf_env_flag("MINFER_CUDA_GEMV_WIDE"));
-    }
     if (fam("mma"))
         mma_family();
     if (fam("mmafuse"))
@@ -4490,8 +4168,6 @@ int main(void) {
         run_preattn();
     if (fam("decsmall"))
         decsmall_family();
-    if (fam("gemvwide"))
-        gemvwide_family();
     if (fam("gemvfuse"))
         gemvfuse_family();
     if (fam("misc")) {

@@ -316,21 +316,6 @@ void mf_cu_set_gemv_pf(int groups, int lines);
  * block per (token, head) (MINFER_CUDA_NO_WIDE_ROPE=1 clears it). Both are
  * bitwise equal to the kernels they replace. */
 void mf_cu_set_wide(int norm, int rope);
-/* gemv_wide.cu: the long-row int8 GEMV (Q4_0/Q8_0/Q4_K/Q6_K, n_in >= 2048,
- * nt <= 8), taken inside mf_cu_gemv_q8 / mf_cu_gemv_q8_multi unless gemv_v1
- * (or v2 for Q4_K). set: once at backend creation (opt-in,
- * MINFER_CUDA_GEMV_WIDE=1: measured slower than v1/v3 on the H200, docs/PERF.md
- * entry 12; tests flip it). wanted: whether it serves (wtype, n_in, nt) now,
- * for a launch of `rows` rows under the auto rule (gemv_auto: >= 16 M weights)
- * or not.
- * mf_cu_gemv_wide: weights first .. first + n - 1 of a (one type; SWIGLU:
- * 0 and 1) on the already quantized a->q8 (no quantization here). count:
- * launches so far (tests check which path ran). set's `on` is a bit set:
- * 1 on, 2 never stage the activations in shared memory (bench variant). */
-void mf_cu_set_gemv_wide(int on);
-int mf_cu_gemv_wide_wanted(uint32_t wtype, int64_t n_in, int64_t nt, int64_t rows, int auto_rule);
-cudaError_t mf_cu_gemv_wide(const mf_cu_q8_multi_args *a, int first, int n, cudaStream_t s);
-long long mf_cu_gemv_wide_count(void);
 /* Test entry: the int8 GEMV's activation quantization alone, nt rows of n_in
  * (n_in % 32 == 0) into q8 (mf_cu_q8_bytes layout), RMSNorm'ed by w (NULL:
  * none) and eps first when norm. */

@@ -1784,6 +1784,14 @@ static int open_device(cu_ctx *c, mf_error *err) {
     return 0;
 }
 
+/* The int8 GEMV's kernel choice as the environment asks (at creation, and
+ * when a test hands the choice back). */
+static void gemv_from_env(cu_ctx *c) {
+    c->gemv_v1 = mf_env_flag("MINFER_CUDA_GEMV_V1");
+    c->gemv_auto = !mf_env_flag("MINFER_CUDA_GEMV_V3");
+    c->gemv_pro = mf_env_flag("MINFER_CUDA_GEMV_PROLOGUE") ? 1 : 0;
+}
+
 int mf_backend_cuda_new_progress(const mf_weights *w, mf_cuda_progress_fn progress, void *user,
                                  mf_backend **out, mf_error *err) {
     *out = NULL;
@@ -1817,9 +1825,7 @@ int mf_backend_cuda_new_progress(const mf_weights *w, mf_cuda_progress_fn progre
     c->fuse_add = mf_env_int("MINFER_CUDA_FUSE_ADD", 1) != 0;
     c->fuse_norm = mf_env_int("MINFER_CUDA_FUSE_NORM", 1) != 0;
     c->gemv_v2 = mf_env_flag("MINFER_CUDA_GEMV_V2");
-    c->gemv_v1 = mf_env_flag("MINFER_CUDA_GEMV_V1");
-    c->gemv_auto = !mf_env_flag("MINFER_CUDA_GEMV_V3");
-    c->gemv_pro = mf_env_flag("MINFER_CUDA_GEMV_PROLOGUE") ? 1 : 0;
+    gemv_from_env(c);
     c->flash = mf_env_int("MINFER_CUDA_FLASH_PREFILL", 1) != 0;
     c->tc_attn = !mf_env_flag("MINFER_CUDA_NO_TC_ATTN");
     c->flash_decode = !mf_env_flag("MINFER_CUDA_NO_FLASH_DECODE");
@@ -1830,7 +1836,6 @@ int mf_backend_cuda_new_progress(const mf_weights *w, mf_cuda_progress_fn progre
     mf_cu_set_gemv_pf((int)mf_env_int("MINFER_CUDA_GEMV_PF", 0), mf_env_flag("MINFER_CUDA_GEMV_PF_LINES"));
     /* many-block RMSNorm / norm-quant and per-head rope-store (bitwise equal) */
     mf_cu_set_wide(!mf_env_flag("MINFER_CUDA_NO_WIDE_NORM"), !mf_env_flag("MINFER_CUDA_NO_WIDE_ROPE"));
-    mf_cu_set_gemv_wide(mf_env_flag("MINFER_CUDA_GEMV_WIDE"));
     if (open_device(c, err))
         goto fail;
     cudaError_t e = cudaStreamCreateWithFlags(&c->stream, cudaStreamNonBlocking);
@@ -1895,12 +1900,14 @@ void mf_cuda_set_gemv_v1(mf_backend *b, bool on) {
 }
 
 void mf_cuda_reset_gemv(mf_backend *b) {
-    CX(b)->gemv_v1 = mf_env_flag("MINFER_CUDA_GEMV_V1");
-    CX(b)->gemv_auto = !mf_env_flag("MINFER_CUDA_GEMV_V3");
+    gemv_from_env(CX(b));
 }
 
 void mf_cuda_set_gemv_prologue(mf_backend *b, int mode) {
-    CX(b)->gemv_pro = mode < 0 ? (mf_env_flag("MINFER_CUDA_GEMV_PROLOGUE") ? 1 : 0) : mode > 2 ? 2 : mode;
+    if (mode < 0)
+        CX(b)->gemv_pro = mf_env_flag("MINFER_CUDA_GEMV_PROLOGUE") ? 1 : 0;
+    else
+        CX(b)->gemv_pro = mode > 2 ? 2 : mode;
 }
 
 void mf_cuda_set_flash(mf_backend *b, bool on) {

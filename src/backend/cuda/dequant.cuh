@@ -23,6 +23,16 @@ static __device__ __forceinline__ float mf_h2f(uint16_t h) {
     return __half2float(__ushort_as_half(h));
 }
 
+/* 8 floats rounded to f16, packed for one 16-byte store (the tensor-core
+ * tiers' operand layout: element 2i in the low half of word i). */
+static __device__ __forceinline__ uint4 mf_f16x8(const float *f) {
+    union { uint4 v; half2 h[4]; } c;
+#pragma unroll
+    for (int i = 0; i < 4; i++)
+        c.h[i] = __floats2half2_rn(f[2 * i], f[2 * i + 1]);
+    return c.v;
+}
+
 /* Loads NW 32-bit words of quant bytes from p with the widest accesses the
  * format's alignment A (16, 4 or 2 bytes: known per block layout, given that
  * weight rows start 256-byte aligned and row_bytes keeps block boundaries)

@@ -102,13 +102,8 @@ dequant_f16_kernel(const uint8_t *__restrict__ w, uint64_t row_bytes, half *__re
         float f[32];
         mf_deq<T>::unit(w + (uint64_t)row * row_bytes, u, n_in, f);
 #pragma unroll
-        for (int q = 0; q < 4; q++) {
-            union { uint4 v; half2 h[4]; } c;
-#pragma unroll
-            for (int i = 0; i < 4; i++)
-                c.h[i] = __floats2half2_rn(f[8 * q + 2 * i], f[8 * q + 2 * i + 1]);
-            pk[q] = c.v;
-        }
+        for (int q = 0; q < 4; q++)
+            pk[q] = mf_f16x8(f + 8 * q);
     }
     if (!staged) {
         if (g < total) {

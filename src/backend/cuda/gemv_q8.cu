@@ -377,18 +377,6 @@ static cudaError_t q8_src_for(q8_src *in, int64_t blocks, int64_t ntb, q8_pro *p
                     : launch_quant(in->x, in->xq, in->xd, in->xs, in->nt * (in->n_in / 32), s);
 }
 
-/* The separate quantization, if no launch so far has needed it (for a
- * kernel without the prologue: gemv_wide.cu's). */
-static cudaError_t q8_src_quantized(q8_src *in, cudaStream_t s) {
-    q8_pro pro;
-    size_t smem;
-    const int mode = in->mode;
-    in->mode = 0;
-    const cudaError_t e = q8_src_for(in, 1, 1, &pro, &smem, s);
-    in->mode = mode;
-    return e;
-}
-
 static bool q8_overlap(const void *a, size_t an, const void *b, size_t bn) {
     const uintptr_t x = (uintptr_t)a, y = (uintptr_t)b;
     return a && b && x < y + bn && y < x + an;
@@ -1057,8 +1045,7 @@ extern "C" int mf_cu_gemv_v3_wanted(uint32_t wtype, int64_t n_in, int64_t rows) 
 extern "C" cudaError_t mf_cu_gemv_q8(const mf_cu_matmul_args *a, cudaStream_t s) {
     if (!a->q8 || a->nt <= 0 || a->nt > 8 || !mf_cu_q8_supported(a->wtype, a->n_in))
         return cudaErrorInvalidValue;
-    if (!a->gemv_v1 && (!a->gemv_auto || mf_cu_gemv_v3_wanted(a->wtype, a->n_in, a->n_out) ||
-                        mf_cu_gemv_wide_wanted(a->wtype, a->n_in, a->nt, a->n_out, a->gemv_auto))) {
+    if (!a->gemv_v1 && (!a->gemv_auto || mf_cu_gemv_v3_wanted(a->wtype, a->n_in, a->n_out))) {
         /* v3: one weight through the multi launcher (same quantization) */
         mf_cu_q8_multi_args m;
         memset(&m, 0, sizeof m);
@@ -1145,15 +1132,6 @@ extern "C" cudaError_t mf_cu_gemv_q8_multi(const mf_cu_q8_multi_args *a, cudaStr
             p.y[k] = a->y[first + k];
             p.n_out[k] = a->n_out[first + k];
             p.start[k + 1] = p.start[k] + p.n_out[k];
-        }
-        if (!a->gemv_v1 && !(a->v2 && a->wtype[first] == MF_TYPE_Q4_K) &&
-            mf_cu_gemv_wide_wanted(a->wtype[first], a->n_in, a->nt, p.start[p.n_w], a->gemv_auto)) { /* gemv_wide.cu */
-            if (const cudaError_t we = q8_src_quantized(&in, s)) /* it reads the global scratch */
-                return we;
-            if (const cudaError_t we = mf_cu_gemv_wide(a, first, p.n_w, s))
-                return we;
-            first = i;
-            continue;
         }
         cudaError_t e = cudaErrorInvalidValue;
         const bool v3 = !a->gemv_v1 && !(a->v2 && a->wtype[first] == MF_TYPE_Q4_K) &&

@@ -239,13 +239,8 @@ tc_gemm_kernel(const uint8_t *__restrict__ w, uint64_t row_bytes, const float *_
         gemm_load_unit<T>(lrow, u, n_units, n_in, wv);
         uint4 *dst = (uint4 *)(sw + lr * MF_TC_LD + 32 * lu);
 #pragma unroll
-        for (int q = 0; q < 4; q++) {
-            union { uint4 v; half2 h[4]; } pk;
-#pragma unroll
-            for (int i = 0; i < 4; i++)
-                pk.h[i] = __floats2half2_rn(wv[8 * q + 2 * i], wv[8 * q + 2 * i + 1]);
-            dst[q] = pk.v;
-        }
+        for (int q = 0; q < 4; q++)
+            dst[q] = mf_f16x8(wv + 8 * q);
 #pragma unroll 4
         for (int idx = tid; idx < MF_TC_BN * (MF_TC_BK / 4); idx += MF_GEMM_THREADS) {
             const int tt = idx / (MF_TC_BK / 4), kq = idx % (MF_TC_BK / 4);

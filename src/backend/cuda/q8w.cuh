@@ -1,5 +1,5 @@
 /* q8w.cuh - the int8 GEMVs' weight unit decoders and unit dot product,
- * shared by gemv_q8.cu (v1 / v3) and gemv_wide.cu.
+ * (gemv_q8.cu's v1 and v3 kernels).
  *
  * q8w<T>::unit decodes 32-element unit u of a row of type T (blocks from
  * `row`; a K-quant unit is sub-block u % 8 of super-block u / 8) into 32
