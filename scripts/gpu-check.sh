@@ -27,7 +27,8 @@
 # GPU_CHECK_STAGES="build ops ..." runs a subset (build is always needed).
 # GPU_CHECK_END=<epoch seconds>: stages and benches not started by then are
 # skipped (noted), so a run under a hard time limit still returns its logs.
-# GPU_CHECK_MEMCHECK_ONLY=matmul,graph: memcheck on these op families only.
+# GPU_CHECK_MEMCHECK_ONLY=matmul,graph: memcheck on these op families only;
+# OPS_ONLY / OPSBENCH_ONLY / PDL_ONLY / RACE_ONLY: the same for those stages.
 # GPU_CHECK_STAGES=table: the issue's table on full-size models (synth --fast),
 # TABLE_MODELS="tag:preset:type ...", TABLE_LEVERS="VAR=1 ..." (a row each),
 # TABLE_R (repetitions, default 20), TABLE_DEPTH=0 skips the 7B depth-4096 row.
@@ -114,7 +115,7 @@ DUMP=$BUILD/tests/dump_logits
 # ---- op tests ------------------------------------------------------------------------------
 if want ops; then
     t=$(date +%s)
-    timeout 300 "$OPS" >"$LOG/ops.log" 2>&1
+    env ${OPS_ONLY:+MINFER_CUDA_TEST_ONLY=$OPS_ONLY} timeout 300 "$OPS" >"$LOG/ops.log" 2>&1
     rc=$?
     last=$(grep -E "passed, .* failed" "$LOG/ops.log" | tail -1)
     if [ $rc -eq 0 ]; then note ops PASS "$last ($(( $(date +%s) - t ))s)";
@@ -123,7 +124,7 @@ if want ops; then
 fi
 if want ops-nopdl; then # the decode-path families again with plain launches (PDL is the default)
     t=$(date +%s)
-    MINFER_CUDA_PDL=0 MINFER_CUDA_TEST_ONLY=${PDL_ONLY:-matmul,getrows,norm,rope,elementwise,attn,qkv,ffn,fuse_add,fuse_norm,gemv_v2,graph,decattn,decsmall,gemv,gemvfuse} \
+    MINFER_CUDA_PDL=0 MINFER_CUDA_TEST_ONLY=${PDL_ONLY:-matmul,getrows,norm,rope,elementwise,attn,qkv,ffn,fuse_add,fuse_norm,gemv_v2,graph,decattn,decsmall,gemv,gemvfuse,lat} \
         timeout 300 "$OPS" >"$LOG/ops-nopdl.log" 2>&1
     rc=$?
     last=$(grep -E "passed, .* failed" "$LOG/ops-nopdl.log" | tail -1)
@@ -133,7 +134,7 @@ if want ops-nopdl; then # the decode-path families again with plain launches (PD
 fi
 if want opsbench; then # kernel-level timings of the session-2 families (never asserted)
     t=$(date +%s)
-    MINFER_CUDA_TEST_BENCH=1 MINFER_CUDA_TEST_ONLY=${OPSBENCH_ONLY:-mma,mmafuse,preattn,decattn,decsmall,gemv,gemvfuse} \
+    MINFER_CUDA_TEST_BENCH=1 MINFER_CUDA_TEST_ONLY=${OPSBENCH_ONLY:-mma,mmafuse,preattn,decattn,decsmall,gemv,gemvfuse,lat} \
         timeout 300 "$OPS" >"$OUT/opsbench.log" 2>&1
     rc=$?
     if [ $rc -eq 0 ]; then note opsbench done "$(grep -E "passed, .* failed" "$OUT/opsbench.log" | tail -1) ($(( $(date +%s) - t ))s; opsbench.log)";
@@ -155,7 +156,7 @@ sanitize() { # tool log-name time-limit env-assignments...
     else note "$name" FAIL "rc $rc ${errs}; $res"; fi
 }
 want memcheck && sanitize memcheck memcheck 200 ${GPU_CHECK_MEMCHECK_ONLY:+MINFER_CUDA_TEST_ONLY=$GPU_CHECK_MEMCHECK_ONLY}
-want racecheck && sanitize racecheck racecheck "${RACE_LIMIT:-150}" MINFER_CUDA_TEST_ONLY=${RACE_ONLY:-matmul,norm,elementwise,attn,ffn,fuse_norm,gemv_v2,gemv,mma,preattn,decattn,decsmall,gemvfuse}
+want racecheck && sanitize racecheck racecheck "${RACE_LIMIT:-150}" MINFER_CUDA_TEST_ONLY=${RACE_ONLY:-matmul,norm,elementwise,attn,ffn,fuse_norm,gemv_v2,gemv,mma,preattn,decattn,decsmall,gemvfuse,lat}
 
 # ---- end to end ------------------------------------------------------------------------------
 PY=$(command -v python3 || true)
@@ -217,7 +218,7 @@ EOF
         timeout 120 "$DUMP" "$m" --tokens $TOKS --decode 8 --device cuda --cache f32 \
             >"$LOG/e2e-$arch-base8.json" 2>"$LOG/e2e-$arch-base8.err"
         k=0
-        for lever in "MINFER_NO_FUSE_QKV=1 MINFER_NO_FUSE_FFN=1" "MINFER_NO_CUDA_GRAPH=1" "MINFER_CUDA_PDL=0 MINFER_CUDA_GEMV_V1=1" "MINFER_CUDA_GEMV_V3=1" "MINFER_CUDA_FUSE_ROPE=0 MINFER_CUDA_FUSE_NORM=0 MINFER_CUDA_FLASH_PREFILL=0" "MINFER_CUDA_NO_FLASH_DECODE=1"; do
+        for lever in "MINFER_NO_FUSE_QKV=1 MINFER_NO_FUSE_FFN=1" "MINFER_NO_CUDA_GRAPH=1" "MINFER_CUDA_PDL=0 MINFER_CUDA_GEMV_V1=1" "MINFER_CUDA_GEMV_V3=1" "MINFER_CUDA_GEMV_V4=0 MINFER_CUDA_LAT=0 MINFER_CUDA_MMA_CFG=0" "MINFER_CUDA_FUSE_ROPE=0 MINFER_CUDA_FUSE_NORM=0 MINFER_CUDA_FLASH_PREFILL=0" "MINFER_CUDA_NO_FLASH_DECODE=1"; do
             k=$((k + 1)); j=$LOG/e2e-$arch-lever$k.json
             env $lever timeout 120 "$DUMP" "$m" --tokens $TOKS --decode 8 --device cuda --cache f32 \
                 >"$j" 2>"$LOG/e2e-$arch-lever$k.err"

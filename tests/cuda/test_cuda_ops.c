@@ -22,7 +22,7 @@
  * MINFER_CUDA_TEST_ONLY=matmul,norm,...: run only these families (matmul,
  * getrows, norm, rope, elementwise, attn, qkv, ffn, fuse_add, fuse_norm,
  * gemv_v2, graph, misc, mma, mmafuse, decattn, preattn, gemv, decsmall,
- * gemvfuse); racecheck runs the shared-memory families this way.
+ * gemvfuse, lat); racecheck runs the shared-memory families this way.
  * The fusion levers (MINFER_CUDA_FUSE_GEMV / _ROPE / _ADD / _NORM,
  * MINFER_CUDA_GEMV_V2, MINFER_CUDA_FLASH_PREFILL; docs/ENV.md says which are
  * on by default) are run on and off through their test hooks
@@ -33,8 +33,13 @@
  * the 0.5B / 7B projection shapes at nt 9 / 64 / 100 / 513 (and 2048 once),
  * shrunk weight chunks, and FUSED_FFN at 100 tokens on the default path (x
  * converted once per group, a second run with new input): float64 with 3e-3,
- * and the wmma TC tier within 1e-4. MINFER_CUDA_TEST_BENCH=1 adds one timing
- * line per shape: TC tier vs mma tier vs its GEMM alone, nt 512 and 2048.
+ * and the wmma TC tier within 1e-4; a ragged wide shape (f16 904x13000) and
+ * split-K on the big tile (7B o / down at nt 500). Then again under each
+ * opt-in tile config MINFER_CUDA_MMA_CFG 1..3 (hook mf_cuda_set_mma_cfg,
+ * names "cfg N"): the cases that reach the big tile, real shapes at nt
+ * 64/65/127/513. MINFER_CUDA_TEST_BENCH=1 adds one timing line per shape: TC
+ * tier vs mma tier vs its GEMM alone, nt 512 and 2048, plus one "cfg N" line
+ * (mma, GEMM alone) per opt-in config.
  * Family mmafuse: the mma tier's one-GEMM fused QKV (q/k/v dequantized into one
  * scratch, epilogue routes rows to q/k/v with their biases; Q4_0 0.5B, Q4_K +
  * Q6_K v 7B, qwen3 4B without bias; nt 9/64/513) and fused gate/up with SwiGLU
@@ -43,8 +48,10 @@
  * (1e-5 max norm); FUSED_QKV nodes fused vs MINFER_CUDA_NO_MMA_FUSE (hook
  * mf_cuda_set_mma_fuse; q, K and V rows, 1e-5); FUSED_FFN node with the
  * fusion on and off (float64 + TC tier); split-K on/off on the down shapes
- * (test_mma: float64 + TC). MINFER_CUDA_TEST_BENCH=1: fused vs unfused
- * QKV / gate+up(+SWIGLU) at nt 512 and mma bench lines at nt 16/32/64/512.
+ * (test_mma: float64 + TC); then under each MINFER_CUDA_MMA_CFG 1..3 the
+ * launcher and node cases that reach the big tile. MINFER_CUDA_TEST_BENCH=1:
+ * fused vs unfused QKV / gate+up(+SWIGLU) at nt 512 (plus the fused GEMM per
+ * opt-in config) and mma bench lines at nt 16/32/64/512.
  * Family decattn: the split-KV flash decode (attn_decode.cu, hook
  * mf_cuda_set_flash_decode) at nt 1/3/8, depth 0/1/37/700/4095, heads
  * 14/2 hd 64, 28/4 and 32/8 hd 128, f32/f16/q8_0 caches, tight and wide
@@ -58,8 +65,11 @@
  * launches, and v1 (MINFER_CUDA_GEMV_V1, test hook mf_cuda_set_gemv_v1),
  * every quantized type at an odd row count and long rows, the 0.5B / 7B
  * decode shapes, nt 1, 2, 5, 8: float64 (1e-2 and the int8 rounding bound)
- * and v3 vs v1 (1e-5); FUSED_FFN / FUSE_ADD on v3 and v1. With
- * MINFER_CUDA_TEST_BENCH=1 one line per shape: v1 vs v3 us and GB/s.
+ * and v3 vs v1 (1e-5); at nt 1 also v4 (gemv_q8v4.cu, hook
+ * mf_cuda_set_gemv_v4) with 1 and 2 slices in flight, vs float64, the
+ * bound and v3 (1e-5); FUSED_QKV / FUSED_FFN / FUSE_ADD on v3, v1 and v4.
+ * With MINFER_CUDA_TEST_BENCH=1 one line per shape: v1, v3, v4 us and GB/s
+ * over 256 MB of rotating weight copies (HBM, not L2).
  * Family preattn: the tensor-core flash prefill (attn_prefill_mma.cu, hook
  * mf_cuda_set_tc_attn; the attn family runs with it off) at GQA 14/2/64,
  * 28/4/128, 32/8/128, nt 9/64/65/513, n_past 0/37/700, every KV type, plus
@@ -95,7 +105,18 @@
  * graph-replayed RMSNORM -> FUSED_FFN -> MATMUL -> ADD layer tail (prologue
  * counter, folded norm, fused add, replays; vs float64 and vs prologue off,
  * PDL on and off). MINFER_CUDA_TEST_BENCH=1: separate vs prologue us per
- * call for the 0.5B Wo / down / QKV / gate-up and the 7B Wo. */
+ * call for the 0.5B Wo / down / QKV / gate-up and the 7B Wo.
+ * Family lat: the MINFER_CUDA_LAT kernels (hook mf_cu_set_lat): RMSNorm
+ * (wide, one-block, in place) and the q8 norm-quant (wide, one-block) at n
+ * 896/2560/3584/18944, nt 1/7, new vs float64 and new vs old bitwise
+ * (outputs poisoned differently per run), plus decsmall's norm-quant checks
+ * with the switch on; the per-head rope-store (0.5B, 7B, Qwen3 QkNorm,
+ * 64-wide QkNorm, adjacent pairs, partial rotation) x f32/f16/q8_0 x nt 1/7
+ * vs the (nt, 3) kernel bitwise and q vs float64; the split-KV decode with
+ * the new combine vs float64 / the old kernel and new vs old combine
+ * bitwise (depth 37/100/700/4095). MINFER_CUDA_TEST_BENCH=1: old vs new us
+ * per kernel at the 0.5B / 7B shapes, 20 back-to-back launches through
+ * mf_launch (PDL as the backend set it) per sample, median of 21. */
 #include <math.h>
 #include <stddef.h>
 #include <stdio.h>
@@ -1504,6 +1525,11 @@ static void test_graph(void) {
 
 /* ---- mma prefill tier (family "mma") --------------------------------------------------------- */
 
+/* The mma GEMM tile config the mma / mmafuse cases run under (hook
+ * mf_cuda_set_mma_cfg for backend nodes, .mma_cfg for the launchers):
+ * both families loop over 0 .. MF_CU_MMA_N_CFG - 1, names say "cfg N". */
+static int g_mma_cfg;
+
 /* One matmul node through `mode`, input x (host), output returned (host). */
 static float *mma_run(const mf_graph *g, int32_t mi, const float *x, int64_t n_in, int64_t n_out, int64_t nt,
                       int mode) {
@@ -1529,8 +1555,9 @@ static void test_mma(const mm_spec *s, int64_t nt, uint64_t chunk) {
     mm_name(wn, sizeof wn, s);
     if (s->bias)
         snprintf(bn, sizeof bn, "bias.%lld", (long long)s->n_out);
-    snprintf(name, sizeof name, "mma %-5s %5lldx%-6lld nt %-4lld%s%s", mf_type_name(s->type), (long long)s->n_in,
-             (long long)s->n_out, (long long)nt, s->bias ? " +bias" : "", chunk ? " chunked" : "");
+    snprintf(name, sizeof name, "mma %-5s %5lldx%-6lld nt %-4lld%s%s cfg %d", mf_type_name(s->type),
+             (long long)s->n_in, (long long)s->n_out, (long long)nt, s->bias ? " +bias" : "", chunk ? " chunked" : "",
+             g_mma_cfg);
     mf_graph g;
     graph_new(&g, 0, 0);
     int32_t xi = ext(&g, s->n_in, nt);
@@ -1603,8 +1630,8 @@ static void test_mma_ffn(uint32_t t, int64_t d, int64_t ff, int64_t nt) {
             y[mode] = dev_get(out, (size_t)(ff * nt) * 4);
             dev_free(out);
         }
-        snprintf(name, sizeof name, "mma fused_ffn %-5s %lld -> %lld nt %lld run %d", mf_type_name(t),
-                 (long long)d, (long long)ff, (long long)nt, rep);
+        snprintf(name, sizeof name, "mma fused_ffn %-5s %lld -> %lld nt %lld run %d cfg %d", mf_type_name(t),
+                 (long long)d, (long long)ff, (long long)nt, rep, g_mma_cfg);
         result(name, rel_err(y[0], rg, ff * nt), 3e-3, count_nan(y[0], ff * nt), NULL);
         strncat(name, " vs tc", sizeof name - strlen(name) - 1);
         result(name, rel_err_f(y[0], y[1], ff * nt), 1e-4, count_nan(y[1], ff * nt), NULL);
@@ -1645,8 +1672,15 @@ static void bench_mma(uint32_t t, int64_t n_in, int64_t n_out, int64_t nt) {
     void *w = NULL, *wh = NULL, *wf = NULL, *xf = NULL;
     float *x = NULL, *y = NULL;
     mf_cu_matmul_args a = {.wtype = t, .row_bytes = rb, .n_in = n_in, .n_out = n_out, .nt = nt, .force_gemm = 3};
-    size_t wb, xb;
-    mf_cu_mma_scratch(&a, &wb, &xb);
+    size_t wb = 0, xb = 0;
+    for (int c = 0; c < MF_CU_MMA_N_CFG; c++) { /* the split-K partials depend on the config */
+        size_t w1, x1;
+        a.mma_cfg = c;
+        mf_cu_mma_scratch(&a, &w1, &x1);
+        wb = w1 > wb ? w1 : wb;
+        xb = x1 > xb ? x1 : xb;
+    }
+    a.mma_cfg = 0;
     cudaStream_t st;
     cudaEvent_t e0, e1;
     if (cudaMalloc(&w, rb * (size_t)n_out) || cudaMalloc(&wh, (size_t)(n_in * n_out) * 2) ||
@@ -1683,6 +1717,16 @@ static void bench_mma(uint32_t t, int64_t n_in, int64_t n_out, int64_t nt) {
            "gemm only %8.1f us %6.1f TFLOP/s\n",
            mf_type_name(t), (long long)n_in, (long long)n_out, (long long)nt, t_tc * 1e3, flop / (t_tc * 1e9),
            t_mma * 1e3, flop / (t_mma * 1e9), t_gemm * 1e3, flop / (t_gemm * 1e9));
+    /* one line per opt-in config (MINFER_CUDA_MMA_CFG): the same two timings */
+    for (int c = 1; c < MF_CU_MMA_N_CFG; c++) {
+        a.mma_cfg = c;
+        g.mma_cfg = c;
+        const float tm = bench_one(&a, st, e0, e1), tg = bench_one(&g, st, e0, e1);
+        printf("mma bench %-5s %5lldx%-6lld nt %-4lld cfg %d %28s | mma %8.1f us %6.1f TFLOP/s | "
+               "gemm only %8.1f us %6.1f TFLOP/s\n",
+               mf_type_name(t), (long long)n_in, (long long)n_out, (long long)nt, c, "", tm * 1e3,
+               flop / (tm * 1e9), tg * 1e3, flop / (tg * 1e9));
+    }
     fflush(stdout);
     cudaEventDestroy(e0); cudaEventDestroy(e1); cudaStreamDestroy(st);
     cudaFree(w); cudaFree(wh); cudaFree(wf); cudaFree(xf); cudaFree(x); cudaFree(y);
@@ -1704,6 +1748,10 @@ static mm_spec mma_small_spec(int i) {
 }
 static const mm_spec mma_odd[] = {{MF_TYPE_F32, 904, 1000, true}, {MF_TYPE_F16, 904, 1000, false},
                                   {MF_TYPE_Q8_0, 896, 1000, true}};
+/* >= 99 tiles of 128 rows at any nt, so the big tile (cfg 1 / 2's too, and
+ * cfg 3's 256-row one from nt 129) runs on ragged rows (13000 = 101 x 128 +
+ * 72 = 50 x 256 + 200) and a ragged last k tile (904 = 14 x 64 + 8) */
+static const mm_spec mma_wide = {MF_TYPE_F16, 904, 13000, true};
 
 /* Weights of the mma family (before the backend uploads them). */
 static void mma_weights(void) {
@@ -1720,6 +1768,10 @@ static void mma_weights(void) {
         mm_name(wn, sizeof wn, s);
         add_weight(wn, s->type, s->n_in, s->n_out);
     }
+    char wn[64];
+    mm_name(wn, sizeof wn, &mma_wide);
+    add_weight(wn, mma_wide.type, mma_wide.n_in, mma_wide.n_out);
+    add_f32("bias.13000", 13000, 0.5f, 0.0f);
     add_f32("bias.200", 200, 0.5f, 0.0f);
     add_f32("bias.1000", 1000, 0.5f, 0.0f);
     add_f32("bias.896", 896, 0.5f, 0.0f);
@@ -1728,26 +1780,48 @@ static void mma_weights(void) {
     add_f32("bias.512", 512, 0.5f, 0.0f);
 }
 
+/* cfg 0 runs every case; cfgs 1.. (they differ from cfg 0 only where a
+ * big tile is taken) the real shapes at nt 64 / 65 / 127 / 513, the ragged
+ * wide shape, split-K on their big tiles (7B o / down at nt 500: 112 tiles
+ * of 128x128, 2 splits) and 7B up at nt 2048. */
 static void mma_family(void) {
-    const int64_t nts[] = {9, 64, 100, 513};
+    const int64_t nts[] = {9, 64, 100, 513}, cnts[] = {64, 65, 127, 513};
     const int n_nts = small ? 3 : 4;
-    for (int i = 0; i < N_TYPES; i++) {
-        const mm_spec s = mma_small_spec(i);
-        for (int k = 0; k < n_nts; k++)
-            test_mma(&s, nts[k], 0);
-    }
-    for (int i = 0; i < 3; i++) {
-        test_mma(&mma_odd[i], 100, 0);
-        test_mma(&mma_odd[i], 37, 100u << 10); /* 128-row chunks, the last one 104 rows */
-    }
     const int n_real = small ? 2 : N_MMA_REAL;
-    for (int i = 0; i < n_real; i++)
-        for (int k = 0; k < n_nts; k++)
-            test_mma(&mma_real[i], nts[k], 0);
-    test_mma(&mma_real[small ? 0 : 2], 100, 256u << 10); /* many chunks of 128 rows */
-    if (!small)
-        test_mma(&mma_real[6], 2048, 0);
-    test_mma_ffn(MF_TYPE_Q4_0, 896, small ? 256 : 4864, 100);
+    for (int cfg = 0; cfg < MF_CU_MMA_N_CFG; cfg++) {
+        g_mma_cfg = cfg;
+        mf_cuda_set_mma_cfg(be, cfg);
+        if (cfg == 0) {
+            for (int i = 0; i < N_TYPES; i++) {
+                const mm_spec s = mma_small_spec(i);
+                for (int k = 0; k < n_nts; k++)
+                    test_mma(&s, nts[k], 0);
+            }
+            for (int i = 0; i < 3; i++) {
+                test_mma(&mma_odd[i], 100, 0);
+                test_mma(&mma_odd[i], 37, 100u << 10); /* 128-row chunks, the last one 104 rows */
+            }
+            for (int i = 0; i < n_real; i++)
+                for (int k = 0; k < n_nts; k++)
+                    test_mma(&mma_real[i], nts[k], 0);
+            test_mma(&mma_real[small ? 0 : 2], 100, 256u << 10); /* many chunks of 128 rows */
+            test_mma_ffn(MF_TYPE_Q4_0, 896, small ? 256 : 4864, 100);
+        } else if (!small) {
+            for (int i = 0; i < n_real; i++)
+                for (int k = 0; k < 4; k++)
+                    test_mma(&mma_real[i], cnts[k], 0);
+        }
+        test_mma(&mma_wide, 65, 0);
+        if (!small) {
+            test_mma(&mma_wide, 127, 0);
+            test_mma(&mma_wide, 513, 0);
+            test_mma(&mma_real[4], 500, 0);
+            test_mma(&mma_real[7], 500, 0);
+            test_mma(&mma_real[6], 2048, 0);
+        }
+    }
+    g_mma_cfg = 0;
+    mf_cuda_set_mma_cfg(be, -1); /* the environment's (default) config */
     if (getenv("MINFER_CUDA_TEST_BENCH") && atoi(getenv("MINFER_CUDA_TEST_BENCH")) > 0) {
         const int64_t bnt[] = {512, 2048};
         for (int k = 0; k < 2; k++)
@@ -1798,7 +1872,8 @@ static void mf_mma_single(const char *wn, const void *w, const float *bias, cons
                           int64_t nt) {
     const mf_weight *wt = mf_weights_find(W, wn);
     mf_cu_matmul_args a = {.wtype = wt->type, .w = w, .row_bytes = mf_type_row_size(wt->type, n_in), .x = x,
-                           .bias = bias, .y = y, .n_in = n_in, .n_out = wt->ne[1], .nt = nt, .force_gemm = 3};
+                           .bias = bias, .y = y, .n_in = n_in, .n_out = wt->ne[1], .nt = nt, .force_gemm = 3,
+                           .mma_cfg = g_mma_cfg};
     size_t wb, xb;
     mf_cu_mma_scratch(&a, &wb, &xb);
     void *wf = NULL, *xf = NULL;
@@ -1855,7 +1930,7 @@ static void test_mmafuse_qkv(const qkv_spec *s, int64_t nt) {
     const char *bn[3] = {s->bias ? nm[3] : NULL, s->bias ? nm[4] : NULL, s->bias ? nm[4] : NULL};
     float *x = rand_vec(d * nt, 1.0f);
     float *dx = mf_dev_f32(x, d * nt, false);
-    mf_cu_mma_multi_args a = {.n_w = 3, .x = dx, .n_in = d, .nt = nt};
+    mf_cu_mma_multi_args a = {.n_w = 3, .x = dx, .n_in = d, .nt = nt, .mma_cfg = g_mma_cfg};
     void *dw[3];
     float *db[3], *dy[3], *du[3];
     for (int i = 0; i < 3; i++) {
@@ -1871,9 +1946,9 @@ static void test_mmafuse_qkv(const qkv_spec *s, int64_t nt) {
         a.y[i] = dy[i];
         a.n_out[i] = no[i];
     }
-    snprintf(name, sizeof name, "mmafuse qkv %s%s d %lld q %lld kv %lld nt %lld%s", mf_type_name(s->type),
+    snprintf(name, sizeof name, "mmafuse qkv %s%s d %lld q %lld kv %lld nt %lld%s cfg %d", mf_type_name(s->type),
              s->vtype ? "/v Q6_K" : "", (long long)d, (long long)qd, (long long)kvd, (long long)nt,
-             s->bias ? " +bias" : "");
+             s->bias ? " +bias" : "", g_mma_cfg);
     if (!mf_cu_mma_multi_ok(&a)) {
         check_true(name, false, "mf_cu_mma_multi_ok refused a real QKV shape");
     } else {
@@ -1929,9 +2004,9 @@ static void test_mmafuse_ffn(uint32_t t, int64_t d, int64_t ff, int64_t nt, uint
     const uint64_t rb = mf_type_row_size(t, d);
     mf_cu_mma_multi_args a = {.n_w = 2, .swiglu = 1, .wtype = {t, t}, .w = {dg, du}, .row_bytes = {rb, rb},
                               .y = {dy, dy}, .n_out = {ff, ff}, .x = dx, .n_in = d, .nt = nt,
-                              .wchunk_bytes = chunk};
-    snprintf(name, sizeof name, "mmafuse ffn %-5s %lld -> %lld nt %lld%s", mf_type_name(t), (long long)d,
-             (long long)ff, (long long)nt, chunk ? " chunked" : "");
+                              .wchunk_bytes = chunk, .mma_cfg = g_mma_cfg};
+    snprintf(name, sizeof name, "mmafuse ffn %-5s %lld -> %lld nt %lld%s cfg %d", mf_type_name(t), (long long)d,
+             (long long)ff, (long long)nt, chunk ? " chunked" : "", g_mma_cfg);
     size_t wb, xb;
     mf_cu_mma_multi_scratch(&a, &wb, &xb);
     if (!mf_cu_mma_multi_ok(&a)) {
@@ -2018,9 +2093,9 @@ static void test_mmafuse_qkv_node(const qkv_spec *s, int64_t nt) {
             die("read kv", &e);
         dev_free(out); dev_free(kv.k); dev_free(kv.v);
     }
-    snprintf(name, sizeof name, "mmafuse qkv node %s%s d %lld heads %d/%d nt %lld%s%s vs unfused",
+    snprintf(name, sizeof name, "mmafuse qkv node %s%s d %lld heads %d/%d nt %lld%s%s cfg %d vs unfused",
              mf_type_name(s->type), s->vtype ? "/v Q6_K" : "", (long long)s->d, s->n_head, s->n_head_kv,
-             (long long)nt, s->bias ? " +bias" : "", s->norm ? " +qk_norm" : "");
+             (long long)nt, s->bias ? " +bias" : "", s->norm ? " +qk_norm" : "", g_mma_cfg);
     const int64_t n[3] = {qd * nt, kvd * nt, kvd * nt};
     const char *part[3] = {"(q)", "(k)", "(v)"};
     for (int i = 0; i < 3; i++) {
@@ -2140,6 +2215,13 @@ static void bench_mmafuse(const char *label, int n_w, const uint32_t *ty, int64_
         const double flop = 2.0 * (double)d * (double)rows * (double)nt;
         printf("mmafuse bench %-22s nt %-4lld unfused %8.1f us %6.1f TFLOP/s | fused %8.1f us %6.1f TFLOP/s\n", label,
                (long long)nt, tu * 1e3, flop / (tu * 1e9), tf * 1e3, flop / (tf * 1e9));
+        for (int c = 1; c < MF_CU_MMA_N_CFG; c++) { /* the fused GEMM under each opt-in config */
+            m.mma_cfg = c;
+            const float tc = mf_fb_time(&b, 1, st, e0, e1);
+            printf("mmafuse bench %-22s nt %-4lld cfg %d %29s | fused %8.1f us %6.1f TFLOP/s\n", label, (long long)nt,
+                   c, "", tc * 1e3, flop / (tc * 1e9));
+        }
+        m.mma_cfg = 0;
         fflush(stdout);
         cudaEventDestroy(e0); cudaEventDestroy(e1); cudaStreamDestroy(st);
     }
@@ -2211,23 +2293,34 @@ static void mmafuse_weights(void) {
         add_weight("mm.q4_K.18944x3584", MF_TYPE_Q4_K, 18944, 3584);
 }
 
+/* cfg 0 runs every case; cfgs 1.. (MINFER_CUDA_MMA_CFG, not in small mode)
+ * the cases that take a big tile: QKV launcher and nodes at nt 513, FFN
+ * 0.5B at 513, 7B at 9 / 513 / chunked 100. */
 static void mmafuse_family(void) {
     const int64_t nts[] = {9, 64, 513};
     const int n_q = small ? 1 : 3;
-    for (int i = 0; i < n_q; i++)
-        for (int k = 0; k < (small ? 2 : 3); k++)
-            test_mmafuse_qkv(&mmafuse_qkvs[i], nts[k]);
-    for (int i = 0; i < n_q; i++)
-        test_mmafuse_qkv_node(&mmafuse_qkvs[i], 100);
-    const int64_t fnts[] = {9, 100, 513};
-    for (int k = 0; k < (small ? 2 : 3); k++)
-        test_mmafuse_ffn(MF_TYPE_Q4_0, 896, small ? 256 : 4864, fnts[k], 0);
-    test_mmafuse_ffn(MF_TYPE_Q4_0, 896, small ? 256 : 4864, 100, 1u << 20); /* 19 chunks of 256 outputs */
-    if (!small) {
-        test_mmafuse_ffn(MF_TYPE_Q4_K, 3584, 18944, 9, 0);
-        test_mmafuse_ffn(MF_TYPE_Q4_K, 3584, 18944, 513, 0);
-        test_mmafuse_ffn(MF_TYPE_Q4_K, 3584, 18944, 100, 64u << 20); /* 5 chunks, the last one shorter */
+    for (int cfg = 0; cfg < (small ? 1 : MF_CU_MMA_N_CFG); cfg++) {
+        g_mma_cfg = cfg;
+        mf_cuda_set_mma_cfg(be, cfg);
+        const int k0 = cfg == 0 ? 0 : 2;
+        for (int i = 0; i < n_q; i++)
+            for (int k = k0; k < (small ? 2 : 3); k++)
+                test_mmafuse_qkv(&mmafuse_qkvs[i], nts[k]);
+        for (int i = 0; i < n_q; i++)
+            test_mmafuse_qkv_node(&mmafuse_qkvs[i], cfg == 0 ? 100 : 513);
+        const int64_t fnts[] = {9, 100, 513};
+        for (int k = k0; k < (small ? 2 : 3); k++)
+            test_mmafuse_ffn(MF_TYPE_Q4_0, 896, small ? 256 : 4864, fnts[k], 0);
+        if (cfg == 0)
+            test_mmafuse_ffn(MF_TYPE_Q4_0, 896, small ? 256 : 4864, 100, 1u << 20); /* 19 chunks of 256 outputs */
+        if (!small) {
+            test_mmafuse_ffn(MF_TYPE_Q4_K, 3584, 18944, 9, 0);
+            test_mmafuse_ffn(MF_TYPE_Q4_K, 3584, 18944, 513, 0);
+            test_mmafuse_ffn(MF_TYPE_Q4_K, 3584, 18944, 100, 64u << 20); /* 5 chunks, the last one shorter */
+        }
     }
+    g_mma_cfg = 0;
+    mf_cuda_set_mma_cfg(be, -1); /* the environment's (default) config */
     /* FUSED_FFN node on the default path with the fusion off (the old path), then on */
     printf("mmafuse: the next mma fused_ffn lines run with the mma fusion off, then on\n");
     mf_cuda_set_mma_fuse(be, 0, 1);
@@ -2910,15 +3003,17 @@ static void test_gemv(const gv_case *c, int64_t nt, bool bias) {
     snprintf(name, sizeof name, "gemv %-5s %5lldx%-6lld nt %lld%s", mf_type_name(c->type), (long long)c->n_in,
              (long long)c->n_out, (long long)nt, has_b ? " +bias" : "");
     const int64_t ny = c->n_out * nt;
-    float *ys[3];
-    static const char *const vname[3] = {"v3", "v3+pdl", "v1"};
+    float *ys[5];
+    static const char *const vname[5] = {"v3", "v3+pdl", "v1", "v4 u1", "v4 u2"};
     float *got = malloc((size_t)(NS * nt) * sizeof *got);
-    for (int v = 0; v < 3; v++) {
+    const int nv = nt == 1 ? 5 : 3; /* v4 takes one-token GEMVs only */
+    for (int v = 0; v < nv; v++) {
         int32_t out = dev_poison((size_t)ny * 4);
         mf_exec_args a = args(0, nt, 1, MF_TYPE_F32);
         mf_cuda_set_matmul_mode(be, -2);
         mf_cuda_set_gemv_v1(be, v == 2);
-        mf_cu_set_pdl(v == 1);
+        mf_cuda_set_gemv_v4(be, v < 3 ? 0 : 1 << (v - 3));
+        mf_cu_set_pdl(v == 1 || v >= 3);
         run_ok(&g, mi, &in, out, (mf_kv_pair){-1, -1}, &a);
         mf_cu_set_pdl(mf_env_int("MINFER_CUDA_PDL", MF_CU_PDL_DEFAULT) != 0);
         mf_cuda_reset_gemv(be);
@@ -2945,52 +3040,77 @@ static void test_gemv(const gv_case *c, int64_t nt, bool bias) {
     result(sub, rel_err_f(ys[0], ys[2], ny), 1e-5, count_nan(ys[0], ny), NULL);
     snprintf(sub, sizeof sub, "%s [v3+pdl vs v3]", name);
     result(sub, rel_err_f(ys[1], ys[0], ny), 1e-6, count_nan(ys[1], ny), NULL);
-    for (int v = 0; v < 3; v++)
+    for (int v = 3; v < nv; v++) { /* the same int8 products per 16-element half, summed in another order */
+        snprintf(sub, sizeof sub, "%s [%s vs v3]", name, vname[v]);
+        result(sub, rel_err_f(ys[v], ys[0], ny), 1e-5, count_nan(ys[v], ny), NULL);
+    }
+    for (int v = 0; v < nv; v++)
         free(ys[v]);
     free(got); free(wr); free(ref); free(bound); free(x);
     dev_free(in);
     mf_graph_free(&g);
 }
 
-/* MINFER_CUDA_TEST_BENCH=1: v1 vs v3 (prefetch distance 0 / 2 / 4, and 2
- * as line prefetches) through
- * mf_cu_matmul (activation quantization + GEMV, as a decode step runs
- * them; PDL as MINFER_CUDA_PDL) on cudaMalloc'd buffers
- * (weight bytes 0x3c: f16 scales of 1.06, contents do not matter for the
- * time): median of 11 after 2 warm-ups; GB/s over the weight bytes. */
+/* MINFER_CUDA_TEST_BENCH=1: v1, v3 and v4 (1, 2 slices in flight)
+ * through mf_cu_matmul (activation quantization + GEMV, as a decode step
+ * runs them; PDL as MINFER_CUDA_PDL) on cudaMalloc'd buffers (weight bytes
+ * 0x3c: f16 scales of 1.06, contents do not matter for the time). Batches
+ * of 20 back-to-back calls, each on the next of `copies` weight copies (>=
+ * 256 MB in all, so the weight comes from HBM as in a decode, not from the
+ * 50 MB L2), median of 7 batches after one warm-up; us per call, and GB/s
+ * over the weight bytes. */
 static void bench_gemv(uint32_t t, int64_t n_in, int64_t n_out, int64_t nt) {
+    enum { BATCH = 20, REPS = 7, NV = 4 };
     const uint64_t rb = mf_type_row_size(t, n_in);
+    const uint64_t wbytes = rb * (uint64_t)n_out + 256;
+    int copies = (int)(((uint64_t)256 << 20) / wbytes) + 1;
+    copies = copies > 64 ? 64 : copies;
     void *w = NULL, *q8 = NULL;
     float *x = NULL, *y = NULL;
     cudaStream_t st = NULL;
     cudaEvent_t e0 = NULL, e1 = NULL;
-    if (cudaMalloc(&w, rb * (size_t)n_out + 256) || cudaMalloc(&q8, mf_cu_q8_bytes(n_in, nt)) ||
+    if (cudaMalloc(&w, wbytes * (size_t)copies) || cudaMalloc(&q8, mf_cu_q8_bytes(n_in, nt)) ||
         cudaMalloc((void **)&x, (size_t)(n_in * nt) * 4) || cudaMalloc((void **)&y, (size_t)(n_out * nt) * 4) ||
         cudaStreamCreate(&st) || cudaEventCreate(&e0) || cudaEventCreate(&e1)) {
         printf("gemv bench %s %lldx%lld: allocation failed\n", mf_type_name(t), (long long)n_in, (long long)n_out);
         cudaGetLastError();
     } else {
-        cudaMemset(w, 0x3c, rb * (size_t)n_out + 256);
+        cudaMemset(w, 0x3c, wbytes * (size_t)copies);
         cudaMemset(x, 0x3c, (size_t)(n_in * nt) * 4);
-        /* v1; v3 at L2 prefetch distance 0, 2 (default), 4 groups (TMA bulk),
-         * 2 as 128-byte lines */
-        static const int pfs[5] = {0, 0, 2, 4, 2}, pfl[5] = {0, 0, 0, 0, 1};
-        static const char *const pfn[5] = {"v1", "v3 pf0", "pf2", "pf4", "pf2 lines"};
-        float ms[5];
-        for (int v = 0; v < 5; v++) {
-            mf_cu_matmul_args a = {.wtype = t, .w = w, .row_bytes = rb, .x = x, .y = y, .n_in = n_in,
-                                   .n_out = n_out, .nt = nt, .force_gemm = -2, .q8 = q8, .gemv_v1 = v == 0};
-            mf_cu_set_gemv_pf(pfs[v], pfl[v]);
-            ms[v] = bench_one(&a, st, e0, e1);
+        static const char *const vn[NV] = {"v1", "v3", "v4u1", "v4u2"};
+        float us[NV];
+        for (int v = 0; v < NV; v++) {
+            float ms[REPS];
+            bool ok = true;
+            for (int r = 0; r < REPS + 1 && ok; r++) {
+                cudaEventRecord(e0, st);
+                for (int i = 0; i < BATCH && ok; i++) {
+                    mf_cu_matmul_args a = {.wtype = t, .w = (uint8_t *)w + wbytes * (size_t)(i % copies),
+                                           .row_bytes = rb, .x = x, .y = y, .n_in = n_in, .n_out = n_out, .nt = nt,
+                                           .force_gemm = -2, .q8 = q8, .gemv_v1 = v == 0,
+                                           .gemv_v4 = v >= 2 ? 1 << (v - 2) : 0};
+                    ok = mf_cu_matmul(&a, st) == cudaSuccess;
+                }
+                cudaEventRecord(e1, st);
+                ok = ok && cudaEventSynchronize(e1) == cudaSuccess;
+                if (ok && r > 0)
+                    cudaEventElapsedTime(&ms[r - 1], e0, e1);
+            }
+            if (ok) {
+                qsort(ms, REPS, sizeof ms[0], cmp_f);
+                us[v] = ms[REPS / 2] * 1e3f / BATCH;
+            } else {
+                us[v] = -1.0f;
+                cudaGetLastError();
+            }
         }
-        mf_cu_set_gemv_pf((int)mf_env_int("MINFER_CUDA_GEMV_PF", 0), mf_env_flag("MINFER_CUDA_GEMV_PF_LINES"));
         const double gb = (double)rb * (double)n_out / 1e9;
         char line[400];
         int k = snprintf(line, sizeof line, "gemv bench %-5s %5lldx%-6lld nt %lld:", mf_type_name(t),
                          (long long)n_in, (long long)n_out, (long long)nt);
-        for (int v = 0; v < 5 && k > 0 && (size_t)k < sizeof line; v++)
-            k += snprintf(line + k, sizeof line - (size_t)k, "%s %s %.2f us %.0f GB/s", v ? " |" : "", pfn[v],
-                          ms[v] * 1e3, gb / (ms[v] * 1e-3));
+        for (int v = 0; v < NV && k > 0 && (size_t)k < sizeof line; v++)
+            k += snprintf(line + k, sizeof line - (size_t)k, "%s %s %.2f us %.0f GB/s", v ? " |" : "", vn[v], us[v],
+                          gb / (us[v] * 1e-6));
         printf("%s\n", line);
     }
     if (e0)
@@ -3016,8 +3136,9 @@ static void gemv_family(void) {
      * Q6_K V: two launches, FUSE_ADD's residual epilogue) on v3 and v1 */
     const qkv_spec q7 = {MF_TYPE_Q4_K, 3584, 28, 4, 128, true, false, MF_ROPE_NEOX, MF_TYPE_Q6_K};
     const qkv_spec q05 = {MF_TYPE_Q8_0, 896, 14, 2, 64, true, false, MF_ROPE_NEOX, 0};
-    for (int v = 0; v < 2; v++) {
+    for (int v = 0; v < 3; v++) { /* v3, v1, v4 (2 slices in flight) */
         mf_cuda_set_gemv_v1(be, v == 1);
+        mf_cuda_set_gemv_v4(be, v == 2 ? 2 : 0);
         test_qkv(&q7, 1, 37, false, MF_TYPE_F32);
         test_qkv(&q05, 5, 3, false, MF_TYPE_F32);
         test_ffn(MF_TYPE_Q4_0, MF_TYPE_Q4_0, 896, small ? 256 : 4864, 1);
@@ -3506,6 +3627,282 @@ static void decsmall_family(void) {
     ds_fuse_add_graph();
     if (getenv("MINFER_CUDA_TEST_BENCH") && atoi(getenv("MINFER_CUDA_TEST_BENCH")) > 0)
         ds_bench(st);
+    cudaStreamDestroy(st);
+}
+
+/* ---- MINFER_CUDA_LAT: decode row kernels without serial load chains (family "lat") ---------- */
+
+/* The LAT switch back to what the environment asked for. */
+static void lat_default(void) {
+    mf_cu_set_lat(mf_env_int("MINFER_CUDA_LAT", 1) != 0);
+}
+
+/* One mf_cu_rmsnorm of nt rows of n with the given switches into a buffer
+ * poisoned with `poison` (in place: y starts as a copy of x); the result. */
+static float *lat_norm_run(const float *x, const float *dw, int64_t n, int64_t nt, int lat, int wide, bool inplace,
+                           int poison, cudaStream_t st) {
+    const size_t nb = (size_t)(n * nt) * 4;
+    float *dx = ds_put(x, nb), *dy = inplace ? dx : ds_alloc(nb, poison);
+    mf_cu_set_lat(lat);
+    mf_cu_set_wide(wide, 1);
+    mf_cu_norm_args a = {.x = dx, .w = dw, .y = dy, .n = n, .nrows = nt, .eps = 1e-6f};
+    ds_sync("lat rmsnorm", mf_cu_rmsnorm(&a, st), st);
+    lat_default();
+    ds_wide_default();
+    float *y = ds_get(dy, nb);
+    cudaFree(dx);
+    if (!inplace)
+        cudaFree(dy);
+    return y;
+}
+
+/* RMSNorm, new (LAT) kernels: wide, one-block and in place (one-block,
+ * y == x) each against float64 (1e-6) and bitwise against the old kernel of
+ * the same form; outputs poisoned differently per run. */
+static void lat_norm(int64_t n, int64_t nt, cudaStream_t st) {
+    const int64_t ne = n * nt;
+    float *x = rand_vec(ne, 3.0f), *w = rand_vec(n, 0.5f);
+    for (int64_t i = 0; i < n; i++)
+        w[i] += 1.0f;
+    double *ref = malloc((size_t)ne * sizeof *ref);
+    ref_rmsnorm(x, w, ref, n, nt, 1e-6f);
+    float *dw = ds_put(w, (size_t)n * 4);
+    static const char *form[3] = {"wide", "one-block", "in place"};
+    for (int f = 0; f < 3; f++) {
+        float *yn = lat_norm_run(x, dw, n, nt, 1, f == 0, f == 2, 0xff, st);
+        float *yo = lat_norm_run(x, dw, n, nt, 0, f == 0, f == 2, 0x7f, st);
+        char name[120];
+        snprintf(name, sizeof name, "lat rmsnorm n %lld nt %lld %s", (long long)n, (long long)nt, form[f]);
+        result(name, rel_err(yn, ref, ne), 1e-6, count_nan(yn, ne), "(new vs f64)");
+        strncat(name, ": new == old", sizeof name - strlen(name) - 1);
+        check_true(name, !memcmp(yn, yo, (size_t)ne * 4), "(bitwise)");
+        free(yn);
+        free(yo);
+    }
+    cudaFree(dw);
+    free(x); free(w); free(ref);
+}
+
+/* q8 norm-quant, new (LAT) wide and one-block vs the old ones: every byte
+ * written bitwise equal (outputs poisoned with different bytes); the float64
+ * checks of ds_normq (d, |dq - y| <= d/2, unit sums, new wide == new
+ * one-block) run with the switch on. */
+static void lat_normq(int64_t n, int64_t nt, cudaStream_t st) {
+    const int64_t ne = n * nt, nu = ne / 32;
+    const size_t qb = (size_t)ne + (size_t)nu * 8;
+    float *x = rand_vec(ne, 2.0f), *w = rand_vec(n, 0.5f);
+    for (int64_t i = 0; i < n; i++)
+        w[i] += 1.0f;
+    float *dx = ds_put(x, (size_t)ne * 4), *dw = ds_put(w, (size_t)n * 4);
+    for (int wide = 1; wide >= 0; wide--) {
+        uint8_t *q[2];
+        for (int lat = 0; lat < 2; lat++) {
+            void *dq = ds_alloc(mf_cu_q8_bytes(n, nt), lat ? 0x5a : 0xa5);
+            mf_cu_set_lat(lat);
+            mf_cu_set_wide(wide, 1);
+            ds_sync("lat q8 norm-quant", mf_cu_q8_quant_rows(dx, dw, 1e-6f, 1, n, nt, dq, st), st);
+            q[lat] = ds_get(dq, qb);
+            cudaFree(dq);
+        }
+        lat_default();
+        ds_wide_default();
+        char name[120];
+        snprintf(name, sizeof name, "lat norm-quant n %lld nt %lld %s: new == old", (long long)n, (long long)nt,
+                 wide ? "wide" : "one-block");
+        check_true(name, !memcmp(q[0], q[1], qb), "(bitwise, every byte written)");
+        free(q[0]);
+        free(q[1]);
+    }
+    cudaFree(dx);
+    cudaFree(dw);
+    free(x); free(w);
+    printf("lat: the next decsmall norm-quant lines run with MINFER_CUDA_LAT on\n");
+    mf_cu_set_lat(1);
+    ds_normq(n, nt, st); /* new vs float64, new wide == new one-block */
+    lat_default();
+}
+
+/* Split-KV decode attention with the new combine: against float64 and the
+ * old kernel (test_decattn, switch on), and new combine vs old combine
+ * bitwise on the same split kernel's partials. */
+static void lat_decattn(int32_t n_head, int32_t n_head_kv, int32_t hd, int64_t n_past, int64_t nt, uint32_t kvt,
+                        bool wide) {
+    printf("lat: the next decattn lines run with MINFER_CUDA_LAT on\n");
+    mf_cu_set_lat(1);
+    test_decattn(n_head, n_head_kv, hd, n_past, nt, kvt, wide);
+    lat_default();
+    const int64_t qd = (int64_t)n_head * hd, n_kv = n_past + nt;
+    const int32_t n_ctx = wide ? (int32_t)(n_kv > 4224 ? n_kv + 64 : 4224) : (int32_t)(n_kv + 16);
+    da_fix f;
+    da_setup(&f, n_head, n_head_kv, hd, n_kv, nt, n_ctx, kvt);
+    float *q = rand_vec(qd * nt, 2.0f);
+    mf_cu_set_lat(1);
+    float *yn = da_run(&f, q, qd, n_past, nt, n_ctx, kvt, true, false);
+    mf_cu_set_lat(0);
+    float *yo = da_run(&f, q, qd, n_past, nt, n_ctx, kvt, true, false);
+    lat_default();
+    char name[160];
+    snprintf(name, sizeof name, "lat decattn combine %s heads %d/%d hd %d n_past %lld nt %lld ctx %d: new == old",
+             mf_type_name(kvt), n_head, n_head_kv, hd, (long long)n_past, (long long)nt, n_ctx);
+    check_true(name, count_nan(yn, qd * nt) == 0 && !memcmp(yn, yo, (size_t)(qd * nt) * 4), "(bitwise, no NaN)");
+    free(q); free(yn); free(yo);
+    da_teardown(&f);
+}
+
+/* MINFER_CUDA_TEST_BENCH=1: us per kernel as in a decode forward: LAT_BURST
+ * back-to-back launches through mf_launch (PDL as the backend set it)
+ * between the events, divided by LAT_BURST; median of LAT_REPS after 2
+ * warm-ups. */
+enum { LAT_BURST = 20, LAT_REPS = 21 };
+
+static float lat_time(ds_launch f, const void *ctx, cudaStream_t st) {
+    float ms[LAT_REPS];
+    cudaEvent_t e0, e1;
+    cudaEventCreate(&e0);
+    cudaEventCreate(&e1);
+    for (int i = 0; i < 2 + LAT_REPS; i++) {
+        cudaEventRecord(e0, st);
+        for (int b = 0; b < LAT_BURST; b++)
+            f(ctx, st);
+        cudaEventRecord(e1, st);
+        cudaEventSynchronize(e1);
+        if (i >= 2)
+            cudaEventElapsedTime(&ms[i - 2], e0, e1);
+    }
+    cudaEventDestroy(e0);
+    cudaEventDestroy(e1);
+    qsort(ms, LAT_REPS, sizeof ms[0], cmp_f);
+    return ms[LAT_REPS / 2] * 1000.0f / LAT_BURST;
+}
+
+static cudaError_t lat_inplace_launch(const void *p, cudaStream_t st) {
+    const ds_nq_ctx *c = p;
+    mf_cu_norm_args a = {.x = c->y, .w = c->w, .y = c->y, .n = c->n, .nrows = c->nt, .eps = 1e-6f};
+    return mf_cu_rmsnorm(&a, st);
+}
+
+static cudaError_t lat_attn_launch(const void *p, cudaStream_t st) {
+    return mf_cu_attn_decode((const mf_cu_attn_args *)p, st);
+}
+
+/* old vs new us of f at lat 0 / 1 (the wide switches as the environment says) */
+static void lat_line(const char *what, ds_launch f, const void *ctx, cudaStream_t st) {
+    float t[2];
+    for (int lat = 0; lat < 2; lat++) {
+        mf_cu_set_lat(lat);
+        t[lat] = lat_time(f, ctx, st);
+    }
+    lat_default();
+    printf("bench lat %-36s old %6.2f us  new %6.2f us  (%+.2f us)\n", what, t[0], t[1], t[1] - t[0]);
+}
+
+static void lat_bench(cudaStream_t st) {
+    const int64_t ns[] = {896, 3584};
+    for (int i = 0; i < 2; i++) {
+        const int64_t n = ns[i];
+        float *h = rand_vec(n, 1.0f), *hw = rand_vec(n, 0.2f);
+        for (int64_t k = 0; k < n; k++)
+            hw[k] += 1.0f; /* the in-place bench renorms the same row: keep it O(1) */
+        ds_nq_ctx c = {.x = ds_put(h, (size_t)n * 4), .w = ds_put(hw, (size_t)n * 4), .y = ds_put(h, (size_t)n * 4),
+                       .q8 = ds_alloc(mf_cu_q8_bytes(n, 1), 0), .n = n, .nt = 1};
+        char what[64];
+        snprintf(what, sizeof what, "norm-quant n %lld nt 1", (long long)n);
+        lat_line(what, ds_nq_launch, &c, st);
+        snprintf(what, sizeof what, "rmsnorm (wide) n %lld nt 1", (long long)n);
+        lat_line(what, ds_norm_launch, &c, st);
+        snprintf(what, sizeof what, "rmsnorm in place n %lld nt 1", (long long)n);
+        lat_line(what, lat_inplace_launch, &c, st);
+        cudaFree((void *)c.x); cudaFree((void *)c.w); cudaFree(c.y); cudaFree(c.q8);
+        free(h); free(hw);
+    }
+    const int32_t shapes[2][3] = {{14, 2, 64}, {28, 4, 128}};
+    for (int i = 0; i < 2; i++) {
+        const int32_t nh = shapes[i][0], nkv = shapes[i][1], hd = shapes[i][2];
+        const int64_t kvd = (int64_t)nkv * hd, n_ctx = 4096;
+        float *hq = rand_vec((int64_t)nh * hd, 1.0f), *hk = rand_vec(kvd, 1.0f);
+        float *q = ds_put(hq, (size_t)nh * hd * 4), *y = ds_alloc((size_t)nh * hd * 4, 0);
+        float *k = ds_put(hk, (size_t)kvd * 4), *v = ds_put(hk, (size_t)kvd * 4);
+        void *kc = ds_alloc((size_t)(kvd * 2 * n_ctx), 0), *vc = ds_alloc((size_t)(kvd * 2 * n_ctx), 0);
+        const int32_t p = 1000;
+        int32_t *dp = ds_put(&p, 4);
+        mf_cu_rope_store_args a;
+        memset(&a, 0, sizeof a);
+        a.rq = (mf_cu_rope_args){.x = q, .y = y, .pos = dp, .nt = 1, .n_head = nh, .head_dim = hd, .n_rot = hd,
+                                 .mode = MF_ROPE_NEOX, .theta = 1000000.0f, .freq_scale = 1.0f};
+        a.rk = a.rq;
+        a.rk.x = a.rk.y = k;
+        a.rk.n_head = nkv;
+        a.ks = (mf_cu_kv_args){.kv_type = MF_TYPE_F16, .cache = kc, .kv_dim = kvd, .pos0 = 1000, .nt = 1, .src = k};
+        a.vs = a.ks;
+        a.vs.cache = vc;
+        a.vs.src = v;
+        char what[64];
+        snprintf(what, sizeof what, "rope_store %d/%d/%d f16 nt 1", nh, nkv, hd);
+        lat_line(what, ds_rs_launch, &a, st);
+        /* decode attention (split kernel + combine) at depth 100 and 1000, f16 cache */
+        const int64_t depths[] = {100, 1000};
+        for (int d = 0; d < 2; d++) {
+            mf_cu_attn_args at = {.kv_type = MF_TYPE_F16, .nt = 1, .n_past = depths[d], .n_head = nh,
+                                  .n_head_kv = nkv, .head_dim = hd, .scale = 1.0f / sqrtf((float)hd),
+                                  .n_ctx = (int32_t)n_ctx};
+            at.q = q;
+            at.out = y;
+            at.k = kc;
+            at.v = vc;
+            at.part = ds_alloc(mf_cu_attn_decode_bytes(&at), 0);
+            snprintf(what, sizeof what, "attn split+combine %d/%d/%d depth %lld", nh, nkv, hd, (long long)depths[d]);
+            lat_line(what, lat_attn_launch, &at, st);
+            cudaFree(at.part);
+        }
+        cudaFree(q); cudaFree(y); cudaFree(k); cudaFree(v); cudaFree(kc); cudaFree(vc); cudaFree(dp);
+        free(hq); free(hk);
+    }
+}
+
+static void lat_family(void) {
+    cudaStream_t st;
+    if (cudaStreamCreate(&st) != cudaSuccess) {
+        check_true("lat: stream", false, NULL);
+        return;
+    }
+    const int64_t ns[] = {896, 2560, 3584, 18944}, nts[] = {1, 7};
+    for (int i = 0; i < 4; i++)
+        for (int k = 0; k < 2; k++) {
+            if (small && ns[i] > 896)
+                continue;
+            lat_norm(ns[i], nts[k], st);
+            lat_normq(ns[i], nts[k], st);
+        }
+    /* the per-head rope-store: the new kernel vs the (nt, 3) kernel bitwise and q vs float64 (ds_rope) */
+    const uint32_t kvts[] = {MF_TYPE_F32, MF_TYPE_F16, MF_TYPE_Q8_0};
+    printf("lat: the next decsmall rope_store lines run with MINFER_CUDA_LAT on (per-head = the new kernel)\n");
+    mf_cu_set_lat(1);
+    for (int kt = 0; kt < 3; kt++)
+        for (int k = 0; k < 2; k++) {
+            const ds_rs s05 = {14, 2, 64, 64, MF_ROPE_NEOX, 1.0f, kvts[kt], nts[k], 7, 7 + nts[k] + 3, 0};
+            const ds_rs s7 = {28, 4, 128, 128, MF_ROPE_NEOX, 1.0f, kvts[kt], nts[k], 300, 300 + nts[k], 0};
+            const ds_rs s3 = {32, 8, 128, 128, MF_ROPE_NEOX, 1.0f, kvts[kt], nts[k], 40, 40 + nts[k], 1};
+            const ds_rs s64 = {14, 2, 64, 64, MF_ROPE_NEOX, 1.0f, kvts[kt], nts[k], 3, 3 + nts[k], 1};
+            ds_rope(&s05, st);
+            ds_rope(&s7, st);
+            ds_rope(&s3, st);
+            ds_rope(&s64, st);
+        }
+    const ds_rs sn = {32, 4, 128, 64, MF_ROPE_NORMAL, 0.25f, MF_TYPE_Q8_0, 7, 0, 7, 0};
+    const ds_rs snn = {32, 4, 128, 96, MF_ROPE_NORMAL, 0.5f, MF_TYPE_F16, 1, 50, 51, 1};
+    ds_rope(&sn, st);
+    ds_rope(&snn, st);
+    lat_default();
+    /* split-KV decode: few busy splits, many mostly empty ones, a long range (split loop past the registers) */
+    for (int k = 0; k < 2; k++) {
+        lat_decattn(28, 4, 128, 37, nts[k], MF_TYPE_F16, true);
+        lat_decattn(14, 2, 64, 700, nts[k], MF_TYPE_Q8_0, false);
+        lat_decattn(14, 2, 64, 100, nts[k], MF_TYPE_F32, true);
+        if (!small)
+            lat_decattn(28, 4, 128, 4095, nts[k], MF_TYPE_F16, true);
+    }
+    if (getenv("MINFER_CUDA_TEST_BENCH") && atoi(getenv("MINFER_CUDA_TEST_BENCH")) > 0)
+        lat_bench(st);
     cudaStreamDestroy(st);
 }
 
@@ -4168,6 +4565,8 @@ int main(void) {
         run_preattn();
     if (fam("decsmall"))
         decsmall_family();
+    if (fam("lat"))
+        lat_family();
     if (fam("gemvfuse"))
         gemvfuse_family();
     if (fam("misc")) {

@@ -145,9 +145,24 @@ static __device__ __forceinline__ int64_t da_chunk(int64_t n_kv, int n_split) {
     return (max(chunk, (int64_t)DA_MIN_CHUNK) + DA_MIN_CHUNK - 1) / DA_MIN_CHUNK * DA_MIN_CHUNK;
 }
 
+/* da_chunk in 32-bit arithmetic where n_kv allows (the same value): the
+ * 64-bit division is a long subroutine on the path to the first K load. */
+static __device__ __forceinline__ int64_t da_chunk32(int64_t n_kv, int n_split) {
+    if (n_kv > (int64_t)(0x7fffffff - n_split))
+        return da_chunk(n_kv, n_split);
+    const int chunk = ((int)n_kv + n_split - 1) / n_split;
+    return (max(chunk, DA_MIN_CHUNK) + DA_MIN_CHUNK - 1) / DA_MIN_CHUNK * DA_MIN_CHUNK;
+}
+
 /* The split kernel (see the file comment). part: acc[(t * n_head + h) *
- * n_split + s][hd], then (m, l) pairs at the same index. */
-template <int HD, int KVT>
+ * n_split + s][hd], then (m, l) pairs at the same index.
+ * LAT (MINFER_CUDA_LAT, f32 and f16 caches): the old kernel is three
+ * dependent round trips before any math -- n_past_dev, then q (its loads sit
+ * behind the empty-chunk exit, which needs n_past), then K/V (issued after
+ * q is scaled, which waits for q). With LAT q is loaded with n_past, right
+ * after the wait, and the chunk is divided in 32 bits: two round trips.
+ * The arithmetic is unchanged, so the partials are bitwise the old ones. */
+template <int HD, int KVT, bool LAT = false>
 static __global__ void __launch_bounds__(32 * DA_WARPS) attn_decode_kernel(mf_cu_attn_args a, int n_split) {
     constexpr int LPR = HD / 8, RPW = 32 / LPR, SUB = LPR / 8, BR = DA_NB * RPW;
     static_assert(LPR >= 8 && LPR <= 32 && 32 % LPR == 0, "8 elements a lane, whole rows per warp");
@@ -161,8 +176,19 @@ static __global__ void __launch_bounds__(32 * DA_WARPS) attn_decode_kernel(mf_cu
     const int G = a.n_head / a.n_head_kv;
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
     const int rg = lane / LPR, j = lane % LPR;
+    const float *qb = a.q + (t * a.n_head + (int64_t)kvh * G) * HD + 8 * j;
+    float4 qv[LAT ? DA_G : 1][2]; /* LAT: q as loaded, before n_past is known */
+    if (LAT)
+#pragma unroll
+        for (int g = 0; g < DA_G; g++) {
+            qv[g][0] = qv[g][1] = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+            if (g < G) {
+                qv[g][0] = *(const float4 *)(qb + g * HD);
+                qv[g][1] = *(const float4 *)(qb + g * HD + 4);
+            }
+        }
     const int64_t n_kv = (a.n_past_dev ? (int64_t)*a.n_past_dev : a.n_past) + t + 1;
-    const int64_t chunk = da_chunk(n_kv, n_split);
+    const int64_t chunk = LAT ? da_chunk32(n_kv, n_split) : da_chunk(n_kv, n_split);
     const int64_t r0 = (int64_t)split * chunk, r1 = min(r0 + chunk, n_kv);
     const int64_t p0 = (t * a.n_head + (int64_t)kvh * G) * n_split + split; /* head g: p0 + g * n_split */
     float *pacc = a.part, *pml = a.part + a.nt * a.n_head * (int64_t)n_split * HD;
@@ -177,11 +203,13 @@ static __global__ void __launch_bounds__(32 * DA_WARPS) attn_decode_kernel(mf_cu
     float q[DA_G][8];
     {
         const float qs = a.scale * DA_LOG2E;
-        const float *qb = a.q + (t * a.n_head + (int64_t)kvh * G) * HD + 8 * j;
 #pragma unroll
         for (int g = 0; g < DA_G; g++) {
             float4 x0 = make_float4(0.0f, 0.0f, 0.0f, 0.0f), x1 = x0;
-            if (g < G) {
+            if (LAT) {
+                x0 = qv[LAT ? g : 0][0];
+                x1 = qv[LAT ? g : 0][1];
+            } else if (g < G) {
                 x0 = *(const float4 *)(qb + g * HD);
                 x1 = *(const float4 *)(qb + g * HD + 4);
             }
@@ -365,6 +393,85 @@ static __global__ void __launch_bounds__(DC_THREADS) attn_decode_combine(mf_cu_a
     }
 }
 
+/* MINFER_CUDA_LAT's combine, bitwise equal to the one above. That one is a
+ * chain of round trips: warp 0 loads the m's (max), loads them again with
+ * the l's (weights into s_w), a barrier, then every thread loads its acc
+ * values, a barrier, the store. Here every thread issues all its loads at
+ * once after the wait -- its acc values and m's (splits part + k P, the
+ * first DCL_E in registers) and the whole (m, l) list in warp 0's lane order
+ * -- and every warp replays warp 0's max and weighted-l sum (same lane
+ * order, same shuffle tree: the same L in every warp), so the weights need
+ * no shared array and no barrier; each thread's weight exp2f(m_s - M) and
+ * its acc sum are the old expressions in the old order. One barrier (the
+ * P-way sum) remains. */
+#define DCL_E 8
+#define DCL_ML (DA_MAX_SPLIT / 32)
+static __global__ void __launch_bounds__(DC_THREADS) attn_decode_combine_lat(mf_cu_attn_args a, int n_split) {
+    __shared__ float s_red[DC_THREADS];
+    mf_pdl_wait();
+    mf_pdl_trigger();
+    const int h = blockIdx.x, hd = a.head_dim, lane = threadIdx.x & 31;
+    const int64_t t = blockIdx.y;
+    const int64_t n_kv = (a.n_past_dev ? (int64_t)*a.n_past_dev : a.n_past) + t + 1;
+    const int64_t chunk = da_chunk32(n_kv, n_split);
+    const int n_act = n_kv <= (int64_t)(0x7fffffff - chunk) ? ((int)n_kv + (int)chunk - 1) / (int)chunk
+                                                             : (int)((n_kv + chunk - 1) / chunk); /* 1 .. n_split */
+    const int64_t base = (t * a.n_head + h) * n_split;
+    const float *pacc = a.part, *pml = a.part + a.nt * a.n_head * (int64_t)n_split * hd;
+    const int P = DC_THREADS / hd, part = threadIdx.x / hd, d = threadIdx.x % hd;
+    float pv[DCL_E], pm[DCL_E], wm[DCL_ML], wl[DCL_ML];
+#pragma unroll
+    for (int k = 0; k < DCL_E; k++) {
+        const int s = part + k * P;
+        pv[k] = s < n_act ? pacc[(base + s) * hd + d] : 0.0f;
+        pm[k] = s < n_act ? pml[2 * (base + s)] : 0.0f;
+    }
+#pragma unroll
+    for (int k = 0; k < DCL_ML; k++) {
+        const int s = lane + 32 * k;
+        wm[k] = s < n_act ? pml[2 * (base + s)] : -INFINITY;
+        wl[k] = s < n_act ? pml[2 * (base + s) + 1] : 0.0f;
+    }
+    float M = -INFINITY;
+#pragma unroll
+    for (int k = 0; k < DCL_ML; k++)
+        M = fmaxf(M, wm[k]);
+#pragma unroll
+    for (int off = 16; off > 0; off >>= 1)
+        M = fmaxf(M, __shfl_xor_sync(0xffffffffu, M, off)); /* finite: split 0 has rows */
+    float L = 0.0f;
+#pragma unroll
+    for (int k = 0; k < DCL_ML; k++)
+        if (lane + 32 * k < n_act) {
+            const float w = exp2f(wm[k] - M);
+            L += w * wl[k];
+        }
+#pragma unroll
+    for (int off = 16; off > 0; off >>= 1)
+        L += __shfl_xor_sync(0xffffffffu, L, off);
+    float acc = 0.0f;
+#pragma unroll
+    for (int k = 0; k < DCL_E; k++)
+        if (part + k * P < n_act) {
+            const float w = exp2f(pm[k] - M);
+            acc += w * pv[k];
+        }
+    for (int s = part + DCL_E * P; s < n_act; s += P) { /* splits past the registers */
+        const float w = exp2f(pml[2 * (base + s)] - M);
+        acc += w * pacc[(base + s) * hd + d];
+    }
+    s_red[threadIdx.x] = acc;
+    __syncthreads();
+    if ((int)threadIdx.x < hd) {
+        float o = 0.0f;
+        for (int k = 0; k < P; k++)
+            o += s_red[k * hd + threadIdx.x];
+        a.out[(t * a.n_head + h) * (int64_t)hd + threadIdx.x] = o / L;
+    }
+}
+
+extern int mf_cu_lat; /* norm.cu */
+
 static int da_kvt(uint32_t kv_type) {
     return kv_type == MF_TYPE_F32 ? DA_F32 : kv_type == MF_TYPE_F16 ? DA_F16 : kv_type == MF_TYPE_Q8_0 ? DA_Q8 : -1;
 }
@@ -399,7 +506,11 @@ extern "C" cudaError_t mf_cu_attn_decode(const mf_cu_attn_args *a, cudaStream_t 
     const dim3 grid((unsigned)a->n_head_kv, (unsigned)n_split, (unsigned)a->nt), block(32 * DA_WARPS);
     const int kvt = da_kvt(a->kv_type);
     void (*k)(mf_cu_attn_args, int) =
-        a->head_dim == 64 ? (kvt == DA_F32   ? attn_decode_kernel<64, DA_F32>
+        mf_cu_lat && kvt != DA_Q8 ? (a->head_dim == 64 ? (kvt == DA_F32 ? attn_decode_kernel<64, DA_F32, true>
+                                                                        : attn_decode_kernel<64, DA_F16, true>)
+                                                       : (kvt == DA_F32 ? attn_decode_kernel<128, DA_F32, true>
+                                                                        : attn_decode_kernel<128, DA_F16, true>))
+        : a->head_dim == 64 ? (kvt == DA_F32   ? attn_decode_kernel<64, DA_F32>
                              : kvt == DA_F16 ? attn_decode_kernel<64, DA_F16>
                                              : attn_decode_kernel<64, DA_Q8>)
                           : (kvt == DA_F32   ? attn_decode_kernel<128, DA_F32>
@@ -408,8 +519,8 @@ extern "C" cudaError_t mf_cu_attn_decode(const mf_cu_attn_args *a, cudaStream_t 
     cudaError_t e = mf_launch(k, grid, block, 0, s, *a, n_split);
     if (e != cudaSuccess)
         return e;
-    return mf_launch(attn_decode_combine, dim3((unsigned)a->n_head, (unsigned)a->nt), dim3(DC_THREADS), 0, s, *a,
-                     n_split);
+    return mf_launch(mf_cu_lat ? attn_decode_combine_lat : attn_decode_combine, dim3((unsigned)a->n_head,
+                     (unsigned)a->nt), dim3(DC_THREADS), 0, s, *a, n_split);
 }
 
 #include "backend/cuda/probe.cuh"
@@ -421,6 +532,11 @@ extern "C" cudaError_t mf_cu_probe_attn_decode(size_t smem_limit, const char **b
     MF_PROBE((attn_decode_kernel<128, DA_F32>), 32 * DA_WARPS);
     MF_PROBE((attn_decode_kernel<128, DA_F16>), 32 * DA_WARPS);
     MF_PROBE((attn_decode_kernel<128, DA_Q8>), 32 * DA_WARPS);
+    MF_PROBE((attn_decode_kernel<64, DA_F32, true>), 32 * DA_WARPS);
+    MF_PROBE((attn_decode_kernel<64, DA_F16, true>), 32 * DA_WARPS);
+    MF_PROBE((attn_decode_kernel<128, DA_F32, true>), 32 * DA_WARPS);
+    MF_PROBE((attn_decode_kernel<128, DA_F16, true>), 32 * DA_WARPS);
     MF_PROBE(attn_decode_combine, DC_THREADS);
+    MF_PROBE(attn_decode_combine_lat, DC_THREADS);
     return cudaSuccess;
 }

@@ -52,10 +52,14 @@ typedef struct mf_cu_matmul_args {
     void *xf16;             /* scratch of its x_bytes */
     int32_t gemv_v1;        /* MINFER_CUDA_GEMV_V1: the int8 GEMV on the v1 kernels (else v3) */
     int32_t gemv_auto;      /* v3 only where it measured faster (mf_cu_gemv_v3_wanted) */
+    int32_t gemv_v4;        /* nt == 1, the v4 GEMV: -1 where mf_cu_q8v4_u's rule takes it, 1 / 2 slices
+                               per lane in flight everywhere it can, 0 off */
     int32_t prologue;       /* int8 GEMV: 1 quantize x in the GEMV's prologue where mf_cu_q8_prologue_rule
                                allows, 2 wherever it fits (tests), 0 the separate quantize kernel
                                (default; MINFER_CUDA_GEMV_PROLOGUE=1 opts in) */
     int32_t no_split;       /* MINFER_CUDA_NO_MMA_SPLIT: no split-K in the mma tier */
+    int32_t mma_cfg;        /* the mma GEMM's tile config 0 .. MF_CU_MMA_N_CFG - 1 (gemm_mma.cu lists
+                               them; the backend passes MINFER_CUDA_MMA_CFG, default 2); others: 0 */
 } mf_cu_matmul_args;
 cudaError_t mf_cu_matmul(const mf_cu_matmul_args *a, cudaStream_t s);
 
@@ -63,6 +67,7 @@ cudaError_t mf_cu_matmul(const mf_cu_matmul_args *a, cudaStream_t s);
  * auto at nt >= mma_min_nt without no_mma / no_tc; n_in % 8 == 0 and a
  * device that passed mf_cu_probe_mma), the scratch it needs, and the
  * launcher (dequantize W to f16 per chunk, x to f16, mma.sync GEMM). */
+#define MF_CU_MMA_N_CFG 4 /* MINFER_CUDA_MMA_CFG values 0 .. 3 */
 int mf_cu_mma_wanted(const mf_cu_matmul_args *a);
 void mf_cu_mma_scratch(const mf_cu_matmul_args *a, size_t *w_bytes, size_t *x_bytes);
 cudaError_t mf_cu_gemm_mma(const mf_cu_matmul_args *a, cudaStream_t s);
@@ -87,6 +92,7 @@ typedef struct mf_cu_mma_multi_args {
     int32_t x_ready;        /* xf16 already holds x as f16 */
     uint64_t wchunk_bytes;  /* 0: the tier's default */
     void *wf16, *xf16;
+    int32_t mma_cfg;        /* as mf_cu_matmul_args.mma_cfg */
 } mf_cu_mma_multi_args;
 int mf_cu_mma_multi_ok(const mf_cu_mma_multi_args *a);
 void mf_cu_mma_multi_scratch(const mf_cu_mma_multi_args *a, size_t *w_bytes, size_t *x_bytes);
@@ -126,6 +132,7 @@ typedef struct mf_cu_q8_multi_args {
     int32_t v2;           /* MINFER_CUDA_GEMV_V2: Q4_K weights take the paired-unit GEMV */
     int32_t gemv_v1;      /* MINFER_CUDA_GEMV_V1: the v1 kernels (else the v3 row-pair GEMV) */
     int32_t gemv_auto;    /* v3 only where it measured faster (mf_cu_gemv_v3_wanted) */
+    int32_t gemv_v4;      /* as mf_cu_matmul_args.gemv_v4 */
     int32_t prologue;     /* as mf_cu_matmul_args.prologue (with norm: RMSNorm + quantize in the prologue) */
     float *y[3];
     int64_t n_out[3];
@@ -316,6 +323,14 @@ void mf_cu_set_gemv_pf(int groups, int lines);
  * block per (token, head) (MINFER_CUDA_NO_WIDE_ROPE=1 clears it). Both are
  * bitwise equal to the kernels they replace. */
 void mf_cu_set_wide(int norm, int rope);
+/* The decode row kernels without serial load chains (RMSNorm, q8
+ * norm-quant, per-head rope-store, split-KV combine), bitwise equal to the
+ * ones they replace: on by default, MINFER_CUDA_LAT=0 runs exactly the old
+ * kernels. Set once at backend creation (tests flip it). */
+void mf_cu_set_lat(int on);
+/* The v4 GEMV's pre-wait L2 prefetch of each block's first batch
+ * (MINFER_CUDA_GEMV_V4_PF, default on; gemv_q8v4.cu). */
+void mf_cu_set_gemv_v4_pf(int on);
 /* Test entry: the int8 GEMV's activation quantization alone, nt rows of n_in
  * (n_in % 32 == 0) into q8 (mf_cu_q8_bytes layout), RMSNorm'ed by w (NULL:
  * none) and eps first when norm. */

@@ -108,6 +108,7 @@ typedef struct cu_ctx {
     uint64_t mma_chunk; /* f16 weight bytes per mma dequant chunk (0: 320 MiB; tests shrink it) */
     int no_mma_fuse;  /* MINFER_CUDA_NO_MMA_FUSE=1: QKV / gate+up as per-weight mma GEMMs */
     int no_mma_split; /* MINFER_CUDA_NO_MMA_SPLIT=1: no split-K in the mma tier */
+    int mma_cfg;      /* MINFER_CUDA_MMA_CFG: mma GEMM tile config (0: the session-2 tiles) */
     int no_q8; /* MINFER_CUDA_NO_Q8=1: f32-activation GEMV for decode */
     int trace; /* MINFER_TRACE=1: every launch printed to stderr as it is made */
     int fuse;  /* MINFER_CUDA_FUSE_GEMV=1: QKV / gate+up(+SwiGLU) as one int8 GEMV launch */
@@ -117,6 +118,8 @@ typedef struct cu_ctx {
     int gemv_v2;   /* MINFER_CUDA_GEMV_V2=1: Q4_K decode GEMVs take the paired-unit kernel */
     int gemv_v1;   /* MINFER_CUDA_GEMV_V1=1: the int8 GEMVs on the v1 kernels (default: v3) */
     int gemv_auto; /* v3 only where it measured faster; MINFER_CUDA_GEMV_V3=1: v3 everywhere */
+    int gemv_v4;   /* one-token GEMVs on the v4 kernel: -1 auto rule (default), MINFER_CUDA_GEMV_V4=U forces
+                      U slices in flight (1, 2), =0 off */
     int gemv_pro;  /* int8 GEMV quantizes x in its prologue: 1 auto rule, 2 always (tests), 0 the separate
                       quantize kernels (opt-in MINFER_CUDA_GEMV_PROLOGUE=1) */
     int flash;     /* MINFER_CUDA_FLASH_PREFILL=1: query-tiled attention for nt > 8 */
@@ -684,7 +687,7 @@ static int run_matmul(exec *x, const mf_matmul_meta *m, const float *in, float *
                            .x = in, .bias = bias, .y = y, .n_in = m->n_in, .n_out = m->n_out,
                            .nt = nt, .force_gemm = x->c->matmul_mode, .no_tc = x->c->no_tc,
                            .gemv_v1 = x->c->gemv_v1, .gemv_auto = x->c->gemv_auto,
-                           .prologue = x->c->gemv_pro};
+                           .gemv_v4 = x->c->gemv_v4, .prologue = x->c->gemv_pro};
     const int mode = x->c->matmul_mode;
     const bool q8 = mf_cu_q8_supported(m->wtype, m->n_in) && nt <= 8 &&
                     (mode == -2 || (mode == 0 && !x->c->no_q8));
@@ -702,6 +705,7 @@ static int run_matmul(exec *x, const mf_matmul_meta *m, const float *in, float *
     a.mma_min_nt = x->c->mma_min_nt;
     a.wchunk_bytes = x->c->mma_chunk;
     a.no_split = x->c->no_mma_split;
+    a.mma_cfg = x->c->mma_cfg;
     if (!q8 && mf_cu_mma_wanted(&a)) {
         size_t wb, xb;
         mf_cu_mma_scratch(&a, &wb, &xb);
@@ -731,7 +735,7 @@ static int run_mma_multi(exec *x, const mf_matmul_meta *const *mm, int n, bool s
     if (x->c->no_mma_fuse || x->norm || nt <= 8 || (mode != 0 && mode != 3))
         return 1;
     mf_cu_mma_multi_args a = {.n_w = n, .swiglu = swiglu, .x = in, .n_in = mm[0]->n_in, .nt = nt,
-                              .wchunk_bytes = x->c->mma_chunk};
+                              .wchunk_bytes = x->c->mma_chunk, .mma_cfg = x->c->mma_cfg};
     for (int i = 0; i < n; i++) {
         const mf_matmul_meta *m = mm[i];
         mf_cu_matmul_args t = {.wtype = m->wtype, .n_in = m->n_in, .n_out = m->n_out, .nt = nt,
@@ -785,7 +789,7 @@ static int run_multi(exec *x, const mf_matmul_meta *const *mm, int n, bool swigl
     mf_cu_q8_multi_args a = {.n_w = n, .swiglu = swiglu, .x = x->norm ? x->norm_x : in, .n_in = mm[0]->n_in,
                              .nt = nt, .norm = x->norm, .norm_w = x->norm_w, .norm_eps = x->norm_eps,
                              .v2 = x->c->gemv_v2, .gemv_v1 = x->c->gemv_v1, .gemv_auto = x->c->gemv_auto,
-                             .prologue = x->c->gemv_pro};
+                             .gemv_v4 = x->c->gemv_v4, .prologue = x->c->gemv_pro};
     for (int i = 0; i < n; i++) {
         const mf_matmul_meta *m = mm[i];
         if (!(a.w[i] = weight_ptr(x, m->weight, m->wtype, m->n_in, m->n_out)))
@@ -1784,12 +1788,23 @@ static int open_device(cu_ctx *c, mf_error *err) {
     return 0;
 }
 
+/* The mma GEMM's tile config: MINFER_CUDA_MMA_CFG, default 2 (64x64 warp
+ * tiles, k step 64, 3 stages: the fastest on the H200, docs/PERF.md entry
+ * 13); 0 is the session-2 kernel exactly; out of range: the default. */
+static int mma_cfg_from_env(void) {
+    const int64_t c = mf_env_int("MINFER_CUDA_MMA_CFG", 2);
+    return c >= 0 && c < MF_CU_MMA_N_CFG ? (int)c : 2;
+}
+
 /* The int8 GEMV's kernel choice as the environment asks (at creation, and
  * when a test hands the choice back). */
 static void gemv_from_env(cu_ctx *c) {
     c->gemv_v1 = mf_env_flag("MINFER_CUDA_GEMV_V1");
     c->gemv_auto = !mf_env_flag("MINFER_CUDA_GEMV_V3");
     c->gemv_pro = mf_env_flag("MINFER_CUDA_GEMV_PROLOGUE") ? 1 : 0;
+    /* v4 by its rule unless v1 / v3 everywhere was asked for */
+    const int64_t u = mf_env_int("MINFER_CUDA_GEMV_V4", c->gemv_v1 || !c->gemv_auto ? 0 : -1);
+    c->gemv_v4 = u >= -1 && u <= 2 ? (int)u : -1;
 }
 
 int mf_backend_cuda_new_progress(const mf_weights *w, mf_cuda_progress_fn progress, void *user,
@@ -1812,6 +1827,7 @@ int mf_backend_cuda_new_progress(const mf_weights *w, mf_cuda_progress_fn progre
     c->mma_min_nt = (int)mf_env_int("MINFER_CUDA_MMA_MIN_NT", 0);
     c->no_mma_fuse = mf_env_flag("MINFER_CUDA_NO_MMA_FUSE");
     c->no_mma_split = mf_env_flag("MINFER_CUDA_NO_MMA_SPLIT");
+    c->mma_cfg = mma_cfg_from_env();
     c->no_q8 = mf_env_flag("MINFER_CUDA_NO_Q8");
     c->fuse = mf_env_flag("MINFER_CUDA_FUSE_GEMV");
     /* On by default: the H200 run of 2026-11-30 00:21 measured rope-store + norm
@@ -1836,6 +1852,10 @@ int mf_backend_cuda_new_progress(const mf_weights *w, mf_cuda_progress_fn progre
     mf_cu_set_gemv_pf((int)mf_env_int("MINFER_CUDA_GEMV_PF", 0), mf_env_flag("MINFER_CUDA_GEMV_PF_LINES"));
     /* many-block RMSNorm / norm-quant and per-head rope-store (bitwise equal) */
     mf_cu_set_wide(!mf_env_flag("MINFER_CUDA_NO_WIDE_NORM"), !mf_env_flag("MINFER_CUDA_NO_WIDE_ROPE"));
+    /* on by default: +13 % 7B / +16 % 4B / +9 % 0.5B tg128 on the H200 (PERF.md
+     * entry 13), bitwise the same outputs; MINFER_CUDA_LAT=0 the old kernels */
+    mf_cu_set_lat(mf_env_int("MINFER_CUDA_LAT", 1) != 0);
+    mf_cu_set_gemv_v4_pf(mf_env_int("MINFER_CUDA_GEMV_V4_PF", 1) != 0);
     if (open_device(c, err))
         goto fail;
     cudaError_t e = cudaStreamCreateWithFlags(&c->stream, cudaStreamNonBlocking);
@@ -1897,6 +1917,11 @@ void mf_cuda_set_gemv_v2(mf_backend *b, bool on) {
 void mf_cuda_set_gemv_v1(mf_backend *b, bool on) {
     CX(b)->gemv_v1 = on;
     CX(b)->gemv_auto = false; /* the tests pick v1 or v3 exactly */
+    CX(b)->gemv_v4 = 0;
+}
+
+void mf_cuda_set_gemv_v4(mf_backend *b, int u) {
+    CX(b)->gemv_v4 = u >= -1 && u <= 2 ? u : 0;
 }
 
 void mf_cuda_reset_gemv(mf_backend *b) {
@@ -1929,6 +1954,10 @@ void mf_cuda_set_mma_chunk(mf_backend *b, uint64_t bytes) {
 void mf_cuda_set_mma_fuse(mf_backend *b, int fuse, int split) {
     CX(b)->no_mma_fuse = !fuse;
     CX(b)->no_mma_split = !split;
+}
+
+void mf_cuda_set_mma_cfg(mf_backend *b, int cfg) {
+    CX(b)->mma_cfg = cfg >= 0 && cfg < MF_CU_MMA_N_CFG ? cfg : mma_cfg_from_env();
 }
 
 void mf_cuda_set_graphs(mf_backend *b, bool on) {

@@ -50,6 +50,10 @@ void mf_cuda_set_mma_chunk(mf_backend *b, uint64_t bytes);
  * MINFER_CUDA_NO_MMA_FUSE=1 gives) and its split-K (split; off = what
  * MINFER_CUDA_NO_MMA_SPLIT=1 gives). */
 void mf_cuda_set_mma_fuse(mf_backend *b, int fuse, int split);
+/* Tests: the mma GEMM's tile config as MINFER_CUDA_MMA_CFG=cfg gives (0 the
+ * session-2 tiles, 1 .. MF_CU_MMA_N_CFG - 1 the newer ones, cuda_args.h;
+ * others: what the environment says, default 2). */
+void mf_cuda_set_mma_cfg(mf_backend *b, int cfg);
 
 /* Tests: the fused decode GEMV of MINFER_CUDA_FUSE_GEMV on or off. */
 void mf_cuda_set_fuse(mf_backend *b, bool on);
@@ -69,6 +73,9 @@ void mf_cuda_set_gemv_v2(mf_backend *b, bool on);
  * the auto rule; mf_cuda_reset_gemv restores what the environment says. */
 void mf_cuda_set_gemv_v1(mf_backend *b, bool on);
 void mf_cuda_reset_gemv(mf_backend *b);
+/* Tests: one-token GEMVs on the v4 kernel with u slices per lane in flight
+ * (1, 2; 0 off; -1 the default rule), as MINFER_CUDA_GEMV_V4=u. */
+void mf_cuda_set_gemv_v4(mf_backend *b, int u);
 /* The int8 GEMV's quantizing prologue (opt-in MINFER_CUDA_GEMV_PROLOGUE=1): 0 off
  * (the separate quantize / norm-quant kernels), 1 the auto rule
  * (mf_cu_q8_prologue_rule), 2 wherever it fits; < 0: what the environment

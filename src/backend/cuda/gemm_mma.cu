@@ -25,6 +25,17 @@
  *      (n_out 128 .. 4864 at nt 512) still spread over the SMs. blockIdx.x
  *      walks the token tiles, so the blocks that share a weight tile (the
  *      big operand) are scheduled together.
+ *      Opt-in tile configs (MINFER_CUDA_MMA_CFG=1..3, session 3, until
+ *      measured; 0 / unset = the above exactly): mma_gemm64_kernel, warp
+ *      tile 64x64 (8 ldmatrix per 32 mma instead of 6 per 16), copy roles
+ *      and their bounds fixed before the k loop (the 64x32 kernel spends
+ *      ~500 instructions of 64-bit address math per 32 mma), fragments
+ *      double-buffered in registers; it replaces the 128x128 tile where
+ *      plan_gemm takes it: 1 = 128x128 / 4 warps / BK 32 / 4 stages, 2 =
+ *      the same with BK 64 / 3 stages (half the barriers), 3 = 256x128 / 8
+ *      warps / BK 64 / 3 stages where that grid alone fills 3/4 of a wave
+ *      (1 block per SM; 3/4 of the L2 traffic per FLOP), else as 2. Same
+ *      epilogues.
  *      Split-K (EPI_PLAIN, i.e. single matmuls): when the chosen config's
  *      grid fills at most half a wave, blockIdx.z takes a k range and the
  *      f32 partials (in the weight scratch, after the f16 chunk) are summed
@@ -61,6 +72,7 @@
 #define MMA_MAX_CHUNK_ROWS ((int64_t)1 << 21) /* keeps gridDim.y <= 32768 */
 
 static int g_mma_ok = -1; /* set by mf_cu_mma_probe: 1 usable, 0 not (cc < 8.0, smem) */
+static int g_cfg_ok[MF_CU_MMA_N_CFG] = {1}; /* per MINFER_CUDA_MMA_CFG: its opt-in smem fits */
 static int g_sms = 132;
 
 template <int BM, int BN, int WM = 0, int WN = 0> static constexpr size_t mma_smem_bytes() {
@@ -222,6 +234,72 @@ struct mma_epi {
     int64_t zstride;
 };
 
+/* Stores a warp's (16 MI) x (8 NI) accumulator tile, rows from ob0 (a
+ * multiple of 16), tokens from tb0, through epilogue EPI (mma_epi above);
+ * rows >= n_out and tokens >= nt are skipped. Shared by every GEMM config:
+ * only the m16n8 fragment layout matters (c0 c1: row g, c2 c3: row g + 8),
+ * which is what EPI_SWIGLU's 8-row gate/up interleave relies on. */
+template <int EPI, int MI, int NI>
+static __device__ __forceinline__ void mma_epilogue(const float (&acc)[MI][NI][4], int64_t ob0, int64_t tb0,
+                                                    int64_t n_out, int64_t nt, const mma_epi &ep, int lane) {
+    /* c0 c1: output row g, tokens 2q, 2q + 1; c2 c3: output row g + 8 */
+    const int g = lane >> 2, q = lane & 3;
+    if constexpr (EPI == EPI_SWIGLU) {
+        /* rows ob .. ob + 15 (ob % 16 == 0): gate then up of outputs ob / 2 + [0, 8) */
+        float *y = ep.y[0];
+        const int64_t ld = ep.ld[0];
+#pragma unroll
+        for (int i = 0; i < MI; i++) {
+            const int64_t ob = ob0 + 16 * i;
+            if (ob >= n_out)
+                continue;
+            const int64_t f = ob / 2 + g;
+            const float bg = ep.bias[0] ? ep.bias[0][f] : 0.0f, bu = ep.bias[1] ? ep.bias[1][f] : 0.0f;
+#pragma unroll
+            for (int j = 0; j < NI; j++) {
+                const int64_t t = tb0 + 8 * j + 2 * q;
+#pragma unroll
+                for (int e = 0; e < 2; e++) {
+                    if (t + e < nt) {
+                        const float gv = acc[i][j][e] + bg;
+                        y[(t + e) * ld + f] = gv / (1.0f + expf(-gv)) * (acc[i][j][2 + e] + bu);
+                    }
+                }
+            }
+        }
+    } else {
+#pragma unroll
+        for (int i = 0; i < MI; i++) {
+#pragma unroll
+            for (int h = 0; h < 2; h++) {
+                const int64_t o = ob0 + 16 * i + g + 8 * h;
+                if (o >= n_out)
+                    continue;
+                /* selects, not a dynamic index: the parameter struct stays out of local memory */
+                float *y = ep.y[0] + (int64_t)blockIdx.z * ep.zstride;
+                const float *bp = ep.bias[0];
+                int64_t ld = ep.ld[0], oo = o;
+                if (EPI == EPI_ROUTE && o >= ep.end[0]) {
+                    const bool v = o >= ep.end[1];
+                    y = v ? ep.y[2] : ep.y[1];
+                    bp = v ? ep.bias[2] : ep.bias[1];
+                    ld = v ? ep.ld[2] : ep.ld[1];
+                    oo = o - (v ? ep.end[1] : ep.end[0]);
+                }
+                const float b = bp ? bp[oo] : 0.0f;
+#pragma unroll
+                for (int j = 0; j < NI; j++) {
+                    const int64_t t = tb0 + 8 * j + 2 * q;
+                    if (t < nt)
+                        y[t * ld + oo] = acc[i][j][2 * h] + b;
+                    if (t + 1 < nt)
+                        y[(t + 1) * ld + oo] = acc[i][j][2 * h + 1] + b;
+                }
+            }
+        }
+    }
+}
+
 /* Contract: for o < n_out, t < nt: acc(o, t) = sum_k x[t][k] w[o][k] over the
  * k range [z k_len, min(n_in, (z + 1) k_len)) of split z = blockIdx.z, stored
  * through the epilogue EPI (above). w (n_out rows) and x (nt rows) f16
@@ -324,63 +402,138 @@ mma_gemm_kernel(const half *__restrict__ w, const half *__restrict__ x, int64_t 
         }
     }
     cp_wait<0>(); /* nothing useful is in flight, but leave no copy behind */
+    mma_epilogue<EPI, MI, NI>(acc, o0 + wm0, t0 + wn0, n_out, nt, ep, lane);
+}
 
-    /* c0 c1: output row g, tokens 2q, 2q + 1; c2 c3: output row g + 8 */
-    const int g = lane >> 2, q = lane & 3;
-    if constexpr (EPI == EPI_SWIGLU) {
-        /* rows ob .. ob + 15 (ob % 16 == 0): gate then up of outputs ob / 2 + [0, 8) */
-        float *y = ep.y[0];
-        const int64_t ld = ep.ld[0];
+/* Contract as mma_gemm_kernel (k_len % BK == 0), for the session-3 configs
+ * (MINFER_CUDA_MMA_CFG, opt-in): every warp owns a 64x64 sub-tile (4 x 8
+ * m16n8 accumulators: 8 ldmatrix.x4 feed 32 mma per k16 step, against 6 for
+ * 16 in the 64x32 warp tile, so the shared-memory traffic per mma drops by a
+ * third), the (BM / 64) x (BN / 64) warps of a block cover BM outputs x BN
+ * tokens, k advances BK per stage of a STAGES-deep cp.async ring (rows padded
+ * to BK + 8 halves: an 8-row ldmatrix phase and a row's cp.async stores fall
+ * in distinct 16-byte bank groups for BK 32 and 64 alike), MINB blocks per
+ * SM. Each thread's copy roles (one 16-byte column, rows every RPI) and
+ * their row bounds are fixed before the k loop; the k16 fragments are
+ * double-buffered in registers so ldmatrix of step s + 1 overlaps the mma
+ * of step s. */
+template <int BM, int BN, int BK, int STAGES, int MINB, int EPI>
+static __global__ void __launch_bounds__(32 * (BM / 64) * (BN / 64), MINB)
+mma_gemm64_kernel(const half *__restrict__ w, const half *__restrict__ x, int64_t n_in, int64_t k_len,
+                  int64_t n_out, int64_t nt, mma_epi ep) {
+    constexpr int WGN = BN / 64, NTH = 32 * (BM / 64) * WGN;
+    constexpr int MI = 4, NI = 8, KS = BK / 16;
+    constexpr int LDS = BK + 8;    /* halves per shared row */
+    constexpr int CPR = BK / 8;    /* 16-byte chunks per row */
+    constexpr int RPI = NTH / CPR; /* rows one copy pass covers */
+    constexpr uint32_t ROWB = LDS * 2, A_ST = BM * ROWB, B_ST = BN * ROWB;
+    static_assert(BM % RPI == 0 && BN % RPI == 0 && BM / RPI <= 32 && BN / RPI <= 32, "copy roles");
+    static_assert((BK == 32 || BK == 64) && STAGES >= 2, "k tile");
+    extern __shared__ __align__(16) unsigned char mma_smem[];
+    const uint32_t sa = smem_u32(mma_smem), sb = sa + STAGES * A_ST;
+    const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
+    const int wm0 = (warp / WGN) * 64, wn0 = (warp % WGN) * 64;
+    const int64_t t0 = (int64_t)blockIdx.x * BN, o0 = (int64_t)blockIdx.y * BM;
+    const int64_t kz = (int64_t)blockIdx.z * k_len;
+    const int64_t kend = n_in - kz < k_len ? n_in - kz : k_len;
+    const uint64_t ldk = (uint64_t)n_in;
+    w += kz;
+    x += kz;
+    const int ktiles = (int)((kend + BK - 1) / BK);
+
+    /* copy roles: column lc of rows lr0 + RPI it; rows past n_out / nt are
+     * zero-filled from a valid dummy address. BK 64: an 8-lane phase stores
+     * one row's 128 contiguous bytes; BK 32 (80-byte rows): one column of 8
+     * rows (16-byte groups 5 r + c mod 8, all distinct), which row-major
+     * roles would not give (rows r, r + 1 of a phase collide) */
+    const int lc = CPR == 4 ? (tid >> 3) & 3 : tid % CPR;
+    const int lr0 = CPR == 4 ? (tid >> 5) * 8 + (tid & 7) : tid / CPR;
+    uint32_t amask = 0, bmask = 0;
 #pragma unroll
-        for (int i = 0; i < MI; i++) {
-            const int64_t ob = o0 + wm0 + 16 * i;
-            if (ob >= n_out)
-                continue;
-            const int64_t f = ob / 2 + g;
-            const float bg = ep.bias[0] ? ep.bias[0][f] : 0.0f, bu = ep.bias[1] ? ep.bias[1][f] : 0.0f;
+    for (int it = 0; it < BM / RPI; it++)
+        amask |= (uint32_t)(o0 + lr0 + RPI * it < n_out) << it;
 #pragma unroll
-            for (int j = 0; j < NI; j++) {
-                const int64_t t = t0 + wn0 + 8 * j + 2 * q;
+    for (int it = 0; it < BN / RPI; it++)
+        bmask |= (uint32_t)(t0 + lr0 + RPI * it < nt) << it;
+    const half *wsrc = w + (uint64_t)(o0 + lr0) * ldk + 8 * lc;
+    const half *xsrc = x + (uint64_t)(t0 + lr0) * ldk + 8 * lc;
+    const uint64_t rstep = (uint64_t)RPI * ldk;
+    const uint32_t sdst = (uint32_t)lr0 * ROWB + 16 * lc;
+    auto load = [&](int stage, int kt) {
+        const int64_t k0 = (int64_t)kt * BK;
+        const bool kok = k0 + 8 * lc < kend;
+        const uint32_t da = sa + stage * A_ST + sdst, db = sb + stage * B_ST + sdst;
 #pragma unroll
-                for (int e = 0; e < 2; e++) {
-                    if (t + e < nt) {
-                        const float gv = acc[i][j][e] + bg;
-                        y[(t + e) * ld + f] = gv / (1.0f + expf(-gv)) * (acc[i][j][2 + e] + bu);
-                    }
-                }
-            }
+        for (int it = 0; it < BM / RPI; it++) {
+            const bool ok = kok && ((amask >> it) & 1);
+            cp16(da + it * RPI * ROWB, ok ? wsrc + it * rstep + k0 : w, ok);
         }
-    } else {
 #pragma unroll
-    for (int i = 0; i < MI; i++) {
-#pragma unroll
-        for (int h = 0; h < 2; h++) {
-            const int64_t o = o0 + wm0 + 16 * i + g + 8 * h;
-            if (o >= n_out)
-                continue;
-            /* selects, not a dynamic index: the parameter struct stays out of local memory */
-            float *y = ep.y[0] + (int64_t)blockIdx.z * ep.zstride;
-            const float *bp = ep.bias[0];
-            int64_t ld = ep.ld[0], oo = o;
-            if (EPI == EPI_ROUTE && o >= ep.end[0]) {
-                const bool v = o >= ep.end[1];
-                y = v ? ep.y[2] : ep.y[1];
-                bp = v ? ep.bias[2] : ep.bias[1];
-                ld = v ? ep.ld[2] : ep.ld[1];
-                oo = o - (v ? ep.end[1] : ep.end[0]);
-            }
-            const float b = bp ? bp[oo] : 0.0f;
-#pragma unroll
-            for (int j = 0; j < NI; j++) {
-                const int64_t t = t0 + wn0 + 8 * j + 2 * q;
-                if (t < nt)
-                    y[t * ld + oo] = acc[i][j][2 * h] + b;
-                if (t + 1 < nt)
-                    y[(t + 1) * ld + oo] = acc[i][j][2 * h + 1] + b;
-            }
+        for (int it = 0; it < BN / RPI; it++) {
+            const bool ok = kok && ((bmask >> it) & 1);
+            cp16(db + it * RPI * ROWB, ok ? xsrc + it * rstep + k0 : x, ok);
         }
+    };
+
+    float acc[MI][NI][4];
+#pragma unroll
+    for (int i = 0; i < MI; i++)
+#pragma unroll
+        for (int j = 0; j < NI; j++)
+#pragma unroll
+            for (int q = 0; q < 4; q++)
+                acc[i][j][q] = 0.0f;
+
+#pragma unroll
+    for (int s = 0; s < STAGES - 1; s++) {
+        if (s < ktiles)
+            load(s, s);
+        cp_commit(); /* empty groups keep the wait count uniform */
     }
+    /* ldmatrix lane roles as in mma_gemm_kernel, folded into byte offsets */
+    const int lm = lane >> 3, lr = lane & 7;
+    const uint32_t a_off = (uint32_t)(wm0 + (lm & 1) * 8 + lr) * ROWB + (lm >> 1) * 16;
+    const uint32_t b_off = (uint32_t)(wn0 + (lm >> 1) * 8 + lr) * ROWB + (lm & 1) * 16;
+    uint32_t af[2][MI][4], bf[2][NI][2];
+    auto frags = [&](int buf, uint32_t as, uint32_t bs, int ks) {
+#pragma unroll
+        for (int i = 0; i < MI; i++)
+            ldm_x4(as + 16 * i * ROWB + 32 * ks, af[buf][i]);
+#pragma unroll
+        for (int j = 0; j < NI; j += 2) {
+            uint32_t r[4];
+            ldm_x4(bs + 8 * j * ROWB + 32 * ks, r);
+            bf[buf][j][0] = r[0];
+            bf[buf][j][1] = r[1];
+            bf[buf][j + 1][0] = r[2];
+            bf[buf][j + 1][1] = r[3];
+        }
+    };
+
+    int st = 0, ld_st = STAGES - 1;
+    for (int kt = 0; kt < ktiles; kt++) {
+        cp_wait<STAGES - 2>();
+        __syncthreads(); /* tile kt landed for all; stage ld_st (read at kt - 1) is free */
+        if (kt + STAGES - 1 < ktiles)
+            load(ld_st, kt + STAGES - 1);
+        cp_commit();
+        ld_st = ld_st + 1 == STAGES ? 0 : ld_st + 1;
+        const uint32_t as = sa + st * A_ST + a_off, bs = sb + st * B_ST + b_off;
+        frags(0, as, bs, 0);
+#pragma unroll
+        for (int ks = 0; ks < KS; ks++) {
+            if (ks + 1 < KS)
+                frags((ks + 1) & 1, as, bs, ks + 1);
+#pragma unroll
+            for (int i = 0; i < MI; i++)
+#pragma unroll
+                for (int j = 0; j < NI; j++)
+                    mma16816(acc[i][j], af[ks & 1][i], bf[ks & 1][j][0], bf[ks & 1][j][1]);
+        }
+        st = st + 1 == STAGES ? 0 : st + 1;
     }
+    cp_wait<0>();
+    mma_epilogue<EPI, MI, NI>(acc, o0 + wm0, t0 + wn0, n_out, nt, ep, lane);
 }
 
 /* Split-K: y[t ldy + o] = sum_{z < split} part[z][t][o] (in order: the
@@ -401,6 +554,22 @@ splitk_reduce_kernel(const float *__restrict__ part, int split, const float *__r
 
 #define MMA_BIG 128, 128, 64, 32
 #define MMA_SMALL 64, 64, 32, 32
+/* MINFER_CUDA_MMA_CFG 1..3 (mma_gemm64_kernel: BM, BN, BK, STAGES, MINB),
+ * each replacing MMA_BIG where plan_gemm takes a big tile:
+ *   1: 128x128, 4 warps of 64x64, BK 32, 4 stages,  80 KiB, 2 blocks/SM
+ *   2: 128x128, 4 warps of 64x64, BK 64, 3 stages, 108 KiB, 2 blocks/SM
+ *   3: 256x128, 8 warps of 64x64, BK 64, 3 stages, 162 KiB, 1 block/SM
+ *      (where that grid fills 3/4 of a wave; elsewhere cfg 2's tiles) */
+#define MMA_C1 128, 128, 32, 4, 2
+#define MMA_C2 128, 128, 64, 3, 2
+#define MMA_C3 256, 128, 64, 3, 1
+
+template <int BM, int BN, int BK, int STAGES, int MINB> static constexpr size_t mma64_smem() {
+    return (size_t)STAGES * (BM + BN) * (BK + 8) * sizeof(half);
+}
+template <int BM, int BN, int BK, int STAGES, int MINB> static constexpr int mma64_threads() {
+    return 32 * (BM / 64) * (BN / 64);
+}
 
 /* ---- host side ------------------------------------------------------------------------------ */
 
@@ -425,23 +594,49 @@ static int64_t chunk_rows(const mf_cu_matmul_args *a) {
     return rows < a->n_out ? rows : a->n_out;
 }
 
-/* The GEMM config of a (rows x nt x n_in) product: 128x128 when it gives at
- * least 3/4 of a wave of blocks, else 64x64; and split-K (may_split) when
- * that grid fills at most half a wave (2 big or 5 small blocks per SM):
- * enough splits to fill about one wave, at most MMA_MAX_SPLIT, each at
- * least MMA_SPLIT_MIN_K deep (the partials' traffic stays small next to
- * the GEMM). */
+/* The GEMM tile of a (rows x nt x n_in) product under config cfg: 128x128
+ * (MMA_BIG, or cfg 1 / 2's 64x64-warp form of it; cfg 3: cfg 2's) when it
+ * gives at least 3/4 of a wave of blocks, else 64x64; cfg 3 takes 256x128
+ * where that alone gives 3/4 of a wave (1 block per SM). Split-K
+ * (may_split) when the grid fills at most half a wave (blocks per SM: 2
+ * big, 5 small, 1 for 256x128): enough splits to fill about one wave, at
+ * most MMA_MAX_SPLIT, each at least MMA_SPLIT_MIN_K deep (the partials'
+ * traffic stays small next to the GEMM). cfg 0 (or one the device cannot
+ * run) is exactly the session-2 choice. */
+enum { MMA_K_SMALL, MMA_K_BIG, MMA_K_C1, MMA_K_C2, MMA_K_C3 };
 struct gemm_plan {
-    bool big;
+    int kind; /* MMA_K_* */
     int split;
 };
 
-static gemm_plan plan_gemm(int64_t rows, int64_t nt, int64_t n_in, bool may_split) {
+static int plan_bm(int kind) {
+    return kind == MMA_K_SMALL ? 64 : kind == MMA_K_C3 ? 256 : 128;
+}
+static int plan_bn(int kind) {
+    return kind == MMA_K_SMALL ? 64 : 128;
+}
+static int plan_bk(int kind) {
+    return kind == MMA_K_C2 || kind == MMA_K_C3 ? 64 : MMA_BK;
+}
+static int plan_per_sm(int kind) {
+    return kind == MMA_K_SMALL ? 5 : kind == MMA_K_C3 ? 1 : 2;
+}
+
+static int cfg_valid(int cfg) {
+    return cfg > 0 && cfg < MF_CU_MMA_N_CFG && g_cfg_ok[cfg] ? cfg : 0;
+}
+
+static gemm_plan plan_gemm(int64_t rows, int64_t nt, int64_t n_in, bool may_split, int cfg) {
     gemm_plan p;
+    cfg = cfg_valid(cfg);
     const int64_t big_blocks = ((rows + 127) / 128) * ((nt + 127) / 128);
-    p.big = 4 * big_blocks >= 3 * (int64_t)g_sms;
-    const int64_t blocks = p.big ? big_blocks : ((rows + 63) / 64) * ((nt + 63) / 64);
-    const int64_t wave = (int64_t)g_sms * (p.big ? 2 : 5);
+    const bool big = 4 * big_blocks >= 3 * (int64_t)g_sms;
+    p.kind = big ? (cfg == 1 ? MMA_K_C1 : cfg >= 2 ? MMA_K_C2 : MMA_K_BIG) : MMA_K_SMALL;
+    if (cfg == 3 && 4 * (((rows + 255) / 256) * ((nt + 127) / 128)) >= 3 * (int64_t)g_sms)
+        p.kind = MMA_K_C3;
+    const int64_t bm = plan_bm(p.kind), bn = plan_bn(p.kind);
+    const int64_t blocks = ((rows + bm - 1) / bm) * ((nt + bn - 1) / bn);
+    const int64_t wave = (int64_t)g_sms * plan_per_sm(p.kind);
     p.split = 1;
     if (may_split && 2 * blocks <= wave) {
         int64_t sp = wave / blocks;
@@ -453,10 +648,10 @@ static gemm_plan plan_gemm(int64_t rows, int64_t nt, int64_t n_in, bool may_spli
     return p;
 }
 
-/* k per split: a multiple of the k tile; every split is non-empty since
- * n_in / split >= MMA_SPLIT_MIN_K. */
-static int64_t split_klen(int64_t n_in, int split) {
-    return split <= 1 ? n_in : ((n_in + split - 1) / split + MMA_BK - 1) / MMA_BK * MMA_BK;
+/* k per split: a multiple of the k tile bk; every split is non-empty since
+ * n_in / split >= MMA_SPLIT_MIN_K (>> (split - 1) bk). */
+static int64_t split_klen(int64_t n_in, int split, int64_t bk) {
+    return split <= 1 ? n_in : ((n_in + split - 1) / split + bk - 1) / bk * bk;
 }
 
 static size_t align256(size_t n) {
@@ -471,7 +666,7 @@ static size_t partial_bytes(const mf_cu_matmul_args *a, int64_t crows) {
     const int64_t last = a->n_out - (a->n_out - 1) / crows * crows;
     const int64_t cand[2] = {crows, last};
     for (int i = 0; i < 2; i++) {
-        const gemm_plan p = plan_gemm(cand[i], a->nt, a->n_in, true);
+        const gemm_plan p = plan_gemm(cand[i], a->nt, a->n_in, true, a->mma_cfg);
         const size_t b = p.split > 1 ? (size_t)p.split * (size_t)cand[i] * (size_t)a->nt * 4 : 0;
         most = b > most ? b : most;
     }
@@ -514,14 +709,31 @@ static cudaError_t gemm_run(const half *w, const half *x, int64_t n_in, int64_t 
         e.ld[0] = rows;
         e.zstride = rows * nt;
     }
-    const int64_t k_len = split_klen(n_in, p.split);
-    if (p.big) {
-        dim3 grid((unsigned)((nt + 127) / 128), (unsigned)((rows + 127) / 128), (unsigned)p.split);
+    const int64_t k_len = split_klen(n_in, p.split, plan_bk(p.kind));
+    const int64_t bm = plan_bm(p.kind), bn = plan_bn(p.kind);
+    const dim3 grid((unsigned)((nt + bn - 1) / bn), (unsigned)((rows + bm - 1) / bm), (unsigned)p.split);
+    switch (p.kind) {
+    case MMA_K_BIG:
         mma_gemm_kernel<MMA_BIG, EPI><<<grid, 256, mma_smem_bytes<MMA_BIG>(), s>>>(w, x, n_in, k_len, rows, nt, e);
-    } else {
-        dim3 grid((unsigned)((nt + 63) / 64), (unsigned)((rows + 63) / 64), (unsigned)p.split);
+        break;
+    case MMA_K_SMALL:
         mma_gemm_kernel<MMA_SMALL, EPI><<<grid, 128, mma_smem_bytes<MMA_SMALL>(), s>>>(w, x, n_in, k_len, rows, nt,
                                                                                        e);
+        break;
+    case MMA_K_C1:
+        mma_gemm64_kernel<MMA_C1, EPI><<<grid, mma64_threads<MMA_C1>(), mma64_smem<MMA_C1>(), s>>>(
+            w, x, n_in, k_len, rows, nt, e);
+        break;
+    case MMA_K_C2:
+        mma_gemm64_kernel<MMA_C2, EPI><<<grid, mma64_threads<MMA_C2>(), mma64_smem<MMA_C2>(), s>>>(
+            w, x, n_in, k_len, rows, nt, e);
+        break;
+    case MMA_K_C3:
+        mma_gemm64_kernel<MMA_C3, EPI><<<grid, mma64_threads<MMA_C3>(), mma64_smem<MMA_C3>(), s>>>(
+            w, x, n_in, k_len, rows, nt, e);
+        break;
+    default:
+        return cudaErrorInvalidValue;
     }
     cudaError_t err = cudaGetLastError();
     if (err != cudaSuccess || p.split <= 1)
@@ -603,7 +815,7 @@ extern "C" cudaError_t mf_cu_gemm_mma(const mf_cu_matmul_args *a, cudaStream_t s
         ep.y[0] = a->y + r0;
         ep.bias[0] = a->bias ? a->bias + r0 : NULL;
         ep.ld[0] = a->n_out;
-        const gemm_plan p = plan_gemm(rows, a->nt, a->n_in, !a->no_split);
+        const gemm_plan p = plan_gemm(rows, a->nt, a->n_in, !a->no_split, a->mma_cfg);
         cudaError_t e = gemm_run<EPI_PLAIN>(w, (const half *)a->xf16, a->n_in, rows, a->nt, ep, p, part, s);
         if (e != cudaSuccess)
             return e;
@@ -672,7 +884,8 @@ extern "C" cudaError_t mf_cu_gemm_mma_multi(const mf_cu_mma_multi_args *a, cudaS
             if (i < 2)
                 ep.end[i] = off;
         }
-        return gemm_run<EPI_ROUTE>(wf, xh, a->n_in, off, a->nt, ep, plan_gemm(off, a->nt, a->n_in, false), NULL, s);
+        return gemm_run<EPI_ROUTE>(wf, xh, a->n_in, off, a->nt, ep,
+                                   plan_gemm(off, a->nt, a->n_in, false, a->mma_cfg), NULL, s);
     }
     const int64_t nf = a->n_out[0], fc = ffn_chunk(a);
     for (int64_t f0 = 0; f0 < nf; f0 += fc) {
@@ -686,14 +899,40 @@ extern "C" cudaError_t mf_cu_gemm_mma_multi(const mf_cu_mma_multi_args *a, cudaS
         ep.ld[0] = nf;
         ep.bias[0] = a->bias[0] ? a->bias[0] + f0 : NULL;
         ep.bias[1] = a->bias[1] ? a->bias[1] + f0 : NULL;
-        if ((e = gemm_run<EPI_SWIGLU>(wf, xh, a->n_in, 2 * fr, a->nt, ep, plan_gemm(2 * fr, a->nt, a->n_in, false),
-                                      NULL, s)) != cudaSuccess)
+        const gemm_plan p = plan_gemm(2 * fr, a->nt, a->n_in, false, a->mma_cfg);
+        if ((e = gemm_run<EPI_SWIGLU>(wf, xh, a->n_in, 2 * fr, a->nt, ep, p, NULL, s)) != cudaSuccess)
             return e;
     }
     return cudaSuccess;
 }
 
 #include "backend/cuda/probe.cuh"
+
+/* One opt-in config (MINFER_CUDA_MMA_CFG n): its three epilogue instances
+ * must resolve (an error, as for every kernel); whether the device gives
+ * them their shared memory (and the max-shared carveout, for 2 blocks per
+ * SM) decides g_cfg_ok[n]: a config it cannot run falls back to cfg 0 in
+ * plan_gemm, never an error. */
+template <int BM, int BN, int BK, int STAGES, int MINB>
+static cudaError_t cfg_setup(int optin, int n, size_t smem_limit, const char **bad) {
+    const void *fn[3] = {(const void *)mma_gemm64_kernel<BM, BN, BK, STAGES, MINB, EPI_PLAIN>,
+                         (const void *)mma_gemm64_kernel<BM, BN, BK, STAGES, MINB, EPI_ROUTE>,
+                         (const void *)mma_gemm64_kernel<BM, BN, BK, STAGES, MINB, EPI_SWIGLU>};
+    const int threads = mma64_threads<BM, BN, BK, STAGES, MINB>();
+    const size_t smem = mma64_smem<BM, BN, BK, STAGES, MINB>();
+    bool ok = (size_t)optin >= smem;
+    for (int i = 0; i < 3; i++) {
+        const cudaError_t e = mf_probe_one(fn[i], "mma_gemm64_kernel", threads, smem_limit, bad);
+        if (e != cudaSuccess)
+            return e;
+        ok = ok && cudaFuncSetAttribute(fn[i], cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem) == cudaSuccess &&
+             cudaFuncSetAttribute(fn[i], cudaFuncAttributePreferredSharedMemoryCarveout,
+                                  (int)cudaSharedmemCarveoutMaxShared) == cudaSuccess;
+    }
+    cudaGetLastError();
+    g_cfg_ok[n] = ok;
+    return cudaSuccess;
+}
 
 /* Resolves the kernels, raises the dynamic shared-memory limit of the GEMM
  * configs and decides whether the tier is usable on this device (cc >= 8.0:
@@ -738,6 +977,14 @@ extern "C" cudaError_t mf_cu_probe_mma(size_t smem_limit, const char **bad) {
         *bad = "mma_gemm_kernel (dynamic shared memory)";
         return e;
     }
+    /* the opt-in configs: one the device cannot give its shared memory (or
+     * carveout) to falls back to cfg 0 in plan_gemm, never an error */
+    cudaError_t ce = cudaSuccess;
+    if ((ce = cfg_setup<MMA_C1>(optin, 1, smem_limit, bad)) != cudaSuccess ||
+        (ce = cfg_setup<MMA_C2>(optin, 2, smem_limit, bad)) != cudaSuccess ||
+        (ce = cfg_setup<MMA_C3>(optin, 3, smem_limit, bad)) != cudaSuccess)
+        return ce;
+    g_cfg_ok[3] = g_cfg_ok[3] && g_cfg_ok[2]; /* cfg 3 takes cfg 2's tiles below 3/4 of a wave */
     g_mma_ok = 1;
     return cudaSuccess;
 }

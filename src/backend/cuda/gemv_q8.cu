@@ -41,11 +41,11 @@
 
 #include "backend/cuda/cuda_args.h"
 #include "backend/cuda/dequant.cuh"
+#include "backend/cuda/gemv_q8.cuh"
 #include "backend/cuda/norm.cuh"
 #include "backend/cuda/pdl.cuh"
 #include "backend/cuda/q8w.cuh"
 
-#define Q8_WARPS 4
 #define Q8_U 2
 
 /* ---- activation quantization ------------------------------------------------------- */
@@ -151,7 +151,75 @@ q8_norm_quant_wide_kernel(const float *__restrict__ x, const float *__restrict__
     q8_unit(v, lane, true, xq + gu * 32, xd + gu, xs + gu);
 }
 
+/* MINFER_CUDA_LAT forms of the two kernels above, bitwise equal to them:
+ * the same 256 threads and per-thread element order (mf_row_ss), so the
+ * same scale, but a thread's row loads are issued MF_LAT_E at once instead
+ * of one dependent round trip per element (14 at n_in 3584). In the
+ * one-block form element tid + 256 k is unit warp + 8 k's lane element, so
+ * the quantization runs from the registers; the wide form loads its own
+ * element with the row. Weights are read before the PDL wait. */
+static __global__ void __launch_bounds__(256)
+q8_norm_quant_lat_kernel(const float *__restrict__ x, const float *__restrict__ w, float eps, int64_t n_in,
+                         int8_t *__restrict__ xq, float *__restrict__ xd, int32_t *__restrict__ xs) {
+    const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
+    float wv[MF_LAT_E];
+#pragma unroll
+    for (int k = 0; k < MF_LAT_E; k++) {
+        const int64_t i = tid + (int64_t)k * 256;
+        wv[k] = w && i < n_in ? w[i] : 1.0f;
+    }
+    mf_pdl_wait();
+    mf_pdl_trigger();
+    __shared__ double part[8];
+    const int64_t t = blockIdx.x;
+    const float *xr = x + t * n_in;
+    float v[MF_LAT_E];
+    const double ss = mf_row_ss<MF_LAT_E>(xr, n_in, tid, 256, v);
+    const float sc = mf_rms_scale(ss, part, 8, n_in, eps);
+    const int64_t n_units = n_in / 32;
+#pragma unroll
+    for (int k = 0; k < MF_LAT_E; k++) {
+        const int64_t u = warp + 8 * k; /* whole warps: the shuffles need every lane */
+        if (u < n_units) {
+            const float y = w ? v[k] * sc * wv[k] : v[k] * sc;
+            const int64_t gu = t * n_units + u;
+            q8_unit(y, lane, true, xq + gu * 32, xd + gu, xs + gu);
+        }
+    }
+    for (int64_t u = warp + 8 * MF_LAT_E; u < n_units; u += 8) { /* rows past the registers */
+        const int64_t i = u * 32 + lane;
+        const float y = w ? xr[i] * sc * w[i] : xr[i] * sc;
+        const int64_t gu = t * n_units + u;
+        q8_unit(y, lane, true, xq + gu * 32, xd + gu, xs + gu);
+    }
+}
+
+static __global__ void __launch_bounds__(256)
+q8_norm_quant_wide_lat_kernel(const float *__restrict__ x, const float *__restrict__ w, float eps, int64_t n_in,
+                              int8_t *__restrict__ xq, float *__restrict__ xd, int32_t *__restrict__ xs) {
+    const int64_t me = (int64_t)blockIdx.x * 256 + threadIdx.x;
+    const float wv = w && me < n_in ? w[me] : 1.0f;
+    mf_pdl_wait();
+    mf_pdl_trigger();
+    __shared__ double part[8];
+    const int64_t t = blockIdx.y;
+    const float *xr = x + t * n_in;
+    const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+    float v[MF_LAT_E];
+    const double ss = mf_row_ss<MF_LAT_E>(xr, n_in, threadIdx.x, 256, v);
+    const float sc = mf_rms_scale(ss, part, 8, n_in, eps);
+    const int64_t n_units = n_in / 32, u = (int64_t)blockIdx.x * 8 + warp;
+    if (u >= n_units) /* a whole warp: no shuffle is left short */
+        return;
+    /* element me is this thread's pass-blockIdx.x element */
+    const float mine = blockIdx.x < MF_LAT_E ? mf_lat_pick(v, (int)blockIdx.x, 0.0f) : xr[me];
+    const float y = w ? mine * sc * wv : mine * sc;
+    const int64_t gu = t * n_units + u;
+    q8_unit(y, lane, true, xq + gu * 32, xd + gu, xs + gu);
+}
+
 extern int mf_cu_wide_norm; /* norm.cu */
+extern int mf_cu_lat;
 
 /* The activation quantization of `total` units (q8_quant_kernel). */
 static cudaError_t launch_quant(const float *x, int8_t *xq, float *xd, int32_t *xs, int64_t total,
@@ -165,9 +233,11 @@ static cudaError_t launch_quant(const float *x, int8_t *xq, float *xd, int32_t *
 static cudaError_t launch_norm_quant(const float *x, const float *w, float eps, int64_t n_in, int64_t nt,
                                      int8_t *xq, float *xd, int32_t *xs, cudaStream_t s) {
     if (mf_cu_wide_norm && nt <= 65535)
-        return mf_launch(q8_norm_quant_wide_kernel, dim3((unsigned)((n_in / 32 + 7) / 8), (unsigned)nt),
-                         dim3(256), 0, s, x, w, eps, n_in, xq, xd, xs);
-    return mf_launch(q8_norm_quant_kernel, dim3((unsigned)nt), dim3(256), 0, s, x, w, eps, n_in, xq, xd, xs);
+        return mf_launch(mf_cu_lat ? q8_norm_quant_wide_lat_kernel : q8_norm_quant_wide_kernel,
+                         dim3((unsigned)((n_in / 32 + 7) / 8), (unsigned)nt), dim3(256), 0, s, x, w, eps, n_in, xq,
+                         xd, xs);
+    return mf_launch(mf_cu_lat ? q8_norm_quant_lat_kernel : q8_norm_quant_kernel, dim3((unsigned)nt), dim3(256), 0,
+                     s, x, w, eps, n_in, xq, xd, xs);
 }
 
 extern "C" cudaError_t mf_cu_q8_quant_rows(const float *x, const float *w, float eps, int norm, int64_t n_in,
@@ -435,37 +505,6 @@ static __device__ __forceinline__ void q8_row_dot(const uint8_t *row, const int8
     }
 }
 
-/* Sums acc over the warp's lanes, then over the ks warps of the row through
- * part (which the caller owns; one __syncthreads inside, reached by every
- * thread of the block). The row's first warp ends with the totals in acc. */
-template <int NT>
-static __device__ __forceinline__ void q8_reduce(float *acc, float (*part)[NT], int lane, int warp,
-                                                 int ks) {
-#pragma unroll
-    for (int t = 0; t < NT; t++) {
-        float s = acc[t];
-#pragma unroll
-        for (int off = 16; off > 0; off >>= 1)
-            s += __shfl_xor_sync(0xffffffffu, s, off);
-        acc[t] = s;
-    }
-    if (ks > 1) {
-        if (lane == 0)
-#pragma unroll
-            for (int t = 0; t < NT; t++)
-                part[warp][t] = acc[t];
-        __syncthreads();
-        if (warp % ks == 0)
-#pragma unroll
-            for (int t = 0; t < NT; t++) {
-                float s = 0.0f;
-                for (int k = 0; k < ks; k++)
-                    s += part[warp + k][t];
-                acc[t] = s;
-            }
-    }
-}
-
 /* NT: tokens per launch row of the grid (1, or 8 with the tail predicated).
  * Grid: x = row groups of (Q8_WARPS / ks) rows, y = token groups of NT. */
 template <int T, int NT>
@@ -548,21 +587,6 @@ template <int T> static cudaError_t launch_q8(const mf_cu_matmul_args *a, q8_src
 
 /* ---- the fused multi-weight GEMV (MINFER_CUDA_FUSE_GEMV) ------------------------------ */
 
-/* Per-launch description of up to 3 weights of one type sharing the input:
- * the rows of all weights form one row space (start[i] = first row of
- * weight i), so Q, K and V (or gate and up) are one launch after one
- * activation quantization. SWIGLU: two weights of n_out rows, and row o
- * computes both dots and writes y[0] = silu(W0 x) * (W1 x). */
-typedef struct q8_multi {
-    const uint8_t *w[3];
-    uint64_t row_bytes[3];
-    const float *bias[3];
-    const float *res[3]; /* residual added in the epilogue; may equal y */
-    float *y[3];
-    int64_t n_out[3];
-    int64_t start[4];
-    int32_t n_w;
-} q8_multi;
 
 /* Q4_K, paired (MINFER_CUDA_GEMV_V2): units 2p and 2p+1 of a super-block
  * are the low and high nibbles of the same 32 qs bytes, so each lane takes
@@ -763,7 +787,7 @@ static cudaError_t launch_q8_multi(const q8_multi *p, q8_src *in, int64_t n_in, 
  * Grid: x = groups of (Q8_WARPS / ks) row pairs, y = token groups of NT;
  * ks warps split a row pair's 32-unit groups (warp kp takes groups kp,
  * kp + ks, ...) when there are few row pairs. */
-#define Q8V3_R 2
+#define Q8V3_R Q8_PAIR_R
 
 static int q8v3_pf = 0; /* mf_cu_set_gemv_pf: distance | Q8V3_PF_LINES */
 #define Q8V3_PF_LINES 256 /* per-lane prefetch.global.L2 of 128-byte lines instead of one TMA bulk prefetch */
@@ -793,24 +817,6 @@ static __device__ __forceinline__ void q8v3_prefetch_line(const uint8_t *s, cons
         asm volatile("prefetch.global.L2 [%0];" ::"l"(__cvta_generic_to_global(l)));
 }
 
-/* Row r of row pair g: its weight *w and the row within it, or -1 past the
- * end of the row space. Called again in the epilogue rather than kept live
- * in registers through the loop. */
-template <bool SWIGLU>
-static __device__ __forceinline__ int64_t q8v3_row(const q8_multi &p, int64_t g, int r, int64_t total, int *w) {
-    const int64_t rr = SWIGLU ? g : g * Q8V3_R + r;
-    int k = SWIGLU ? r : 0;
-    if (rr >= total) {
-        *w = k;
-        return -1;
-    }
-    if (!SWIGLU)
-        while (k + 1 < p.n_w && rr >= p.start[k + 1])
-            k++;
-    *w = k;
-    return SWIGLU ? rr : rr - p.start[k];
-}
-
 /* Registers: at 64 (8 blocks per SM) the K-quants from Q3_K on spill at
  * nt 1 (two rows of raw words for their funnel-shift decode), so they get
  * 80 (6 blocks); nt 8 keeps 8 accumulators per row (4 blocks). */
@@ -833,7 +839,7 @@ gemv_q8v3_kernel(q8_multi p, const int8_t *__restrict__ xq, const float *__restr
 #pragma unroll
     for (int r = 0; r < R; r++) {
         int w;
-        const int64_t o = q8v3_row<SWIGLU>(p, g, r, total, &w);
+        const int64_t o = q8_pair_row<SWIGLU>(p, g, r, total, &w);
         row[r] = p.w[w] + (uint64_t)(o < 0 ? 0 : o) * p.row_bytes[w]; /* past the end: row 0, no store */
         end[r] = row[r] + p.row_bytes[w];
         /* a 32-unit group is 1024 elements: row_bytes * 32 / n_units bytes, exact for every type */
@@ -930,7 +936,7 @@ gemv_q8v3_kernel(q8_multi p, const int8_t *__restrict__ xq, const float *__restr
         return;
     if constexpr (SWIGLU) {
         int w;
-        const int64_t o = q8v3_row<SWIGLU>(p, g, 0, total, &w);
+        const int64_t o = q8_pair_row<SWIGLU>(p, g, 0, total, &w);
         if (o < 0)
             return;
         const float bg = p.bias[0] ? p.bias[0][o] : 0.0f, bu = p.bias[1] ? p.bias[1][o] : 0.0f;
@@ -944,7 +950,7 @@ gemv_q8v3_kernel(q8_multi p, const int8_t *__restrict__ xq, const float *__restr
 #pragma unroll
         for (int r = 0; r < R; r++) {
             int w;
-            const int64_t o = q8v3_row<SWIGLU>(p, g, r, total, &w);
+            const int64_t o = q8_pair_row<SWIGLU>(p, g, r, total, &w);
             if (o < 0)
                 continue;
             const float b = p.bias[w] ? p.bias[w][o] : 0.0f;
@@ -1045,7 +1051,8 @@ extern "C" int mf_cu_gemv_v3_wanted(uint32_t wtype, int64_t n_in, int64_t rows) 
 extern "C" cudaError_t mf_cu_gemv_q8(const mf_cu_matmul_args *a, cudaStream_t s) {
     if (!a->q8 || a->nt <= 0 || a->nt > 8 || !mf_cu_q8_supported(a->wtype, a->n_in))
         return cudaErrorInvalidValue;
-    if (!a->gemv_v1 && (!a->gemv_auto || mf_cu_gemv_v3_wanted(a->wtype, a->n_in, a->n_out))) {
+    const bool v4 = a->nt == 1 && !a->prologue && mf_cu_q8v4_u(a->gemv_v4, a->wtype, a->n_out) > 0;
+    if (v4 || (!a->gemv_v1 && (!a->gemv_auto || mf_cu_gemv_v3_wanted(a->wtype, a->n_in, a->n_out)))) {
         /* v3: one weight through the multi launcher (same quantization) */
         mf_cu_q8_multi_args m;
         memset(&m, 0, sizeof m);
@@ -1061,6 +1068,7 @@ extern "C" cudaError_t mf_cu_gemv_q8(const mf_cu_matmul_args *a, cudaStream_t s)
         m.y[0] = a->y;
         m.n_out[0] = a->n_out;
         m.gemv_auto = a->gemv_auto;
+        m.gemv_v4 = a->gemv_v4;
         m.prologue = a->prologue;
         return mf_cu_gemv_q8_multi(&m, s);
     }
@@ -1134,6 +1142,19 @@ extern "C" cudaError_t mf_cu_gemv_q8_multi(const mf_cu_q8_multi_args *a, cudaStr
             p.start[k + 1] = p.start[k] + p.n_out[k];
         }
         cudaError_t e = cudaErrorInvalidValue;
+        const int u4 = a->nt == 1 && !a->prologue
+                           ? mf_cu_q8v4_u(a->gemv_v4, a->wtype[first], a->swiglu ? p.n_out[0] : p.start[p.n_w])
+                           : 0;
+        if (u4 > 0) { /* the v4 GEMV */
+            q8_pro pro;
+            size_t smem;
+            if ((e = q8_src_for(&in, 1, 1, &pro, &smem, s)) != cudaSuccess ||
+                (e = mf_cu_q8v4_launch(&p, a->wtype[first], a->swiglu != 0, u4, in.xq, in.xd, in.xs, a->n_in,
+                                       s)) != cudaSuccess)
+                return e;
+            first = i;
+            continue;
+        }
         const bool v3 = !a->gemv_v1 && !(a->v2 && a->wtype[first] == MF_TYPE_Q4_K) &&
                         (!a->gemv_auto || mf_cu_gemv_v3_wanted(a->wtype[first], a->n_in, p.start[p.n_w]));
         switch (v3 ? a->wtype[first] : 0xffffffffu) { /* the v3 row-pair GEMV */
@@ -1179,6 +1200,8 @@ extern "C" cudaError_t mf_cu_probe_gemv_q8(size_t smem_limit, const char **bad) 
     MF_PROBE(q8_quant_kernel, 256);
     MF_PROBE(q8_norm_quant_kernel, 256);
     MF_PROBE(q8_norm_quant_wide_kernel, 256);
+    MF_PROBE(q8_norm_quant_lat_kernel, 256);
+    MF_PROBE(q8_norm_quant_wide_lat_kernel, 256);
 #define MF_CASE(T)                                     \
     MF_PROBE((gemv_q8_kernel<T, 1>), 32 * Q8_WARPS);   \
     MF_PROBE((gemv_q8_kernel<T, 8>), 32 * Q8_WARPS);             \
@@ -1204,5 +1227,6 @@ extern "C" cudaError_t mf_cu_probe_gemv_q8(size_t smem_limit, const char **bad) 
     if (cudaGetDevice(&dev) == cudaSuccess &&
         cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev) == cudaSuccess && sms > 0)
         q8v3_sms = q8_sms = sms;
+    mf_cu_q8v4_probe(sms);
     return cudaSuccess;
 }

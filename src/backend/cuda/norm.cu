@@ -27,6 +27,15 @@ extern "C" void mf_cu_set_wide(int norm, int rope) {
     mf_cu_wide_rope = rope != 0;
 }
 
+/* MINFER_CUDA_LAT: the decode row kernels without serial load chains (the
+ * *_lat kernels in norm.cu, gemv_q8.cu, ropestore.cu, attn_decode.cu); 0
+ * runs exactly the kernels before them. */
+int mf_cu_lat = 0;
+
+extern "C" void mf_cu_set_lat(int on) {
+    mf_cu_lat = on != 0;
+}
+
 static __global__ void rmsnorm_kernel(const float *x, const float *__restrict__ w, float *y, int64_t n,
                                float eps) {
     mf_pdl_wait();
@@ -67,6 +76,60 @@ static __global__ void rmsnorm_wide_kernel(const float *__restrict__ x, const fl
         y[r * n + me] = w ? mine * sc * wv : mine * sc;
 }
 
+/* MINFER_CUDA_LAT forms of the two kernels above, bitwise equal to them
+ * (same threads, same per-thread element order through mf_row_ss, same
+ * mf_rms_scale): the row's loads are issued MF_LAT_E per thread at once
+ * instead of one dependent round trip per element. The one-block form keeps
+ * its first MF_LAT_E elements in registers for the second pass, so x is
+ * read once up to MF_LAT_E * blockDim.x (4096 at 256 threads) and each
+ * thread writes only elements it read itself: y may equal x (the in-place
+ * final norm). The weight is read before the PDL wait. */
+static __global__ void __launch_bounds__(256) rmsnorm_lat_kernel(const float *x, const float *__restrict__ w,
+                                                                 float *y, int64_t n, float eps) {
+    const int64_t r = blockIdx.x;
+    const int tid = threadIdx.x, nthr = blockDim.x;
+    float wv[MF_LAT_E];
+#pragma unroll
+    for (int k = 0; k < MF_LAT_E; k++) {
+        const int64_t i = tid + (int64_t)k * nthr;
+        wv[k] = w && i < n ? w[i] : 1.0f;
+    }
+    mf_pdl_wait();
+    mf_pdl_trigger();
+    __shared__ double part[32];
+    const float *xr = x + r * n;
+    float *yr = y + r * n;
+    float v[MF_LAT_E];
+    const double ss = mf_row_ss<MF_LAT_E>(xr, n, tid, nthr, v);
+    const float sc = mf_rms_scale(ss, part, (nthr + 31) >> 5, n, eps);
+#pragma unroll
+    for (int k = 0; k < MF_LAT_E; k++) {
+        const int64_t i = tid + (int64_t)k * nthr;
+        if (i < n)
+            yr[i] = w ? v[k] * sc * wv[k] : v[k] * sc;
+    }
+    for (int64_t i = tid + (int64_t)MF_LAT_E * nthr; i < n; i += nthr) /* rows past the registers */
+        yr[i] = w ? xr[i] * sc * w[i] : xr[i] * sc;
+}
+
+static __global__ void rmsnorm_wide_lat_kernel(const float *__restrict__ x, const float *__restrict__ w,
+                                               float *__restrict__ y, int64_t n, float eps) {
+    const int64_t me = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
+    const float wv = w && me < n ? w[me] : 1.0f;
+    mf_pdl_wait();
+    mf_pdl_trigger();
+    __shared__ double part[32];
+    const int64_t r = blockIdx.y;
+    const float *xr = x + r * n;
+    float v[MF_LAT_E];
+    const double ss = mf_row_ss<MF_LAT_E>(xr, n, threadIdx.x, blockDim.x, v);
+    const float sc = mf_rms_scale(ss, part, (blockDim.x + 31) >> 5, n, eps);
+    /* element me is this thread's pass-blockIdx.x element */
+    const float mine = blockIdx.x < MF_LAT_E ? mf_lat_pick(v, (int)blockIdx.x, 0.0f) : me < n ? xr[me] : 0.0f;
+    if (me < n)
+        y[r * n + me] = w ? mine * sc * wv : mine * sc;
+}
+
 /* Rows up to which the wide kernel is taken: past it the one-block grid
  * fills the GPU and the repeated row reads would only add L2 traffic. */
 #define WIDE_MAX_ROWS 64
@@ -79,10 +142,11 @@ extern "C" cudaError_t mf_cu_rmsnorm(const mf_cu_norm_args *a, cudaStream_t s) {
     const bool apart = a->y + total <= a->x || a->x + total <= a->y;
     if (mf_cu_wide_norm && a->nrows <= WIDE_MAX_ROWS && apart && a->n > threads) {
         const dim3 grid((unsigned)((a->n + threads - 1) / threads), (unsigned)a->nrows);
-        return mf_launch(rmsnorm_wide_kernel, grid, dim3(threads), 0, s, a->x, a->w, a->y, a->n, a->eps);
+        return mf_launch(mf_cu_lat ? rmsnorm_wide_lat_kernel : rmsnorm_wide_kernel, grid, dim3(threads), 0, s,
+                         a->x, a->w, a->y, a->n, a->eps);
     }
-    return mf_launch(rmsnorm_kernel, dim3((unsigned)a->nrows), dim3(threads), 0, s, a->x, a->w, a->y, a->n,
-                     a->eps);
+    return mf_launch(mf_cu_lat ? rmsnorm_lat_kernel : rmsnorm_kernel, dim3((unsigned)a->nrows), dim3(threads), 0,
+                     s, a->x, a->w, a->y, a->n, a->eps);
 }
 
 #include "backend/cuda/probe.cuh"
@@ -90,5 +154,7 @@ extern "C" cudaError_t mf_cu_rmsnorm(const mf_cu_norm_args *a, cudaStream_t s) {
 extern "C" cudaError_t mf_cu_probe_norm(size_t smem_limit, const char **bad) {
     MF_PROBE(rmsnorm_kernel, 256);
     MF_PROBE(rmsnorm_wide_kernel, 256);
+    MF_PROBE(rmsnorm_lat_kernel, 256);
+    MF_PROBE(rmsnorm_wide_lat_kernel, 256);
     return cudaSuccess;
 }

@@ -23,4 +23,55 @@ static __device__ __forceinline__ float mf_rms_scale(double ss, double *part, in
     return (float)(1.0 / sqrt(tot / (double)n + (double)eps));
 }
 
+/* MINFER_CUDA_LAT's row pass: this thread's partial sum of squares of
+ * xr[tid + k * nthr], k = 0, 1, ... in increasing k -- the order of the
+ * strided loops `for (i = tid; i < n; i += nthr) ss += x_i * x_i` -- so the
+ * result is bitwise theirs (a lane past n adds (+0) * (+0), which leaves a
+ * non-negative sum unchanged). The loads are issued E at a time, all before
+ * the first add: the strided loop is a chain of dependent round trips (one
+ * per element), this is one per E elements. v[k] keeps element
+ * tid + k * nthr for k < E (0 past n), for a second pass from registers. */
+template <int E>
+static __device__ __forceinline__ double mf_row_ss(const float *xr, int64_t n, int tid, int nthr, float (&v)[E]) {
+    double ss = 0.0;
+    const float *p = xr + tid;
+    const int64_t left = n - tid; /* element tid + j of the row exists when j < left */
+#pragma unroll
+    for (int k = 0; k < E; k++)
+        v[k] = (int64_t)k * nthr < left ? p[(int64_t)k * nthr] : 0.0f;
+#pragma unroll
+    for (int k = 0; k < E; k++)
+        ss += (double)v[k] * (double)v[k];
+    for (int64_t i0 = tid + (int64_t)E * nthr; i0 < n; i0 += (int64_t)E * nthr) {
+        float u[E];
+#pragma unroll
+        for (int k = 0; k < E; k++) {
+            const int64_t i = i0 + (int64_t)k * nthr;
+            u[k] = i < n ? xr[i] : 0.0f;
+        }
+#pragma unroll
+        for (int k = 0; k < E; k++)
+            ss += (double)u[k] * (double)u[k];
+    }
+    return ss;
+}
+
+/* v[k] for the block-uniform k < E, else `other` -- the wide kernels take
+ * their own element from mf_row_ss's registers. Selecting after the row's
+ * reduction keeps all E values live until then, which is what makes the
+ * compiler issue the E loads together (a register it may recycle early
+ * turns the batch back into several round trips). */
+template <int E>
+static __device__ __forceinline__ float mf_lat_pick(const float (&v)[E], int k, float other) {
+    float r = other;
+#pragma unroll
+    for (int j = 0; j < E; j++)
+        r = j == k ? v[j] : r;
+    return r;
+}
+
+/* Elements a thread keeps in registers in the MINFER_CUDA_LAT norm kernels:
+ * 16 x 256 threads covers a 4096-wide row (3584 for the 7B) in one pass. */
+#define MF_LAT_E 16
+
 #endif

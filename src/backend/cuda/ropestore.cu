@@ -152,7 +152,159 @@ static __global__ void __launch_bounds__(RSH_THREADS) rope_store_head_kernel(mf_
     }
 }
 
+/* ---- MINFER_CUDA_LAT: the per-head kernel without serial round trips ---- */
+
+/* rope_store_head_kernel reads its head from global memory up to three
+ * times, each after a store and a barrier (norm in place, rotation in
+ * place, the K store reading the rotated row back), and computes the
+ * double pow of each pair after the PDL wait. This form, for head_dim <=
+ * RSL_MAX_HD (so thread tid owns elements tid and tid + 64 and at most one
+ * pair), computes pow before the wait (it reads only arguments), issues
+ * every load of the block (its elements, the norm's lane order, the
+ * position) at once after the wait, passes the head between threads through
+ * shared memory (one barrier; a second one before the K store) and writes
+ * global memory only after every global read of the head: one round trip
+ * instead of up to five. The arithmetic is the old kernel's expression by
+ * expression (norm: warp 0's lane order and shuffle tree, which every warp
+ * replays so no broadcast is needed; pow, sincos and the rotation as in
+ * mf_rope_head; the kv.cuh writers), so every output is bitwise the same,
+ * including the normalized q left in rq.x (the caller's scratch). */
+#define RSL_MAX_HD (2 * RSH_THREADS)
+
+/* Element tid + 64 k (k = 0, 1) of a head slice starting at element e0 of
+ * row t, v[k] its value, into the cache: rs_store_slice's writers (the
+ * q8_0 block of element tid + 64 k is warp + 2 k, whole warps). */
+static __device__ void rsl_put(const mf_cu_kv_args &s, uint8_t *row, int64_t e0, int hd, const float (&v)[2]) {
+    const int lane = threadIdx.x & 31;
+#pragma unroll
+    for (int k = 0; k < 2; k++) {
+        const int e = (int)threadIdx.x + RSH_THREADS * k;
+        if (s.kv_type == MF_TYPE_Q8_0) {
+            if (e - lane < hd) /* warp-uniform */
+                mf_kv_put_q8_block(row, (e0 + e) / MF_QK8_0, lane, v[k], true);
+        } else if (e < hd) {
+            mf_kv_put(s.kv_type, row, e0 + e, v[k]);
+        }
+    }
+}
+
+static __global__ void __launch_bounds__(RSH_THREADS) rope_store_head_lat_kernel(mf_cu_rope_store_args a) {
+    __shared__ float sx[RSL_MAX_HD], sy[RSL_MAX_HD];
+    const int64_t t = blockIdx.y;
+    const int h = (int)blockIdx.x, nq = a.rq.n_head, nkv = a.rk.n_head, hd = a.rk.head_dim;
+    const int tid = threadIdx.x, lane = tid & 31;
+    const int kind = h < nq ? 0 : h < nq + nkv ? 1 : 2; /* q, k, v */
+    if (kind == 2) {
+        mf_pdl_wait();
+        mf_pdl_trigger();
+        const int64_t e0 = (int64_t)(h - nq - nkv) * hd;
+        const float *src = a.vs.src + t * a.vs.kv_dim + e0;
+        float v[2];
+#pragma unroll
+        for (int k = 0; k < 2; k++) {
+            const int e = tid + RSH_THREADS * k;
+            v[k] = e < hd ? src[e] : 0.0f;
+        }
+        rsl_put(a.vs, mf_kv_store_row(a.vs, t), e0, hd, v);
+        return;
+    }
+    const mf_cu_rope_args &r = kind == 0 ? a.rq : a.rk;
+    const int hh = kind == 0 ? h : h - nq;
+    const float *nw = kind == 0 ? a.q_norm : a.k_norm;
+    const int half = r.n_rot / 2;
+    const double pw = tid < half ? pow((double)r.theta, -2.0 * tid / (double)r.n_rot) : 0.0;
+    float wn[2] = {1.0f, 1.0f};
+    if (nw)
+#pragma unroll
+        for (int k = 0; k < 2; k++)
+            if (tid + RSH_THREADS * k < hd)
+                wn[k] = nw[tid + RSH_THREADS * k];
+    mf_pdl_wait();
+    mf_pdl_trigger();
+    const int64_t off = (t * r.n_head + hh) * (int64_t)hd;
+    const float *xv = r.x + off;
+    float *yv = r.y + off;
+    /* the position and the K store's pos0_dev are loaded here, with the
+     * head, one unconditional load each, and used only after the barrier
+     * (consumed earlier, each would be a round trip of its own); int ->
+     * double is exact, so p below is mf_rope_head's. */
+    const int32_t *pa = r.pos ? r.pos + t : r.pos0_dev, *ka = kind == 1 ? a.ks.pos0_dev : NULL;
+    float xe[2];
+#pragma unroll
+    for (int k = 0; k < 2; k++) {
+        const int e = tid + RSH_THREADS * k;
+        xe[k] = e < hd ? xv[e] : 0.0f;
+    }
+    float xs[RSL_MAX_HD / 32]; /* the norm's lane order, loaded with the rest */
+#pragma unroll
+    for (int j = 0; j < RSL_MAX_HD / 32; j++)
+        xs[j] = nw && lane + 32 * j < hd ? xv[lane + 32 * j] : 0.0f;
+    const int32_t praw = pa ? *pa : 0, kraw = ka ? *ka : 0;
+    if (nw) { /* rs_norm_head's sum: lane l adds elements l, l + 32, ... in order */
+        double ss = 0.0;
+#pragma unroll
+        for (int j = 0; j < RSL_MAX_HD / 32; j++)
+            ss += (double)xs[j] * (double)xs[j];
+#pragma unroll
+        for (int o = 16; o > 0; o >>= 1)
+            ss += __shfl_xor_sync(0xffffffffu, ss, o);
+        double tot = 0.0;
+        tot += __shfl_sync(0xffffffffu, ss, 0);
+        const float sc = (float)(1.0 / sqrt(tot / (double)hd + (double)a.norm_eps));
+#pragma unroll
+        for (int k = 0; k < 2; k++)
+            xe[k] = xe[k] * sc * wn[k];
+    }
+#pragma unroll
+    for (int k = 0; k < 2; k++)
+        if (tid + RSH_THREADS * k < hd)
+            sx[tid + RSH_THREADS * k] = xe[k];
+    __syncthreads(); /* every global read of the head is done: writes may start */
+    const double p = (double)(r.pos ? (int64_t)praw : (r.pos0_dev ? (int64_t)praw : r.pos0) + t);
+    if (nw && xv != yv) /* the normalized q in the caller's scratch, as the old kernel leaves it */
+#pragma unroll
+        for (int k = 0; k < 2; k++)
+            if (tid + RSH_THREADS * k < hd)
+                ((float *)xv)[tid + RSH_THREADS * k] = xe[k];
+    if (tid < half) {
+        const double ang = p * (double)r.freq_scale * pw;
+        double sd, cd;
+        sincos(ang, &sd, &cd);
+        const float si = (float)sd, co = (float)cd;
+        const bool neox = (r.mode & 2) != 0;
+        const int i0 = neox ? tid : 2 * tid, i1 = neox ? tid + half : 2 * tid + 1;
+        const float x0 = sx[i0], x1 = sx[i1];
+        const float y0 = x0 * co - x1 * si, y1 = x0 * si + x1 * co;
+        yv[i0] = y0;
+        yv[i1] = y1;
+        sy[i0] = y0;
+        sy[i1] = y1;
+    }
+#pragma unroll
+    for (int k = 0; k < 2; k++) { /* dims past n_rot: copied (or the normalized value left in place) */
+        const int d = r.n_rot + tid + RSH_THREADS * k;
+        if (d < hd) {
+            if (xv != yv || nw)
+                yv[d] = sx[d];
+            sy[d] = sx[d];
+        }
+    }
+    if (kind == 1) {
+        __syncthreads(); /* the rotated head is what the store reads */
+        float v[2];
+#pragma unroll
+        for (int k = 0; k < 2; k++) {
+            const int e = tid + RSH_THREADS * k;
+            v[k] = e < hd ? sy[e] : 0.0f;
+        }
+        const int64_t kpos0 = ka ? (int64_t)kraw : a.ks.pos0; /* mf_kv_store_row's row */
+        uint8_t *krow = (uint8_t *)a.ks.cache + (uint64_t)(kpos0 + t) * mf_kv_row_bytes(a.ks.kv_type, a.ks.kv_dim);
+        rsl_put(a.ks, krow, (int64_t)hh * hd, hd, v);
+    }
+}
+
 extern int mf_cu_wide_rope; /* norm.cu */
+extern int mf_cu_lat;
 
 extern "C" cudaError_t mf_cu_rope_store(const mf_cu_rope_store_args *a, cudaStream_t s) {
     const int64_t nt = a->rq.nt;
@@ -167,9 +319,13 @@ extern "C" cudaError_t mf_cu_rope_store(const mf_cu_rope_store_args *a, cudaStre
         return cudaErrorInvalidValue;
     if (mf_cu_wide_rope && nt <= 65535 && hd > 0 && hd % 32 == 0 && a->rq.head_dim == hd &&
         (int64_t)a->rk.n_head * hd == a->ks.kv_dim && a->vs.kv_dim == a->ks.kv_dim && a->rq.n_head > 0 &&
-        a->rk.n_head > 0 && (!norm || hd < 256))
-        return mf_launch(rope_store_head_kernel, dim3((unsigned)(a->rq.n_head + 2 * a->rk.n_head), (unsigned)nt),
-                         dim3(RSH_THREADS), 0, s, *a);
+        a->rk.n_head > 0 && (!norm || hd < 256)) {
+        const bool lat = mf_cu_lat && hd <= RSL_MAX_HD && a->rq.n_rot >= 0 && a->rq.n_rot <= hd &&
+                         a->rk.n_rot >= 0 && a->rk.n_rot <= hd;
+        return mf_launch(lat ? rope_store_head_lat_kernel : rope_store_head_kernel,
+                         dim3((unsigned)(a->rq.n_head + 2 * a->rk.n_head), (unsigned)nt), dim3(RSH_THREADS), 0, s,
+                         *a);
+    }
     mf_cu_rope_store_args b = *a;
     if (norm) { /* the QkNorm as its own launches (the old sequence) */
         /* x, w, y, n, nrows, eps */
@@ -191,5 +347,6 @@ extern "C" cudaError_t mf_cu_rope_store(const mf_cu_rope_store_args *a, cudaStre
 extern "C" cudaError_t mf_cu_probe_rope_store(size_t smem_limit, const char **bad) {
     MF_PROBE(rope_store_kernel, RS_THREADS);
     MF_PROBE(rope_store_head_kernel, RSH_THREADS);
+    MF_PROBE(rope_store_head_lat_kernel, RSH_THREADS);
     return cudaSuccess;
 }

@@ -1,0 +1,96 @@
+/* gemv_q8.cuh - what the int8 decode GEMV kernels share: the multi-weight
+ * launch description, the cross-warp reduction, and the v4 launcher
+ * (gemv_q8v4.cu) that gemv_q8.cu dispatches to. */
+#ifndef MF_CUDA_GEMV_Q8_CUH
+#define MF_CUDA_GEMV_Q8_CUH
+
+#include <stdint.h>
+
+#include <cuda_runtime.h>
+
+#define Q8_WARPS 4
+
+/* Per-launch description of up to 3 weights of one type sharing the input:
+ * the rows of all weights form one row space (start[i] = first row of
+ * weight i), so Q, K and V (or gate and up) are one launch after one
+ * activation quantization. SWIGLU: two weights of n_out rows, and row o
+ * computes both dots and writes y[0] = silu(W0 x) * (W1 x). */
+typedef struct q8_multi {
+    const uint8_t *w[3];
+    uint64_t row_bytes[3];
+    const float *bias[3];
+    const float *res[3]; /* residual added in the epilogue; may equal y */
+    float *y[3];
+    int64_t n_out[3];
+    int64_t start[4];
+    int32_t n_w;
+} q8_multi;
+
+/* Sums acc over the warp's lanes, then over the ks warps of the row through
+ * part (which the caller owns; one __syncthreads inside, reached by every
+ * thread of the block). The row's first warp ends with the totals in acc. */
+template <int NT>
+static __device__ __forceinline__ void q8_reduce(float *acc, float (*part)[NT], int lane, int warp,
+                                                 int ks) {
+#pragma unroll
+    for (int t = 0; t < NT; t++) {
+        float s = acc[t];
+#pragma unroll
+        for (int off = 16; off > 0; off >>= 1)
+            s += __shfl_xor_sync(0xffffffffu, s, off);
+        acc[t] = s;
+    }
+    if (ks > 1) {
+        if (lane == 0)
+#pragma unroll
+            for (int t = 0; t < NT; t++)
+                part[warp][t] = acc[t];
+        __syncthreads();
+        if (warp % ks == 0)
+#pragma unroll
+            for (int t = 0; t < NT; t++) {
+                float s = 0.0f;
+                for (int k = 0; k < ks; k++)
+                    s += part[warp + k][t];
+                acc[t] = s;
+            }
+    }
+}
+
+/* Rows per warp of the v3 and v4 GEMVs: a row pair of the joint row space,
+ * or the gate and up rows of one SwiGLU output. */
+#define Q8_PAIR_R 2
+
+/* Row r of row pair g: its weight *w and the row within it, or -1 past the
+ * end of the row space (total rows; SWIGLU: r picks gate or up). Called
+ * again in the epilogue rather than kept live in registers through the
+ * loop. */
+template <bool SWIGLU>
+static __device__ __forceinline__ int64_t q8_pair_row(const q8_multi &p, int64_t g, int r, int64_t total, int *w) {
+    const int64_t rr = SWIGLU ? g : g * Q8_PAIR_R + r;
+    int k = SWIGLU ? r : 0;
+    if (rr >= total) {
+        *w = k;
+        return -1;
+    }
+    if (!SWIGLU)
+        while (k + 1 < p.n_w && rr >= p.start[k + 1])
+            k++;
+    *w = k;
+    return SWIGLU ? rr : rr - p.start[k];
+}
+
+/* The v4 GEMV (gemv_q8v4.cu) of one token: p's weights (all of type wtype)
+ * against the quantized activation (xq, xd, xs of n_in), u weight slices per
+ * lane in flight (1 or 2). cudaErrorNotSupported when wtype or u has no
+ * v4 kernel (the caller then takes v3). */
+cudaError_t mf_cu_q8v4_launch(const q8_multi *p, uint32_t wtype, bool swiglu, int u, const int8_t *xq,
+                              const float *xd, const int32_t *xs, int64_t n_in, cudaStream_t s);
+/* Fills the v4 occupancy table (from mf_cu_probe_gemv_q8). */
+void mf_cu_q8v4_probe(int sms);
+int mf_cu_q8v4_supported(uint32_t wtype);
+/* Slices in flight for a one-token GEMV of `rows` outputs of wtype under
+ * mode (the args' gemv_v4: -1 the auto rule, 0 off, 1 / 2 forced); 0: not v4. */
+int mf_cu_q8v4_u(int mode, uint32_t wtype, int64_t rows);
+
+#endif
