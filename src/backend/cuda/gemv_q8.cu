@@ -934,35 +934,7 @@ gemv_q8v3_kernel(q8_multi p, const int8_t *__restrict__ xq, const float *__restr
     q8_reduce<R * NT>(acc, part, lane, warp, ks);
     if (lane != 0 || kp != 0)
         return;
-    if constexpr (SWIGLU) {
-        int w;
-        const int64_t o = q8_pair_row<SWIGLU>(p, g, 0, total, &w);
-        if (o < 0)
-            return;
-        const float bg = p.bias[0] ? p.bias[0][o] : 0.0f, bu = p.bias[1] ? p.bias[1][o] : 0.0f;
-#pragma unroll
-        for (int t = 0; t < NT; t++)
-            if (t < ntok) {
-                const float gt = acc[t] + bg;
-                p.y[0][(t0 + t) * p.n_out[0] + o] = gt / (1.0f + expf(-gt)) * (acc[NT + t] + bu);
-            }
-    } else {
-#pragma unroll
-        for (int r = 0; r < R; r++) {
-            int w;
-            const int64_t o = q8_pair_row<SWIGLU>(p, g, r, total, &w);
-            if (o < 0)
-                continue;
-            const float b = p.bias[w] ? p.bias[w][o] : 0.0f;
-            const float *res = p.res[w];
-#pragma unroll
-            for (int t = 0; t < NT; t++)
-                if (t < ntok) {
-                    const int64_t i = (t0 + t) * p.n_out[w] + o;
-                    p.y[w][i] = res ? res[i] + (acc[r * NT + t] + b) : acc[r * NT + t] + b; /* x + Wa, as v1 */
-                }
-        }
-    }
+    q8_pair_store<SWIGLU, NT>(p, g, total, acc, t0, ntok);
 }
 
 /* Blocks per SM of each v3 kernel and the SM count, from the start-up probe

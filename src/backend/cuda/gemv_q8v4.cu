@@ -178,28 +178,8 @@ gemv_q8v4_kernel(q8_multi p, const int8_t *__restrict__ xq, const float *__restr
     /* the row pair's sums across its ks warps, then bias / residual / SwiGLU and the store */
     auto finish = [&](int64_t bg, float *acc) {
         q8_reduce<R>(acc, part, lane, warp, ks);
-        if (lane == 0 && kp == 0) {
-            const int64_t g = bg * ppb + warp / ks;
-            if constexpr (SWIGLU) {
-                int w;
-                const int64_t o = q8_pair_row<SWIGLU>(p, g, 0, total, &w);
-                if (o >= 0) {
-                    const float bg0 = p.bias[0] ? p.bias[0][o] : 0.0f, bu = p.bias[1] ? p.bias[1][o] : 0.0f;
-                    const float gt = acc[0] + bg0;
-                    p.y[0][o] = gt / (1.0f + expf(-gt)) * (acc[1] + bu);
-                }
-            } else {
-#pragma unroll
-                for (int r = 0; r < R; r++) {
-                    int w;
-                    const int64_t o = q8_pair_row<SWIGLU>(p, g, r, total, &w);
-                    if (o < 0)
-                        continue;
-                    const float b = p.bias[w] ? p.bias[w][o] : 0.0f;
-                    p.y[w][o] = p.res[w] ? p.res[w][o] + (acc[r] + b) : acc[r] + b; /* x + Wa, as v1 / v3 */
-                }
-            }
-        }
+        if (lane == 0 && kp == 0)
+            q8_pair_store<SWIGLU, 1>(p, bg * ppb + warp / ks, total, acc, 0, 1);
         if (ks > 1) /* part[] is rewritten by the next group's reduction */
             __syncthreads();
     };
