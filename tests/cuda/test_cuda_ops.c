@@ -3535,6 +3535,25 @@ static cudaError_t ds_rs_launch(const void *p, cudaStream_t st) {
     return mf_cu_rope_store((const mf_cu_rope_store_args *)p, st);
 }
 
+/* The benches' one-token rope + K/V store (f16 cache, NEOX, position 1000
+ * read from dp): q rotated into y, k in place, k and v stored. */
+static mf_cu_rope_store_args ds_rs_args(int32_t nh, int32_t nkv, int32_t hd, float *q, float *y, float *k, float *v,
+                                        void *kc, void *vc, int32_t *dp) {
+    mf_cu_rope_store_args a;
+    memset(&a, 0, sizeof a);
+    a.rq = (mf_cu_rope_args){.x = q, .y = y, .pos = dp, .nt = 1, .n_head = nh, .head_dim = hd, .n_rot = hd,
+                             .mode = MF_ROPE_NEOX, .theta = 1000000.0f, .freq_scale = 1.0f};
+    a.rk = a.rq;
+    a.rk.x = a.rk.y = k;
+    a.rk.n_head = nkv;
+    a.ks = (mf_cu_kv_args){.kv_type = MF_TYPE_F16, .cache = kc, .kv_dim = (int64_t)nkv * hd, .pos0 = 1000, .nt = 1,
+                           .src = k};
+    a.vs = a.ks;
+    a.vs.cache = vc;
+    a.vs.src = v;
+    return a;
+}
+
 static void ds_bench(cudaStream_t st) {
     const int64_t ns[] = {896, 3584};
     for (int i = 0; i < 2; i++) {
@@ -3564,17 +3583,7 @@ static void ds_bench(cudaStream_t st) {
         void *kc = ds_alloc((size_t)(kvd * 2 * n_ctx), 0), *vc = ds_alloc((size_t)(kvd * 2 * n_ctx), 0);
         const int32_t p = 1000;
         int32_t *dp = ds_put(&p, 4);
-        mf_cu_rope_store_args a;
-        memset(&a, 0, sizeof a);
-        a.rq = (mf_cu_rope_args){.x = q, .y = y, .pos = dp, .nt = 1, .n_head = nh, .head_dim = hd, .n_rot = hd,
-                                 .mode = MF_ROPE_NEOX, .theta = 1000000.0f, .freq_scale = 1.0f};
-        a.rk = a.rq;
-        a.rk.x = a.rk.y = k;
-        a.rk.n_head = nkv;
-        a.ks = (mf_cu_kv_args){.kv_type = MF_TYPE_F16, .cache = kc, .kv_dim = kvd, .pos0 = 1000, .nt = 1, .src = k};
-        a.vs = a.ks;
-        a.vs.cache = vc;
-        a.vs.src = v;
+        const mf_cu_rope_store_args a = ds_rs_args(nh, nkv, hd, q, y, k, v, kc, vc, dp);
         float t[2];
         for (int wide = 1; wide >= 0; wide--) {
             mf_cu_set_wide(1, wide);
@@ -3825,17 +3834,7 @@ static void lat_bench(cudaStream_t st) {
         void *kc = ds_alloc((size_t)(kvd * 2 * n_ctx), 0), *vc = ds_alloc((size_t)(kvd * 2 * n_ctx), 0);
         const int32_t p = 1000;
         int32_t *dp = ds_put(&p, 4);
-        mf_cu_rope_store_args a;
-        memset(&a, 0, sizeof a);
-        a.rq = (mf_cu_rope_args){.x = q, .y = y, .pos = dp, .nt = 1, .n_head = nh, .head_dim = hd, .n_rot = hd,
-                                 .mode = MF_ROPE_NEOX, .theta = 1000000.0f, .freq_scale = 1.0f};
-        a.rk = a.rq;
-        a.rk.x = a.rk.y = k;
-        a.rk.n_head = nkv;
-        a.ks = (mf_cu_kv_args){.kv_type = MF_TYPE_F16, .cache = kc, .kv_dim = kvd, .pos0 = 1000, .nt = 1, .src = k};
-        a.vs = a.ks;
-        a.vs.cache = vc;
-        a.vs.src = v;
+        const mf_cu_rope_store_args a = ds_rs_args(nh, nkv, hd, q, y, k, v, kc, vc, dp);
         char what[64];
         snprintf(what, sizeof what, "rope_store %d/%d/%d f16 nt 1", nh, nkv, hd);
         lat_line(what, ds_rs_launch, &a, st);

@@ -313,8 +313,8 @@ int mf_cu_gemv_v3_wanted(uint32_t wtype, int64_t n_in, int64_t rows);
 /* The v3 int8 GEMV's L2 prefetch distance in 32-unit groups per row (0:
  * none; clamped to 0..8) and kind (lines 0: one TMA bulk prefetch per row
  * and group; 1: prefetch.global.L2 per 128-byte line); set once at backend
- * creation (MINFER_CUDA_GEMV_PF, default 2; MINFER_CUDA_GEMV_PF_LINES=1);
- * the bench flips them. */
+ * creation (MINFER_CUDA_GEMV_PF, default 0: every distance measured slower;
+ * MINFER_CUDA_GEMV_PF_LINES=1). */
 void mf_cu_set_gemv_pf(int groups, int lines);
 
 /* The wide decode kernels, set once at backend creation (tests flip them):

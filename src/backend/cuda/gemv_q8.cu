@@ -122,7 +122,10 @@ q8_norm_quant_kernel(const float *__restrict__ x, const float *__restrict__ w, f
  * each thread keeps its own element from that pass (element 256 b + tid is
  * its pass-b read), so the row is read once per block and the weight before
  * the PDL wait. Launch latency for a one-token row drops from ~4 serial unit
- * rounds to one. */
+ * rounds to one. LAT (MINFER_CUDA_LAT, bitwise equal): the row pass issues a
+ * thread's loads together (mf_row_ss) and the own element is picked from
+ * those registers after the reduction (which keeps the loads one batch). */
+template <bool LAT>
 static __global__ void __launch_bounds__(256)
 q8_norm_quant_wide_kernel(const float *__restrict__ x, const float *__restrict__ w, float eps, int64_t n_in,
                           int8_t *__restrict__ xq, float *__restrict__ xd, int32_t *__restrict__ xs) {
@@ -135,29 +138,35 @@ q8_norm_quant_wide_kernel(const float *__restrict__ x, const float *__restrict__
     const float *xr = x + t * n_in;
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
     double ss = 0.0;
-    float mine = 0.0f;
-    for (int64_t i = threadIdx.x; i < n_in; i += blockDim.x) {
-        const float xv = xr[i];
-        if (i == me)
-            mine = xv;
-        ss += (double)xv * (double)xv;
+    float mine = 0.0f, v[MF_LAT_E];
+    if constexpr (LAT) {
+        ss = mf_row_ss<MF_LAT_E>(xr, n_in, threadIdx.x, 256, v);
+    } else {
+        for (int64_t i = threadIdx.x; i < n_in; i += blockDim.x) {
+            const float xv = xr[i];
+            if (i == me)
+                mine = xv;
+            ss += (double)xv * (double)xv;
+        }
     }
     const float sc = mf_rms_scale(ss, part, 8, n_in, eps);
     const int64_t n_units = n_in / 32, u = (int64_t)blockIdx.x * 8 + warp;
     if (u >= n_units) /* a whole warp: no shuffle is left short */
         return;
-    const float v = w ? mine * sc * wv : mine * sc;
+    if constexpr (LAT) /* element me is this thread's pass-blockIdx.x element */
+        mine = blockIdx.x < MF_LAT_E ? mf_lat_pick(v, (int)blockIdx.x, 0.0f) : xr[me];
+    const float y = w ? mine * sc * wv : mine * sc;
     const int64_t gu = t * n_units + u;
-    q8_unit(v, lane, true, xq + gu * 32, xd + gu, xs + gu);
+    q8_unit(y, lane, true, xq + gu * 32, xd + gu, xs + gu);
 }
 
-/* MINFER_CUDA_LAT forms of the two kernels above, bitwise equal to them:
+/* The MINFER_CUDA_LAT form of q8_norm_quant_kernel, bitwise equal to it:
  * the same 256 threads and per-thread element order (mf_row_ss), so the
  * same scale, but a thread's row loads are issued MF_LAT_E at once instead
  * of one dependent round trip per element (14 at n_in 3584). In the
  * one-block form element tid + 256 k is unit warp + 8 k's lane element, so
- * the quantization runs from the registers; the wide form loads its own
- * element with the row. Weights are read before the PDL wait. */
+ * the quantization runs from the registers. Weights are read before the PDL
+ * wait. */
 static __global__ void __launch_bounds__(256)
 q8_norm_quant_lat_kernel(const float *__restrict__ x, const float *__restrict__ w, float eps, int64_t n_in,
                          int8_t *__restrict__ xq, float *__restrict__ xd, int32_t *__restrict__ xs) {
@@ -194,30 +203,6 @@ q8_norm_quant_lat_kernel(const float *__restrict__ x, const float *__restrict__ 
     }
 }
 
-static __global__ void __launch_bounds__(256)
-q8_norm_quant_wide_lat_kernel(const float *__restrict__ x, const float *__restrict__ w, float eps, int64_t n_in,
-                              int8_t *__restrict__ xq, float *__restrict__ xd, int32_t *__restrict__ xs) {
-    const int64_t me = (int64_t)blockIdx.x * 256 + threadIdx.x;
-    const float wv = w && me < n_in ? w[me] : 1.0f;
-    mf_pdl_wait();
-    mf_pdl_trigger();
-    __shared__ double part[8];
-    const int64_t t = blockIdx.y;
-    const float *xr = x + t * n_in;
-    const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
-    float v[MF_LAT_E];
-    const double ss = mf_row_ss<MF_LAT_E>(xr, n_in, threadIdx.x, 256, v);
-    const float sc = mf_rms_scale(ss, part, 8, n_in, eps);
-    const int64_t n_units = n_in / 32, u = (int64_t)blockIdx.x * 8 + warp;
-    if (u >= n_units) /* a whole warp: no shuffle is left short */
-        return;
-    /* element me is this thread's pass-blockIdx.x element */
-    const float mine = blockIdx.x < MF_LAT_E ? mf_lat_pick(v, (int)blockIdx.x, 0.0f) : xr[me];
-    const float y = w ? mine * sc * wv : mine * sc;
-    const int64_t gu = t * n_units + u;
-    q8_unit(y, lane, true, xq + gu * 32, xd + gu, xs + gu);
-}
-
 extern int mf_cu_wide_norm; /* norm.cu */
 extern int mf_cu_lat;
 
@@ -233,7 +218,7 @@ static cudaError_t launch_quant(const float *x, int8_t *xq, float *xd, int32_t *
 static cudaError_t launch_norm_quant(const float *x, const float *w, float eps, int64_t n_in, int64_t nt,
                                      int8_t *xq, float *xd, int32_t *xs, cudaStream_t s) {
     if (mf_cu_wide_norm && nt <= 65535)
-        return mf_launch(mf_cu_lat ? q8_norm_quant_wide_lat_kernel : q8_norm_quant_wide_kernel,
+        return mf_launch(mf_cu_lat ? q8_norm_quant_wide_kernel<true> : q8_norm_quant_wide_kernel<false>,
                          dim3((unsigned)((n_in / 32 + 7) / 8), (unsigned)nt), dim3(256), 0, s, x, w, eps, n_in, xq,
                          xd, xs);
     return mf_launch(mf_cu_lat ? q8_norm_quant_lat_kernel : q8_norm_quant_kernel, dim3((unsigned)nt), dim3(256), 0,
@@ -1171,9 +1156,9 @@ extern "C" cudaError_t mf_cu_gemv_q8_multi(const mf_cu_q8_multi_args *a, cudaStr
 extern "C" cudaError_t mf_cu_probe_gemv_q8(size_t smem_limit, const char **bad) {
     MF_PROBE(q8_quant_kernel, 256);
     MF_PROBE(q8_norm_quant_kernel, 256);
-    MF_PROBE(q8_norm_quant_wide_kernel, 256);
+    MF_PROBE(q8_norm_quant_wide_kernel<false>, 256);
     MF_PROBE(q8_norm_quant_lat_kernel, 256);
-    MF_PROBE(q8_norm_quant_wide_lat_kernel, 256);
+    MF_PROBE(q8_norm_quant_wide_kernel<true>, 256);
 #define MF_CASE(T)                                     \
     MF_PROBE((gemv_q8_kernel<T, 1>), 32 * Q8_WARPS);   \
     MF_PROBE((gemv_q8_kernel<T, 8>), 32 * Q8_WARPS);             \

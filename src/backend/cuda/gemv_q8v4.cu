@@ -1,5 +1,6 @@
 /* gemv_q8v4.cu - the decode GEMV (one token) with U weight slices per lane
- * in flight, grid-stride over row pairs, weights loaded before the PDL wait.
+ * in flight, grid-stride over row pairs, the first weight lines prefetched
+ * into L2 before the PDL wait.
  *
  * Why. v3 (gemv_q8.cu) keeps one 32-element unit per lane and row in flight
  * (two rows per warp): ~1.1 KB per warp, ~27 KB per SM at its occupancy,

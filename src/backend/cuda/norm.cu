@@ -53,7 +53,12 @@ static __global__ void rmsnorm_kernel(const float *x, const float *__restrict__ 
 }
 
 /* Block (c, r): elements [c * blockDim.x, (c + 1) * blockDim.x) of row r.
- * The weight is read before the PDL wait (no kernel writes it). */
+ * The weight is read before the PDL wait (no kernel writes it). LAT (the
+ * MINFER_CUDA_LAT form, bitwise equal): the row pass issues a thread's loads
+ * together (mf_row_ss) instead of one dependent round trip per element, and
+ * the thread's own element is picked from those registers after the
+ * reduction (that keeps them live, so the loads stay one batch). */
+template <bool LAT>
 static __global__ void rmsnorm_wide_kernel(const float *__restrict__ x, const float *__restrict__ w,
                                            float *__restrict__ y, int64_t n, float eps) {
     const int64_t me = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
@@ -64,19 +69,25 @@ static __global__ void rmsnorm_wide_kernel(const float *__restrict__ x, const fl
     const int64_t r = blockIdx.y;
     const float *xr = x + r * n;
     double ss = 0.0;
-    float mine = 0.0f;
-    for (int64_t i = threadIdx.x; i < n; i += blockDim.x) {
-        const float v = xr[i];
-        if (i == me)
-            mine = v;
-        ss += (double)v * (double)v;
+    float mine = 0.0f, v[MF_LAT_E];
+    if constexpr (LAT) {
+        ss = mf_row_ss<MF_LAT_E>(xr, n, threadIdx.x, blockDim.x, v);
+    } else {
+        for (int64_t i = threadIdx.x; i < n; i += blockDim.x) {
+            const float xv = xr[i];
+            if (i == me)
+                mine = xv;
+            ss += (double)xv * (double)xv;
+        }
     }
     const float sc = mf_rms_scale(ss, part, (blockDim.x + 31) >> 5, n, eps);
+    if constexpr (LAT) /* element me is this thread's pass-blockIdx.x element */
+        mine = blockIdx.x < MF_LAT_E ? mf_lat_pick(v, (int)blockIdx.x, 0.0f) : me < n ? xr[me] : 0.0f;
     if (me < n)
         y[r * n + me] = w ? mine * sc * wv : mine * sc;
 }
 
-/* MINFER_CUDA_LAT forms of the two kernels above, bitwise equal to them
+/* The MINFER_CUDA_LAT form of rmsnorm_kernel, bitwise equal to it
  * (same threads, same per-thread element order through mf_row_ss, same
  * mf_rms_scale): the row's loads are issued MF_LAT_E per thread at once
  * instead of one dependent round trip per element. The one-block form keeps
@@ -112,24 +123,6 @@ static __global__ void __launch_bounds__(256) rmsnorm_lat_kernel(const float *x,
         yr[i] = w ? xr[i] * sc * w[i] : xr[i] * sc;
 }
 
-static __global__ void rmsnorm_wide_lat_kernel(const float *__restrict__ x, const float *__restrict__ w,
-                                               float *__restrict__ y, int64_t n, float eps) {
-    const int64_t me = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
-    const float wv = w && me < n ? w[me] : 1.0f;
-    mf_pdl_wait();
-    mf_pdl_trigger();
-    __shared__ double part[32];
-    const int64_t r = blockIdx.y;
-    const float *xr = x + r * n;
-    float v[MF_LAT_E];
-    const double ss = mf_row_ss<MF_LAT_E>(xr, n, threadIdx.x, blockDim.x, v);
-    const float sc = mf_rms_scale(ss, part, (blockDim.x + 31) >> 5, n, eps);
-    /* element me is this thread's pass-blockIdx.x element */
-    const float mine = blockIdx.x < MF_LAT_E ? mf_lat_pick(v, (int)blockIdx.x, 0.0f) : me < n ? xr[me] : 0.0f;
-    if (me < n)
-        y[r * n + me] = w ? mine * sc * wv : mine * sc;
-}
-
 /* Rows up to which the wide kernel is taken: past it the one-block grid
  * fills the GPU and the repeated row reads would only add L2 traffic. */
 #define WIDE_MAX_ROWS 64
@@ -142,7 +135,7 @@ extern "C" cudaError_t mf_cu_rmsnorm(const mf_cu_norm_args *a, cudaStream_t s) {
     const bool apart = a->y + total <= a->x || a->x + total <= a->y;
     if (mf_cu_wide_norm && a->nrows <= WIDE_MAX_ROWS && apart && a->n > threads) {
         const dim3 grid((unsigned)((a->n + threads - 1) / threads), (unsigned)a->nrows);
-        return mf_launch(mf_cu_lat ? rmsnorm_wide_lat_kernel : rmsnorm_wide_kernel, grid, dim3(threads), 0, s,
+        return mf_launch(mf_cu_lat ? rmsnorm_wide_kernel<true> : rmsnorm_wide_kernel<false>, grid, dim3(threads), 0, s,
                          a->x, a->w, a->y, a->n, a->eps);
     }
     return mf_launch(mf_cu_lat ? rmsnorm_lat_kernel : rmsnorm_kernel, dim3((unsigned)a->nrows), dim3(threads), 0,
@@ -153,8 +146,8 @@ extern "C" cudaError_t mf_cu_rmsnorm(const mf_cu_norm_args *a, cudaStream_t s) {
 
 extern "C" cudaError_t mf_cu_probe_norm(size_t smem_limit, const char **bad) {
     MF_PROBE(rmsnorm_kernel, 256);
-    MF_PROBE(rmsnorm_wide_kernel, 256);
+    MF_PROBE(rmsnorm_wide_kernel<false>, 256);
     MF_PROBE(rmsnorm_lat_kernel, 256);
-    MF_PROBE(rmsnorm_wide_lat_kernel, 256);
+    MF_PROBE(rmsnorm_wide_kernel<true>, 256);
     return cudaSuccess;
 }
