@@ -30,8 +30,11 @@
 # GPU_CHECK_MEMCHECK_ONLY=matmul,graph: memcheck on these op families only;
 # OPS_ONLY / OPSBENCH_ONLY / PDL_ONLY / RACE_ONLY: the same for those stages.
 # GPU_CHECK_STAGES=table: the issue's table on full-size models (synth --fast),
-# TABLE_MODELS="tag:preset:type ...", TABLE_LEVERS="VAR=1 ..." (a row each),
-# TABLE_R (repetitions, default 20), TABLE_DEPTH=0 skips the 7B depth-4096 row.
+# TABLE_MODELS="tag:preset:type[:synth,flags] ...", TABLE_LEVERS="VAR=1 A=1,B=0 ..." (a row each;
+# commas join variables set together),
+# TABLE_R (repetitions, default 20), TABLE_DEPTH=0 skips the 7B depth-4096 row,
+# TABLE_BASE=<another minfer> adds a row per model run by that binary (an older
+# commit's build: before / after on one machine in one run).
 # GPU_CHECK_7B_LAYERS=N: the perf stage's 7B model with N layers (same shapes,
 # default 8).
 # Levers checked here (ops: through test hooks; e2e: against the float64
@@ -124,7 +127,7 @@ if want ops; then
 fi
 if want ops-nopdl; then # the decode-path families again with plain launches (PDL is the default)
     t=$(date +%s)
-    MINFER_CUDA_PDL=0 MINFER_CUDA_TEST_ONLY=${PDL_ONLY:-matmul,getrows,norm,rope,elementwise,attn,qkv,ffn,fuse_add,fuse_norm,gemv_v2,graph,decattn,decsmall,gemv,gemvfuse,lat} \
+    MINFER_CUDA_PDL=0 MINFER_CUDA_TEST_ONLY=${PDL_ONLY:-matmul,getrows,norm,rope,elementwise,attn,qkv,ffn,fuse_add,fuse_norm,gemv_v2,graph,decattn,decsmall,gemv,gemvfuse,lat,attnone,q6k,normmm} \
         timeout 300 "$OPS" >"$LOG/ops-nopdl.log" 2>&1
     rc=$?
     last=$(grep -E "passed, .* failed" "$LOG/ops-nopdl.log" | tail -1)
@@ -134,7 +137,7 @@ if want ops-nopdl; then # the decode-path families again with plain launches (PD
 fi
 if want opsbench; then # kernel-level timings of the session-2 families (never asserted)
     t=$(date +%s)
-    MINFER_CUDA_TEST_BENCH=1 MINFER_CUDA_TEST_ONLY=${OPSBENCH_ONLY:-mma,mmafuse,preattn,decattn,decsmall,gemv,gemvfuse,lat} \
+    MINFER_CUDA_TEST_BENCH=1 MINFER_CUDA_TEST_ONLY=${OPSBENCH_ONLY:-mma,mmafuse,preattn,decattn,decsmall,gemv,gemvfuse,lat,q6k,attnone} \
         timeout 300 "$OPS" >"$OUT/opsbench.log" 2>&1
     rc=$?
     if [ $rc -eq 0 ]; then note opsbench done "$(grep -E "passed, .* failed" "$OUT/opsbench.log" | tail -1) ($(( $(date +%s) - t ))s; opsbench.log)";
@@ -156,7 +159,7 @@ sanitize() { # tool log-name time-limit env-assignments...
     else note "$name" FAIL "rc $rc ${errs}; $res"; fi
 }
 want memcheck && sanitize memcheck memcheck 200 ${GPU_CHECK_MEMCHECK_ONLY:+MINFER_CUDA_TEST_ONLY=$GPU_CHECK_MEMCHECK_ONLY}
-want racecheck && sanitize racecheck racecheck "${RACE_LIMIT:-150}" MINFER_CUDA_TEST_ONLY=${RACE_ONLY:-matmul,norm,elementwise,attn,ffn,fuse_norm,gemv_v2,gemv,mma,preattn,decattn,decsmall,gemvfuse,lat}
+want racecheck && sanitize racecheck racecheck "${RACE_LIMIT:-150}" MINFER_CUDA_TEST_ONLY=${RACE_ONLY:-matmul,norm,elementwise,attn,ffn,fuse_norm,gemv_v2,gemv,mma,preattn,decattn,decsmall,gemvfuse,lat,attnone,q6k}
 
 # ---- end to end ------------------------------------------------------------------------------
 PY=$(command -v python3 || true)
@@ -218,7 +221,7 @@ EOF
         timeout 120 "$DUMP" "$m" --tokens $TOKS --decode 8 --device cuda --cache f32 \
             >"$LOG/e2e-$arch-base8.json" 2>"$LOG/e2e-$arch-base8.err"
         k=0
-        for lever in "MINFER_NO_FUSE_QKV=1 MINFER_NO_FUSE_FFN=1" "MINFER_NO_CUDA_GRAPH=1" "MINFER_CUDA_PDL=0 MINFER_CUDA_GEMV_V1=1" "MINFER_CUDA_GEMV_V3=1" "MINFER_CUDA_GEMV_V4=0 MINFER_CUDA_LAT=0 MINFER_CUDA_MMA_CFG=0" "MINFER_CUDA_FUSE_ROPE=0 MINFER_CUDA_FUSE_NORM=0 MINFER_CUDA_FLASH_PREFILL=0" "MINFER_CUDA_NO_FLASH_DECODE=1"; do
+        for lever in "MINFER_NO_FUSE_QKV=1 MINFER_NO_FUSE_FFN=1" "MINFER_NO_CUDA_GRAPH=1" "MINFER_CUDA_PDL=0 MINFER_CUDA_GEMV_V1=1" "MINFER_CUDA_GEMV_V3=1" "MINFER_CUDA_GEMV_V4=0 MINFER_CUDA_LAT=0 MINFER_CUDA_MMA_CFG=0" "MINFER_CUDA_ATTN_ONE=0 MINFER_CUDA_GEMV_V4_Q6K=0 MINFER_CUDA_NORM_MM=0" "MINFER_CUDA_ATTN_ROPE=1" "MINFER_CUDA_FUSE_ROPE=0 MINFER_CUDA_FUSE_NORM=0 MINFER_CUDA_FLASH_PREFILL=0" "MINFER_CUDA_NO_FLASH_DECODE=1"; do
             k=$((k + 1)); j=$LOG/e2e-$arch-lever$k.json
             env $lever timeout 120 "$DUMP" "$m" --tokens $TOKS --decode 8 --device cuda --cache f32 \
                 >"$j" 2>"$LOG/e2e-$arch-lever$k.err"
@@ -242,11 +245,12 @@ bench_model() {
         note bench FAIL "$name: synth failed (synth-bench-$name.log)"; return
     fi
     echo "### $name ($sargs) $(date -u +%Y-%m-%dT%H:%MZ)" >>"$OUT/bench.md"
+    local l0; l0=$(wc -l <"$OUT/bench.md")
     timeout 240 "$MINFER" bench -m "$bm" --device cuda -p 512 -n 128 "$@" >>"$OUT/bench.md" \
         2>"$LOG/bench-$name.err"
     local rc=$?
     echo >>"$OUT/bench.md"
-    local line; line=$(grep -E 'pp512|tg128' "$OUT/bench.md" | tail -2 | awk -F'|' '{print $(NF-2) $(NF-1)}' | tr -s ' ' | tr '\n' ';')
+    local line; line=$(tail -n +"$((l0 + 1))" "$OUT/bench.md" | grep -E 'pp512|tg128' | awk -F'|' '{print $(NF-2) $(NF-1)}' | tr -s ' ' | tr '\n' ';')
     if [ $rc -eq 0 ]; then note bench done "$name: $line ($(( $(date +%s) - t ))s)";
     else note bench FAIL "$name: rc $rc $(tail -1 "$LOG/bench-$name.err")"; fi
     if [ "${PROFILE:-0}" = 1 ]; then
@@ -289,12 +293,20 @@ if [ $HAVE_MINFER -eq 1 ] && "$MINFER" bench --help >/dev/null 2>&1; then
         # TABLE_LEVERS="VAR=1 ..." adds a row per lever on the same model.
         TABLE_LIST=${TABLE_MODELS:-"q7km:qwen2-7b:Q4_K_M q70:qwen2-7b:q4_0 q78:qwen2-7b:q8_0 q3km:qwen3-4b:Q4_K_M q05:qwen2-0.5b:q4_0 q05km:qwen2-0.5b:Q4_K_M"}
         for spec in $TABLE_LIST; do
-            IFS=: read -r tag preset ttype <<<"$spec"
-            MNAME=t-$tag KEEP_MODEL=1 bench_model "table-$tag" "--preset $preset --type $ttype --fast" \
-                -ctk f16 -r "${TABLE_R:-20}"
+            # an optional 4th field adds synth flags, commas for spaces
+            # ("q05l2:qwen2-0.5b:q4_0:--layers,2": the per-token cost outside the layers)
+            IFS=: read -r tag preset ttype extra <<<"$spec"
+            sx="--preset $preset --type $ttype --fast ${extra//,/ }"
+            # TABLE_ARGS: more bench flags, e.g. "-p 0" for tg-only lever rows
+            MNAME=t-$tag KEEP_MODEL=1 bench_model "table-$tag" "$sx" -ctk f16 -r "${TABLE_R:-20}" ${TABLE_ARGS:-}
+            if [ -n "${TABLE_BASE:-}" ]; then # the same model on another build's minfer (before / after)
+                ( MINFER=$TABLE_BASE MNAME=t-$tag KEEP_MODEL=1 bench_model "table-$tag-base" "$sx" -ctk f16 \
+                    -r "${TABLE_R:-20}" ${TABLE_ARGS:-} )
+            fi
             for lev in ${TABLE_LEVERS:-}; do
-                ( export "$lev"; MNAME=t-$tag KEEP_MODEL=1 bench_model "table-$tag-$lev" \
-                    "--preset $preset --type $ttype --fast" -ctk f16 -r "${TABLE_R:-20}" )
+                ( IFS=, read -ra kvs <<<"$lev"; for kv in "${kvs[@]}"; do export "$kv"; done
+                  MNAME=t-$tag KEEP_MODEL=1 bench_model "table-$tag-$lev" "$sx" -ctk f16 \
+                    -r "${TABLE_R:-20}" ${TABLE_ARGS:-} )
             done
             if [ "$tag" = q7km ] && [ "${TABLE_DEPTH:-1}" = 1 ] && left; then
                 # pp2048 and tg128 after 4096 tokens of context (llama.cpp: 10,001 / 247.8)

@@ -22,7 +22,7 @@
  * MINFER_CUDA_TEST_ONLY=matmul,norm,...: run only these families (matmul,
  * getrows, norm, rope, elementwise, attn, qkv, ffn, fuse_add, fuse_norm,
  * gemv_v2, graph, misc, mma, mmafuse, decattn, preattn, gemv, decsmall,
- * gemvfuse, lat); racecheck runs the shared-memory families this way.
+ * gemvfuse, lat, attnone, q6k, normmm); racecheck runs the shared-memory families this way.
  * The fusion levers (MINFER_CUDA_FUSE_GEMV / _ROPE / _ADD / _NORM,
  * MINFER_CUDA_GEMV_V2, MINFER_CUDA_FLASH_PREFILL; docs/ENV.md says which are
  * on by default) are run on and off through their test hooks
@@ -70,6 +70,17 @@
  * bound and v3 (1e-5); FUSED_QKV / FUSED_FFN / FUSE_ADD on v3, v1 and v4.
  * With MINFER_CUDA_TEST_BENCH=1 one line per shape: v1, v3, v4 us and GB/s
  * over 256 MB of rotating weight copies (HBM, not L2).
+ * Family q6k: the v4 GEMV's Q6_K slice decoder (gemv_q8v4.cu,
+ * MINFER_CUDA_GEMV_V4_Q6K, default 1, hook mf_cu_set_gemv_v4_q6k) at nt 1: 3584 x
+ * 4099 / 152064 (7B lm_head), 18944 -> 3584, 3584 -> 512, 9728 -> 2560,
+ * 2560 -> 1024, 4864 -> 896 (odd super-block count: rows 2-byte aligned),
+ * 256 -> 97, 1280 -> 33; unit vs slice decoder with 1 and 2 slices in
+ * flight and the auto rule with the switch at 1 and 2, vs float64 (3e-2 and
+ * the int8 rounding bound per sampled output), slice vs unit decoder on
+ * every output (1e-5), auto rule == forced run bitwise; FUSED_FFN (Q6_K
+ * SwiGLU) and FUSED_QKV with a Q6_K V on the slice decoder (u1, u2).
+ * MINFER_CUDA_TEST_BENCH=1: one line per shape (7B lm_head / down / v, 4B
+ * down / v, 0.5B down): v1, v4 old decoder u1 / u2, new decoder u1 / u2, us and GB/s.
  * Family preattn: the tensor-core flash prefill (attn_prefill_mma.cu, hook
  * mf_cuda_set_tc_attn; the attn family runs with it off) at GQA 14/2/64,
  * 28/4/128, 32/8/128, nt 9/64/65/513, n_past 0/37/700, every KV type, plus
@@ -98,14 +109,19 @@
  * SwiGLU; 4864 -> 896) and 7B (3584 -> 3584, QKV 3584 -> 3584+512+512), nt
  * 1 / 3 / 8, with and without the RMSNorm folded in and the residual in
  * place: forced prologue with PDL on and off vs the separate quantize kernel
- * (1e-6 max norm: the same int8 values) and vs float64 (3e-2 and the int8
- * rounding bound per output), the prologue launch counter
+ * (1e-6 max norm: the same int8 values) and vs float64 (3e-2, SwiGLU 6e-2,
+ * and the int8 rounding bound per output, carried through silu(g) u for
+ * SwiGLU), the prologue launch counter
  * (mf_cu_gemv_prologue_count) moved exactly when the shared copy fits; the
  * auto rule (mf_cu_q8_prologue_rule) at the 0.5B / 7B grids; and a
  * graph-replayed RMSNORM -> FUSED_FFN -> MATMUL -> ADD layer tail (prologue
  * counter, folded norm, fused add, replays; vs float64 and vs prologue off,
  * PDL on and off). MINFER_CUDA_TEST_BENCH=1: separate vs prologue us per
  * call for the 0.5B Wo / down / QKV / gate-up and the 7B Wo.
+ * Family normmm: the output RMSNorm folded into a plain MATMUL's int8
+ * quantization (MINFER_CUDA_NORM_MM, hook mf_cuda_set_norm_mm): Q8_0 896-wide
+ * and Q6_K 3584-wide heads over 4 graph-replayed decode steps, fold counted,
+ * vs float64 and bitwise vs the separate norm.
  * Family lat: the MINFER_CUDA_LAT kernels (hook mf_cu_set_lat): RMSNorm
  * (wide, one-block, in place) and the q8 norm-quant (wide, one-block) at n
  * 896/2560/3584/18944, nt 1/7, new vs float64 and new vs old bitwise
@@ -116,7 +132,24 @@
  * the new combine vs float64 / the old kernel and new vs old combine
  * bitwise (depth 37/100/700/4095). MINFER_CUDA_TEST_BENCH=1: old vs new us
  * per kernel at the 0.5B / 7B shapes, 20 back-to-back launches through
- * mf_launch (PDL as the backend set it) per sample, median of 21. */
+ * mf_launch (PDL as the backend set it) per sample, median of 21.
+ * Family attnone: MINFER_CUDA_ATTN_ONE (attn_decode.cu: the split kernel's
+ * last block per (token, KV head) combines and quantizes for the o GEMV)
+ * at 14/2/64, 28/4/128, 32/8/128 x f32/f16/q8_0 x depth 1/31/300/4000 x nt
+ * 1/3, wide n_ctx: out bitwise the two-kernel decode, q8out bitwise the
+ * quantize kernel of that out, counters back at 0, over 3 identical
+ * launches in a row (replay), n_past_dev, LAT flipped, in place; through
+ * the backend (hook mf_cuda_set_attn_one) ATTN -> o MATMUL -> ADD on == off
+ * bitwise and the o GEMV took the q8 (no quantize). MINFER_CUDA_TEST_BENCH=1:
+ * split+combine+quantize vs one kernel, us, 0.5B depth 100, 7B 100 / 1000.
+ * attnone also runs MINFER_CUDA_ATTN_ROPE (hook mf_cuda_set_attn_rope: the
+ * one-token rope (+ QkNorm) and K/V store inside that kernel): qwen2 NEOX,
+ * llama normal, qwen3 QkNorm (hd 128 and 64), partial rotation x
+ * f32/f16/q8_0 x depth 0/37/1000 vs rope_store + two-kernel decode: out,
+ * q8out and both caches bitwise, 3 launches (device n_past on the last);
+ * FUSED_QKV -> ATTN through the backend rope on / off / a synchronize in
+ * between (flushes the pending rope-store) bitwise, q output unwritten when
+ * folded; bench: rope_store + split + combine + quantize vs one kernel. */
 #include <math.h>
 #include <stddef.h>
 #include <stdio.h>
@@ -962,24 +995,32 @@ static void ref_matmul(const char *wn, const float *x, int64_t n_in, int64_t n_o
     free(wr);
 }
 
+/* The FUSED_QKV meta of spec s (rope over the whole head, theta 10000),
+ * naming the weights in nm (qkv_names), which must outlive it. */
+static mf_qkv_meta qkv_meta(const qkv_spec *s, char nm[6][64]) {
+    qkv_names(s, nm);
+    const int64_t qd = (int64_t)s->n_head * s->hd, kvd = (int64_t)s->n_head_kv * s->hd;
+    mf_rope_meta rq = {.n_head = s->n_head, .head_dim = s->hd, .n_rot = s->hd, .mode = s->mode,
+                       .theta = 10000.0f, .freq_scale = 1.0f};
+    mf_rope_meta rk = rq;
+    rk.n_head = s->n_head_kv;
+    return (mf_qkv_meta){
+        .layer = 0,
+        .q = {.weight = nm[0], .wtype = s->type, .bias = s->bias ? nm[3] : NULL, .n_in = s->d, .n_out = qd},
+        .k = {.weight = nm[1], .wtype = s->type, .bias = s->bias ? nm[4] : NULL, .n_in = s->d, .n_out = kvd},
+        .v = {.weight = nm[2], .wtype = qkv_vtype(s), .bias = s->bias ? nm[4] : NULL, .n_in = s->d, .n_out = kvd},
+        .q_norm = s->norm ? nm[5] : NULL, .k_norm = s->norm ? nm[5] : NULL, .norm_eps = 1e-6f,
+        .rope_q = rq, .rope_k = rk, .n_head = s->n_head, .n_head_kv = s->n_head_kv, .head_dim = s->hd};
+}
+
 /* FUSED_QKV / FUSED_QKV_NORM (epilogue=false) or QKV_BIAS_ROPE_STORE on
  * separate matmul outputs (epilogue=true): checks the roped Q output and the
  * K/V rows stored at n_past. */
 static void test_qkv(const qkv_spec *s, int64_t nt, int64_t n_past, bool epilogue, uint32_t kvt) {
     char nm[6][64];
-    qkv_names(s, nm);
+    const mf_qkv_meta m = qkv_meta(s, nm);
     const int64_t qd = (int64_t)s->n_head * s->hd, kvd = (int64_t)s->n_head_kv * s->hd;
     const int32_t n_ctx = (int32_t)(n_past + nt + 8);
-    mf_rope_meta rq = {.n_head = s->n_head, .head_dim = s->hd, .n_rot = s->hd, .mode = s->mode,
-                       .theta = 10000.0f, .freq_scale = 1.0f};
-    mf_rope_meta rk = rq;
-    rk.n_head = s->n_head_kv;
-    mf_qkv_meta m = {.layer = 0,
-                     .q = {.weight = nm[0], .wtype = s->type, .bias = s->bias ? nm[3] : NULL, .n_in = s->d, .n_out = qd},
-                     .k = {.weight = nm[1], .wtype = s->type, .bias = s->bias ? nm[4] : NULL, .n_in = s->d, .n_out = kvd},
-                     .v = {.weight = nm[2], .wtype = qkv_vtype(s), .bias = s->bias ? nm[4] : NULL, .n_in = s->d, .n_out = kvd},
-                     .q_norm = s->norm ? nm[5] : NULL, .k_norm = s->norm ? nm[5] : NULL, .norm_eps = 1e-6f,
-                     .rope_q = rq, .rope_k = rk, .n_head = s->n_head, .n_head_kv = s->n_head_kv, .head_dim = s->hd};
     mf_graph g;
     graph_new(&g, 1, kvd);
     float *x = rand_vec(s->d * nt, 1.0f);
@@ -1048,8 +1089,8 @@ static void test_qkv(const qkv_spec *s, int64_t nt, int64_t n_past, bool epilogu
         tq[i] = (float)rq_[i];
     for (int64_t i = 0; i < kvd * nt; i++)
         tk[i] = (float)rk_[i];
-    ref_rope(tq, rq_, nt, &rq, pos);
-    ref_rope(tk, rk_, nt, &rk, pos);
+    ref_rope(tq, rq_, nt, &m.rope_q, pos);
+    ref_rope(tk, rk_, nt, &m.rope_k, pos);
 
     /* Variants through the test hooks: 0 the default path, 1 the fused int8
      * GEMV (MINFER_CUDA_FUSE_GEMV; matmul inputs on the int8 tier only), 2
@@ -1076,7 +1117,7 @@ static void test_qkv(const qkv_spec *s, int64_t nt, int64_t n_past, bool epilogu
         run_ok(&g, node, ids, out, kv, &a);
         mf_cuda_set_fuse(be, false);
         mf_cuda_set_gemv_v2(be, false);
-        mf_cuda_set_fuse_rope(be, false);
+        mf_cuda_set_fuse_rope(be, mf_env_int("MINFER_CUDA_FUSE_ROPE", 1) != 0);
         float *y = dev_get(out, (size_t)(qd * nt) * 4);
         uint8_t *kraw = malloc(region), *vraw = malloc(region);
         mf_error e;
@@ -1268,7 +1309,7 @@ static void test_fuse_norm(uint32_t t, uint32_t ut, int64_t d, int64_t ff, int64
         if (be->ops->execute_node(be, &g, fi, &nb, ob, (mf_kv_pair){-1, -1}, &a, &e) ||
             be->ops->synchronize(be, &e))
             die("fuse_norm ffn", &e);
-        mf_cuda_set_fuse_norm(be, false);
+        mf_cuda_set_fuse_norm(be, mf_env_int("MINFER_CUDA_FUSE_NORM", 1) != 0);
         float *y = dev_get(ob, (size_t)(ff * nt) * 4);
         snprintf(name, sizeof name, "fuse_norm[%s] ffn %-5s%s%s %lld -> %lld nt %lld",
                  v == 0 ? "off" : v == 1 ? "on" : v == 2 ? "2 readers" : "flushed", mf_type_name(t),
@@ -2505,8 +2546,10 @@ static void test_decattn(int32_t n_head, int32_t n_head_kv, int32_t hd, int64_t 
 /* CUDA graph replay of a forward holding only the ATTN node: n_ctx fixed,
  * n_past moving across split boundaries (1st step plain, 2nd captured, the
  * rest replayed with n_past read from the device); every step's output
- * against float64, and the replay count. */
-static void test_decattn_graph(uint32_t kv_type, int64_t nt) {
+ * against float64, and the replay count. one: the one-kernel decode
+ * (MINFER_CUDA_ATTN_ONE) at every depth or off (with the default depth
+ * limit the graph would be captured again past it). */
+static void test_decattn_graph(uint32_t kv_type, int64_t nt, int one) {
     const int32_t n_head = 14, n_head_kv = 2, hd = 64, n_ctx = small ? 640 : 4224;
     const int64_t qd = (int64_t)n_head * hd;
     const int64_t past[] = {40, 41, 300, small ? 500 : 2047, small ? 600 : 4096, 5};
@@ -2516,6 +2559,7 @@ static void test_decattn_graph(uint32_t kv_type, int64_t nt) {
     int32_t qid = dev_put(NULL, (size_t)(qd * nt) * 4), out = dev_put(NULL, (size_t)(qd * nt) * 4);
     double *ref = malloc((size_t)(qd * nt) * sizeof *ref);
     mf_cuda_set_graphs(be, true);
+    mf_cuda_set_attn_one(be, one);
     int64_t cap0, rep0, cap1, rep1;
     mf_cuda_graph_stats(be, &cap0, &rep0);
     double worst = 0;
@@ -2537,12 +2581,14 @@ static void test_decattn_graph(uint32_t kv_type, int64_t nt) {
     }
     mf_cuda_graph_stats(be, &cap1, &rep1);
     mf_cuda_set_graphs(be, !mf_env_flag("MINFER_NO_CUDA_GRAPH"));
+    mf_cuda_set_attn_one(be, -1);
     char name[160], detail[120];
-    snprintf(name, sizeof name, "decattn graph %-4s nt %lld ctx %d, %d steps (worst)", mf_type_name(kv_type),
-             (long long)nt, n_ctx, STEPS);
+    snprintf(name, sizeof name, "decattn graph %-4s nt %lld one %d ctx %d, %d steps (worst)", mf_type_name(kv_type),
+             (long long)nt, one, n_ctx, STEPS);
     result(name, worst, 1e-4, nan, NULL);
     snprintf(detail, sizeof detail, "%lld captures, %lld replays", (long long)(cap1 - cap0), (long long)(rep1 - rep0));
-    snprintf(name, sizeof name, "decattn graph %-4s nt %lld: steps replayed", mf_type_name(kv_type), (long long)nt);
+    snprintf(name, sizeof name, "decattn graph %-4s nt %lld one %d: steps replayed", mf_type_name(kv_type), (long long)nt,
+             one);
     check_true(name, cap1 - cap0 >= 1 && rep1 - rep0 >= STEPS - 2, detail);
     free(ref);
     dev_free(qid);
@@ -2656,7 +2702,8 @@ static void decattn_family(void) {
                                  (di + ni) % 2 == 1);
                 }
     for (int ti = 0; ti < 3; ti++)
-        test_decattn_graph(kvt[ti], ti == 1 ? 3 : 1);
+        for (int one = 0; one <= 1; one++)
+            test_decattn_graph(kvt[ti], ti == 1 ? 3 : 1, one);
     if (getenv("MINFER_CUDA_TEST_BENCH") && atoi(getenv("MINFER_CUDA_TEST_BENCH")) > 0) {
         bench_decattn(28, 4, 128, 512);
         bench_decattn(28, 4, 128, 4096);
@@ -2953,6 +3000,26 @@ static void gemv_weights(void) {
     add_f32("bias.899", 899, 0.5f, 0.0f);
 }
 
+/* sum_k w[k] x[k] in double, and in *bound what the int8 GEMV may differ
+ * from it: per 32-element unit the activation rounding (amax / 254 per
+ * element) times sum |w|, plus 1e-5 of sum |w x| for f32 accumulation. */
+static double int8_dot(const double *w, const float *x, int64_t n, double *bound) {
+    double acc = 0, bd = 1e-6, mag = 0;
+    for (int64_t u = 0; u < n / 32; u++) {
+        double amax = 0, wabs = 0;
+        for (int l = 0; l < 32; l++) {
+            const int64_t k = 32 * u + l;
+            acc += w[k] * x[k];
+            amax = fmax(amax, fabs(x[k]));
+            wabs += fabs(w[k]);
+            mag += fabs(w[k] * x[k]);
+        }
+        bd += amax / 254.0 * wabs;
+    }
+    *bound = bd + 1e-5 * mag;
+    return acc;
+}
+
 /* One int8-GEMV matmul node (matmul mode -2) at nt tokens on three paths: v3
  * (default), v3 with PDL launches, v1 (the test hook of
  * MINFER_CUDA_GEMV_V1). Each against float64 on 40 sampled rows (first,
@@ -2983,21 +3050,7 @@ static void test_gemv(const gv_case *c, int64_t nt, bool bias) {
         ref_row(wn, rows[i], wr);
         const double b = has_b ? wf32("bias.899")[rows[i]] : 0.0;
         for (int64_t t = 0; t < nt; t++) {
-            const float *xt = x + t * c->n_in;
-            double acc = 0, bd = 1e-6, mag = 0;
-            for (int64_t u = 0; u < c->n_in / 32; u++) {
-                double amax = 0, wabs = 0;
-                for (int l = 0; l < 32; l++) {
-                    const int64_t k = 32 * u + l;
-                    acc += wr[k] * xt[k];
-                    amax = fmax(amax, fabs(xt[k]));
-                    wabs += fabs(wr[k]);
-                    mag += fabs(wr[k] * xt[k]);
-                }
-                bd += amax / 254.0 * wabs;
-            }
-            ref[i * nt + t] = acc + b;
-            bound[i * nt + t] = bd + 1e-5 * mag;
+            ref[i * nt + t] = int8_dot(wr, x + t * c->n_in, c->n_in, &bound[i * nt + t]) + b;
         }
     }
     snprintf(name, sizeof name, "gemv %-5s %5lldx%-6lld nt %lld%s", mf_type_name(c->type), (long long)c->n_in,
@@ -3051,16 +3104,24 @@ static void test_gemv(const gv_case *c, int64_t nt, bool bias) {
     mf_graph_free(&g);
 }
 
-/* MINFER_CUDA_TEST_BENCH=1: v1, v3 and v4 (1, 2 slices in flight)
- * through mf_cu_matmul (activation quantization + GEMV, as a decode step
- * runs them; PDL as MINFER_CUDA_PDL) on cudaMalloc'd buffers (weight bytes
+/* MINFER_CUDA_TEST_BENCH=1 (bench_stream, one line of kernel choices vs):
+ * GEMVs through mf_cu_matmul (activation quantization + GEMV, as a decode
+ * step runs them; PDL as MINFER_CUDA_PDL) on cudaMalloc'd buffers (weight bytes
  * 0x3c: f16 scales of 1.06, contents do not matter for the time). Batches
  * of 20 back-to-back calls, each on the next of `copies` weight copies (>=
  * 256 MB in all, so the weight comes from HBM as in a decode, not from the
  * 50 MB L2), median of 7 batches after one warm-up; us per call, and GB/s
  * over the weight bytes. */
-static void bench_gemv(uint32_t t, int64_t n_in, int64_t n_out, int64_t nt) {
-    enum { BATCH = 20, REPS = 7, NV = 4 };
+/* One kernel choice of a timed GEMV line: the v1 kernels, the v4 slices in
+ * flight (0: off), and a value for the caller's decoder switch (-1: none). */
+typedef struct gv_variant {
+    const char *name;
+    int v1, v4, dec;
+} gv_variant;
+
+static void bench_stream(const char *tag, uint32_t t, int64_t n_in, int64_t n_out, int64_t nt, const gv_variant *vs,
+                         int nv, void (*set)(int)) {
+    enum { BATCH = 20, REPS = 7, MAXV = 8 };
     const uint64_t rb = mf_type_row_size(t, n_in);
     const uint64_t wbytes = rb * (uint64_t)n_out + 256;
     int copies = (int)(((uint64_t)256 << 20) / wbytes) + 1;
@@ -3069,26 +3130,26 @@ static void bench_gemv(uint32_t t, int64_t n_in, int64_t n_out, int64_t nt) {
     float *x = NULL, *y = NULL;
     cudaStream_t st = NULL;
     cudaEvent_t e0 = NULL, e1 = NULL;
-    if (cudaMalloc(&w, wbytes * (size_t)copies) || cudaMalloc(&q8, mf_cu_q8_bytes(n_in, nt)) ||
+    if (nv > MAXV || cudaMalloc(&w, wbytes * (size_t)copies) || cudaMalloc(&q8, mf_cu_q8_bytes(n_in, nt)) ||
         cudaMalloc((void **)&x, (size_t)(n_in * nt) * 4) || cudaMalloc((void **)&y, (size_t)(n_out * nt) * 4) ||
         cudaStreamCreate(&st) || cudaEventCreate(&e0) || cudaEventCreate(&e1)) {
-        printf("gemv bench %s %lldx%lld: allocation failed\n", mf_type_name(t), (long long)n_in, (long long)n_out);
+        printf("%s bench %s %lldx%lld: allocation failed\n", tag, mf_type_name(t), (long long)n_in, (long long)n_out);
         cudaGetLastError();
     } else {
         cudaMemset(w, 0x3c, wbytes * (size_t)copies);
         cudaMemset(x, 0x3c, (size_t)(n_in * nt) * 4);
-        static const char *const vn[NV] = {"v1", "v3", "v4u1", "v4u2"};
-        float us[NV];
-        for (int v = 0; v < NV; v++) {
+        float us[MAXV];
+        for (int v = 0; v < nv; v++) {
             float ms[REPS];
             bool ok = true;
+            if (set && vs[v].dec >= 0)
+                set(vs[v].dec);
             for (int r = 0; r < REPS + 1 && ok; r++) {
                 cudaEventRecord(e0, st);
                 for (int i = 0; i < BATCH && ok; i++) {
                     mf_cu_matmul_args a = {.wtype = t, .w = (uint8_t *)w + wbytes * (size_t)(i % copies),
                                            .row_bytes = rb, .x = x, .y = y, .n_in = n_in, .n_out = n_out, .nt = nt,
-                                           .force_gemm = -2, .q8 = q8, .gemv_v1 = v == 0,
-                                           .gemv_v4 = v >= 2 ? 1 << (v - 2) : 0};
+                                           .force_gemm = -2, .q8 = q8, .gemv_v1 = vs[v].v1, .gemv_v4 = vs[v].v4};
                     ok = mf_cu_matmul(&a, st) == cudaSuccess;
                 }
                 cudaEventRecord(e1, st);
@@ -3106,11 +3167,11 @@ static void bench_gemv(uint32_t t, int64_t n_in, int64_t n_out, int64_t nt) {
         }
         const double gb = (double)rb * (double)n_out / 1e9;
         char line[400];
-        int k = snprintf(line, sizeof line, "gemv bench %-5s %5lldx%-6lld nt %lld:", mf_type_name(t),
+        int k = snprintf(line, sizeof line, "%s bench %-5s %5lldx%-6lld nt %lld:", tag, mf_type_name(t),
                          (long long)n_in, (long long)n_out, (long long)nt);
-        for (int v = 0; v < NV && k > 0 && (size_t)k < sizeof line; v++)
-            k += snprintf(line + k, sizeof line - (size_t)k, "%s %s %.2f us %.0f GB/s", v ? " |" : "", vn[v], us[v],
-                          gb / (us[v] * 1e-6));
+        for (int v = 0; v < nv && k > 0 && (size_t)k < sizeof line; v++)
+            k += snprintf(line + k, sizeof line - (size_t)k, "%s %s %.2f us %.0f GB/s", v ? " |" : "", vs[v].name,
+                          us[v], gb / (us[v] * 1e-6));
         printf("%s\n", line);
     }
     if (e0)
@@ -3122,7 +3183,43 @@ static void bench_gemv(uint32_t t, int64_t n_in, int64_t n_out, int64_t nt) {
     cudaFree(w); cudaFree(q8); cudaFree(x); cudaFree(y);
 }
 
+/* gemv family: v1, v3 and v4 with 1 and 2 slices in flight. */
+static void bench_gemv(uint32_t t, int64_t n_in, int64_t n_out, int64_t nt) {
+    static const gv_variant vs[] = {{"v1", 1, 0, -1}, {"v3", 0, 0, -1}, {"v4u1", 0, 1, -1}, {"v4u2", 0, 2, -1}};
+    bench_stream("gemv", t, n_in, n_out, nt, vs, 4, NULL);
+}
+
+/* The v4 rule (mf_cu_q8v4_u) at the shapes its comment cites: Q4_K takes
+ * two slices in flight only from 32 MiB of weight (7B gate+up, down), one
+ * below (7B q+k+v and o, 4B gate+up and down); the other types one; a
+ * forced U is kept; mode 0 is off. A rule that drifted from the measured
+ * table fails here. */
+static void gemv_rule(void) {
+    static const struct {
+        int mode;
+        uint32_t t;
+        int64_t rows, n_in;
+        int want;
+    } r[] = {
+        {-1, MF_TYPE_Q4_K, 2 * 18944, 3584, 2}, {-1, MF_TYPE_Q4_K, 3584, 18944, 2},
+        {-1, MF_TYPE_Q4_K, 4608, 3584, 1},      {-1, MF_TYPE_Q4_K, 3584, 3584, 1},
+        {-1, MF_TYPE_Q4_K, 2 * 9728, 2560, 1},  {-1, MF_TYPE_Q4_K, 2560, 9728, 1},
+        {-1, MF_TYPE_Q4_0, 2 * 18944, 3584, 1}, {-1, MF_TYPE_Q8_0, 151936, 896, 1},
+        {2, MF_TYPE_Q4_0, 896, 896, 2},         {0, MF_TYPE_Q4_K, 2 * 18944, 3584, 0},
+    };
+    mf_cu_set_gemv_v4_big(32); /* the default threshold, whatever the environment says */
+    for (size_t i = 0; i < sizeof r / sizeof r[0]; i++) {
+        char name[120];
+        const int got = mf_cu_q8v4_u(r[i].mode, r[i].t, r[i].rows, r[i].n_in);
+        snprintf(name, sizeof name, "gemv v4 rule mode %d %s %lld x %lld -> u%d", r[i].mode, mf_type_name(r[i].t),
+                 (long long)r[i].rows, (long long)r[i].n_in, r[i].want);
+        check_true(name, got == r[i].want, NULL);
+    }
+    mf_cu_set_gemv_v4_big((int)mf_env_int("MINFER_CUDA_GEMV_V4_BIG", 32));
+}
+
 static void gemv_family(void) {
+    gemv_rule();
     gv_case c[64];
     const int n = gv_cases(c);
     static const int64_t nts[] = {1, 2, 5, 8};
@@ -3169,6 +3266,178 @@ static void gemv_family(void) {
         bench_gemv(t, 896, 9728, 1);
         bench_gemv(t, 896, 151936, 1);
     }
+}
+
+/* ---- the v4 GEMV's Q6_K slice decoder (family "q6k") ------------------------------------- */
+
+/* The shapes of family q6k: the 7B lm_head width (a few thousand rows, odd),
+ * the 7B down / v and qwen3-4B down / v, 4864 -> 896 (19 super-blocks a row:
+ * rows alternate 4- and 2-byte alignment), one super-block a row (lanes past
+ * the row's 8 slices), 5 super-blocks. */
+typedef struct q6k_case {
+    int64_t n_in, n_out;
+} q6k_case;
+
+/* A v4 decoder under test: the weight type, its switch (setter, variable,
+ * default) and the family name (the shape, so that another type's decoder
+ * can reuse family q6k's cases, tests and bench). */
+typedef struct v4dec {
+    uint32_t type;
+    void (*set)(int u);
+    const char *env, *tag;
+    int def;
+} v4dec;
+static const v4dec dec_q6k = {MF_TYPE_Q6_K, mf_cu_set_gemv_v4_q6k, "MINFER_CUDA_GEMV_V4_Q6K", "q6k", 1};
+
+static void dec_reset(const v4dec *d) {
+    d->set((int)mf_env_int(d->env, d->def));
+}
+
+static int q6k_cases(q6k_case *c) {
+    int n = 0;
+    c[n++] = (q6k_case){3584, small ? 517 : 4099};
+    c[n++] = (q6k_case){small ? 3584 : 18944, small ? 64 : 3584};
+    c[n++] = (q6k_case){3584, 512};
+    c[n++] = (q6k_case){4864, small ? 97 : 896};
+    c[n++] = (q6k_case){256, 97};
+    c[n++] = (q6k_case){1280, 33};
+    if (!small) {
+        c[n++] = (q6k_case){9728, 2560};
+        c[n++] = (q6k_case){2560, 1024};
+    }
+    return n;
+}
+
+static void q6k_name(char *buf, size_t n, uint32_t t, int64_t n_in, int64_t n_out) {
+    mm_name(buf, n, &(mm_spec){t, n_in, n_out, false});
+}
+
+static void q6k_weights(const v4dec *d) {
+    q6k_case c[16];
+    const int n = q6k_cases(c);
+    char wn[64];
+    for (int i = 0; i < n; i++) {
+        q6k_name(wn, sizeof wn, d->type, c[i].n_in, c[i].n_out);
+        add_weight(wn, d->type, c[i].n_in, c[i].n_out);
+    }
+    if (!small) { /* the 7B lm_head itself: the rule's vocab-wide arm */
+        q6k_name(wn, sizeof wn, d->type, 3584, 152064);
+        add_weight(wn, d->type, 3584, 152064);
+    }
+}
+
+/* One Q6_K MATMUL node at nt 1 (int8 GEMV forced, PDL on) on five paths:
+ * v4 with the unit decoder (1 and 2 slices in flight), v4 with the slice
+ * decoder (mf_cu_set_gemv_v4_q6k, 1 and 2), and the auto rule with the
+ * switch at 1 and 2 (MINFER_CUDA_GEMV_V4_Q6K=1 / 2: must pick the slice
+ * decoder with that many slices: bitwise the forced runs). Each against float64 on sampled rows
+ * (first, last, random) within 3e-2 and the int8 rounding bound of each
+ * sampled output (family gemv's), NaN-free everywhere (poisoned output);
+ * slice vs unit decoder over every output within 1e-5 (the same int8
+ * products per 8 elements; the -32 offset through the activation half sums
+ * and the f32 summation order differ). */
+static void test_q6k(const v4dec *d, int64_t n_in, int64_t n_out) {
+    char wn[64], name[160], sub[220];
+    q6k_name(wn, sizeof wn, d->type, n_in, n_out);
+    mf_graph g;
+    graph_new(&g, 0, 0);
+    int32_t xi = ext(&g, n_in, 1);
+    int32_t mi = mf_g_matmul(&g, xi, wn, d->type, NULL, n_in, n_out);
+    float *x = rand_vec(n_in, 1.0f);
+    for (int64_t i = 0; i < n_in; i += 97) /* a few large activations: units of mixed scale */
+        x[i] *= 8.0f;
+    int32_t in = dev_put(x, (size_t)n_in * 4);
+    enum { NS = 48, NV = 6 };
+    int64_t rows[NS];
+    for (int i = 0; i < NS; i++)
+        rows[i] = i == 0 ? 0 : i == 1 ? n_out - 1 : i == 2 ? n_out / 2 : (int64_t)(next_u64() % (uint64_t)n_out);
+    double *wr = malloc((size_t)n_in * sizeof *wr), ref[NS], bound[NS];
+    for (int i = 0; i < NS; i++) {
+        ref_row(wn, rows[i], wr);
+        ref[i] = int8_dot(wr, x, n_in, &bound[i]);
+    }
+    snprintf(name, sizeof name, "%s %5lldx%-6lld", d->tag, (long long)n_in, (long long)n_out);
+    static const char *const vname[NV] = {"v4 unit u1", "v4 unit u2", "v4 slice u1",
+                                          "v4 slice u2", "auto+slice 1", "auto+slice 2"};
+    float *ys[NV], got[NS];
+    for (int v = 0; v < NV; v++) {
+        int32_t out = dev_poison((size_t)n_out * 4);
+        mf_exec_args a = args(0, 1, 1, MF_TYPE_F32);
+        mf_cuda_set_matmul_mode(be, -2);
+        mf_cuda_set_gemv_v1(be, 0);
+        mf_cuda_set_gemv_v4(be, v >= 4 ? -1 : 1 + (v & 1));
+        d->set(v < 2 ? 0 : v < 4 ? 1 : v - 3);
+        mf_cu_set_pdl(1);
+        run_ok(&g, mi, &in, out, (mf_kv_pair){-1, -1}, &a);
+        mf_cu_set_pdl(mf_env_int("MINFER_CUDA_PDL", MF_CU_PDL_DEFAULT) != 0);
+        dec_reset(d);
+        mf_cuda_reset_gemv(be);
+        mf_cuda_set_matmul_mode(be, 0);
+        ys[v] = dev_get(out, (size_t)n_out * 4);
+        dev_free(out);
+        double worst = 0;
+        for (int i = 0; i < NS; i++) {
+            got[i] = ys[v][rows[i]];
+            worst = fmax(worst, fabs((double)got[i] - ref[i]) / bound[i]);
+        }
+        snprintf(sub, sizeof sub, "%s [%s]", name, vname[v]);
+        result(sub, rel_err(got, ref, NS), 3e-2, count_nan(ys[v], n_out), NULL);
+        char detail[64];
+        snprintf(detail, sizeof detail, "worst |err| / bound %.3f", worst);
+        snprintf(sub, sizeof sub, "%s [%s]: int8 bound", name, vname[v]);
+        check_true(sub, worst <= 1.0, detail);
+    }
+    for (int v = 2; v < 4; v++) {
+        snprintf(sub, sizeof sub, "%s [%s vs %s]", name, vname[v], vname[v - 2]);
+        result(sub, rel_err_f(ys[v], ys[v - 2], n_out), 1e-5, count_nan(ys[v], n_out), NULL);
+    }
+    for (int v = 4; v < NV; v++) {
+        snprintf(sub, sizeof sub, "%s [%s == %s]", name, vname[v], vname[v - 2]);
+        check_true(sub, memcmp(ys[v], ys[v - 2], (size_t)n_out * 4) == 0, "bitwise: the rule takes the slice decoder");
+    }
+    for (int v = 0; v < NV; v++)
+        free(ys[v]);
+    free(wr);
+    dev_free(in);
+    mf_graph_free(&g);
+}
+
+/* MINFER_CUDA_TEST_BENCH=1: v1, v4 with the old decoder (u1, u2) and with
+ * the decoder under test (u1, u2), bench_stream's method (the decoders'
+ * work does not depend on the weight values). */
+static void bench_q6k(const v4dec *d, int64_t n_in, int64_t n_out) {
+    static const gv_variant vs[] = {{"v1", 1, 0, 0},        {"v4 old u1", 0, 1, 0}, {"v4 old u2", 0, 2, 0},
+                                    {"v4 new u1", 0, 1, 1}, {"v4 new u2", 0, 2, 1}};
+    bench_stream(d->tag, d->type, n_in, n_out, 1, vs, 5, d->set);
+    dec_reset(d);
+}
+
+static void q6k_family(const v4dec *d) {
+    q6k_case c[16];
+    const int n = q6k_cases(c);
+    for (int i = 0; i < n; i++)
+        test_q6k(d, c[i].n_in, c[i].n_out);
+    if (!small)
+        test_q6k(d, 3584, 152064);
+    /* the multi-weight launches on the new decoder: FUSED_FFN gate+up+SwiGLU
+     * (2560 -> 9728) and FUSED_QKV with the decoder's type for V */
+    const qkv_spec q7 = {MF_TYPE_Q4_K, 3584, 28, 4, 128, true, false, MF_ROPE_NEOX, d->type};
+    d->set(1);
+    for (int u = 1; u <= 2; u++) {
+        mf_cuda_set_gemv_v4(be, u);
+        test_ffn(d->type, d->type, 2560, small ? 256 : 9728, 1);
+        test_qkv(&q7, 1, 37, false, MF_TYPE_F32);
+        mf_cuda_reset_gemv(be);
+    }
+    dec_reset(d);
+    if (!(getenv("MINFER_CUDA_TEST_BENCH") && atoi(getenv("MINFER_CUDA_TEST_BENCH")) > 0))
+        return;
+    bench_q6k(d, 3584, 152064); /* 7B lm_head */
+    bench_q6k(d, 18944, 3584);  /* 7B down */
+    bench_q6k(d, 3584, 512);    /* 7B v */
+    bench_q6k(d, 9728, 2560);   /* 4B down */
+    bench_q6k(d, 2560, 1024);   /* 4B v */
+    bench_q6k(d, 4864, 896);    /* 0.5B down */
 }
 
 /* ---- wide decode norms, per-head rope-store, FUSE_ADD in a graph (family "decsmall") ------- */
@@ -3905,6 +4174,587 @@ static void lat_family(void) {
     cudaStreamDestroy(st);
 }
 
+/* ---- MINFER_CUDA_ATTN_ONE: split-KV decode attention as one kernel (family "attnone") ------ */
+
+/* A device cache of n_ctx rows of kv_type, its first `rows` random
+ * (stored as the backend stores them: the host quantizer), the rest 0. */
+static void *ao_cache(uint32_t kvt, int64_t rows, int64_t n_ctx, int64_t kvd, float scale) {
+    const size_t rb = mf_type_row_size(kvt, kvd);
+    float *f = rand_vec(kvd * rows, scale);
+    uint8_t *h = calloc((size_t)n_ctx, rb);
+    if (kvt == MF_TYPE_F32)
+        memcpy(h, f, (size_t)(kvd * rows) * 4);
+    else
+        mf_quantize_rows(kvt, f, h, rows, kvd);
+    void *d = ds_put(h, rb * (size_t)n_ctx);
+    free(f);
+    free(h);
+    return d;
+}
+
+/* One shape / cache type / depth / token count, n_ctx wide (4224 rows or
+ * more: many splits, mostly empty at small depth). The two-kernel decode
+ * (split + combine) and the quantize kernel on its output give the
+ * reference; then the one-kernel launch (a.cnt, a.q8out) five times on
+ * outputs poisoned differently each time: 3 identical launches in a row
+ * (a counter left non-zero would make a later launch combine early or
+ * never: garbage or poison), one with n_past from n_past_dev (graph
+ * replay), one with MINFER_CUDA_LAT flipped and no q8out. Each: out
+ * bitwise the two-kernel out, q8out bitwise the quantize kernel's bytes
+ * (q, d, half sums), every counter back at 0. At nt 3 also in place (out
+ * == q). */
+static void ao_case(int32_t nh, int32_t nkv, int32_t hd, int64_t n_past, int64_t nt, uint32_t kvt, cudaStream_t st) {
+    const int64_t qd = (int64_t)nh * hd, kvd = (int64_t)nkv * hd, n_kv = n_past + nt;
+    const int32_t n_ctx = (int32_t)(n_kv > 4224 ? n_kv + 64 : 4224);
+    void *kc = ao_cache(kvt, n_kv, n_ctx, kvd, 2.0f), *vc = ao_cache(kvt, n_kv, n_ctx, kvd, 1.0f);
+    float *hq = rand_vec(qd * nt, 2.0f);
+    /* q8 bytes compared: the int8 q, then a float d and an int32 of half sums a unit */
+    const size_t ob = (size_t)(qd * nt) * 4, q8b = mf_cu_q8_bytes(qd, nt), q8used = (size_t)(qd * nt) * 5 / 4;
+    float *q = ds_put(hq, ob);
+    mf_cu_attn_args a = {.q = q, .k = kc, .v = vc, .kv_type = kvt, .nt = nt, .n_past = n_past, .n_head = nh,
+                         .n_head_kv = nkv, .head_dim = hd, .scale = 1.0f / sqrtf((float)hd), .n_ctx = n_ctx};
+    a.part = ds_alloc(mf_cu_attn_decode_bytes(&a), 0xff);
+    a.out = ds_alloc(ob, 0xff);
+    ds_sync("attnone two-kernel", mf_cu_attn_decode(&a, st), st);
+    float *yo = ds_get(a.out, ob);
+    void *q8r = ds_alloc(q8b, 0);
+    ds_sync("attnone quantize", mf_cu_q8_quant_rows(a.out, NULL, 0.0f, 0, qd, nt, q8r, st), st);
+    uint8_t *hr = ds_get(q8r, q8used);
+    int32_t *cnt = ds_alloc((size_t)(nt * nkv) * 4, 0);
+    const int32_t np32 = (int32_t)n_past;
+    int32_t *dp = ds_put(&np32, 4);
+    void *q8o = ds_alloc(q8b, 0);
+    const int lat = mf_env_int("MINFER_CUDA_LAT", 1) != 0;
+    bool out_ok = true, q8_ok = true, cnt_ok = true;
+    int64_t n_nan = 0;
+    for (int v = 0; v < 5 + (nt == 3); v++) {
+        mf_cu_attn_args b = a;
+        b.cnt = cnt;
+        b.q8out = v == 4 ? NULL : q8o;
+        if (v == 3) {
+            b.n_past_dev = dp;
+            b.n_past = 0; /* must be ignored */
+        }
+        if (v == 5) { /* in place over a copy of q */
+            b.q = b.out;
+            cudaMemcpy(b.out, hq, ob, cudaMemcpyHostToDevice);
+        } else {
+            cudaMemset(b.out, v % 2 ? 0x7f : 0xff, ob); /* NaN / 3.4e38: an unwritten float shows */
+        }
+        cudaMemset(q8o, 0x35 + 16 * v, q8b);
+        if (v == 4)
+            mf_cu_set_lat(!lat);
+        ds_sync("attnone one-kernel", mf_cu_attn_decode(&b, st), st);
+        lat_default();
+        float *yn = ds_get(b.out, ob);
+        n_nan += count_nan(yn, qd * nt);
+        out_ok = out_ok && !memcmp(yn, yo, ob);
+        if (b.q8out) {
+            uint8_t *hn = ds_get(q8o, q8used);
+            q8_ok = q8_ok && !memcmp(hn, hr, q8used);
+            free(hn);
+        }
+        int32_t *hc = ds_get(cnt, (size_t)(nt * nkv) * 4);
+        for (int64_t i = 0; i < nt * nkv; i++)
+            cnt_ok = cnt_ok && hc[i] == 0;
+        free(hc);
+        free(yn);
+    }
+    char name[160], sub[220];
+    snprintf(name, sizeof name, "attnone %-4s heads %d/%d hd %d n_past %lld nt %lld ctx %d", mf_type_name(kvt), nh, nkv,
+             hd, (long long)n_past, (long long)nt, n_ctx);
+    snprintf(sub, sizeof sub, "%s: out == two-kernel", name);
+    check_true(sub, out_ok && n_nan == 0 && count_nan(yo, qd * nt) == 0, "(bitwise, 5-6 launches, no NaN)");
+    snprintf(sub, sizeof sub, "%s: q8out == quantize kernel", name);
+    check_true(sub, q8_ok, "(bitwise: q, d, half sums)");
+    snprintf(sub, sizeof sub, "%s: counters reset", name);
+    check_true(sub, cnt_ok, NULL);
+    cudaFree(kc); cudaFree(vc); cudaFree(q); cudaFree(a.part); cudaFree(a.out); cudaFree(q8r); cudaFree(cnt);
+    cudaFree(dp); cudaFree(q8o);
+    free(hq); free(yo); free(hr);
+}
+
+/* MINFER_CUDA_ATTN_ROPE: the rope (+ QkNorm) of q and the new K, and the
+ * new K/V row's store, inside the one-kernel decode (nt 1). */
+typedef struct ar_spec {
+    const char *name;
+    int32_t nh, nkv, hd, n_rot, mode; /* mode 2: NEOX pairs */
+    bool norm;                         /* Qwen3's QkNorm */
+    float theta;
+} ar_spec;
+
+/* Host bytes of a cache of n_ctx rows of kv_type, the first `rows` random. */
+static uint8_t *ar_cache_host(uint32_t kvt, int64_t rows, int64_t n_ctx, int64_t kvd) {
+    const size_t rb = mf_type_row_size(kvt, kvd);
+    uint8_t *h = calloc((size_t)n_ctx, rb);
+    if (rows > 0) {
+        float *f = rand_vec(kvd * rows, 2.0f);
+        if (kvt == MF_TYPE_F32)
+            memcpy(h, f, (size_t)(kvd * rows) * 4);
+        else
+            mf_quantize_rows(kvt, f, h, rows, kvd);
+        free(f);
+    }
+    return h;
+}
+
+/* One decode token at depth n_past: reference = mf_cu_rope_store (q roped
+ * into a poisoned buffer, K roped in place, K/V rows stored) then the
+ * two-kernel split-KV decode and the quantize kernel; new = the ROPE
+ * one-kernel launch on raw q/K/V (rq.y NULL: nothing may be written there)
+ * over a second copy of the caches, twice as a replay and once with n_past
+ * and the store rows from the device (n_past_dev / pos0_dev, host fields
+ * 0). Each: out, q8out, both whole cache regions bitwise the reference's,
+ * counters 0. Bitwise because the kernel repeats rope_store's expressions
+ * (pow/sincos in double per pair, the norm's lane order, the kv.cuh
+ * writers) and then reads the row it stored in cache format. */
+static void ar_case(const ar_spec *s, uint32_t kvt, int64_t n_past, cudaStream_t st) {
+    const int64_t qd = (int64_t)s->nh * s->hd, kvd = (int64_t)s->nkv * s->hd;
+    const int32_t n_ctx = 4224;
+    const size_t cb = mf_type_row_size(kvt, kvd) * (size_t)n_ctx, ob = (size_t)qd * 4;
+    const size_t q8b = mf_cu_q8_bytes(qd, 1), q8used = (size_t)qd * 5 / 4;
+    uint8_t *hk = ar_cache_host(kvt, n_past, n_ctx, kvd), *hv = ar_cache_host(kvt, n_past, n_ctx, kvd);
+    float *hq = rand_vec(qd, 2.0f), *hkn = rand_vec(kvd, 2.0f), *hvn = rand_vec(kvd, 1.0f);
+    float *hw = rand_vec(2 * s->hd, 0.2f);
+    for (int i = 0; i < 2 * s->hd; i++)
+        hw[i] += 1.0f;
+    const int32_t np32 = (int32_t)n_past;
+    int32_t *dpos = ds_put(&np32, 4), *dn = ds_put(&np32, 4);
+    float *qn = s->norm ? ds_put(hw, (size_t)s->hd * 4) : NULL;
+    float *kn = s->norm ? ds_put(hw + s->hd, (size_t)s->hd * 4) : NULL;
+    float *sv = ds_put(hvn, (size_t)kvd * 4);
+    mf_cu_rope_store_args rs;
+    memset(&rs, 0, sizeof rs);
+    rs.rq = (mf_cu_rope_args){.pos = dpos, .pos0 = n_past, .nt = 1, .n_head = s->nh, .head_dim = s->hd,
+                              .n_rot = s->n_rot, .mode = s->mode, .theta = s->theta, .freq_scale = 1.0f};
+    rs.rk = rs.rq;
+    rs.rk.n_head = s->nkv;
+    rs.ks = (mf_cu_kv_args){.kv_type = kvt, .kv_dim = kvd, .pos0 = n_past, .nt = 1};
+    rs.vs = rs.ks;
+    rs.vs.src = sv;
+    rs.q_norm = qn;
+    rs.k_norm = kn;
+    rs.norm_eps = 1e-6f;
+    mf_cu_attn_args a = {.kv_type = kvt, .nt = 1, .n_past = n_past, .n_head = s->nh, .n_head_kv = s->nkv,
+                         .head_dim = s->hd, .scale = 1.0f / sqrtf((float)s->hd), .n_ctx = n_ctx};
+    a.part = ds_alloc(mf_cu_attn_decode_bytes(&a), 0xff);
+    /* the reference */
+    mf_cu_rope_store_args r = rs;
+    float *sq = ds_put(hq, ob), *sk = ds_put(hkn, (size_t)kvd * 4), *yq = ds_alloc(ob, 0xff);
+    void *kc = ds_put(hk, cb), *vc = ds_put(hv, cb);
+    r.rq.x = sq;
+    r.rq.y = yq;
+    r.rk.x = r.rk.y = sk;
+    r.ks.cache = kc;
+    r.ks.src = sk;
+    r.vs.cache = vc;
+    ds_sync("attnrope rope_store", mf_cu_rope_store(&r, st), st);
+    mf_cu_attn_args ra = a;
+    ra.q = yq;
+    ra.out = ds_alloc(ob, 0xff);
+    ra.k = kc;
+    ra.v = vc;
+    ds_sync("attnrope two-kernel", mf_cu_attn_decode(&ra, st), st);
+    float *yo = ds_get(ra.out, ob);
+    void *q8r = ds_alloc(q8b, 0);
+    ds_sync("attnrope quantize", mf_cu_q8_quant_rows(ra.out, NULL, 0.0f, 0, qd, 1, q8r, st), st);
+    uint8_t *hr = ds_get(q8r, q8used), *hkr = ds_get(kc, cb), *hvr = ds_get(vc, cb);
+    cudaFree(sq); cudaFree(sk); cudaFree(kc); cudaFree(vc);
+    /* the one kernel */
+    sq = ds_put(hq, ob);
+    sk = ds_put(hkn, (size_t)kvd * 4);
+    kc = ds_put(hk, cb);
+    vc = ds_put(hv, cb);
+    int32_t *cnt = ds_alloc((size_t)s->nkv * 4, 0);
+    void *q8o = ds_alloc(q8b, 0);
+    float *out = ds_alloc(ob, 0xff);
+    bool out_ok = true, q8_ok = true, kv_ok = true, cnt_ok = true, launch_ok = true;
+    for (int v = 0; v < 3; v++) {
+        mf_cu_attn_args b = a;
+        b.q = sq;
+        b.out = out;
+        b.k = kc;
+        b.v = vc;
+        b.cnt = cnt;
+        b.q8out = q8o;
+        b.rope = 1;
+        b.rs = rs;
+        b.rs.rq.x = sq;
+        b.rs.rq.y = NULL;
+        b.rs.rk.x = b.rs.rk.y = sk;
+        b.rs.ks.cache = kc;
+        b.rs.ks.src = sk;
+        b.rs.vs.cache = vc;
+        if (v == 2) { /* graph replay: n_past and the store rows from the device */
+            b.n_past_dev = dn;
+            b.n_past = 0;
+            b.rs.ks.pos0_dev = b.rs.vs.pos0_dev = dn;
+            b.rs.ks.pos0 = b.rs.vs.pos0 = 0;
+        }
+        cudaMemset(out, v % 2 ? 0x7f : 0xff, ob);
+        cudaMemset(q8o, 0x35 + 16 * v, q8b);
+        const cudaError_t e = mf_cu_attn_decode(&b, st);
+        launch_ok = launch_ok && e == cudaSuccess;
+        ds_sync("attnrope one-kernel", e == cudaErrorInvalidValue ? cudaSuccess : e, st);
+        float *yn = ds_get(out, ob);
+        uint8_t *hn = ds_get(q8o, q8used), *hkn2 = ds_get(kc, cb), *hvn2 = ds_get(vc, cb);
+        int32_t *hc = ds_get(cnt, (size_t)s->nkv * 4);
+        out_ok = out_ok && count_nan(yn, qd) == 0 && !memcmp(yn, yo, ob);
+        q8_ok = q8_ok && !memcmp(hn, hr, q8used);
+        kv_ok = kv_ok && !memcmp(hkn2, hkr, cb) && !memcmp(hvn2, hvr, cb);
+        for (int i = 0; i < s->nkv; i++)
+            cnt_ok = cnt_ok && hc[i] == 0;
+        free(yn); free(hn); free(hkn2); free(hvn2); free(hc);
+    }
+    char name[160], sub[220];
+    snprintf(name, sizeof name, "attnrope %-6s %-4s heads %d/%d hd %d rot %d n_past %lld", s->name, mf_type_name(kvt),
+             s->nh, s->nkv, s->hd, s->n_rot, (long long)n_past);
+    snprintf(sub, sizeof sub, "%s: launch taken", name);
+    check_true(sub, launch_ok, NULL);
+    snprintf(sub, sizeof sub, "%s: out == rope_store + two-kernel", name);
+    check_true(sub, out_ok && count_nan(yo, qd) == 0, "(bitwise, 3 launches, no NaN)");
+    snprintf(sub, sizeof sub, "%s: q8out == quantize kernel", name);
+    check_true(sub, q8_ok, "(bitwise)");
+    snprintf(sub, sizeof sub, "%s: K/V caches == rope_store's", name);
+    check_true(sub, kv_ok, "(bitwise, whole regions)");
+    snprintf(sub, sizeof sub, "%s: counters reset", name);
+    check_true(sub, cnt_ok, NULL);
+    cudaFree(sq); cudaFree(sk); cudaFree(kc); cudaFree(vc); cudaFree(cnt); cudaFree(q8o); cudaFree(out);
+    cudaFree(yq); cudaFree(ra.out); cudaFree(q8r); cudaFree(a.part); cudaFree(dpos); cudaFree(dn); cudaFree(sv);
+    if (qn) {
+        cudaFree(qn);
+        cudaFree(kn);
+    }
+    free(hk); free(hv); free(hq); free(hkn); free(hvn); free(hw); free(yo); free(hr); free(hkr); free(hvr);
+}
+
+static void attnrope_cases(cudaStream_t st) {
+    static const ar_spec specs[] = {
+        {"qwen2", 14, 2, 64, 64, 2, false, 1000000.0f},  {"llama", 32, 8, 128, 128, 0, false, 500000.0f},
+        {"qwen3", 32, 8, 128, 128, 2, true, 1000000.0f}, {"qwen3s", 14, 2, 64, 64, 2, true, 1000000.0f},
+        {"part", 14, 2, 64, 32, 0, false, 10000.0f},
+    };
+    const uint32_t kvts[3] = {MF_TYPE_F32, MF_TYPE_F16, MF_TYPE_Q8_0};
+    const int64_t depths[3] = {0, 37, 1000};
+    for (size_t i = 0; i < sizeof specs / sizeof specs[0]; i++)
+        for (int k = 0; k < 3; k++)
+            for (int d = 0; d < 3; d++)
+                ar_case(&specs[i], kvts[k], depths[d], st);
+}
+
+/* Through the backend: FUSED_QKV (one token) -> ATTN with MINFER_CUDA_ATTN_ONE
+ * on and MINFER_CUDA_ATTN_ROPE off / on (hook mf_cuda_set_attn_rope): the
+ * attention output and the cache rows [0, n_past] bitwise equal, and with
+ * it on the QKV node's roped-q output is never written (still poison: the
+ * rope-store was left to the ATTN kernel); then on again with a
+ * synchronize between the two nodes (it flushes the pending rope-store:
+ * launched as before, q written), equal to off. */
+static void ar_node(const qkv_spec *s, int64_t n_past, uint32_t kvt) {
+    char nm[6][64];
+    const mf_qkv_meta m = qkv_meta(s, nm);
+    const int64_t qd = (int64_t)s->n_head * s->hd, kvd = (int64_t)s->n_head_kv * s->hd;
+    const int32_t n_ctx = 4224;
+    const int64_t pre = n_past > 0 ? n_past : 1;
+    const size_t kvb = mf_type_row_size(kvt, kvd) * (size_t)(n_past + 1), ob = (size_t)qd * 4;
+    float *hk = rand_vec(kvd * pre, 2.0f), *hv = rand_vec(kvd * pre, 1.0f), *hx = rand_vec(s->d, 1.0f);
+    const int32_t pos = (int32_t)n_past;
+    float *ya[3], *yq[3];
+    uint8_t *kc[3], *vc[3];
+    for (int v = 0; v < 3; v++) { /* 0 off, 1 on, 2 on with a synchronize in between */
+        mf_graph g;
+        graph_new(&g, 1, kvd);
+        const int32_t ki = ext(&g, kvd, pre), vi = ext(&g, kvd, pre), st0 = mf_g_kv_store(&g, ki, vi, 0);
+        const int32_t xi = ext(&g, s->d, 1), pi = mf_g_input(&g, MF_INPUT_POSITIONS, MF_DTYPE_I32, 1, 1);
+        const int32_t qkv = mf_g_fused_qkv(&g, xi, pi, &m);
+        mf_attn_meta am = {.layer = 0, .n_head = s->n_head, .n_head_kv = s->n_head_kv, .head_dim = s->hd,
+                           .scale = 1.0f / sqrtf((float)s->hd)};
+        const int32_t at = mf_g_attn(&g, qkv, qkv, &am);
+        const size_t region = mf_type_row_size(kvt, kvd) * (size_t)n_ctx;
+        mf_kv_pair kv = {dev_put(NULL, region), dev_put(NULL, region)};
+        int32_t kvin[2] = {dev_put(hk, (size_t)(kvd * pre) * 4), dev_put(hv, (size_t)(kvd * pre) * 4)};
+        if (n_past > 0) {
+            mf_exec_args a0 = args(0, n_past, n_ctx, kvt);
+            run_ok(&g, st0, kvin, -1, kv, &a0);
+        }
+        const int32_t xid = dev_put(hx, (size_t)s->d * 4), pid = dev_put(&pos, 4), qo = dev_poison(ob),
+                      ao = dev_poison(ob);
+        mf_exec_args a = args(n_past, 1, n_ctx, kvt);
+        mf_error e;
+        mf_cuda_set_flash_decode(be, true);
+        mf_cuda_set_attn_one(be, 1);
+        mf_cuda_set_attn_rope(be, v > 0);
+        const int32_t qin[2] = {xid, pid}, ain[2] = {qo, qo};
+        if (be->ops->execute_node(be, &g, qkv, qin, qo, kv, &a, &e) ||
+            (v == 2 && be->ops->synchronize(be, &e)) ||
+            be->ops->execute_node(be, &g, at, ain, ao, kv, &a, &e) || be->ops->synchronize(be, &e))
+            die("attnrope node", &e);
+        mf_cuda_set_attn_rope(be, mf_env_flag("MINFER_CUDA_ATTN_ROPE"));
+        mf_cuda_set_attn_one(be, -1);
+        mf_cuda_set_flash_decode(be, !mf_env_flag("MINFER_CUDA_NO_FLASH_DECODE"));
+        ya[v] = dev_get(ao, ob);
+        yq[v] = dev_get(qo, ob);
+        kc[v] = (uint8_t *)dev_get(kv.k, kvb);
+        vc[v] = (uint8_t *)dev_get(kv.v, kvb);
+        dev_free(kv.k); dev_free(kv.v); dev_free(kvin[0]); dev_free(kvin[1]);
+        dev_free(xid); dev_free(pid); dev_free(qo); dev_free(ao);
+        mf_graph_free(&g);
+    }
+    char name[200];
+    snprintf(name, sizeof name, "attnrope node %s %d/%d/%d %s n_past %lld", mf_type_name(s->type), s->n_head,
+             s->n_head_kv, s->hd, mf_type_name(kvt), (long long)n_past);
+    for (int v = 1; v < 3; v++) {
+        char sub[240];
+        snprintf(sub, sizeof sub, "%s [%s]: attention and cache == rope off", name, v == 1 ? "on" : "on, sync between");
+        check_true(sub, count_nan(ya[v], qd) == 0 && !memcmp(ya[v], ya[0], ob) && !memcmp(kc[v], kc[0], kvb) &&
+                            !memcmp(vc[v], vc[0], kvb), "(bitwise)");
+    }
+    char sub[240];
+    snprintf(sub, sizeof sub, "%s: rope-store folded (q output unwritten on, written off / sync between)", name);
+    char det[120];
+    snprintf(det, sizeof det, "(non-finite q: on %lld, off %lld, sync %lld of %lld)", (long long)count_nan(yq[1], qd),
+             (long long)count_nan(yq[0], qd), (long long)count_nan(yq[2], qd), (long long)qd);
+    check_true(sub, count_nan(yq[1], qd) == qd && count_nan(yq[0], qd) == 0 && count_nan(yq[2], qd) == 0, det);
+    for (int v = 0; v < 3; v++) {
+        free(ya[v]); free(yq[v]); free(kc[v]); free(vc[v]);
+    }
+    free(hk); free(hv); free(hx);
+}
+
+static const qkv_spec ar_qkvs[3] = {
+    {MF_TYPE_Q8_0, 896, 14, 2, 64, true, false, MF_ROPE_NEOX, 0},    /* qwen2 0.5B */
+    {MF_TYPE_Q4_K, 2560, 32, 8, 128, false, true, MF_ROPE_NEOX, 0},  /* qwen3 4B */
+    {MF_TYPE_Q5_0, 896, 14, 2, 64, false, false, MF_ROPE_NORMAL, 0}, /* llama-style */
+};
+
+static void ao_wname(char *wn, size_t n, uint32_t t, int64_t d) {
+    snprintf(wn, n, "ao.%s.%lldx%lld", mf_type_name(t), (long long)d, (long long)d);
+}
+
+static void attnone_weights(void) {
+    char wn[64];
+    ao_wname(wn, sizeof wn, MF_TYPE_Q4_0, 896);
+    add_weight(wn, MF_TYPE_Q4_0, 896, 896);
+    ao_wname(wn, sizeof wn, MF_TYPE_Q4_K, 3584);
+    add_weight(wn, MF_TYPE_Q4_K, 3584, 3584);
+    for (int i = 0; i < 3; i++)
+        qkv_weights(&ar_qkvs[i]);
+}
+
+/* Through the backend: ATTN -> o MATMUL -> residual ADD (the MATMUL
+ * deferred into the ADD: FUSE_ADD on) with MINFER_CUDA_ATTN_ONE off and on
+ * (hook mf_cuda_set_attn_one): the attention output and the layer output
+ * bitwise equal, and with it on the o GEMV took the attention's q8 (the
+ * count of mf_cuda_q8_ready_stats moved by one; off: by none). */
+static void ao_node(uint32_t wt, int32_t nh, int32_t nkv, int32_t hd, int64_t n_past, int64_t nt, uint32_t kvt) {
+    const int64_t qd = (int64_t)nh * hd, n_kv = n_past + nt;
+    const int32_t n_ctx = 4224;
+    char wn[64];
+    ao_wname(wn, sizeof wn, wt, qd);
+    da_fix f;
+    da_setup(&f, nh, nkv, hd, n_kv, nt, n_ctx, kvt);
+    const int32_t ri = ext(&f.g, qd, nt);
+    const int32_t mi = mf_g_matmul(&f.g, f.at, wn, wt, NULL, qd, qd);
+    const int32_t ai = mf_g_add(&f.g, ri, mi);
+    float *q = rand_vec(qd * nt, 2.0f), *r = rand_vec(qd * nt, 1.0f);
+    float *ya[2], *yl[2];
+    int64_t moved[2];
+    for (int on = 0; on < 2; on++) {
+        const size_t nb = (size_t)(qd * nt) * 4;
+        int32_t qb = dev_put(q, nb), rb = dev_put(r, nb), ob = dev_poison(nb), mb = dev_poison(nb), yb = dev_poison(nb);
+        mf_exec_args a = args(n_past, nt, n_ctx, kvt);
+        mf_error e;
+        int64_t c0, c1;
+        mf_cuda_q8_ready_stats(be, &c0);
+        mf_cuda_set_flash_decode(be, true);
+        mf_cuda_set_fuse_add(be, true);
+        mf_cuda_set_attn_one(be, on);
+        const int32_t ain[2] = {qb, -1}, aadd[2] = {rb, mb};
+        if (be->ops->execute_node(be, &f.g, f.at, ain, ob, f.kv, &a, &e) ||
+            be->ops->execute_node(be, &f.g, mi, &ob, mb, (mf_kv_pair){-1, -1}, &a, &e) ||
+            be->ops->execute_node(be, &f.g, ai, aadd, yb, (mf_kv_pair){-1, -1}, &a, &e) ||
+            be->ops->synchronize(be, &e))
+            die("attnone node", &e);
+        mf_cuda_set_attn_one(be, -1);
+        mf_cuda_set_fuse_add(be, mf_env_int("MINFER_CUDA_FUSE_ADD", 1) != 0);
+        mf_cuda_set_flash_decode(be, !mf_env_flag("MINFER_CUDA_NO_FLASH_DECODE"));
+        mf_cuda_q8_ready_stats(be, &c1);
+        moved[on] = c1 - c0;
+        ya[on] = dev_get(ob, nb);
+        yl[on] = dev_get(yb, nb);
+        dev_free(qb); dev_free(rb); dev_free(ob); dev_free(mb); dev_free(yb);
+    }
+    char name[200];
+    snprintf(name, sizeof name,
+             "attnone node %s cache, o %s %d/%d/%d n_past %lld nt %lld: attn + o GEMV + add on == off",
+             mf_type_name(kvt), mf_type_name(wt), nh, nkv, hd, (long long)n_past, (long long)nt);
+    const size_t nb = (size_t)(qd * nt) * 4;
+    check_true(name, count_nan(yl[1], qd * nt) == 0 && count_nan(ya[1], qd * nt) == 0 && !memcmp(ya[0], ya[1], nb) &&
+                         !memcmp(yl[0], yl[1], nb),
+               "(bitwise, attention and layer outputs)");
+    snprintf(name, sizeof name, "attnone node %s %d/%d/%d nt %lld: o GEMV took the attention's q8",
+             mf_type_name(kvt), nh, nkv, hd, (long long)nt);
+    char det[64];
+    snprintf(det, sizeof det, "(x-ready GEMVs: off %lld, on %lld; want 0, 1)", (long long)moved[0],
+             (long long)moved[1]);
+    check_true(name, moved[0] == 0 && moved[1] == 1, det);
+    for (int on = 0; on < 2; on++) {
+        free(ya[on]);
+        free(yl[on]);
+    }
+    free(q);
+    free(r);
+    da_teardown(&f);
+}
+
+typedef struct ao_ctx {
+    mf_cu_attn_args a; /* with cnt and q8out: the one-kernel launch */
+    void *q8;          /* the quantize kernel's destination (old path) */
+} ao_ctx;
+
+static cudaError_t ao_old_launch(const void *p, cudaStream_t st) {
+    const ao_ctx *c = p;
+    mf_cu_attn_args a = c->a;
+    a.cnt = NULL;
+    a.q8out = NULL;
+    const cudaError_t e = mf_cu_attn_decode(&a, st);
+    return e != cudaSuccess ? e
+                            : mf_cu_q8_quant_rows(a.out, NULL, 0.0f, 0, (int64_t)a.n_head * a.head_dim, a.nt, c->q8, st);
+}
+
+static cudaError_t ao_new_launch(const void *p, cudaStream_t st) {
+    return mf_cu_attn_decode(&((const ao_ctx *)p)->a, st);
+}
+
+/* MINFER_CUDA_TEST_BENCH=1: us per layer's attention, split + combine +
+ * quantize vs the one kernel, f16 cache of 4096 rows, nt 1, LAT_BURST
+ * back-to-back launches (PDL as the backend set it), median of LAT_REPS. */
+static void ao_bench(int32_t nh, int32_t nkv, int32_t hd, int64_t depth, cudaStream_t st) {
+    const int64_t qd = (int64_t)nh * hd, kvd = (int64_t)nkv * hd, n_ctx = 4096;
+    float *hq = rand_vec(qd, 1.0f);
+    ao_ctx c = {.a = {.kv_type = MF_TYPE_F16, .nt = 1, .n_past = depth, .n_head = nh, .n_head_kv = nkv,
+                      .head_dim = hd, .scale = 1.0f / sqrtf((float)hd), .n_ctx = (int32_t)n_ctx}};
+    c.a.q = ds_put(hq, (size_t)qd * 4);
+    c.a.out = ds_alloc((size_t)qd * 4, 0);
+    c.a.k = ao_cache(MF_TYPE_F16, depth + 1, n_ctx, kvd, 1.0f);
+    c.a.v = ao_cache(MF_TYPE_F16, depth + 1, n_ctx, kvd, 1.0f);
+    c.a.part = ds_alloc(mf_cu_attn_decode_bytes(&c.a), 0);
+    c.a.cnt = ds_alloc((size_t)nkv * 4, 0);
+    c.a.q8out = ds_alloc(mf_cu_q8_bytes(qd, 1), 0);
+    c.q8 = ds_alloc(mf_cu_q8_bytes(qd, 1), 0);
+    const float t0 = lat_time(ao_old_launch, &c, st), t1 = lat_time(ao_new_launch, &c, st);
+    printf("bench attnone %d/%d/%d f16 depth %-5lld split+combine+quantize %6.2f us  one kernel %6.2f us  (%+.2f us)\n",
+           nh, nkv, hd, (long long)depth, t0, t1, t1 - t0);
+    cudaFree((void *)c.a.q); cudaFree(c.a.out); cudaFree((void *)c.a.k); cudaFree((void *)c.a.v); cudaFree(c.a.part);
+    cudaFree(c.a.cnt); cudaFree(c.a.q8out); cudaFree(c.q8);
+    free(hq);
+}
+
+typedef struct ar_bctx {
+    mf_cu_attn_args a; /* the ROPE one-kernel launch (rope 1, cnt, q8out) */
+    mf_cu_rope_store_args r; /* the old path's rope-store */
+    float *yq;               /* its roped q */
+    void *q8;
+} ar_bctx;
+
+static cudaError_t ar_old_launch(const void *p, cudaStream_t st) {
+    const ar_bctx *c = p;
+    cudaError_t e = mf_cu_rope_store(&c->r, st);
+    mf_cu_attn_args a = c->a;
+    a.rope = 0;
+    a.cnt = NULL;
+    a.q8out = NULL;
+    a.q = c->yq;
+    if (e == cudaSuccess)
+        e = mf_cu_attn_decode(&a, st);
+    return e != cudaSuccess ? e
+                            : mf_cu_q8_quant_rows(a.out, NULL, 0.0f, 0, (int64_t)a.n_head * a.head_dim, 1, c->q8, st);
+}
+
+static cudaError_t ar_new_launch(const void *p, cudaStream_t st) {
+    return mf_cu_attn_decode(&((const ar_bctx *)p)->a, st);
+}
+
+/* MINFER_CUDA_TEST_BENCH=1: rope-store + split + combine + quantize vs the
+ * ROPE one kernel, us per layer (f16 cache, NEOX, nt 1), as ao_bench. */
+static void ar_bench(int32_t nh, int32_t nkv, int32_t hd, int64_t depth, cudaStream_t st) {
+    const int64_t qd = (int64_t)nh * hd, kvd = (int64_t)nkv * hd, n_ctx = 4096;
+    float *hq = rand_vec(qd, 1.0f), *hk = rand_vec(kvd, 1.0f);
+    const int32_t p32 = (int32_t)depth;
+    ar_bctx c;
+    memset(&c, 0, sizeof c);
+    c.a = (mf_cu_attn_args){.kv_type = MF_TYPE_F16, .nt = 1, .n_past = depth, .n_head = nh, .n_head_kv = nkv,
+                            .head_dim = hd, .scale = 1.0f / sqrtf((float)hd), .n_ctx = (int32_t)n_ctx, .rope = 1};
+    c.a.q = ds_put(hq, (size_t)qd * 4);
+    c.a.out = ds_alloc((size_t)qd * 4, 0);
+    c.a.k = ao_cache(MF_TYPE_F16, depth, n_ctx, kvd, 1.0f);
+    c.a.v = ao_cache(MF_TYPE_F16, depth, n_ctx, kvd, 1.0f);
+    c.a.part = ds_alloc(mf_cu_attn_decode_bytes(&c.a), 0);
+    c.a.cnt = ds_alloc((size_t)nkv * 4, 0);
+    c.a.q8out = ds_alloc(mf_cu_q8_bytes(qd, 1), 0);
+    c.q8 = ds_alloc(mf_cu_q8_bytes(qd, 1), 0);
+    c.yq = ds_alloc((size_t)qd * 4, 0);
+    float *sk = ds_put(hk, (size_t)kvd * 4), *sv = ds_put(hk, (size_t)kvd * 4);
+    int32_t *dpos = ds_put(&p32, 4);
+    mf_cu_rope_store_args *r = &c.a.rs;
+    r->rq = (mf_cu_rope_args){.x = c.a.q, .pos = dpos, .pos0 = depth, .nt = 1, .n_head = nh, .head_dim = hd,
+                              .n_rot = hd, .mode = 2, .theta = 1000000.0f, .freq_scale = 1.0f};
+    r->rk = r->rq;
+    r->rk.n_head = nkv;
+    r->rk.x = r->rk.y = sk;
+    r->ks = (mf_cu_kv_args){.kv_type = MF_TYPE_F16, .cache = (void *)c.a.k, .kv_dim = kvd, .pos0 = depth, .nt = 1,
+                            .src = sk};
+    r->vs = r->ks;
+    r->vs.cache = (void *)c.a.v;
+    r->vs.src = sv;
+    c.r = *r;
+    c.r.rq.y = c.yq;
+    /* rope_store ropes K in place on every call: the bench's K drifts, the times do not */
+    float t[2]; /* one call site: a second one tips gcc 12 into a -Wmaybe-uninitialized elsewhere */
+    for (int k = 0; k < 2; k++)
+        t[k] = lat_time(k ? ar_new_launch : ar_old_launch, &c, st);
+    const float t0 = t[0], t1 = t[1];
+    printf("bench attnrope %d/%d/%d f16 depth %-5lld rope_store+split+combine+quantize %6.2f us  one kernel %6.2f us  "
+           "(%+.2f us)\n", nh, nkv, hd, (long long)depth, t0, t1, t1 - t0);
+    cudaFree((void *)c.a.q); cudaFree(c.a.out); cudaFree((void *)c.a.k); cudaFree((void *)c.a.v); cudaFree(c.a.part);
+    cudaFree(c.a.cnt); cudaFree(c.a.q8out); cudaFree(c.q8); cudaFree(c.yq); cudaFree(sk); cudaFree(sv); cudaFree(dpos);
+    free(hq);
+    free(hk);
+}
+
+static void attnone_family(void) {
+    cudaStream_t st;
+    if (cudaStreamCreate(&st) != cudaSuccess) {
+        check_true("attnone: stream", false, NULL);
+        return;
+    }
+    const int32_t shapes[3][3] = {{14, 2, 64}, {28, 4, 128}, {32, 8, 128}}; /* 0.5B, 7B, Qwen3-4B */
+    const uint32_t kvts[3] = {MF_TYPE_F32, MF_TYPE_F16, MF_TYPE_Q8_0};
+    const int64_t depths[4] = {1, 31, 300, 4000}, nts[2] = {1, 3};
+    for (int s = 0; s < 3; s++)
+        for (int k = 0; k < 3; k++)
+            for (int d = 0; d < (small ? 3 : 4); d++)
+                for (int n = 0; n < 2; n++)
+                    ao_case(shapes[s][0], shapes[s][1], shapes[s][2], depths[d], nts[n], kvts[k], st);
+    attnrope_cases(st);
+    const uint32_t arkv[3] = {MF_TYPE_F16, MF_TYPE_Q8_0, MF_TYPE_F32};
+    for (int i = 0; i < 3; i++) {
+        ar_node(&ar_qkvs[i], 0, arkv[i]);
+        ar_node(&ar_qkvs[i], 300, arkv[(i + 1) % 3]);
+    }
+    ao_node(MF_TYPE_Q4_0, 14, 2, 64, 37, 1, MF_TYPE_F16);
+    ao_node(MF_TYPE_Q4_0, 14, 2, 64, 300, 3, MF_TYPE_Q8_0);
+    if (!small)
+        ao_node(MF_TYPE_Q4_K, 28, 4, 128, 700, 1, MF_TYPE_F32);
+    if (mf_env_flag("MINFER_CUDA_TEST_BENCH")) {
+        ao_bench(14, 2, 64, 100, st);
+        ao_bench(28, 4, 128, 100, st);
+        ao_bench(28, 4, 128, 1000, st);
+        ar_bench(14, 2, 64, 100, st);
+        ar_bench(28, 4, 128, 100, st);
+    }
+    cudaStreamDestroy(st);
+}
+
 /* ---- the int8 GEMV's quantizing prologue (family "gemvfuse") ---------------------------------- */
 
 /* One shape of family gemvfuse: n_w weights of type t sharing n_in inputs
@@ -4023,23 +4873,30 @@ static void gf_test(const gf_spec *s, int64_t nt, bool norm, bool res) {
                 ref_row(wn[1], o, wu);
             for (int64_t t = 0; t < nt; t++) {
                 const float *xt = xn + t * n_in;
-                double acc = 0, up = 0, bd = 1e-6, mag = 0;
+                double acc = 0, up = 0, bd = 1e-6, bu = 1e-6, mag = 0;
                 for (int64_t u = 0; u < n_in / 32; u++) {
-                    double amax = 0, wabs = 0;
+                    double amax = 0, wabs = 0, uabs = 0;
                     for (int l = 0; l < 32; l++) {
                         const int64_t j = 32 * u + l;
                         acc += wr[j] * xt[j];
-                        if (s->swiglu)
+                        if (s->swiglu) {
                             up += wu[j] * xt[j];
+                            uabs += fabs(wu[j]);
+                            mag += fabs(wu[j] * xt[j]);
+                        }
                         amax = fmax(amax, fabs(xt[j]));
                         wabs += fabs(wr[j]);
                         mag += fabs(wr[j] * xt[j]);
                     }
                     bd += amax / 254.0 * wabs;
+                    bu += amax / 254.0 * uabs;
                 }
                 const int64_t at = (k * NS + i) * nt + t;
-                ref[at] = s->swiglu ? acc / (1 + exp(-acc)) * up : acc + (res ? r[k][t * s->n_out[k] + o] : 0.0);
-                bound[at] = bd + 1e-5 * mag;
+                const double silu = acc / (1 + exp(-acc));
+                ref[at] = s->swiglu ? silu * up : acc + (res ? r[k][t * s->n_out[k] + o] : 0.0);
+                /* SwiGLU: the gate's and up's int8 bounds carried through
+                 * silu(g) u (silu is 1.0998-Lipschitz) */
+                bound[at] = (s->swiglu ? 1.1 * bd * (fabs(up) + bu) + fabs(silu) * bu : bd) + 1e-5 * mag;
             }
         }
     char name[200], sub[260];
@@ -4105,14 +4962,14 @@ static void gf_test(const gf_spec *s, int64_t nt, bool norm, bool res) {
                     }
             }
             snprintf(sub, sizeof sub, "%s [%s %s]", name, v1 ? "v1" : "v3", rn[run]);
-            result(sub, rel_err(got, ref, nsamp), 3e-2, nan, NULL);
+            /* silu(g) u doubles the relative rounding of g and u: the bound
+             * below is the exact check, the norm a coarse one */
+            result(sub, rel_err(got, ref, nsamp), s->swiglu ? 6e-2 : 3e-2, nan, NULL);
             free(got);
-            if (!s->swiglu) {
-                char det[64];
-                snprintf(det, sizeof det, "worst |err| / bound %.3f", worst);
-                strncat(sub, ": int8 bound", sizeof sub - strlen(sub) - 1);
-                check_true(sub, worst <= 1.0, det);
-            }
+            char det[64];
+            snprintf(det, sizeof det, "worst |err| / bound %.3f", worst);
+            strncat(sub, ": int8 bound", sizeof sub - strlen(sub) - 1);
+            check_true(sub, worst <= 1.0, det);
             if (run > 0) {
                 double d = 0;
                 for (int k = 0; k < ny_w; k++)
@@ -4261,6 +5118,83 @@ static void gf_graph(void) {
         free(y[0]); free(y[1]);
     }
     free(xs); free(rs); free(xn); free(g); free(u); free(ref); free(xnf); free(hf);
+}
+
+/* The output norm folded into the lm_head's quantization (norm_fusable's
+ * MATMUL consumer, MINFER_CUDA_NORM_MM): RMSNORM -> MATMUL (the graph's
+ * output) for 4 decode steps with CUDA graphs, fold on and off. On: the
+ * norm was folded (mf_cuda_fuse_stats) and the graph replayed; both vs
+ * float64 (int8 tier, 1e-2) and on vs off bitwise (the fold quantizes the
+ * same normed floats: 0 allowed). Weights: a Q8_0 896-wide head (the
+ * 0.5B's lm_head type) and a Q6_K 3584-wide one (the 7B's), 3000 rows. */
+static void normmm_weights(void) {
+    add_weight("nm.q8_0.896x3000", MF_TYPE_Q8_0, 896, 3000);
+    add_weight("nm.q6_k.3584x3000", MF_TYPE_Q6_K, 3584, 3000);
+}
+
+static void normmm_case(const char *wn, uint32_t t, int64_t d) {
+    const int64_t nv = 3000;
+    char nn[32];
+    snprintf(nn, sizeof nn, "norm.%lld", (long long)d);
+    const float eps = 1e-6f;
+    enum { STEPS = 4 };
+    float *xs = rand_vec(d * STEPS, 2.0f);
+    double *xn = malloc((size_t)(d * STEPS) * sizeof *xn), *ref = malloc((size_t)(nv * STEPS) * sizeof *ref);
+    float *xnf = malloc((size_t)(d * STEPS) * 4);
+    ref_rmsnorm(xs, wf32(nn), xn, d, STEPS, eps);
+    for (int64_t i = 0; i < d * STEPS; i++)
+        xnf[i] = (float)xn[i];
+    ref_matmul(wn, xnf, d, nv, STEPS, NULL, ref);
+    float *y[2];
+    int64_t norms[2], reps[2];
+    for (int on = 1; on >= 0; on--) {
+        mf_graph gr; /* one graph per run: a graph captured before would replay */
+        graph_new(&gr, 0, 0);
+        const int32_t xi = ext(&gr, d, 1);
+        const int32_t ni = mf_g_rmsnorm(&gr, xi, nn, eps);
+        const int32_t mi = mf_g_matmul(&gr, ni, wn, t, NULL, d, nv);
+        gr.nodes[mi].flags |= MF_NODE_OUTPUT;
+        const int32_t bx = dev_put(NULL, (size_t)d * 4), bn = dev_poison((size_t)d * 4);
+        const int32_t by = dev_poison((size_t)nv * 4);
+        y[on] = malloc((size_t)(nv * STEPS) * 4);
+        mf_cuda_set_fuse_norm(be, true);
+        mf_cuda_set_norm_mm(be, on);
+        mf_cuda_set_graphs(be, true);
+        int64_t a0, n0, c0, r0, a1, n1, c1, r1;
+        mf_cuda_fuse_stats(be, &a0, &n0);
+        mf_cuda_graph_stats(be, &c0, &r0);
+        mf_error e;
+        for (int s = 0; s < STEPS; s++) {
+            mf_exec_args a = args(10 + s, 1, 64, MF_TYPE_F32);
+            if (be->ops->begin_forward(be, &gr, &a, &e) ||
+                be->ops->write_host(be, bx, 0, xs + s * d, (size_t)d * 4, &e) ||
+                be->ops->execute_node(be, &gr, ni, &bx, bn, (mf_kv_pair){-1, -1}, &a, &e) ||
+                be->ops->execute_node(be, &gr, mi, &bn, by, (mf_kv_pair){-1, -1}, &a, &e) ||
+                be->ops->end_forward(be, &gr, &a, &e) || be->ops->synchronize(be, &e) ||
+                be->ops->read_host(be, by, 0, y[on] + s * nv, (size_t)nv * 4, &e))
+                die("normmm step", &e);
+        }
+        mf_cuda_fuse_stats(be, &a1, &n1);
+        mf_cuda_graph_stats(be, &c1, &r1);
+        norms[on] = n1 - n0;
+        reps[on] = r1 - r0;
+        dev_free(bx); dev_free(bn); dev_free(by);
+        mf_graph_free(&gr);
+    }
+    mf_cuda_set_fuse_norm(be, mf_env_int("MINFER_CUDA_FUSE_NORM", 1) != 0);
+    mf_cuda_set_norm_mm(be, mf_env_int("MINFER_CUDA_NORM_MM", 1) != 0);
+    mf_cuda_set_graphs(be, !mf_env_flag("MINFER_NO_CUDA_GRAPH"));
+    char name[120], det[160];
+    snprintf(det, sizeof det, "(folded norms %lld, replays %lld; off: %lld, %lld)", (long long)norms[1],
+             (long long)reps[1], (long long)norms[0], (long long)reps[0]);
+    snprintf(name, sizeof name, "normmm %s: norm folded into the matmul, replayed", mf_type_name(t));
+    check_true(name, norms[1] >= 2 && norms[0] == 0 && reps[1] >= STEPS - 3, det);
+    snprintf(name, sizeof name, "normmm %s %lld -> %lld: 4 steps vs float64", mf_type_name(t), (long long)d,
+             (long long)nv);
+    result(name, rel_err(y[1], ref, nv * STEPS), 1e-2, count_nan(y[1], nv * STEPS), NULL);
+    snprintf(name, sizeof name, "normmm %s: folded vs separate norm", mf_type_name(t));
+    result(name, rel_err_f(y[1], y[0], nv * STEPS), 0.0, count_nan(y[0], nv * STEPS), NULL);
+    free(y[0]); free(y[1]); free(xs); free(xn); free(ref); free(xnf);
 }
 
 /* MINFER_CUDA_TEST_BENCH=1: one 0.5B decode GEMV (nt 1) per line, the
@@ -4429,8 +5363,14 @@ int main(void) {
         mmafuse_weights();
     if (fam("gemv"))
         gemv_weights();
+    if (fam("q6k"))
+        q6k_weights(&dec_q6k);
     if (fam("gemvfuse"))
         gemvfuse_weights();
+    if (fam("attnone"))
+        attnone_weights();
+    if (fam("normmm"))
+        normmm_weights();
 
     mf_error e;
     if (mf_backend_cuda_new(W, &be, &e)) {
@@ -4552,6 +5492,8 @@ int main(void) {
     }
     if (fam("gemv"))
         gemv_family();
+    if (fam("q6k"))
+        q6k_family(&dec_q6k);
     if (fam("mma"))
         mma_family();
     if (fam("mmafuse"))
@@ -4568,6 +5510,12 @@ int main(void) {
         lat_family();
     if (fam("gemvfuse"))
         gemvfuse_family();
+    if (fam("attnone"))
+        attnone_family();
+    if (fam("normmm")) {
+        normmm_case("nm.q8_0.896x3000", MF_TYPE_Q8_0, 896);
+        normmm_case("nm.q6_k.3584x3000", MF_TYPE_Q6_K, 3584);
+    }
     if (fam("misc")) {
         test_refusals();
         test_pool();

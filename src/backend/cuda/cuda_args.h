@@ -134,6 +134,8 @@ typedef struct mf_cu_q8_multi_args {
     int32_t gemv_auto;    /* v3 only where it measured faster (mf_cu_gemv_v3_wanted) */
     int32_t gemv_v4;      /* as mf_cu_matmul_args.gemv_v4 */
     int32_t prologue;     /* as mf_cu_matmul_args.prologue (with norm: RMSNorm + quantize in the prologue) */
+    int32_t x_q8_ready;   /* q8 already holds x quantized (RMSNorm'ed first with norm): the kernel
+                             before wrote it as a by-product; no quantize launch, no prologue */
     float *y[3];
     int64_t n_out[3];
 } mf_cu_q8_multi_args;
@@ -280,6 +282,18 @@ typedef struct mf_cu_attn_args {
     int32_t n_ctx; /* cache rows: fixes the split-KV decode's split count; 0: unknown */
     float *part;   /* scratch of mf_cu_attn_decode_bytes(): the split-KV decode path; NULL: off */
     int32_t tc;    /* tensor-core prefill (mf_cu_attn_mma_ok); MINFER_CUDA_NO_TC_ATTN=1 clears it */
+    int32_t *cnt;  /* split-KV decode, MINFER_CUDA_ATTN_ONE: nt * n_head_kv zeroed counters (left
+                      zeroed); the last block of each (token, KV head) combines, no second
+                      kernel. NULL: the combine kernel */
+    void *q8out;   /* with cnt: also the int8 quantization of out (mf_cu_q8_bytes(n_head *
+                      head_dim, nt) layout, bitwise the quantize kernel's); NULL: none */
+    /* MINFER_CUDA_ATTN_ROPE (with cnt, nt 1, head_dim % 32 == 0): q is the raw (unroped) Q
+     * row and rs what mf_cu_rope_store would get (rs.rk.x: raw K, rs.vs.src: raw V, the
+     * cache rows rs.ks / rs.vs of the same caches as k / v, positions, QkNorm weights): the
+     * kernel norms and ropes q and the new K itself, stores the new K and V rows bitwise as
+     * mf_cu_rope_store does and attends with them. Nothing is written to rs.rq.y / rs.rk.y. */
+    int32_t rope;
+    mf_cu_rope_store_args rs;
 } mf_cu_attn_args;
 cudaError_t mf_cu_attn(const mf_cu_attn_args *a, cudaStream_t s);
 /* Whether the flash-prefill kernel takes this shape: head_dim <= 128, nt > 8. */
@@ -310,6 +324,11 @@ void mf_cu_set_pdl(int on);
  * wtype under the auto rule (docs/PERF.md entry 11: with PDL on, v3 wins on
  * the layer matmuls; v1 on the vocab-wide lm_head and on Q6_K). */
 int mf_cu_gemv_v3_wanted(uint32_t wtype, int64_t n_in, int64_t rows);
+/* Slices in flight for a one-token GEMV over `rows` weight rows of n_in
+ * (gate and up both counted for SwiGLU) of wtype under mode (the args'
+ * gemv_v4: -1 the auto rule, 0 off, 1 / 2 forced); 0: not v4
+ * (gemv_q8v4.cu). */
+int mf_cu_q8v4_u(int mode, uint32_t wtype, int64_t rows, int64_t n_in);
 /* The v3 int8 GEMV's L2 prefetch distance in 32-unit groups per row (0:
  * none; clamped to 0..8) and kind (lines 0: one TMA bulk prefetch per row
  * and group; 1: prefetch.global.L2 per 128-byte line); set once at backend
@@ -331,6 +350,16 @@ void mf_cu_set_lat(int on);
 /* The v4 GEMV's pre-wait L2 prefetch of each block's first batch
  * (MINFER_CUDA_GEMV_V4_PF, default on; gemv_q8v4.cu). */
 void mf_cu_set_gemv_v4_pf(int on);
+/* u = 1 or 2: Q6_K one-token GEMVs on the v4 slice decoder (under the auto
+ * rule with u slices in flight at every row count, the lm_head included;
+ * a forced MINFER_CUDA_GEMV_V4=U keeps its U) instead of the unit decoder /
+ * v1; 0: the old rule and decoder (MINFER_CUDA_GEMV_V4_Q6K=u, default 1;
+ * gemv_q8v4.cu). Process-wide, set at backend creation (tests flip it). */
+void mf_cu_set_gemv_v4_q6k(int u);
+/* The auto rule's Q4_K threshold: weights of at least mib MiB take two
+ * slices in flight, smaller ones one (MINFER_CUDA_GEMV_V4_BIG, default 32;
+ * 0: two everywhere, the session-3 rule). Process-wide, like the above. */
+void mf_cu_set_gemv_v4_big(int mib);
 /* Test entry: the int8 GEMV's activation quantization alone, nt rows of n_in
  * (n_in % 32 == 0) into q8 (mf_cu_q8_bytes layout), RMSNorm'ed by w (NULL:
  * none) and eps first when norm. */

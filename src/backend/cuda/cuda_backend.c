@@ -36,6 +36,16 @@
 #define WF16_SLOT 4       /* prefill GEMM: a weight dequantized to f16 */
 #define XF16_SLOT 5       /* prefill GEMM: the activations as f16 */
 #define ATTN_SLOT 6       /* split-KV decode attention: per-split partial results */
+#define Q8OUT_SLOT 7      /* an int8 activation a kernel writes as a by-product (q8_produced) while
+                             it reads its own input from Q8_SLOT (the attention) */
+/* Zeroed int32 counters for kernels whose last block to finish a piece of
+ * work does the step that needs all of it (the split-KV combine):
+ * CNT_REGIONS regions of CNT_REGION each. A kernel that uses a region
+ * leaves every counter it touched at 0 again, so the region is reusable by
+ * the next launch and by graph replays. */
+#define CNT_REGIONS 1
+#define CNT_REGION 65536
+#define CNT_ATTN 0        /* region of the one-kernel split-KV decode */
 
 typedef struct cu_buf {
     void *p;
@@ -64,6 +74,7 @@ typedef struct cu_gentry {
     void *scr[N_SCRATCH];
     cudaGraphExec_t exec;
     bool no_capture; /* a capture failed: run this one plainly */
+    bool attn_one;   /* captured with the one-kernel decode attention (attn_one_now) */
     uint64_t used;
 } cu_gentry;
 
@@ -97,6 +108,15 @@ typedef struct cu_ctx {
     size_t scr_cap[N_SCRATCH];
 
     mf_cu_fault *fault;     /* mapped pinned memory the kernels write */
+    int32_t *cnt;           /* CNT_REGIONS x CNT_REGION zeroed counters (counters()) */
+
+    /* An int8 activation a kernel wrote as a by-product (q8_produced): q8_buf
+     * (layout of mf_cu_q8_bytes) holds the quantization of q8_of (q8_n
+     * inputs per token, RMSNorm'ed with q8_nw first when non-NULL), valid
+     * while n_launched == q8_stamp (no launch since). */
+    const float *q8_of, *q8_nw;
+    void *q8_buf;
+    int64_t q8_n, q8_nt, q8_stamp;
 
     cu_trace ring[TRACE_N];
     int64_t n_launched;
@@ -115,6 +135,7 @@ typedef struct cu_ctx {
     int fuse_rope; /* MINFER_CUDA_FUSE_ROPE=1: FUSED_QKV's rope q/k + store k/v as one launch */
     int fuse_add;  /* MINFER_CUDA_FUSE_ADD=1: MATMUL + the ADD of its result as one GEMV */
     int fuse_norm; /* MINFER_CUDA_FUSE_NORM=1: RMSNORM folded into the next fused node's quantization */
+    int norm_mm;   /* MINFER_CUDA_NORM_MM (default 1): ... and into a plain MATMUL's (the lm_head) */
     int gemv_v2;   /* MINFER_CUDA_GEMV_V2=1: Q4_K decode GEMVs take the paired-unit kernel */
     int gemv_v1;   /* MINFER_CUDA_GEMV_V1=1: the int8 GEMVs on the v1 kernels (default: v3) */
     int gemv_auto; /* v3 only where it measured faster; MINFER_CUDA_GEMV_V3=1: v3 everywhere */
@@ -122,9 +143,20 @@ typedef struct cu_ctx {
                       U slices in flight (1, 2), =0 off */
     int gemv_pro;  /* int8 GEMV quantizes x in its prologue: 1 auto rule, 2 always (tests), 0 the separate
                       quantize kernels (opt-in MINFER_CUDA_GEMV_PROLOGUE=1) */
+    int64_t n_q8_ready; /* int8 GEMVs that read an input a kernel before wrote (q8_produced; tests) */
     int flash;     /* MINFER_CUDA_FLASH_PREFILL=1: query-tiled attention for nt > 8 */
     int tc_attn;   /* tensor-core prefill attention for nt > 8 (MINFER_CUDA_NO_TC_ATTN=1 clears) */
     int flash_decode; /* MINFER_CUDA_NO_FLASH_DECODE=1 clears it: split-KV attention for nt <= 8 */
+    int attn_one;  /* MINFER_CUDA_ATTN_ONE (default 1): that attention's combine (+ the o GEMV's quantize) in
+                      the split kernel's last block per group: one kernel instead of three */
+    int64_t attn_one_max; /* ... only while n_past + n_tokens <= this (MINFER_CUDA_ATTN_ONE_MAX, default 384):
+                             a CUDA graph captured on either side is kept apart (cu_gentry.attn_one) */
+    int attn_rope; /* MINFER_CUDA_ATTN_ROPE=1 (with attn_one): a one-token FUSED_QKV's rope-store is
+                      done by the ATTN node right after it (rope_deferrable); rs_node >= 0: such a
+                      rope-store is pending (rs_args), flushed by any other launch (flush_rope) */
+    const mf_graph *rs_g;
+    int32_t rs_node;
+    mf_cu_rope_store_args rs_args;
     /* the deferred MATMUL of fuse_add or RMSNORM of fuse_norm (see exec_now);
      * pend_node < 0: none */
     const mf_graph *pend_g;
@@ -618,6 +650,41 @@ static float *scratch(exec *x, int k, size_t nbytes) {
     return c->scr[k];
 }
 
+/* Whether a forward at ea's position takes the one-kernel split-KV decode
+ * (MINFER_CUDA_ATTN_ONE): its last block combines every active split alone,
+ * which costs more than the second kernel once the context is long. */
+static bool attn_one_now(const cu_ctx *c, const mf_exec_args *ea) {
+    return c->attn_one && (int64_t)ea->n_past + ea->n_tokens <= c->attn_one_max;
+}
+
+/* n zeroed counters of region `region` (CNT_*), or NULL with the error set
+ * when the region is too small. The user must leave them at 0. */
+static int32_t *counters(exec *x, int region, int64_t n) {
+    if (region < 0 || region >= CNT_REGIONS || n < 0 || n > CNT_REGION) {
+        NODE_ERR(x, "%lld counters asked of region %d (%d regions of %d)", (long long)n, region, CNT_REGIONS,
+                 CNT_REGION);
+        return NULL;
+    }
+    return x->c->cnt + (size_t)region * CNT_REGION;
+}
+
+/* Call right after a launch that also wrote into q8 (a scratch of at least
+ * mf_cu_q8_bytes(n_in, nt); Q8OUT_SLOT when the kernel reads Q8_SLOT) the
+ * int8 quantization of the nt rows of `of` (RMSNorm'ed with nw first when
+ * nw is non-NULL): the next launch, if it is an int8 GEMV of that x
+ * (run_multi), reads q8 and skips its quantize kernel. Any launch in
+ * between invalidates it. */
+static void q8_produced(exec *x, const float *of, const float *nw, int64_t n_in,
+                        int64_t nt, void *q8) {
+    cu_ctx *c = x->c;
+    c->q8_nt = nt;
+    c->q8_buf = q8;
+    c->q8_of = of;
+    c->q8_nw = nw;
+    c->q8_n = n_in;
+    c->q8_stamp = c->n_launched;
+}
+
 /* Records a launch in the ring and turns its launch status into an error. */
 static int launched(exec *x, const char *kernel, int64_t d0, int64_t d1, cudaError_t e) {
     cu_ctx *c = x->c;
@@ -802,10 +869,17 @@ static int run_multi(exec *x, const mf_matmul_meta *const *mm, int n, bool swigl
         a.res[i] = res ? res[i] : NULL;
         a.n_out[i] = m->n_out;
     }
-    if (!(a.q8 = scratch(x, Q8_SLOT, mf_cu_q8_bytes(a.n_in, nt))))
+    const cu_ctx *c = x->c;
+    a.x_q8_ready = c->q8_of == a.x && c->q8_nw == (x->norm ? x->norm_w : NULL) && c->q8_n == a.n_in &&
+                   c->q8_nt == nt && c->q8_stamp == c->n_launched && !(x->norm && !x->norm_w) && c->q8_buf;
+    if (a.x_q8_ready)
+        a.q8 = c->q8_buf;
+    else if (!(a.q8 = scratch(x, Q8_SLOT, mf_cu_q8_bytes(a.n_in, nt))))
         return -1;
-    return launched(x, swiglu ? "gemv_q8_multi(swiglu)" : "gemv_q8_multi", a.n_out[0] * n, nt,
-                    mf_cu_gemv_q8_multi(&a, x->c->stream));
+    x->c->n_q8_ready += a.x_q8_ready != 0;
+    static const char *const kname[2][2] = { /* [x ready][swiglu] (MINFER_TRACE) */
+        {"gemv_q8_multi", "gemv_q8_multi(swiglu)"}, {"gemv_q8_multi(x ready)", "gemv_q8_multi(swiglu, x ready)"}};
+    return launched(x, kname[a.x_q8_ready != 0][swiglu], a.n_out[0] * n, nt, mf_cu_gemv_q8_multi(&a, x->c->stream));
 }
 
 static int run_ew(exec *x, int op, const float *a, const float *b, float *y, int64_t n, int64_t b_n,
@@ -872,7 +946,7 @@ static int run_store(exec *x, void *kc, void *vc, const mf_exec_args *ea, const 
  * (mf_cu_rope_store_args.q_norm). */
 static int run_rope_store(exec *x, const mf_qkv_meta *m, float *sq, float *sk, const float *sv, float *y,
                           void *kc, void *vc, const mf_exec_args *ea, const int32_t *pos, int64_t nt,
-                          const float *qn, const float *kn) {
+                          const float *qn, const float *kn, mf_cu_rope_store_args *defer) {
     const mf_rope_meta *r[2] = {&m->rope_q, &m->rope_k};
     for (int i = 0; i < 2; i++)
         if (r[i]->n_head <= 0 || r[i]->head_dim <= 0 || r[i]->n_rot <= 0 || r[i]->n_rot > r[i]->head_dim ||
@@ -896,6 +970,10 @@ static int run_rope_store(exec *x, const mf_qkv_meta *m, float *sq, float *sk, c
     a.q_norm = qn;
     a.k_norm = kn;
     a.norm_eps = m->norm_eps;
+    if (defer) { /* MINFER_CUDA_ATTN_ROPE: the ATTN node launches it (or flush_rope) */
+        *defer = a;
+        return 0;
+    }
     return launched(x, qn ? "rope_store(qk norm)" : "rope_store", nt, m->n_head, mf_cu_rope_store(&a, x->c->stream));
 }
 
@@ -912,6 +990,49 @@ static int d2d(exec *x, void *dst, const void *src, size_t nbytes) {
  * optional per-head norms, RoPE of K in place and of Q into the output, the
  * K/V store at n_past. QKV_BIAS_ROPE_STORE: the same tail on three given
  * matmul outputs (biases added here; positions src3 or n_past + t). */
+/* MINFER_CUDA_ATTN_ROPE: whether this FUSED_QKV node's rope-store (one
+ * token) may be left to the ATTN node right after it: that node's q is
+ * this node's output and nothing else reads it, its heads are the rope's,
+ * and it will take the one-kernel split-KV decode (attn_one, flash decode,
+ * a shape mf_cu_attn_decode_bytes takes, head_dim % 32 == 0). The ATTN
+ * node still checks the caches and q before it consumes the rope-store. */
+static bool rope_deferrable(const exec *x, const mf_qkv_meta *m, int64_t nt, const mf_exec_args *ea) {
+    const cu_ctx *c = x->c;
+    const mf_graph *g = x->g;
+    const int32_t node = x->id;
+    if (!c->attn_rope || !attn_one_now(c, ea) || !c->flash_decode || nt != 1 || node + 1 >= g->n_nodes ||
+        (x->n->flags & MF_NODE_OUTPUT) || m->head_dim % 32 || m->rope_q.head_dim != m->head_dim ||
+        m->rope_k.head_dim != m->head_dim || m->rope_q.n_head != m->n_head || m->rope_k.n_head != m->n_head_kv)
+        return false;
+    const mf_node *u = &g->nodes[node + 1];
+    if (u->op != MF_OP_ATTN || (u->flags & MF_NODE_DEAD) || u->n_src < 1 || u->src[0] != node ||
+        u->meta.attn.n_head != m->n_head || u->meta.attn.n_head_kv != m->n_head_kv ||
+        u->meta.attn.head_dim != m->head_dim)
+        return false;
+    for (int32_t i = node + 2; i < g->n_nodes; i++) {
+        const mf_node *v = &g->nodes[i];
+        if (v->flags & MF_NODE_DEAD)
+            continue;
+        for (int32_t k = 0; k < v->n_src && k < MF_MAX_SRC; k++)
+            if (v->src[k] == node)
+                return false;
+    }
+    const mf_cu_attn_args p = {.kv_type = ea->kv_type, .nt = 1, .n_past = ea->n_past, .n_past_dev = x->npast_dev,
+                               .n_head = m->n_head, .n_head_kv = m->n_head_kv, .head_dim = m->head_dim,
+                               .n_ctx = ea->n_ctx};
+    return mf_cu_attn_decode_bytes(&p) > 0;
+}
+
+/* Launches the rope-store rope_deferrable left pending, if any. */
+static int flush_rope(cu_ctx *c, mf_error *err) {
+    if (c->rs_node < 0)
+        return 0;
+    exec xx = {.c = c, .g = c->rs_g, .n = &c->rs_g->nodes[c->rs_node], .id = c->rs_node, .err = err};
+    c->rs_node = -1;
+    return launched(&xx, c->rs_args.q_norm ? "rope_store(qk norm)" : "rope_store", 1, c->rs_args.rq.n_head,
+                    mf_cu_rope_store(&c->rs_args, c->stream));
+}
+
 static int exec_qkv(exec *x, const int32_t *in, int32_t out, mf_kv_pair kv, const mf_exec_args *ea) {
     const mf_node *n = x->n;
     const mf_qkv_meta *m = &n->meta.qkv;
@@ -993,8 +1114,15 @@ static int exec_qkv(exec *x, const int32_t *in, int32_t out, mf_kv_pair kv, cons
         return NODE_ERR(x, "rope q %dx%d / k %dx%d for widths %lld / %lld", m->rope_q.n_head,
                         m->rope_q.head_dim, m->rope_k.n_head, m->rope_k.head_dim, (long long)q_dim,
                         (long long)kvd);
+    if (x->c->fuse_rope && rope_deferrable(x, m, nt, ea)) { /* the next node, ATTN, does it */
+        if (run_rope_store(x, m, sq, sk, sv, y, kc, vc, ea, pos, nt, fold_qn, fold_kn, &x->c->rs_args))
+            return -1;
+        x->c->rs_g = x->g;
+        x->c->rs_node = x->id;
+        return 0;
+    }
     if (x->c->fuse_rope)
-        return run_rope_store(x, m, sq, sk, sv, y, kc, vc, ea, pos, nt, fold_qn, fold_kn);
+        return run_rope_store(x, m, sq, sk, sv, y, kc, vc, ea, pos, nt, fold_qn, fold_kn, NULL);
     if (run_rope(x, &m->rope_k, sk, sk, pos, ea->n_past, nt) ||
         run_store(x, kc, vc, ea, sk, sv, nt) || run_rope(x, &m->rope_q, sq, y, pos, ea->n_past, nt))
         return -1;
@@ -1044,7 +1172,9 @@ static bool add_fusable(const cu_ctx *c, const mf_graph *g, int32_t node, int64_
  * this token count, is not launched; that node then quantizes the norm's
  * input with the norm applied (mf_cu_q8_multi_args.norm) and runs its
  * matmuls through the multi-weight GEMV. The norm's output buffer is never
- * written. */
+ * written. A plain MATMUL consumer (the output norm -> lm_head) folds the
+ * same way unless an ADD after it would take it (add_fusable), and only
+ * with MINFER_CUDA_NORM_MM (c->norm_mm; default on). */
 static bool norm_fusable(const cu_ctx *c, const mf_graph *g, int32_t node) {
     const mf_node *n = &g->nodes[node];
     const int mode = c->matmul_mode;
@@ -1063,6 +1193,8 @@ static bool norm_fusable(const cu_ctx *c, const mf_graph *g, int32_t node) {
     } else if (u->op == MF_OP_FUSED_FFN) {
         mm[k++] = &u->meta.ffn.gate;
         mm[k++] = &u->meta.ffn.up;
+    } else if (u->op == MF_OP_MATMUL && c->norm_mm && u->n_src == 1 && !add_fusable(c, g, node + 1, u->ne[1])) {
+        mm[k++] = &u->meta.matmul;
     } else {
         return false;
     }
@@ -1087,6 +1219,8 @@ static int exec_node(mf_backend *b, const mf_graph *g, int32_t node, const int32
 /* Launches the deferred MATMUL or RMSNORM, if any, plainly. */
 static int flush_pending(mf_backend *b, mf_error *err) {
     cu_ctx *c = CX(b);
+    if (flush_rope(c, err))
+        return -1;
     if (c->pend_node < 0)
         return 0;
     const int32_t node = c->pend_node;
@@ -1130,6 +1264,8 @@ static int exec_add_fused(mf_backend *b, const mf_graph *g, int32_t node, const 
 static int exec_now(mf_backend *b, const mf_graph *g, int32_t node, const int32_t *in, int32_t out,
                     mf_kv_pair kv, const mf_exec_args *ea, mf_error *err) {
     cu_ctx *c = CX(b);
+    if (c->rs_node >= 0 && !(g == c->rs_g && node == c->rs_node + 1) && flush_rope(c, err))
+        return -1; /* MINFER_CUDA_ATTN_ROPE: only the ATTN right after it takes the rope-store */
     if (c->pend_node >= 0) {
         const bool next = g == c->pend_g && node == c->pend_node + 1 && node < g->n_nodes;
         const mf_node *pn = &c->pend_g->nodes[c->pend_node];
@@ -1263,6 +1399,11 @@ static int exec_node(mf_backend *b, const mf_graph *g, int32_t node, const int32
             c->pend_ea = *ea;
             return 0;
         }
+        if (x->norm) { /* the RMSNorm before it is applied while x is quantized (norm_fusable) */
+            const mf_matmul_meta *mm[1] = {m};
+            float *const ys[1] = {y};
+            return run_multi(x, mm, 1, false, a, ys, NULL, nt);
+        }
         if (out == in[0]) { /* other rows still read the input while rows are written */
             float *s = scratch(x, 0, f32b(m->n_out * nt));
             if (!s || run_matmul(x, m, a, s, nt))
@@ -1363,11 +1504,34 @@ static int exec_node(mf_backend *b, const mf_graph *g, int32_t node, const int32
         const size_t pb = c->flash_decode && !a.flash ? mf_cu_attn_decode_bytes(&a) : 0;
         if (pb && !(a.part = scratch(x, ATTN_SLOT, pb)))
             return -1;
+        if (a.part && attn_one_now(c, ea)) { /* the split kernel combines and quantizes for the o GEMV */
+            if (!(a.cnt = counters(x, CNT_ATTN, nt * m->n_head_kv)))
+                return -1;
+            if (m->head_dim % 32 == 0 && !(a.q8out = scratch(x, Q8OUT_SLOT, mf_cu_q8_bytes(n->ne[0], nt))))
+                return -1;
+        }
+        if (c->rs_node >= 0) { /* MINFER_CUDA_ATTN_ROPE: the rope-store of the FUSED_QKV before */
+            if (a.cnt && a.q8out && nt == 1 && c->rs_g == g && c->rs_node == n->src[0] && c->rs_args.rq.y == q &&
+                c->rs_args.ks.cache == kc && c->rs_args.vs.cache == vc && c->rs_args.ks.kv_type == a.kv_type) {
+                a.rope = 1;
+                a.rs = c->rs_args;
+                a.q = c->rs_args.rq.x; /* the raw q; the roped one (q) is never written */
+                c->rs_node = -1;
+            } else if (flush_rope(c, x->err)) {
+                return -1;
+            }
+        }
         const char *kind = a.tc && mf_cu_attn_mma_ok(&a) ? "attn(mma)"
                            : a.flash                      ? "attn(flash)"
+                           : a.rope                       ? "attn(decode one, rope, q8)"
+                           : a.cnt                        ? (a.q8out ? "attn(decode one, q8)" : "attn(decode one)")
                            : a.part                       ? "attn(decode)"
                                                           : "attn";
-        return launched(x, kind, nt, m->n_head, mf_cu_attn(&a, st));
+        if (launched(x, kind, nt, m->n_head, mf_cu_attn(&a, st)))
+            return -1;
+        if (a.q8out) /* the o MATMUL (+ADD) after it finds x quantized (run_multi) */
+            q8_produced(x, y, NULL, n->ne[0], nt, a.q8out);
+        return 0;
     }
     case MF_OP_SOFTMAX: {
         if (mf_node_nelem(s0) != ne)
@@ -1525,6 +1689,7 @@ static int cu_begin_forward(mf_backend *b, const mf_graph *g, const mf_exec_args
     c->recording = false;
     c->n_rec = 0;
     c->pend_node = -1; /* likewise a node it deferred (end_forward flushes one on success) */
+    c->rs_node = -1;
     if (!c->graphs_on || a->n_tokens > GRAPH_MAX_T)
         return 0;
     c->recording = true;
@@ -1563,6 +1728,7 @@ static bool gentry_matches(const cu_ctx *c, const cu_gentry *e) {
     return e->g == g && e->n_nodes == g->n_nodes && e->kv_dim == g->kv_dim &&
            e->n_calls == c->n_rec && e->n_tokens == c->rec_a.n_tokens &&
            e->n_ctx == c->rec_a.n_ctx && e->kv_type == c->rec_a.kv_type &&
+           e->attn_one == attn_one_now(c, &c->rec_a) &&
            memcmp(e->scr, c->scr, sizeof e->scr) == 0 &&
            memcmp(e->calls, c->rec, (size_t)c->n_rec * sizeof *c->rec) == 0 &&
            memcmp(e->nodes, g->nodes, (size_t)g->n_nodes * sizeof *g->nodes) == 0;
@@ -1690,6 +1856,7 @@ static int cu_end_forward(mf_backend *b, const mf_graph *g, const mf_exec_args *
     e->n_tokens = a->n_tokens;
     e->n_ctx = a->n_ctx;
     e->kv_type = a->kv_type;
+    e->attn_one = attn_one_now(c, a);
     memcpy(e->scr, c->scr, sizeof e->scr);
     e->used = ++c->ge_clock;
     return 0;
@@ -1703,6 +1870,7 @@ static void cu_free(mf_backend *b) {
         mf_error e;
         c->recording = false; /* an unfinished forward's calls are dropped */
         c->pend_node = -1;
+        c->rs_node = -1;
         if (cu_wait(c, "free", &e))
             fprintf(stderr, "%s\n", e.msg);
     }
@@ -1711,6 +1879,8 @@ static void cu_free(mf_backend *b) {
     free(c->rec);
     if (c->dev_npast)
         cudaFree(c->dev_npast);
+    if (c->cnt)
+        cudaFree(c->cnt);
     for (int32_t i = 0; i < c->n_bufs; i++)
         if (c->bufs[i].p)
             cudaFree(c->bufs[i].p);
@@ -1840,11 +2010,19 @@ int mf_backend_cuda_new_progress(const mf_weights *w, mf_cuda_progress_fn progre
     c->fuse_rope = mf_env_int("MINFER_CUDA_FUSE_ROPE", 1) != 0;
     c->fuse_add = mf_env_int("MINFER_CUDA_FUSE_ADD", 1) != 0;
     c->fuse_norm = mf_env_int("MINFER_CUDA_FUSE_NORM", 1) != 0;
+    c->norm_mm = mf_env_int("MINFER_CUDA_NORM_MM", 1) != 0;
     c->gemv_v2 = mf_env_flag("MINFER_CUDA_GEMV_V2");
     gemv_from_env(c);
     c->flash = mf_env_int("MINFER_CUDA_FLASH_PREFILL", 1) != 0;
     c->tc_attn = !mf_env_flag("MINFER_CUDA_NO_TC_ATTN");
     c->flash_decode = !mf_env_flag("MINFER_CUDA_NO_FLASH_DECODE");
+    /* on by default while the context is short: H200, PERF.md entry 14 (one
+     * kernel -2.2 us per layer at depth 100, +3.9 us at depth 1000: the last
+     * block's combine reads every active split alone) */
+    c->attn_one = mf_env_int("MINFER_CUDA_ATTN_ONE", 1) != 0;
+    c->attn_one_max = mf_env_int("MINFER_CUDA_ATTN_ONE_MAX", 384);
+    c->attn_rope = mf_env_flag("MINFER_CUDA_ATTN_ROPE");
+    c->rs_node = -1;
     c->pend_node = -1;
     c->graphs_on = !mf_env_flag("MINFER_NO_CUDA_GRAPH");
     c->trace = mf_env_flag("MINFER_TRACE");
@@ -1856,6 +2034,8 @@ int mf_backend_cuda_new_progress(const mf_weights *w, mf_cuda_progress_fn progre
      * entry 13), bitwise the same outputs; MINFER_CUDA_LAT=0 the old kernels */
     mf_cu_set_lat(mf_env_int("MINFER_CUDA_LAT", 1) != 0);
     mf_cu_set_gemv_v4_pf(mf_env_int("MINFER_CUDA_GEMV_V4_PF", 1) != 0);
+    mf_cu_set_gemv_v4_q6k((int)mf_env_int("MINFER_CUDA_GEMV_V4_Q6K", 1)); /* PERF.md entry 14 */
+    mf_cu_set_gemv_v4_big((int)mf_env_int("MINFER_CUDA_GEMV_V4_BIG", 32)); /* PERF.md entry 14 */
     if (open_device(c, err))
         goto fail;
     cudaError_t e = cudaStreamCreateWithFlags(&c->stream, cudaStreamNonBlocking);
@@ -1865,6 +2045,10 @@ int mf_backend_cuda_new_progress(const mf_weights *w, mf_cuda_progress_fn progre
         e = cudaHostAlloc((void **)&c->fault, sizeof *c->fault, cudaHostAllocMapped);
     if (e == cudaSuccess)
         e = cudaMalloc((void **)&c->dev_npast, sizeof *c->dev_npast);
+    if (e == cudaSuccess)
+        e = cudaMalloc((void **)&c->cnt, sizeof *c->cnt * CNT_REGIONS * CNT_REGION);
+    if (e == cudaSuccess)
+        e = cudaMemset(c->cnt, 0, sizeof *c->cnt * CNT_REGIONS * CNT_REGION);
     if (e != cudaSuccess) {
         cu_err(err, "stream / pinned staging setup", e, __FILE__, __LINE__);
         goto fail;
@@ -1910,6 +2094,10 @@ void mf_cuda_set_fuse_norm(mf_backend *b, bool on) {
     CX(b)->fuse_norm = on;
 }
 
+void mf_cuda_set_norm_mm(mf_backend *b, bool on) {
+    CX(b)->norm_mm = on;
+}
+
 void mf_cuda_set_gemv_v2(mf_backend *b, bool on) {
     CX(b)->gemv_v2 = on;
 }
@@ -1922,6 +2110,10 @@ void mf_cuda_set_gemv_v1(mf_backend *b, bool on) {
 
 void mf_cuda_set_gemv_v4(mf_backend *b, int u) {
     CX(b)->gemv_v4 = u >= -1 && u <= 2 ? u : 0;
+}
+
+void mf_cuda_q8_ready_stats(const mf_backend *b, int64_t *read) {
+    *read = CX(b)->n_q8_ready;
 }
 
 void mf_cuda_reset_gemv(mf_backend *b) {
@@ -1945,6 +2137,16 @@ void mf_cuda_set_tc_attn(mf_backend *b, bool on) {
 
 void mf_cuda_set_flash_decode(mf_backend *b, bool on) {
     CX(b)->flash_decode = on;
+}
+
+void mf_cuda_set_attn_one(mf_backend *b, int mode) {
+    cu_ctx *c = CX(b);
+    c->attn_one = mode < 0 ? mf_env_int("MINFER_CUDA_ATTN_ONE", 1) != 0 : mode != 0;
+    c->attn_one_max = mode < 0 ? mf_env_int("MINFER_CUDA_ATTN_ONE_MAX", 384) : INT64_MAX;
+}
+
+void mf_cuda_set_attn_rope(mf_backend *b, bool on) {
+    CX(b)->attn_rope = on;
 }
 
 void mf_cuda_set_mma_chunk(mf_backend *b, uint64_t bytes) {

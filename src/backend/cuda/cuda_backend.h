@@ -63,6 +63,8 @@ void mf_cuda_set_fuse_rope(mf_backend *b, bool on);
 void mf_cuda_set_fuse_add(mf_backend *b, bool on);
 /* Tests: RMSNORM folded into the next fused node (MINFER_CUDA_FUSE_NORM). */
 void mf_cuda_set_fuse_norm(mf_backend *b, bool on);
+/* Tests: ... into a plain MATMUL too (the output norm -> lm_head; MINFER_CUDA_NORM_MM). */
+void mf_cuda_set_norm_mm(mf_backend *b, bool on);
 /* Tests: how many MATMUL + ADD pairs ran as one GEMV (FUSE_ADD) and how many
  * RMSNorms were folded into their consumer (FUSE_NORM) since creation; a
  * captured graph counts once, at its capture. */
@@ -76,6 +78,10 @@ void mf_cuda_reset_gemv(mf_backend *b);
 /* Tests: one-token GEMVs on the v4 kernel with u slices per lane in flight
  * (1, 2; 0 off; -1 the default rule), as MINFER_CUDA_GEMV_V4=u. */
 void mf_cuda_set_gemv_v4(mf_backend *b, int u);
+/* Tests: how many int8 GEMVs read an input a kernel before wrote as a
+ * by-product (x_q8_ready: the ATTN_ONE decode's quantized output) since
+ * creation; a captured graph counts once, at its capture. */
+void mf_cuda_q8_ready_stats(const mf_backend *b, int64_t *read);
 /* The int8 GEMV's quantizing prologue (opt-in MINFER_CUDA_GEMV_PROLOGUE=1): 0 off
  * (the separate quantize / norm-quant kernels), 1 the auto rule
  * (mf_cu_q8_prologue_rule), 2 wherever it fits; < 0: what the environment
@@ -89,6 +95,14 @@ void mf_cuda_set_tc_attn(mf_backend *b, bool on);
 /* Tests: the split-KV flash decode attention (on unless
  * MINFER_CUDA_NO_FLASH_DECODE=1) on or off. */
 void mf_cuda_set_flash_decode(mf_backend *b, bool on);
+/* Tests: MINFER_CUDA_ATTN_ONE: the split-KV decode combines (and quantizes
+ * its output for the o GEMV) in its last block per group. 1: at every
+ * depth, 0: off, -1: what the environment says (default: on while n_past +
+ * n_tokens <= MINFER_CUDA_ATTN_ONE_MAX, 384). */
+void mf_cuda_set_attn_one(mf_backend *b, int mode);
+/* Tests: MINFER_CUDA_ATTN_ROPE (opt-in, with ATTN_ONE): a one-token
+ * FUSED_QKV's rope (+ QkNorm) and K/V store done by the ATTN node after it. */
+void mf_cuda_set_attn_rope(mf_backend *b, bool on);
 
 /* CUDA graph capture/replay of small forwards (begin_forward/end_forward):
  * on unless MINFER_NO_CUDA_GRAPH=1; tests switch it and read how many

@@ -50,32 +50,7 @@
 
 /* ---- activation quantization ------------------------------------------------------- */
 
-/* One 32-element unit from one warp, v being this lane's element: q =
- * rint(v / d), d = amax / 127, and the two 16-lane half sums of q packed as
- * int16 pairs. Every lane must call it (the shuffles); only when `store`
- * does the warp write q (xq, 32 bytes), d (*xd) and the sums (*xs). */
-static __device__ __forceinline__ void q8_unit(float v, int lane, bool store, int8_t *xq, float *xd,
-                                               int32_t *xs) {
-    float amax = fabsf(v);
-#pragma unroll
-    for (int off = 16; off > 0; off >>= 1)
-        amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, off));
-    const float d = amax / 127.0f;
-    const float id = d != 0.0f ? 1.0f / d : 0.0f;
-    const int q = __float2int_rn(v * id);
-    int s = q;
-#pragma unroll
-    for (int off = 8; off > 0; off >>= 1) /* sums within each 16-lane half */
-        s += __shfl_xor_sync(0xffffffffu, s, off);
-    const int s_hi = __shfl_sync(0xffffffffu, s, 16);
-    if (store) {
-        xq[lane] = (int8_t)q;
-        if (lane == 0) {
-            *xd = d;
-            *xs = (int32_t)(((uint32_t)s & 0xffffu) | ((uint32_t)s_hi << 16));
-        }
-    }
-}
+/* (q8_unit, the quantization of one 32-element unit, is in gemv_q8.cuh) */
 
 static __global__ void __launch_bounds__(256)
 q8_quant_kernel(const float *__restrict__ x, int8_t *__restrict__ xq, float *__restrict__ xd,
@@ -1008,7 +983,7 @@ extern "C" int mf_cu_gemv_v3_wanted(uint32_t wtype, int64_t n_in, int64_t rows) 
 extern "C" cudaError_t mf_cu_gemv_q8(const mf_cu_matmul_args *a, cudaStream_t s) {
     if (!a->q8 || a->nt <= 0 || a->nt > 8 || !mf_cu_q8_supported(a->wtype, a->n_in))
         return cudaErrorInvalidValue;
-    const bool v4 = a->nt == 1 && !a->prologue && mf_cu_q8v4_u(a->gemv_v4, a->wtype, a->n_out) > 0;
+    const bool v4 = a->nt == 1 && !a->prologue && mf_cu_q8v4_u(a->gemv_v4, a->wtype, a->n_out, a->n_in) > 0;
     if (v4 || (!a->gemv_v1 && (!a->gemv_auto || mf_cu_gemv_v3_wanted(a->wtype, a->n_in, a->n_out)))) {
         /* v3: one weight through the multi launcher (same quantization) */
         mf_cu_q8_multi_args m;
@@ -1070,7 +1045,8 @@ extern "C" cudaError_t mf_cu_gemv_q8_multi(const mf_cu_q8_multi_args *a, cudaStr
     in.nw = a->norm ? a->norm_w : NULL;
     in.eps = a->norm_eps;
     in.norm = a->norm;
-    in.mode = a->prologue;
+    in.mode = a->x_q8_ready ? 0 : a->prologue;
+    in.quantized = a->x_q8_ready != 0;
     in.alias_free = true;
     for (int i = 0; i < (a->swiglu ? 1 : a->n_w); i++) /* swiglu writes y[0] only */
         if (q8_overlap(a->x, (size_t)(a->nt * a->n_in) * 4, a->y[i], (size_t)(a->nt * a->n_out[i]) * 4))
@@ -1100,7 +1076,8 @@ extern "C" cudaError_t mf_cu_gemv_q8_multi(const mf_cu_q8_multi_args *a, cudaStr
         }
         cudaError_t e = cudaErrorInvalidValue;
         const int u4 = a->nt == 1 && !a->prologue
-                           ? mf_cu_q8v4_u(a->gemv_v4, a->wtype[first], a->swiglu ? p.n_out[0] : p.start[p.n_w])
+                           ? mf_cu_q8v4_u(a->gemv_v4, a->wtype[first], a->swiglu ? 2 * p.n_out[0] : p.start[p.n_w],
+                                          a->n_in)
                            : 0;
         if (u4 > 0) { /* the v4 GEMV */
             q8_pro pro;

@@ -26,6 +26,35 @@ typedef struct q8_multi {
     int32_t n_w;
 } q8_multi;
 
+/* One 32-element unit from one warp, v being this lane's element: q =
+ * rint(v / d), d = amax / 127, and the two 16-lane half sums of q packed as
+ * int16 pairs. Every lane must call it (the shuffles); only when `store`
+ * does the warp write q (xq, 32 bytes), d (*xd) and the sums (*xs). Here
+ * rather than in gemv_q8.cu so that a kernel elsewhere quantizing its output
+ * as a by-product can be bitwise the separate quantize kernel. */
+static __device__ __forceinline__ void q8_unit(float v, int lane, bool store, int8_t *xq, float *xd,
+                                               int32_t *xs) {
+    float amax = fabsf(v);
+#pragma unroll
+    for (int off = 16; off > 0; off >>= 1)
+        amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, off));
+    const float d = amax / 127.0f;
+    const float id = d != 0.0f ? 1.0f / d : 0.0f;
+    const int q = __float2int_rn(v * id);
+    int s = q;
+#pragma unroll
+    for (int off = 8; off > 0; off >>= 1) /* sums within each 16-lane half */
+        s += __shfl_xor_sync(0xffffffffu, s, off);
+    const int s_hi = __shfl_sync(0xffffffffu, s, 16);
+    if (store) {
+        xq[lane] = (int8_t)q;
+        if (lane == 0) {
+            *xd = d;
+            *xs = (int32_t)(((uint32_t)s & 0xffffu) | ((uint32_t)s_hi << 16));
+        }
+    }
+}
+
 /* Sums acc over the warp's lanes, then over the ks warps of the row through
  * part (which the caller owns; one __syncthreads inside, reached by every
  * thread of the block). The row's first warp ends with the totals in acc. */
@@ -126,8 +155,5 @@ cudaError_t mf_cu_q8v4_launch(const q8_multi *p, uint32_t wtype, bool swiglu, in
 /* Fills the v4 occupancy table (from mf_cu_probe_gemv_q8). */
 void mf_cu_q8v4_probe(int sms);
 int mf_cu_q8v4_supported(uint32_t wtype);
-/* Slices in flight for a one-token GEMV of `rows` outputs of wtype under
- * mode (the args' gemv_v4: -1 the auto rule, 0 off, 1 / 2 forced); 0: not v4. */
-int mf_cu_q8v4_u(int mode, uint32_t wtype, int64_t rows);
 
 #endif

@@ -123,6 +123,88 @@ template <> struct v4s<MF_TYPE_Q4_K> {
     }
 };
 
+/* The Q6_K slice decoder (MINFER_CUDA_GEMV_V4_Q6K, default 1, see
+ * mf_cu_q8v4_u; it has its own instance id so =0 keeps the unit decoder). A 210-byte super-block is two 128-element halves of ql[64]
+ * (element l and l + 64 in the low / high nibble of byte l, l + 32 and
+ * l + 96 in byte l + 32) and qh[32] (2 bits each of l, l + 32, l + 64,
+ * l + 96 in byte l). Slice k is part i = k % 4 of half (k / 4) % 2 of
+ * super-block k / 8: l in [8i, 8i + 8) of all four 32-element groups, i.e.
+ * the 8 bytes ql[8i..], ql[32 + 8i..], qh[8i..] of that half, every bit of
+ * which it uses (the unit decoder reads 32 ql + 32 qh bytes for 32
+ * elements and uses a half / a quarter of their bits). Each 8-element
+ * piece lies in one 16-element scale group. Super-blocks, hence the
+ * pieces, are only 2-byte aligned (210 = 2 x 105; rows are not padded), so
+ * each piece is 3 aligned words funnel-shifted by 0 or 16 bits (the shift
+ * of the super-block, same for all pieces); the scales are 4 signed-byte
+ * loads (no extraction), d one 16-bit load. The -32 offset: see dot(). */
+#define V4_Q6K_SLICE (MF_TYPE_Q6_K + 1) /* instance id of Q6_K on this decoder (Q8_K has no v4 kernel) */
+
+template <> struct v4s<V4_Q6K_SLICE> {
+    struct raw {
+        uint32_t w[9]; /* ql[8i..], ql[32 + 8i..], qh[8i..]: 3 words each from the aligned-down address */
+        int sc[4];     /* the scales of the four pieces */
+        uint32_t dsh;  /* d (f16) | the funnel shift << 16 */
+    };
+    static __device__ __forceinline__ void fetch(const uint8_t *row, int64_t k, raw &r) {
+        const uint32_t k32 = (uint32_t)k; /* n_in < 2^31: 32-bit offsets within the row */
+        const uint8_t *sb = row + (k32 >> 3) * 210u;
+        const int h = (int)(k32 >> 2) & 1, i = (int)k32 & 3;
+        const uint32_t a2 = (uint32_t)(uintptr_t)sb & 2u;
+        const uint32_t *b = (const uint32_t *)(sb - a2); /* aligned down, still a global pointer */
+        const int ql = 16 * h + 2 * i, qh = 32 + 8 * h + 2 * i; /* word offsets */
+#pragma unroll
+        for (int j = 0; j < 3; j++) {
+            r.w[j] = b[ql + j];
+            r.w[3 + j] = b[ql + 8 + j];
+            r.w[6 + j] = b[qh + j];
+        }
+        const int8_t *sc = (const int8_t *)sb + 192 + 8 * h + (i >> 1);
+#pragma unroll
+        for (int p = 0; p < 4; p++)
+            r.sc[p] = sc[2 * p];
+        r.dsh = (uint32_t)*(const uint16_t *)(sb + 208) | a2 << 19;
+    }
+    /* The offset: lanes i and i ^ 1 share their pieces' scales, d and
+     * activation units and together cover each piece's 16-element
+     * activation half, whose sum s16 the quantization stored (xs); so the
+     * even lane adds -32 s16 for both (the pair is in one batch, counted or
+     * dropped together) and the odd lane nothing. That part, like every
+     * activation load, depends on k only: plain loads and integer ops the
+     * compiler shares between the two rows of a pair. */
+    static __device__ __forceinline__ float dot(const raw &r, int64_t k, const int8_t *__restrict__ xq,
+                                                const float *__restrict__ xd, const int32_t *__restrict__ xs) {
+        const uint32_t kb = (uint32_t)k & ~3u; /* activation units kb + p, bytes 8i.. of each */
+        const int i = (int)k & 3;
+        const int2 *xp = (const int2 *)(xq + (kb * 32u + 8u * (uint32_t)i));
+        /* kb % 4 == 0, n_in % 256 == 0 and cudaMalloc'd q8 buffers: 16-byte aligned */
+        const float4 dx = *(const float4 *)(xd + kb);
+        const int4 hs = *(const int4 *)(xs + kb);
+        const int off = i & 1 ? 0 : -32, hsh = 16 * (i >> 1);
+        int acc[4] = {off * (int)(int16_t)(hs.x >> hsh), off * (int)(int16_t)(hs.y >> hsh),
+                      off * (int)(int16_t)(hs.z >> hsh), off * (int)(int16_t)(hs.w >> hsh)};
+        int2 x[4];
+#pragma unroll
+        for (int p = 0; p < 4; p++)
+            x[p] = xp[4 * p];
+        const uint32_t sh = r.dsh >> 16, m4 = 0x0f0f0f0fu, m2 = 0x30303030u;
+#pragma unroll
+        for (int j = 0; j < 2; j++) { /* word j of each piece: elements l = 8i + 4j .. 8i + 4j + 3 */
+            const uint32_t L = __funnelshift_r(r.w[j], r.w[j + 1], sh);
+            const uint32_t M = __funnelshift_r(r.w[3 + j], r.w[4 + j], sh);
+            const uint32_t H = __funnelshift_r(r.w[6 + j], r.w[7 + j], sh);
+            const uint32_t q0 = (L & m4) | ((H << 4) & m2), q1 = (M & m4) | ((H << 2) & m2);
+            const uint32_t q2 = ((L >> 4) & m4) | (H & m2), q3 = ((M >> 4) & m4) | ((H >> 2) & m2);
+            acc[0] = v4_dp4a_us(q0, j ? x[0].y : x[0].x, acc[0]);
+            acc[1] = v4_dp4a_us(q1, j ? x[1].y : x[1].x, acc[1]);
+            acc[2] = v4_dp4a_us(q2, j ? x[2].y : x[2].x, acc[2]);
+            acc[3] = v4_dp4a_us(q3, j ? x[3].y : x[3].x, acc[3]);
+        }
+        const float t = dx.x * (float)(acc[0] * r.sc[0]) + dx.y * (float)(acc[1] * r.sc[1]) +
+                        dx.z * (float)(acc[2] * r.sc[2]) + dx.w * (float)(acc[3] * r.sc[3]);
+        return mf_h2f((uint16_t)(r.dsh & 0xffffu)) * t;
+    }
+};
+
 /* Grid: x = blocks looping over groups of (Q8_WARPS / ks) row pairs (n_grp
  * groups; block-uniform trip count, so every warp reaches q8_reduce's
  * barrier once per group); ks warps share a row pair, warp kp taking slice
@@ -268,9 +350,11 @@ gemv_q8v4_kernel(q8_multi p, const int8_t *__restrict__ xq, const float *__restr
 #define V4_FOR_EACH_TYPE(X) X(MF_TYPE_Q4_0) X(MF_TYPE_Q5_0) X(MF_TYPE_Q8_0) X(MF_TYPE_Q4_K) X(MF_TYPE_Q6_K)
 
 /* Resident blocks per SM of each instance (mf_cu_q8v4_probe), [type][U index][swiglu]. */
-static int v4_bps[MF_TYPE_Q6_K + 1][2][2];
+static int v4_bps[V4_Q6K_SLICE + 1][2][2];
 static int v4_sms = 132;
 static int v4_pf = 1; /* mf_cu_set_gemv_v4_pf (MINFER_CUDA_GEMV_V4_PF) */
+static int v4_big_mib = 32; /* mf_cu_set_gemv_v4_big (MINFER_CUDA_GEMV_V4_BIG): Q4_K weights from this many MiB take U 2 */
+static int v4_q6k = 1; /* mf_cu_set_gemv_v4_q6k (MINFER_CUDA_GEMV_V4_Q6K): Q6_K on v4s<V4_Q6K_SLICE>, the rule's U */
 
 static int v4_ui(int u) {
     return u == 2 ? 1 : 0;
@@ -312,15 +396,30 @@ static cudaError_t v4_type(const q8_multi *p, bool sw, int u, const int8_t *xq, 
  * 13 (gemv bench, weights streamed from HBM): Q4_K with two slices in
  * flight (its pipelined loop; 7-17 % under v3 on the 7B shapes), the other
  * types one (Q4_0 / Q8_0 / Q6_K layer matmuls 5-20 % under v3 / v1), except
- * the vocab-wide Q6_K lm_head where v1 stays faster (177 vs 190 us). */
-int mf_cu_q8v4_u(int mode, uint32_t wtype, int64_t rows) {
+ * the vocab-wide Q6_K lm_head where v1 stays faster (177 vs 190 us) than the
+ * generic unit decoder. MINFER_CUDA_GEMV_V4_Q6K=1 (default) sends every Q6_K
+ * GEMV, the lm_head included, to the slice decoder with one slice in flight
+ * (=2: two; =0: the generic decoder and the v1 lm_head): H200, PERF.md entry
+ * 14: lm_head 175 (v1) -> 161 us, 7B down 26.2 -> 25.1 us, qwen2-7B Q4_K_M
+ * tg128 378.3 -> 381.2. */
+int mf_cu_q8v4_u(int mode, uint32_t wtype, int64_t rows, int64_t n_in) {
     if (mode == 0 || !mf_cu_q8v4_supported(wtype))
         return 0;
     if (mode > 0)
         return mode;
+    if (wtype == MF_TYPE_Q6_K && v4_q6k)
+        return v4_q6k;
     if (wtype == MF_TYPE_Q6_K && rows > 65536)
         return 0;
-    return wtype == MF_TYPE_Q4_K ? 2 : 1;
+    if (wtype != MF_TYPE_Q4_K)
+        return 1;
+    /* Q4_K: two slices (the pipelined 116-register loop) only for a weight
+     * of >= v4_big_mib MiB (32; MINFER_CUDA_GEMV_V4_BIG, 0: always); smaller ones keep more blocks resident with one (H200,
+     * PERF.md entry 14: 7B gate+up 76 MB 34.9 (u2) vs 36.6 us, down 38 MB
+     * 18.0 vs 21.4; 7B q+k+v 9 MB 10.0 vs 8.5, 4B gate+up 28 MB 20.7 vs
+     * 17.6, 4B down 14 MB 10.6 vs 9.9) */
+    const double bytes = (double)rows * (double)(n_in / 256) * 144.0;
+    return bytes >= (double)v4_big_mib * 1024 * 1024 ? 2 : 1;
 }
 
 int mf_cu_q8v4_supported(uint32_t wtype) {
@@ -336,6 +435,8 @@ int mf_cu_q8v4_supported(uint32_t wtype) {
 
 cudaError_t mf_cu_q8v4_launch(const q8_multi *p, uint32_t wtype, bool swiglu, int u, const int8_t *xq,
                               const float *xd, const int32_t *xs, int64_t n_in, cudaStream_t s) {
+    if (wtype == MF_TYPE_Q6_K && v4_q6k)
+        return v4_type<V4_Q6K_SLICE>(p, swiglu, u, xq, xd, xs, n_in, s);
     switch (wtype) {
 #define MF_CASE(T) \
     case T:        \
@@ -361,10 +462,19 @@ void mf_cu_set_gemv_v4_pf(int on) {
     v4_pf = on != 0;
 }
 
+void mf_cu_set_gemv_v4_big(int mib) {
+    v4_big_mib = mib < 0 ? 32 : mib;
+}
+
+void mf_cu_set_gemv_v4_q6k(int u) {
+    v4_q6k = u == 2 ? 2 : u != 0;
+}
+
 void mf_cu_q8v4_probe(int sms) {
     if (sms > 0)
         v4_sms = sms;
 #define MF_CASE(T) v4_occ<T, 1>(); v4_occ<T, 2>();
     V4_FOR_EACH_TYPE(MF_CASE)
+    MF_CASE(V4_Q6K_SLICE)
 #undef MF_CASE
 }
