@@ -20,7 +20,7 @@
 #              with fusions, CUDA graphs, PDL, flash decode off, v1/v3 GEMVs
 #   bench      minfer bench --device cuda (pp512 / tg128) on synthetic models
 #   perf       (GPU_CHECK_PERF=1) qwen2-0.5B and qwen2-7B shapes, the defaults
-#              against each lever of PERF_LEVERS alone, and a per-op profile
+#              against each lever row of PERF_LEVERS (as TABLE_LEVERS), and a per-op profile
 #              (MINFER_OP_PROFILE=1) of one decode and one prefill bench
 # What comes back: $OUT/summary.txt, $OUT/bench.md, $OUT/bench.json and
 # $OUT/gpu-logs.tgz (every log; the device tool returns at most 8 files).
@@ -221,7 +221,7 @@ EOF
         timeout 120 "$DUMP" "$m" --tokens $TOKS --decode 8 --device cuda --cache f32 \
             >"$LOG/e2e-$arch-base8.json" 2>"$LOG/e2e-$arch-base8.err"
         k=0
-        for lever in "MINFER_NO_FUSE_QKV=1 MINFER_NO_FUSE_FFN=1" "MINFER_NO_CUDA_GRAPH=1" "MINFER_CUDA_PDL=0 MINFER_CUDA_GEMV_V1=1" "MINFER_CUDA_GEMV_V3=1" "MINFER_CUDA_GEMV_V4=0 MINFER_CUDA_LAT=0 MINFER_CUDA_MMA_CFG=0" "MINFER_CUDA_ATTN_ONE=0 MINFER_CUDA_GEMV_V4_Q6K=0 MINFER_CUDA_NORM_MM=0" "MINFER_CUDA_ATTN_ROPE=1" "MINFER_CUDA_FUSE_ROPE=0 MINFER_CUDA_FUSE_NORM=0 MINFER_CUDA_FLASH_PREFILL=0" "MINFER_CUDA_NO_FLASH_DECODE=1"; do
+        for lever in "MINFER_NO_FUSE_QKV=1 MINFER_NO_FUSE_FFN=1" "MINFER_NO_CUDA_GRAPH=1" "MINFER_CUDA_PDL=0 MINFER_CUDA_GEMV_V1=1" "MINFER_CUDA_GEMV_V3=1" "MINFER_CUDA_GEMV_V4=0 MINFER_CUDA_LAT=0 MINFER_CUDA_MMA_CFG=0" "MINFER_CUDA_ATTN_ONE=0 MINFER_CUDA_GEMV_V4_Q6K=0 MINFER_CUDA_NORM_MM=0" "MINFER_CUDA_FUSE_ROPE=0 MINFER_CUDA_FUSE_NORM=0 MINFER_CUDA_FLASH_PREFILL=0" "MINFER_CUDA_NO_FLASH_DECODE=1"; do
             k=$((k + 1)); j=$LOG/e2e-$arch-lever$k.json
             env $lever timeout 120 "$DUMP" "$m" --tokens $TOKS --decode 8 --device cuda --cache f32 \
                 >"$j" 2>"$LOG/e2e-$arch-lever$k.err"
@@ -236,6 +236,12 @@ fi
 
 # ---- bench ------------------------------------------------------------------------------------------
 # bench_model NAME SYNTH-ARGS [extra bench args]: synthesizes, benches, appends to bench.md
+# Exports "A=1,B=0" (a lever row: commas join variables set together).
+export_levers() {
+    local kvs kv
+    IFS=, read -ra kvs <<<"$1"
+    for kv in "${kvs[@]}"; do export "$kv"; done
+}
 bench_model() {
     local name=$1 sargs=$2; shift 2
     if ! left; then note bench SKIP "$name: out of time"; return; fi
@@ -281,7 +287,7 @@ if [ $HAVE_MINFER -eq 1 ] && "$MINFER" bench --help >/dev/null 2>&1; then
                        MINFER_CUDA_FUSE_ADD=0 MINFER_CUDA_NO_FLASH_DECODE=1 MINFER_CUDA_NO_MMA=1 \
                        MINFER_CUDA_NO_TC_ATTN=1 MINFER_NO_CUDA_GRAPH=1 MINFER_CUDA_FUSE_GEMV=1 \
                        MINFER_CUDA_GEMV_PROLOGUE=1}; do
-                ( export "$lev"; MNAME=perf-$tag KEEP_MODEL=1 bench_model "perf-$tag-$lev" "$sargs" -r 3 )
+                ( export_levers "$lev"; MNAME=perf-$tag KEEP_MODEL=1 bench_model "perf-$tag-$lev" "$sargs" -r 3 )
             done
             rm -f "$MODELS/bench-perf-$tag.gguf"
         done
@@ -304,8 +310,7 @@ if [ $HAVE_MINFER -eq 1 ] && "$MINFER" bench --help >/dev/null 2>&1; then
                     -r "${TABLE_R:-20}" ${TABLE_ARGS:-} )
             fi
             for lev in ${TABLE_LEVERS:-}; do
-                ( IFS=, read -ra kvs <<<"$lev"; for kv in "${kvs[@]}"; do export "$kv"; done
-                  MNAME=t-$tag KEEP_MODEL=1 bench_model "table-$tag-$lev" "$sx" -ctk f16 \
+                ( export_levers "$lev"; MNAME=t-$tag KEEP_MODEL=1 bench_model "table-$tag-$lev" "$sx" -ctk f16 \
                     -r "${TABLE_R:-20}" ${TABLE_ARGS:-} )
             done
             if [ "$tag" = q7km ] && [ "${TABLE_DEPTH:-1}" = 1 ] && left; then

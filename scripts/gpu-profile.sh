@@ -7,6 +7,9 @@
 #   profile.txt   bench lines + per-kernel-name totals per model
 #   ncu-*.csv     raw ncu rows
 # PROFILE_MODELS="name|synth args ..." overrides the model list (';'-separated).
+# PROFILE_KERNEL=<regex> adds, per model, ncu's occupancy / warp-state /
+# memory / scheduler sections for PROFILE_COUNT (8) launches of the matching
+# kernels after PROFILE_SKIP (8): ncu-sections-<name>.txt.
 set -u
 cd "$(dirname "$0")/.."
 OUT=${OUT:-$PWD/gpu-out}; mkdir -p "$OUT"
@@ -66,6 +69,16 @@ print(f"{'kernel':60s} {'n':>5s} {'us':>9s} {'%':>5s} {'ns/each':>8s} {'GB/s':>7
 for k, a in sorted(agg.items(), key=lambda kv: -kv[1][1]):
     print(f"{k:60s} {a[0]:5d} {a[1]/1e3:9.1f} {100*a[1]/tot:5.1f} {a[1]/a[0]:8.0f} {a[2]/max(a[1],1):7.0f} {a[3]:4.0f} {a[4]/a[0]:5.1f} {a[5]/a[0]:6.0f}")
 PY
+        if [ -n "${PROFILE_KERNEL:-}" ]; then
+            # the matching kernels' occupancy, warp states, memory and
+            # scheduler sections (why a kernel is slow, not only how slow)
+            MINFER_NO_CUDA_GRAPH=1 timeout 300 "$NCU" --clock-control none -k "regex:$PROFILE_KERNEL" \
+                --launch-skip "${PROFILE_SKIP:-8}" --launch-count "${PROFILE_COUNT:-8}" \
+                --section SpeedOfLight --section Occupancy --section LaunchStats --section WarpStateStats \
+                --section MemoryWorkloadAnalysis --section SchedulerStats \
+                "$M" bench -m "$mf" --device cuda -p 0 -n 4 -r 1 >"$OUT/ncu-sections-$name.txt" 2>&1
+            echo "$name: ncu sections of /$PROFILE_KERNEL/ in ncu-sections-$name.txt" >>"$P"
+        fi
     fi
     rm -f "$mf"
 done

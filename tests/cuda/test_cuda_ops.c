@@ -141,15 +141,7 @@
  * launches in a row (replay), n_past_dev, LAT flipped, in place; through
  * the backend (hook mf_cuda_set_attn_one) ATTN -> o MATMUL -> ADD on == off
  * bitwise and the o GEMV took the q8 (no quantize). MINFER_CUDA_TEST_BENCH=1:
- * split+combine+quantize vs one kernel, us, 0.5B depth 100, 7B 100 / 1000.
- * attnone also runs MINFER_CUDA_ATTN_ROPE (hook mf_cuda_set_attn_rope: the
- * one-token rope (+ QkNorm) and K/V store inside that kernel): qwen2 NEOX,
- * llama normal, qwen3 QkNorm (hd 128 and 64), partial rotation x
- * f32/f16/q8_0 x depth 0/37/1000 vs rope_store + two-kernel decode: out,
- * q8out and both caches bitwise, 3 launches (device n_past on the last);
- * FUSED_QKV -> ATTN through the backend rope on / off / a synchronize in
- * between (flushes the pending rope-store) bitwise, q output unwritten when
- * folded; bench: rope_store + split + combine + quantize vs one kernel. */
+ * split+combine+quantize vs one kernel, us, 0.5B depth 100, 7B 100 / 1000. */
 #include <math.h>
 #include <stddef.h>
 #include <stdio.h>
@@ -3758,19 +3750,21 @@ static void ds_fuse_add_graph(void) {
     mf_graph_free(&gs[1]);
 }
 
-/* MINFER_CUDA_TEST_BENCH=1: median of 11 cudaEvent-timed launches after 2
- * warm-ups, us. */
+/* MINFER_CUDA_TEST_BENCH=1: us per launch of f, timed with cudaEvents
+ * around bursts of `burst` back-to-back launches, median of reps (<= 32)
+ * bursts after 2 warm-ups. */
 typedef cudaError_t (*ds_launch)(const void *ctx, cudaStream_t st);
 
-static float ds_time(ds_launch f, const void *ctx, cudaStream_t st) {
-    enum { REPS = 11 };
-    float ms[REPS];
+static float burst_time(ds_launch f, const void *ctx, cudaStream_t st, int burst, int reps) {
+    float ms[32];
+    reps = reps < 32 ? reps : 32;
     cudaEvent_t e0, e1;
     cudaEventCreate(&e0);
     cudaEventCreate(&e1);
-    for (int i = 0; i < 2 + REPS; i++) {
+    for (int i = 0; i < 2 + reps; i++) {
         cudaEventRecord(e0, st);
-        f(ctx, st);
+        for (int b = 0; b < burst; b++)
+            f(ctx, st);
         cudaEventRecord(e1, st);
         cudaEventSynchronize(e1);
         if (i >= 2)
@@ -3778,8 +3772,13 @@ static float ds_time(ds_launch f, const void *ctx, cudaStream_t st) {
     }
     cudaEventDestroy(e0);
     cudaEventDestroy(e1);
-    qsort(ms, REPS, sizeof ms[0], cmp_f);
-    return ms[REPS / 2] * 1000.0f;
+    qsort(ms, (size_t)reps, sizeof ms[0], cmp_f);
+    return ms[reps / 2] * 1000.0f / (float)burst;
+}
+
+/* one launch at a time, median of 11 */
+static float ds_time(ds_launch f, const void *ctx, cudaStream_t st) {
+    return burst_time(f, ctx, st, 1, 11);
 }
 
 typedef struct ds_nq_ctx {
@@ -4034,29 +4033,7 @@ static void lat_decattn(int32_t n_head, int32_t n_head_kv, int32_t hd, int64_t n
 enum { LAT_BURST = 20, LAT_REPS = 21 };
 
 static float lat_time(ds_launch f, const void *ctx, cudaStream_t st) {
-    float ms[LAT_REPS];
-    cudaEvent_t e0, e1;
-    cudaEventCreate(&e0);
-    cudaEventCreate(&e1);
-    for (int i = 0; i < 2 + LAT_REPS; i++) {
-        cudaEventRecord(e0, st);
-        for (int b = 0; b < LAT_BURST; b++)
-            f(ctx, st);
-        cudaEventRecord(e1, st);
-        cudaEventSynchronize(e1);
-        if (i >= 2)
-            cudaEventElapsedTime(&ms[i - 2], e0, e1);
-    }
-    cudaEventDestroy(e0);
-    cudaEventDestroy(e1);
-    qsort(ms, LAT_REPS, sizeof ms[0], cmp_f);
-    return ms[LAT_REPS / 2] * 1000.0f / LAT_BURST;
-}
-
-static cudaError_t lat_inplace_launch(const void *p, cudaStream_t st) {
-    const ds_nq_ctx *c = p;
-    mf_cu_norm_args a = {.x = c->y, .w = c->w, .y = c->y, .n = c->n, .nrows = c->nt, .eps = 1e-6f};
-    return mf_cu_rmsnorm(&a, st);
+    return burst_time(f, ctx, st, LAT_BURST, LAT_REPS);
 }
 
 static cudaError_t lat_attn_launch(const void *p, cudaStream_t st) {
@@ -4089,7 +4066,8 @@ static void lat_bench(cudaStream_t st) {
         snprintf(what, sizeof what, "rmsnorm (wide) n %lld nt 1", (long long)n);
         lat_line(what, ds_norm_launch, &c, st);
         snprintf(what, sizeof what, "rmsnorm in place n %lld nt 1", (long long)n);
-        lat_line(what, lat_inplace_launch, &c, st);
+        const ds_nq_ctx ci = {.x = c.y, .w = c.w, .y = c.y, .n = n, .nt = 1}; /* y = x: the in-place kernel */
+        lat_line(what, ds_norm_launch, &ci, st);
         cudaFree((void *)c.x); cudaFree((void *)c.w); cudaFree(c.y); cudaFree(c.q8);
         free(h); free(hw);
     }
@@ -4274,258 +4252,6 @@ static void ao_case(int32_t nh, int32_t nkv, int32_t hd, int64_t n_past, int64_t
     free(hq); free(yo); free(hr);
 }
 
-/* MINFER_CUDA_ATTN_ROPE: the rope (+ QkNorm) of q and the new K, and the
- * new K/V row's store, inside the one-kernel decode (nt 1). */
-typedef struct ar_spec {
-    const char *name;
-    int32_t nh, nkv, hd, n_rot, mode; /* mode 2: NEOX pairs */
-    bool norm;                         /* Qwen3's QkNorm */
-    float theta;
-} ar_spec;
-
-/* Host bytes of a cache of n_ctx rows of kv_type, the first `rows` random. */
-static uint8_t *ar_cache_host(uint32_t kvt, int64_t rows, int64_t n_ctx, int64_t kvd) {
-    const size_t rb = mf_type_row_size(kvt, kvd);
-    uint8_t *h = calloc((size_t)n_ctx, rb);
-    if (rows > 0) {
-        float *f = rand_vec(kvd * rows, 2.0f);
-        if (kvt == MF_TYPE_F32)
-            memcpy(h, f, (size_t)(kvd * rows) * 4);
-        else
-            mf_quantize_rows(kvt, f, h, rows, kvd);
-        free(f);
-    }
-    return h;
-}
-
-/* One decode token at depth n_past: reference = mf_cu_rope_store (q roped
- * into a poisoned buffer, K roped in place, K/V rows stored) then the
- * two-kernel split-KV decode and the quantize kernel; new = the ROPE
- * one-kernel launch on raw q/K/V (rq.y NULL: nothing may be written there)
- * over a second copy of the caches, twice as a replay and once with n_past
- * and the store rows from the device (n_past_dev / pos0_dev, host fields
- * 0). Each: out, q8out, both whole cache regions bitwise the reference's,
- * counters 0. Bitwise because the kernel repeats rope_store's expressions
- * (pow/sincos in double per pair, the norm's lane order, the kv.cuh
- * writers) and then reads the row it stored in cache format. */
-static void ar_case(const ar_spec *s, uint32_t kvt, int64_t n_past, cudaStream_t st) {
-    const int64_t qd = (int64_t)s->nh * s->hd, kvd = (int64_t)s->nkv * s->hd;
-    const int32_t n_ctx = 4224;
-    const size_t cb = mf_type_row_size(kvt, kvd) * (size_t)n_ctx, ob = (size_t)qd * 4;
-    const size_t q8b = mf_cu_q8_bytes(qd, 1), q8used = (size_t)qd * 5 / 4;
-    uint8_t *hk = ar_cache_host(kvt, n_past, n_ctx, kvd), *hv = ar_cache_host(kvt, n_past, n_ctx, kvd);
-    float *hq = rand_vec(qd, 2.0f), *hkn = rand_vec(kvd, 2.0f), *hvn = rand_vec(kvd, 1.0f);
-    float *hw = rand_vec(2 * s->hd, 0.2f);
-    for (int i = 0; i < 2 * s->hd; i++)
-        hw[i] += 1.0f;
-    const int32_t np32 = (int32_t)n_past;
-    int32_t *dpos = ds_put(&np32, 4), *dn = ds_put(&np32, 4);
-    float *qn = s->norm ? ds_put(hw, (size_t)s->hd * 4) : NULL;
-    float *kn = s->norm ? ds_put(hw + s->hd, (size_t)s->hd * 4) : NULL;
-    float *sv = ds_put(hvn, (size_t)kvd * 4);
-    mf_cu_rope_store_args rs;
-    memset(&rs, 0, sizeof rs);
-    rs.rq = (mf_cu_rope_args){.pos = dpos, .pos0 = n_past, .nt = 1, .n_head = s->nh, .head_dim = s->hd,
-                              .n_rot = s->n_rot, .mode = s->mode, .theta = s->theta, .freq_scale = 1.0f};
-    rs.rk = rs.rq;
-    rs.rk.n_head = s->nkv;
-    rs.ks = (mf_cu_kv_args){.kv_type = kvt, .kv_dim = kvd, .pos0 = n_past, .nt = 1};
-    rs.vs = rs.ks;
-    rs.vs.src = sv;
-    rs.q_norm = qn;
-    rs.k_norm = kn;
-    rs.norm_eps = 1e-6f;
-    mf_cu_attn_args a = {.kv_type = kvt, .nt = 1, .n_past = n_past, .n_head = s->nh, .n_head_kv = s->nkv,
-                         .head_dim = s->hd, .scale = 1.0f / sqrtf((float)s->hd), .n_ctx = n_ctx};
-    a.part = ds_alloc(mf_cu_attn_decode_bytes(&a), 0xff);
-    /* the reference */
-    mf_cu_rope_store_args r = rs;
-    float *sq = ds_put(hq, ob), *sk = ds_put(hkn, (size_t)kvd * 4), *yq = ds_alloc(ob, 0xff);
-    void *kc = ds_put(hk, cb), *vc = ds_put(hv, cb);
-    r.rq.x = sq;
-    r.rq.y = yq;
-    r.rk.x = r.rk.y = sk;
-    r.ks.cache = kc;
-    r.ks.src = sk;
-    r.vs.cache = vc;
-    ds_sync("attnrope rope_store", mf_cu_rope_store(&r, st), st);
-    mf_cu_attn_args ra = a;
-    ra.q = yq;
-    ra.out = ds_alloc(ob, 0xff);
-    ra.k = kc;
-    ra.v = vc;
-    ds_sync("attnrope two-kernel", mf_cu_attn_decode(&ra, st), st);
-    float *yo = ds_get(ra.out, ob);
-    void *q8r = ds_alloc(q8b, 0);
-    ds_sync("attnrope quantize", mf_cu_q8_quant_rows(ra.out, NULL, 0.0f, 0, qd, 1, q8r, st), st);
-    uint8_t *hr = ds_get(q8r, q8used), *hkr = ds_get(kc, cb), *hvr = ds_get(vc, cb);
-    cudaFree(sq); cudaFree(sk); cudaFree(kc); cudaFree(vc);
-    /* the one kernel */
-    sq = ds_put(hq, ob);
-    sk = ds_put(hkn, (size_t)kvd * 4);
-    kc = ds_put(hk, cb);
-    vc = ds_put(hv, cb);
-    int32_t *cnt = ds_alloc((size_t)s->nkv * 4, 0);
-    void *q8o = ds_alloc(q8b, 0);
-    float *out = ds_alloc(ob, 0xff);
-    bool out_ok = true, q8_ok = true, kv_ok = true, cnt_ok = true, launch_ok = true;
-    for (int v = 0; v < 3; v++) {
-        mf_cu_attn_args b = a;
-        b.q = sq;
-        b.out = out;
-        b.k = kc;
-        b.v = vc;
-        b.cnt = cnt;
-        b.q8out = q8o;
-        b.rope = 1;
-        b.rs = rs;
-        b.rs.rq.x = sq;
-        b.rs.rq.y = NULL;
-        b.rs.rk.x = b.rs.rk.y = sk;
-        b.rs.ks.cache = kc;
-        b.rs.ks.src = sk;
-        b.rs.vs.cache = vc;
-        if (v == 2) { /* graph replay: n_past and the store rows from the device */
-            b.n_past_dev = dn;
-            b.n_past = 0;
-            b.rs.ks.pos0_dev = b.rs.vs.pos0_dev = dn;
-            b.rs.ks.pos0 = b.rs.vs.pos0 = 0;
-        }
-        cudaMemset(out, v % 2 ? 0x7f : 0xff, ob);
-        cudaMemset(q8o, 0x35 + 16 * v, q8b);
-        const cudaError_t e = mf_cu_attn_decode(&b, st);
-        launch_ok = launch_ok && e == cudaSuccess;
-        ds_sync("attnrope one-kernel", e == cudaErrorInvalidValue ? cudaSuccess : e, st);
-        float *yn = ds_get(out, ob);
-        uint8_t *hn = ds_get(q8o, q8used), *hkn2 = ds_get(kc, cb), *hvn2 = ds_get(vc, cb);
-        int32_t *hc = ds_get(cnt, (size_t)s->nkv * 4);
-        out_ok = out_ok && count_nan(yn, qd) == 0 && !memcmp(yn, yo, ob);
-        q8_ok = q8_ok && !memcmp(hn, hr, q8used);
-        kv_ok = kv_ok && !memcmp(hkn2, hkr, cb) && !memcmp(hvn2, hvr, cb);
-        for (int i = 0; i < s->nkv; i++)
-            cnt_ok = cnt_ok && hc[i] == 0;
-        free(yn); free(hn); free(hkn2); free(hvn2); free(hc);
-    }
-    char name[160], sub[220];
-    snprintf(name, sizeof name, "attnrope %-6s %-4s heads %d/%d hd %d rot %d n_past %lld", s->name, mf_type_name(kvt),
-             s->nh, s->nkv, s->hd, s->n_rot, (long long)n_past);
-    snprintf(sub, sizeof sub, "%s: launch taken", name);
-    check_true(sub, launch_ok, NULL);
-    snprintf(sub, sizeof sub, "%s: out == rope_store + two-kernel", name);
-    check_true(sub, out_ok && count_nan(yo, qd) == 0, "(bitwise, 3 launches, no NaN)");
-    snprintf(sub, sizeof sub, "%s: q8out == quantize kernel", name);
-    check_true(sub, q8_ok, "(bitwise)");
-    snprintf(sub, sizeof sub, "%s: K/V caches == rope_store's", name);
-    check_true(sub, kv_ok, "(bitwise, whole regions)");
-    snprintf(sub, sizeof sub, "%s: counters reset", name);
-    check_true(sub, cnt_ok, NULL);
-    cudaFree(sq); cudaFree(sk); cudaFree(kc); cudaFree(vc); cudaFree(cnt); cudaFree(q8o); cudaFree(out);
-    cudaFree(yq); cudaFree(ra.out); cudaFree(q8r); cudaFree(a.part); cudaFree(dpos); cudaFree(dn); cudaFree(sv);
-    if (qn) {
-        cudaFree(qn);
-        cudaFree(kn);
-    }
-    free(hk); free(hv); free(hq); free(hkn); free(hvn); free(hw); free(yo); free(hr); free(hkr); free(hvr);
-}
-
-static void attnrope_cases(cudaStream_t st) {
-    static const ar_spec specs[] = {
-        {"qwen2", 14, 2, 64, 64, 2, false, 1000000.0f},  {"llama", 32, 8, 128, 128, 0, false, 500000.0f},
-        {"qwen3", 32, 8, 128, 128, 2, true, 1000000.0f}, {"qwen3s", 14, 2, 64, 64, 2, true, 1000000.0f},
-        {"part", 14, 2, 64, 32, 0, false, 10000.0f},
-    };
-    const uint32_t kvts[3] = {MF_TYPE_F32, MF_TYPE_F16, MF_TYPE_Q8_0};
-    const int64_t depths[3] = {0, 37, 1000};
-    for (size_t i = 0; i < sizeof specs / sizeof specs[0]; i++)
-        for (int k = 0; k < 3; k++)
-            for (int d = 0; d < 3; d++)
-                ar_case(&specs[i], kvts[k], depths[d], st);
-}
-
-/* Through the backend: FUSED_QKV (one token) -> ATTN with MINFER_CUDA_ATTN_ONE
- * on and MINFER_CUDA_ATTN_ROPE off / on (hook mf_cuda_set_attn_rope): the
- * attention output and the cache rows [0, n_past] bitwise equal, and with
- * it on the QKV node's roped-q output is never written (still poison: the
- * rope-store was left to the ATTN kernel); then on again with a
- * synchronize between the two nodes (it flushes the pending rope-store:
- * launched as before, q written), equal to off. */
-static void ar_node(const qkv_spec *s, int64_t n_past, uint32_t kvt) {
-    char nm[6][64];
-    const mf_qkv_meta m = qkv_meta(s, nm);
-    const int64_t qd = (int64_t)s->n_head * s->hd, kvd = (int64_t)s->n_head_kv * s->hd;
-    const int32_t n_ctx = 4224;
-    const int64_t pre = n_past > 0 ? n_past : 1;
-    const size_t kvb = mf_type_row_size(kvt, kvd) * (size_t)(n_past + 1), ob = (size_t)qd * 4;
-    float *hk = rand_vec(kvd * pre, 2.0f), *hv = rand_vec(kvd * pre, 1.0f), *hx = rand_vec(s->d, 1.0f);
-    const int32_t pos = (int32_t)n_past;
-    float *ya[3], *yq[3];
-    uint8_t *kc[3], *vc[3];
-    for (int v = 0; v < 3; v++) { /* 0 off, 1 on, 2 on with a synchronize in between */
-        mf_graph g;
-        graph_new(&g, 1, kvd);
-        const int32_t ki = ext(&g, kvd, pre), vi = ext(&g, kvd, pre), st0 = mf_g_kv_store(&g, ki, vi, 0);
-        const int32_t xi = ext(&g, s->d, 1), pi = mf_g_input(&g, MF_INPUT_POSITIONS, MF_DTYPE_I32, 1, 1);
-        const int32_t qkv = mf_g_fused_qkv(&g, xi, pi, &m);
-        mf_attn_meta am = {.layer = 0, .n_head = s->n_head, .n_head_kv = s->n_head_kv, .head_dim = s->hd,
-                           .scale = 1.0f / sqrtf((float)s->hd)};
-        const int32_t at = mf_g_attn(&g, qkv, qkv, &am);
-        const size_t region = mf_type_row_size(kvt, kvd) * (size_t)n_ctx;
-        mf_kv_pair kv = {dev_put(NULL, region), dev_put(NULL, region)};
-        int32_t kvin[2] = {dev_put(hk, (size_t)(kvd * pre) * 4), dev_put(hv, (size_t)(kvd * pre) * 4)};
-        if (n_past > 0) {
-            mf_exec_args a0 = args(0, n_past, n_ctx, kvt);
-            run_ok(&g, st0, kvin, -1, kv, &a0);
-        }
-        const int32_t xid = dev_put(hx, (size_t)s->d * 4), pid = dev_put(&pos, 4), qo = dev_poison(ob),
-                      ao = dev_poison(ob);
-        mf_exec_args a = args(n_past, 1, n_ctx, kvt);
-        mf_error e;
-        mf_cuda_set_flash_decode(be, true);
-        mf_cuda_set_attn_one(be, 1);
-        mf_cuda_set_attn_rope(be, v > 0);
-        const int32_t qin[2] = {xid, pid}, ain[2] = {qo, qo};
-        if (be->ops->execute_node(be, &g, qkv, qin, qo, kv, &a, &e) ||
-            (v == 2 && be->ops->synchronize(be, &e)) ||
-            be->ops->execute_node(be, &g, at, ain, ao, kv, &a, &e) || be->ops->synchronize(be, &e))
-            die("attnrope node", &e);
-        mf_cuda_set_attn_rope(be, mf_env_flag("MINFER_CUDA_ATTN_ROPE"));
-        mf_cuda_set_attn_one(be, -1);
-        mf_cuda_set_flash_decode(be, !mf_env_flag("MINFER_CUDA_NO_FLASH_DECODE"));
-        ya[v] = dev_get(ao, ob);
-        yq[v] = dev_get(qo, ob);
-        kc[v] = (uint8_t *)dev_get(kv.k, kvb);
-        vc[v] = (uint8_t *)dev_get(kv.v, kvb);
-        dev_free(kv.k); dev_free(kv.v); dev_free(kvin[0]); dev_free(kvin[1]);
-        dev_free(xid); dev_free(pid); dev_free(qo); dev_free(ao);
-        mf_graph_free(&g);
-    }
-    char name[200];
-    snprintf(name, sizeof name, "attnrope node %s %d/%d/%d %s n_past %lld", mf_type_name(s->type), s->n_head,
-             s->n_head_kv, s->hd, mf_type_name(kvt), (long long)n_past);
-    for (int v = 1; v < 3; v++) {
-        char sub[240];
-        snprintf(sub, sizeof sub, "%s [%s]: attention and cache == rope off", name, v == 1 ? "on" : "on, sync between");
-        check_true(sub, count_nan(ya[v], qd) == 0 && !memcmp(ya[v], ya[0], ob) && !memcmp(kc[v], kc[0], kvb) &&
-                            !memcmp(vc[v], vc[0], kvb), "(bitwise)");
-    }
-    char sub[240];
-    snprintf(sub, sizeof sub, "%s: rope-store folded (q output unwritten on, written off / sync between)", name);
-    char det[120];
-    snprintf(det, sizeof det, "(non-finite q: on %lld, off %lld, sync %lld of %lld)", (long long)count_nan(yq[1], qd),
-             (long long)count_nan(yq[0], qd), (long long)count_nan(yq[2], qd), (long long)qd);
-    check_true(sub, count_nan(yq[1], qd) == qd && count_nan(yq[0], qd) == 0 && count_nan(yq[2], qd) == 0, det);
-    for (int v = 0; v < 3; v++) {
-        free(ya[v]); free(yq[v]); free(kc[v]); free(vc[v]);
-    }
-    free(hk); free(hv); free(hx);
-}
-
-static const qkv_spec ar_qkvs[3] = {
-    {MF_TYPE_Q8_0, 896, 14, 2, 64, true, false, MF_ROPE_NEOX, 0},    /* qwen2 0.5B */
-    {MF_TYPE_Q4_K, 2560, 32, 8, 128, false, true, MF_ROPE_NEOX, 0},  /* qwen3 4B */
-    {MF_TYPE_Q5_0, 896, 14, 2, 64, false, false, MF_ROPE_NORMAL, 0}, /* llama-style */
-};
-
 static void ao_wname(char *wn, size_t n, uint32_t t, int64_t d) {
     snprintf(wn, n, "ao.%s.%lldx%lld", mf_type_name(t), (long long)d, (long long)d);
 }
@@ -4536,8 +4262,6 @@ static void attnone_weights(void) {
     add_weight(wn, MF_TYPE_Q4_0, 896, 896);
     ao_wname(wn, sizeof wn, MF_TYPE_Q4_K, 3584);
     add_weight(wn, MF_TYPE_Q4_K, 3584, 3584);
-    for (int i = 0; i < 3; i++)
-        qkv_weights(&ar_qkvs[i]);
 }
 
 /* Through the backend: ATTN -> o MATMUL -> residual ADD (the MATMUL
@@ -4649,78 +4373,6 @@ static void ao_bench(int32_t nh, int32_t nkv, int32_t hd, int64_t depth, cudaStr
     free(hq);
 }
 
-typedef struct ar_bctx {
-    mf_cu_attn_args a; /* the ROPE one-kernel launch (rope 1, cnt, q8out) */
-    mf_cu_rope_store_args r; /* the old path's rope-store */
-    float *yq;               /* its roped q */
-    void *q8;
-} ar_bctx;
-
-static cudaError_t ar_old_launch(const void *p, cudaStream_t st) {
-    const ar_bctx *c = p;
-    cudaError_t e = mf_cu_rope_store(&c->r, st);
-    mf_cu_attn_args a = c->a;
-    a.rope = 0;
-    a.cnt = NULL;
-    a.q8out = NULL;
-    a.q = c->yq;
-    if (e == cudaSuccess)
-        e = mf_cu_attn_decode(&a, st);
-    return e != cudaSuccess ? e
-                            : mf_cu_q8_quant_rows(a.out, NULL, 0.0f, 0, (int64_t)a.n_head * a.head_dim, 1, c->q8, st);
-}
-
-static cudaError_t ar_new_launch(const void *p, cudaStream_t st) {
-    return mf_cu_attn_decode(&((const ar_bctx *)p)->a, st);
-}
-
-/* MINFER_CUDA_TEST_BENCH=1: rope-store + split + combine + quantize vs the
- * ROPE one kernel, us per layer (f16 cache, NEOX, nt 1), as ao_bench. */
-static void ar_bench(int32_t nh, int32_t nkv, int32_t hd, int64_t depth, cudaStream_t st) {
-    const int64_t qd = (int64_t)nh * hd, kvd = (int64_t)nkv * hd, n_ctx = 4096;
-    float *hq = rand_vec(qd, 1.0f), *hk = rand_vec(kvd, 1.0f);
-    const int32_t p32 = (int32_t)depth;
-    ar_bctx c;
-    memset(&c, 0, sizeof c);
-    c.a = (mf_cu_attn_args){.kv_type = MF_TYPE_F16, .nt = 1, .n_past = depth, .n_head = nh, .n_head_kv = nkv,
-                            .head_dim = hd, .scale = 1.0f / sqrtf((float)hd), .n_ctx = (int32_t)n_ctx, .rope = 1};
-    c.a.q = ds_put(hq, (size_t)qd * 4);
-    c.a.out = ds_alloc((size_t)qd * 4, 0);
-    c.a.k = ao_cache(MF_TYPE_F16, depth, n_ctx, kvd, 1.0f);
-    c.a.v = ao_cache(MF_TYPE_F16, depth, n_ctx, kvd, 1.0f);
-    c.a.part = ds_alloc(mf_cu_attn_decode_bytes(&c.a), 0);
-    c.a.cnt = ds_alloc((size_t)nkv * 4, 0);
-    c.a.q8out = ds_alloc(mf_cu_q8_bytes(qd, 1), 0);
-    c.q8 = ds_alloc(mf_cu_q8_bytes(qd, 1), 0);
-    c.yq = ds_alloc((size_t)qd * 4, 0);
-    float *sk = ds_put(hk, (size_t)kvd * 4), *sv = ds_put(hk, (size_t)kvd * 4);
-    int32_t *dpos = ds_put(&p32, 4);
-    mf_cu_rope_store_args *r = &c.a.rs;
-    r->rq = (mf_cu_rope_args){.x = c.a.q, .pos = dpos, .pos0 = depth, .nt = 1, .n_head = nh, .head_dim = hd,
-                              .n_rot = hd, .mode = 2, .theta = 1000000.0f, .freq_scale = 1.0f};
-    r->rk = r->rq;
-    r->rk.n_head = nkv;
-    r->rk.x = r->rk.y = sk;
-    r->ks = (mf_cu_kv_args){.kv_type = MF_TYPE_F16, .cache = (void *)c.a.k, .kv_dim = kvd, .pos0 = depth, .nt = 1,
-                            .src = sk};
-    r->vs = r->ks;
-    r->vs.cache = (void *)c.a.v;
-    r->vs.src = sv;
-    c.r = *r;
-    c.r.rq.y = c.yq;
-    /* rope_store ropes K in place on every call: the bench's K drifts, the times do not */
-    float t[2]; /* one call site: a second one tips gcc 12 into a -Wmaybe-uninitialized elsewhere */
-    for (int k = 0; k < 2; k++)
-        t[k] = lat_time(k ? ar_new_launch : ar_old_launch, &c, st);
-    const float t0 = t[0], t1 = t[1];
-    printf("bench attnrope %d/%d/%d f16 depth %-5lld rope_store+split+combine+quantize %6.2f us  one kernel %6.2f us  "
-           "(%+.2f us)\n", nh, nkv, hd, (long long)depth, t0, t1, t1 - t0);
-    cudaFree((void *)c.a.q); cudaFree(c.a.out); cudaFree((void *)c.a.k); cudaFree((void *)c.a.v); cudaFree(c.a.part);
-    cudaFree(c.a.cnt); cudaFree(c.a.q8out); cudaFree(c.q8); cudaFree(c.yq); cudaFree(sk); cudaFree(sv); cudaFree(dpos);
-    free(hq);
-    free(hk);
-}
-
 static void attnone_family(void) {
     cudaStream_t st;
     if (cudaStreamCreate(&st) != cudaSuccess) {
@@ -4735,12 +4387,6 @@ static void attnone_family(void) {
             for (int d = 0; d < (small ? 3 : 4); d++)
                 for (int n = 0; n < 2; n++)
                     ao_case(shapes[s][0], shapes[s][1], shapes[s][2], depths[d], nts[n], kvts[k], st);
-    attnrope_cases(st);
-    const uint32_t arkv[3] = {MF_TYPE_F16, MF_TYPE_Q8_0, MF_TYPE_F32};
-    for (int i = 0; i < 3; i++) {
-        ar_node(&ar_qkvs[i], 0, arkv[i]);
-        ar_node(&ar_qkvs[i], 300, arkv[(i + 1) % 3]);
-    }
     ao_node(MF_TYPE_Q4_0, 14, 2, 64, 37, 1, MF_TYPE_F16);
     ao_node(MF_TYPE_Q4_0, 14, 2, 64, 300, 3, MF_TYPE_Q8_0);
     if (!small)
@@ -4749,8 +4395,6 @@ static void attnone_family(void) {
         ao_bench(14, 2, 64, 100, st);
         ao_bench(28, 4, 128, 100, st);
         ao_bench(28, 4, 128, 1000, st);
-        ar_bench(14, 2, 64, 100, st);
-        ar_bench(28, 4, 128, 100, st);
     }
     cudaStreamDestroy(st);
 }

@@ -28,25 +28,20 @@
  * freshly grown scratch and be reset inside every replayed graph), the result
  * does not depend on block arrival order, and with PDL its launch overlaps
  * the tail of the split kernel. The first objection is gone now: the backend
- * owns zeroed counters (cuda_backend.c counters(), CNT_ATTN) and the kernel
- * leaves them zeroed. On the H200 a decode kernel costs >= 2-3 us in a PDL
- * chain even when nearly empty, so MINFER_CUDA_ATTN_ONE (a.cnt set; the
- * backend's default while the context is at most 384 tokens: the last block
- * merges the active splits alone, 32 of them at depth 1000 cost +3.9 us over
- * the second kernel, docs/PERF.md entry 14) drops
- * the second kernel: the non-empty split blocks of a (token, KV head) count
- * arrivals after writing their partials; the last one reads all partials of
- * the group (__ldcg, after a fence) and merges them with exactly the
- * combine's arithmetic in the combine's order (da_combine_group), so the
- * output is bitwise the two-kernel one whatever the arrival order, then
- * resets the counter. With a.q8out it also writes the int8 quantization of
- * its heads' output rows (q8_unit's arithmetic, gemv_q8.cu), which saves the
- * o GEMV's quantize kernel too. MINFER_CUDA_ATTN_ROPE=1 (opt-in: faster
- * alone, slower end to end; a.rope, one token, on top of that) also takes over FUSED_QKV's rope-store: q, K and V come
- * raw from the QKV GEMV, every block norms + ropes its group's q heads into
- * shared memory, and the block whose chunk holds the new row norms + ropes
- * the new K and stores the K/V row (da_rope_prologue), bitwise what
- * mf_cu_rope_store + this kernel give.
+ * owns zeroed counters (cuda_backend.c counters()) and the kernel leaves
+ * them zeroed. On the H200 a decode kernel costs >= 2-3 us in a PDL chain
+ * even when nearly empty, so MINFER_CUDA_ATTN_ONE (a.cnt set; the backend's
+ * default while the context is at most 384 tokens: the last block merges
+ * the active splits alone, 32 of them at depth 1000 cost +3.9 us over the
+ * second kernel, docs/PERF.md entry 14) drops the second kernel: the
+ * non-empty split blocks of a (token, KV head) count arrivals after writing
+ * their partials; the last one reads all partials of the group (__ldcg,
+ * after a fence) and merges them with exactly the combine's arithmetic in
+ * the combine's order (da_combine_group), so the output is bitwise the
+ * two-kernel one whatever the arrival order, then resets the counter. With
+ * a.q8out it also writes the int8 quantization of its heads' output rows
+ * (q8_unit's arithmetic, gemv_q8.cu), which saves the o GEMV's quantize
+ * kernel too.
  *
  * Graph replay: the split count (grid and scratch size) depends only on nt,
  * n_head_kv and the cache capacity n_ctx (mf_cu_attn_decode_bytes), never on
@@ -90,36 +85,23 @@ template <> struct da_raw<DA_Q8> {
     unsigned short q[4], d;
 };
 
-/* A load through the read-only path, or (GEN) a generic one: the ROPE
- * kernel reads the new row from shared memory with the same code. */
-template <bool GEN, typename T>
-static __device__ __forceinline__ T da_ld(const T *p) {
-    if constexpr (GEN)
-        return *p;
-    else
-        return __ldg(p);
-}
-
 /* Elements [e, e + 8) of the head slice starting at `s` (e % 8 == 0). A q8_0
  * slice is 2-byte aligned at best (34-byte blocks), hence the short loads. */
-template <bool GEN = false>
 static __device__ __forceinline__ da_raw<DA_F32> da_load(const uint8_t *s, int e, da_raw<DA_F32> *) {
     const float4 *p = (const float4 *)(s + 4 * e);
-    return {da_ld<GEN>(p), da_ld<GEN>(p + 1)};
+    return {__ldg(p), __ldg(p + 1)};
 }
-template <bool GEN = false>
 static __device__ __forceinline__ da_raw<DA_F16> da_load(const uint8_t *s, int e, da_raw<DA_F16> *) {
-    return {da_ld<GEN>((const uint4 *)(s + 2 * e))};
+    return {__ldg((const uint4 *)(s + 2 * e))};
 }
-template <bool GEN = false>
 static __device__ __forceinline__ da_raw<DA_Q8> da_load(const uint8_t *s, int e, da_raw<DA_Q8> *) {
     const uint8_t *blk = s + (e / MF_QK8_0) * sizeof(mf_block_q8_0);
     const unsigned short *qs = (const unsigned short *)(blk + 2 + e % MF_QK8_0);
     da_raw<DA_Q8> r;
 #pragma unroll
     for (int i = 0; i < 4; i++)
-        r.q[i] = da_ld<GEN>(qs + i);
-    r.d = da_ld<GEN>((const unsigned short *)blk);
+        r.q[i] = __ldg(qs + i);
+    r.d = __ldg((const unsigned short *)blk);
     return r;
 }
 
@@ -192,9 +174,6 @@ static __device__ __forceinline__ int64_t da_chunk32(int64_t n_kv, int n_split) 
 template <int HD>
 static __device__ void da_combine_group(const mf_cu_attn_args &a, int n_split, int64_t t, int kvh, int G,
                                         int n_act, float *s_w);
-template <int HD>
-static __device__ void da_rope_prologue(const mf_cu_attn_args &a, int kvh, int G, bool owner, float (*s_q)[HD],
-                                        uint8_t (*s_new)[HD * 4], float (*s_cs)[HD]);
 
 /* The split kernel (see the file comment). part: acc[(t * n_head + h) *
  * n_split + s][hd], then (m, l) pairs at the same index.
@@ -204,18 +183,12 @@ static __device__ void da_rope_prologue(const mf_cu_attn_args &a, int kvh, int G
  * q is scaled, which waits for q). With LAT q is loaded with n_past, right
  * after the wait, and the chunk is divided in 32 bits: two round trips.
  * The arithmetic is unchanged, so the partials are bitwise the old ones. */
-template <int HD, int KVT, bool LAT = false, bool ROPE = false>
+template <int HD, int KVT, bool LAT = false>
 static __global__ void __launch_bounds__(32 * DA_WARPS) attn_decode_kernel(mf_cu_attn_args a, int n_split) {
     constexpr int LPR = HD / 8, RPW = 32 / LPR, SUB = LPR / 8, BR = DA_NB * RPW;
     static_assert(LPR >= 8 && LPR <= 32 && 32 % LPR == 0, "8 elements a lane, whole rows per warp");
-    static_assert(!(LAT && ROPE), "ROPE takes q from shared memory, after the prologue");
     __shared__ __align__(16) float s_acc[DA_WARPS][DA_G][HD]; /* float4 stores */
     __shared__ float s_m[DA_WARPS][DA_G], s_l[DA_WARPS][DA_G];
-    /* ROPE: the group's normed + roped q heads and new K head (row DA_G), the
-     * new K and V head slices in cache format, the rope's cos | sin (q, k) */
-    __shared__ __align__(16) float s_q[ROPE ? DA_G + 1 : 1][ROPE ? HD : 4];
-    __shared__ __align__(16) uint8_t s_new[ROPE ? 2 : 1][ROPE ? HD * 4 : 16];
-    __shared__ float s_cs[ROPE ? 2 : 1][ROPE ? HD : 1];
 
     mf_pdl_wait();
     mf_pdl_trigger(); /* the combine may be scheduled; it waits for this grid to finish */
@@ -248,11 +221,6 @@ static __global__ void __launch_bounds__(32 * DA_WARPS) attn_decode_kernel(mf_cu
         return;
     }
 
-    int64_t rnew = -1; /* ROPE: the new row (its K/V from s_new, not the cache) */
-    if constexpr (ROPE) {
-        rnew = n_kv - 1;
-        da_rope_prologue<HD>(a, kvh, G, r1 == n_kv, s_q, s_new, s_cs); /* block-uniform: barriers */
-    }
     float q[DA_G][8];
     {
         const float qs = a.scale * DA_LOG2E;
@@ -262,11 +230,6 @@ static __global__ void __launch_bounds__(32 * DA_WARPS) attn_decode_kernel(mf_cu
             if (LAT) {
                 x0 = qv[LAT ? g : 0][0];
                 x1 = qv[LAT ? g : 0][1];
-            } else if (ROPE) {
-                if (g < G) {
-                    x0 = *(const float4 *)&s_q[ROPE ? g : 0][8 * j];
-                    x1 = *(const float4 *)&s_q[ROPE ? g : 0][8 * j + 4];
-                }
             } else if (g < G) {
                 x0 = *(const float4 *)(qb + g * HD);
                 x1 = *(const float4 *)(qb + g * HD + 4);
@@ -291,19 +254,12 @@ static __global__ void __launch_bounds__(32 * DA_WARPS) attn_decode_kernel(mf_cu
 #pragma unroll
         for (int i = 0; i < DA_NB; i++) {
             const int64_t r = min(b0 + i * RPW + rg, r1 - 1); /* past r1: a valid row, masked below */
-            if constexpr (ROPE)
-                kr[i] = da_load<true>(r == rnew ? s_new[0] : kb + (uint64_t)r * rb, 8 * j, (da_raw<KVT> *)0);
-            else
-                kr[i] = da_load(kb + (uint64_t)r * rb, 8 * j, (da_raw<KVT> *)0);
+            kr[i] = da_load(kb + (uint64_t)r * rb, 8 * j, (da_raw<KVT> *)0);
         }
 #pragma unroll
         for (int i = 0; i < DA_NB; i++) {
             const int64_t r = min(b0 + i * RPW + rg, r1 - 1);
-            if constexpr (ROPE)
-                vr[i] = da_load<true>(r == rnew ? s_new[ROPE ? 1 : 0] : vb + (uint64_t)r * rb, 8 * j,
-                                      (da_raw<KVT> *)0);
-            else
-                vr[i] = da_load(vb + (uint64_t)r * rb, 8 * j, (da_raw<KVT> *)0);
+            vr[i] = da_load(vb + (uint64_t)r * rb, 8 * j, (da_raw<KVT> *)0);
         }
         float s[DA_NB], mt = -INFINITY;
 #pragma unroll
@@ -418,103 +374,35 @@ static __global__ void __launch_bounds__(32 * DA_WARPS) attn_decode_kernel(mf_cu
     }
 }
 
-/* MINFER_CUDA_ATTN_ROPE's prologue (nt 1; every non-empty block, all
- * threads: it has barriers): what mf_cu_rope_store does for this group,
- * bitwise, into shared memory. The rope table first: cos | sin of pair i
- * for q (thread i) and, in the owner block, k (thread 64 + i), each
- * mf_rope_head's expression for token 0 (the angle depends on the pair,
- * not the head). Then warp w loads heads w, w + 4 of the group's raw q (and
- * head G: the raw new K, owner only), RMSNorms them with rs_norm_head's
- * arithmetic (lane l sums elements l, l + 32, ... in double, the xor tree,
- * lane 0's total) when QkNorm is on, into s_q; a barrier; every pair
- * rotated in place by one thread (x0 co - x1 si, x0 si + x1 co; dims past
- * n_rot stay). The owner (its chunk holds the new row) then writes the new
- * K head (s_q[G]) and raw V head into the cache rows rs.ks / rs.vs with the
- * kv.cuh writers, and the same bytes into s_new, which the main loop reads
- * for that row in place of the cache (so no block reads a row it wrote). */
-template <int HD>
-static __device__ void da_rope_prologue(const mf_cu_attn_args &a, int kvh, int G, bool owner, float (*s_q)[HD],
-                                        uint8_t (*s_new)[HD * 4], float (*s_cs)[HD]) {
-    constexpr int PW = HD / 32; /* elements a lane in the norm */
-    const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
-    const mf_cu_rope_store_args &rs = a.rs;
-    {
-        const int isk = tid >= 64, i = tid & 63;
-        const mf_cu_rope_args &r = isk ? rs.rk : rs.rq;
-        if (i < r.n_rot / 2 && (!isk || owner)) {
-            const double p = r.pos ? (double)r.pos[0] : (double)((r.pos0_dev ? (int64_t)*r.pos0_dev : r.pos0) + 0);
-            const double ang = p * (double)r.freq_scale * pow((double)r.theta, -2.0 * i / (double)r.n_rot);
-            double sd, cd;
-            sincos(ang, &sd, &cd);
-            s_cs[isk][i] = (float)cd;
-            s_cs[isk][HD / 2 + i] = (float)sd;
-        }
-    }
-    for (int g = warp; g < G + (owner ? 1 : 0); g += DA_WARPS) {
-        const float *xv = g < G ? a.q + ((int64_t)kvh * G + g) * HD : rs.rk.x + (int64_t)kvh * HD;
-        const float *nw = g < G ? rs.q_norm : rs.k_norm;
-        float xs[PW];
+/* The combine's max M of the splits' m and sum L of exp2(m_s - M) l_s over
+ * one warp, lane l holding splits l, l + 32, ... (wm, wl; -inf / 0 past
+ * n_act), in one fixed order of lanes and shuffles, so the combine kernel
+ * and the split kernel's last block get bitwise the same M and L. With W,
+ * w[w0 + s] receives split s's weight exp2(m_s - M). */
+template <bool W>
+static __device__ __forceinline__ void dc_max_sum(const float (&wm)[DCL_ML], const float (&wl)[DCL_ML], int n_act,
+                                                  int lane, float *M_out, float *L_out, float *w, int w0) {
+    float M = -INFINITY;
 #pragma unroll
-        for (int k = 0; k < PW; k++)
-            xs[k] = xv[lane + 32 * k];
-        if (nw) {
-            double ss = 0.0;
+    for (int k = 0; k < DCL_ML; k++)
+        M = fmaxf(M, wm[k]);
 #pragma unroll
-            for (int k = 0; k < PW; k++)
-                ss += (double)xs[k] * (double)xs[k];
+    for (int off = 16; off > 0; off >>= 1)
+        M = fmaxf(M, __shfl_xor_sync(0xffffffffu, M, off)); /* finite: split 0 has rows */
+    float L = 0.0f;
 #pragma unroll
-            for (int off = 16; off > 0; off >>= 1)
-                ss += __shfl_xor_sync(0xffffffffu, ss, off);
-            double tot = 0.0;
-            tot += __shfl_sync(0xffffffffu, ss, 0);
-            const float sc = (float)(1.0 / sqrt(tot / (double)HD + (double)rs.norm_eps));
-#pragma unroll
-            for (int k = 0; k < PW; k++)
-                xs[k] = xs[k] * sc * nw[lane + 32 * k];
+    for (int k = 0; k < DCL_ML; k++)
+        if (lane + 32 * k < n_act) {
+            const float e = exp2f(wm[k] - M);
+            if (W)
+                w[w0 + lane + 32 * k] = e;
+            L += e * wl[k];
         }
 #pragma unroll
-        for (int k = 0; k < PW; k++)
-            s_q[g][lane + 32 * k] = xs[k];
-    }
-    __syncthreads();
-    const int nh = G + (owner ? 1 : 0);
-    for (int it = tid; it < nh * (HD / 2); it += 32 * DA_WARPS) {
-        const int g = it / (HD / 2), i = it % (HD / 2), isk = g == G;
-        const mf_cu_rope_args &r = isk ? rs.rk : rs.rq;
-        const int half = r.n_rot / 2;
-        if (i < half) {
-            const float si = s_cs[isk][HD / 2 + i], co = s_cs[isk][i];
-            const bool neox = (r.mode & 2) != 0;
-            const int i0 = neox ? i : 2 * i, i1 = neox ? i + half : 2 * i + 1;
-            const float x0 = s_q[g][i0], x1 = s_q[g][i1];
-            s_q[g][i0] = x0 * co - x1 * si;
-            s_q[g][i1] = x0 * si + x1 * co;
-        }
-    }
-    __syncthreads();
-    if (!owner)
-        return;
-    const int64_t e0 = (int64_t)kvh * HD; /* the head's first element of the cache row */
-    uint8_t *krow = mf_kv_store_row(rs.ks, 0), *vrow = mf_kv_store_row(rs.vs, 0);
-    const float *vsrc = rs.vs.src + e0;
-    if (rs.ks.kv_type == MF_TYPE_Q8_0) { /* warp w: block w % PW of K (w < PW) or V */
-        for (int b = warp; b < 2 * PW; b += DA_WARPS) {
-            const bool isv = b >= PW;
-            const int bb = b % PW;
-            const float x = isv ? vsrc[32 * bb + lane] : s_q[G][32 * bb + lane];
-            mf_kv_put_q8_block(isv ? vrow : krow, e0 / MF_QK8_0 + bb, lane, x, true);
-            mf_kv_put_q8_block(s_new[isv], bb, lane, x, true);
-        }
-    } else {
-        for (int e = tid; e < 2 * HD; e += 32 * DA_WARPS) {
-            const bool isv = e >= HD;
-            const int ee = e % HD;
-            const float x = isv ? vsrc[ee] : s_q[G][ee];
-            mf_kv_put(rs.ks.kv_type, isv ? vrow : krow, e0 + ee, x);
-            mf_kv_put(rs.ks.kv_type, s_new[isv], ee, x);
-        }
-    }
-    __syncthreads();
+    for (int off = 16; off > 0; off >>= 1)
+        L += __shfl_xor_sync(0xffffffffu, L, off);
+    *M_out = M;
+    *L_out = L;
 }
 
 /* The combine of the G query heads of KV head kvh, token t, by the split
@@ -549,24 +437,8 @@ static __device__ void da_combine_group(const mf_cu_attn_args &a, int n_split, i
             wm[k] = s < n_act ? __ldcg(pml + 2 * (base + s)) : -INFINITY;
             wl[k] = s < n_act ? __ldcg(pml + 2 * (base + s) + 1) : 0.0f;
         }
-        float M = -INFINITY;
-#pragma unroll
-        for (int k = 0; k < DCL_ML; k++)
-            M = fmaxf(M, wm[k]);
-#pragma unroll
-        for (int off = 16; off > 0; off >>= 1)
-            M = fmaxf(M, __shfl_xor_sync(0xffffffffu, M, off)); /* finite: split 0 has rows */
-        float L = 0.0f;
-#pragma unroll
-        for (int k = 0; k < DCL_ML; k++)
-            if (lane + 32 * k < n_act) {
-                const float w = exp2f(wm[k] - M);
-                s_w[g * DA_MAX_SPLIT + lane + 32 * k] = w;
-                L += w * wl[k];
-            }
-#pragma unroll
-        for (int off = 16; off > 0; off >>= 1)
-            L += __shfl_xor_sync(0xffffffffu, L, off);
+        float M, L;
+        dc_max_sum<true>(wm, wl, n_act, lane, &M, &L, s_w, g * DA_MAX_SPLIT);
         if (lane == 0)
             s_L[g] = L;
     }
@@ -637,6 +509,22 @@ static __device__ void da_combine_group(const mf_cu_attn_args &a, int n_split, i
     }
 }
 
+/* The combine's end: thread (part, d)'s sum over its splits (acc) added
+ * over the P parts in order from 0.0f and divided by L, into out's head h
+ * of token t (one barrier: every thread of the block calls it; L by
+ * reference, so a shared total is read after the barrier, as before). */
+static __device__ __forceinline__ void dc_out(const mf_cu_attn_args &a, float *s_red, float acc, int hd, int P,
+                                              int64_t t, int h, const float &L) {
+    s_red[threadIdx.x] = acc;
+    __syncthreads();
+    if ((int)threadIdx.x < hd) {
+        float o = 0.0f;
+        for (int k = 0; k < P; k++)
+            o += s_red[k * hd + threadIdx.x];
+        a.out[(t * a.n_head + h) * (int64_t)hd + threadIdx.x] = o / L;
+    }
+}
+
 /* out[t, h] = sum_s 2^(m_s - M) acc_s / sum_s 2^(m_s - M) l_s over the
  * splits of (t, h) that saw rows (s < ceil(n_kv / chunk)). One block of
  * DC_THREADS per (query head, token): warp 0 takes the max and the split
@@ -682,14 +570,7 @@ static __global__ void __launch_bounds__(DC_THREADS) attn_decode_combine(mf_cu_a
 #pragma unroll 8
     for (int s = part; s < n_act; s += P)
         acc += s_w[s] * pacc[(base + s) * hd + d];
-    s_red[threadIdx.x] = acc;
-    __syncthreads();
-    if ((int)threadIdx.x < hd) {
-        float o = 0.0f;
-        for (int k = 0; k < P; k++)
-            o += s_red[k * hd + threadIdx.x];
-        a.out[(t * a.n_head + h) * (int64_t)hd + threadIdx.x] = o / s_L;
-    }
+    dc_out(a, s_red, acc, hd, P, t, h, s_L);
 }
 
 /* MINFER_CUDA_LAT's combine, bitwise equal to the one above. That one is a
@@ -730,23 +611,8 @@ static __global__ void __launch_bounds__(DC_THREADS) attn_decode_combine_lat(mf_
         wm[k] = s < n_act ? pml[2 * (base + s)] : -INFINITY;
         wl[k] = s < n_act ? pml[2 * (base + s) + 1] : 0.0f;
     }
-    float M = -INFINITY;
-#pragma unroll
-    for (int k = 0; k < DCL_ML; k++)
-        M = fmaxf(M, wm[k]);
-#pragma unroll
-    for (int off = 16; off > 0; off >>= 1)
-        M = fmaxf(M, __shfl_xor_sync(0xffffffffu, M, off)); /* finite: split 0 has rows */
-    float L = 0.0f;
-#pragma unroll
-    for (int k = 0; k < DCL_ML; k++)
-        if (lane + 32 * k < n_act) {
-            const float w = exp2f(wm[k] - M);
-            L += w * wl[k];
-        }
-#pragma unroll
-    for (int off = 16; off > 0; off >>= 1)
-        L += __shfl_xor_sync(0xffffffffu, L, off);
+    float M, L;
+    dc_max_sum<false>(wm, wl, n_act, lane, &M, &L, (float *)0, 0);
     float acc = 0.0f;
 #pragma unroll
     for (int k = 0; k < DCL_E; k++)
@@ -758,14 +624,7 @@ static __global__ void __launch_bounds__(DC_THREADS) attn_decode_combine_lat(mf_
         const float w = exp2f(pml[2 * (base + s)] - M);
         acc += w * pacc[(base + s) * hd + d];
     }
-    s_red[threadIdx.x] = acc;
-    __syncthreads();
-    if ((int)threadIdx.x < hd) {
-        float o = 0.0f;
-        for (int k = 0; k < P; k++)
-            o += s_red[k * hd + threadIdx.x];
-        a.out[(t * a.n_head + h) * (int64_t)hd + threadIdx.x] = o / L;
-    }
+    dc_out(a, s_red, acc, hd, P, t, h, L);
 }
 
 extern int mf_cu_lat; /* norm.cu */
@@ -792,25 +651,6 @@ static int da_splits(const mf_cu_attn_args *a) {
     return (int)(want < 1 ? 1 : want > DA_MAX_SPLIT ? DA_MAX_SPLIT : want);
 }
 
-/* Whether a->rs fits the ROPE kernel: one token, the one-kernel combine,
- * rope heads and widths those of the attention, n_rot even in (0, hd], both
- * QkNorm weights or none, the store rows of the caches the attention reads,
- * of its type and width. */
-static bool da_rope_ok(const mf_cu_attn_args *a) {
-    const mf_cu_rope_store_args *r = &a->rs;
-    const int64_t kvd = (int64_t)a->n_head_kv * a->head_dim;
-    const mf_cu_rope_args *ro[2] = {&r->rq, &r->rk};
-    for (int i = 0; i < 2; i++)
-        if (ro[i]->head_dim != a->head_dim || ro[i]->n_rot <= 0 || ro[i]->n_rot > a->head_dim || ro[i]->n_rot % 2 ||
-            ro[i]->nt != 1)
-            return false;
-    return a->nt == 1 && a->cnt && a->head_dim % 32 == 0 && r->rq.n_head == a->n_head &&
-           r->rk.n_head == a->n_head_kv && !r->q_norm == !r->k_norm && r->rk.x && r->vs.src &&
-           r->ks.cache == a->k && r->vs.cache == a->v && r->ks.kv_type == a->kv_type &&
-           r->vs.kv_type == a->kv_type && r->ks.kv_dim == kvd && r->vs.kv_dim == kvd && r->ks.nt == 1 &&
-           r->vs.nt == 1;
-}
-
 extern "C" size_t mf_cu_attn_decode_bytes(const mf_cu_attn_args *a) {
     const int n_split = da_splits(a);
     return n_split ? (size_t)(a->nt * a->n_head * n_split) * (size_t)(a->head_dim + 2) * sizeof(float) : 0;
@@ -818,17 +658,11 @@ extern "C" size_t mf_cu_attn_decode_bytes(const mf_cu_attn_args *a) {
 
 extern "C" cudaError_t mf_cu_attn_decode(const mf_cu_attn_args *a, cudaStream_t s) {
     const int n_split = da_splits(a);
-    if (!n_split || !a->part || (a->q8out && (!a->cnt || a->head_dim % 32)) || (a->rope && !da_rope_ok(a)))
+    if (!n_split || !a->part || (a->q8out && (!a->cnt || a->head_dim % 32)))
         return cudaErrorInvalidValue;
     const dim3 grid((unsigned)a->n_head_kv, (unsigned)n_split, (unsigned)a->nt), block(32 * DA_WARPS);
     const int kvt = da_kvt(a->kv_type);
     void (*k)(mf_cu_attn_args, int) =
-        a->rope ? (a->head_dim == 64 ? (kvt == DA_F32   ? attn_decode_kernel<64, DA_F32, false, true>
-                                        : kvt == DA_F16 ? attn_decode_kernel<64, DA_F16, false, true>
-                                                        : attn_decode_kernel<64, DA_Q8, false, true>)
-                                     : (kvt == DA_F32   ? attn_decode_kernel<128, DA_F32, false, true>
-                                        : kvt == DA_F16 ? attn_decode_kernel<128, DA_F16, false, true>
-                                                        : attn_decode_kernel<128, DA_Q8, false, true>)) :
         mf_cu_lat && kvt != DA_Q8 ? (a->head_dim == 64 ? (kvt == DA_F32 ? attn_decode_kernel<64, DA_F32, true>
                                                                         : attn_decode_kernel<64, DA_F16, true>)
                                                        : (kvt == DA_F32 ? attn_decode_kernel<128, DA_F32, true>
@@ -859,12 +693,6 @@ extern "C" cudaError_t mf_cu_probe_attn_decode(size_t smem_limit, const char **b
     MF_PROBE((attn_decode_kernel<64, DA_F16, true>), 32 * DA_WARPS);
     MF_PROBE((attn_decode_kernel<128, DA_F32, true>), 32 * DA_WARPS);
     MF_PROBE((attn_decode_kernel<128, DA_F16, true>), 32 * DA_WARPS);
-    MF_PROBE((attn_decode_kernel<64, DA_F32, false, true>), 32 * DA_WARPS);
-    MF_PROBE((attn_decode_kernel<64, DA_F16, false, true>), 32 * DA_WARPS);
-    MF_PROBE((attn_decode_kernel<64, DA_Q8, false, true>), 32 * DA_WARPS);
-    MF_PROBE((attn_decode_kernel<128, DA_F32, false, true>), 32 * DA_WARPS);
-    MF_PROBE((attn_decode_kernel<128, DA_F16, false, true>), 32 * DA_WARPS);
-    MF_PROBE((attn_decode_kernel<128, DA_Q8, false, true>), 32 * DA_WARPS);
     MF_PROBE(attn_decode_combine, DC_THREADS);
     MF_PROBE(attn_decode_combine_lat, DC_THREADS);
     return cudaSuccess;

@@ -287,13 +287,12 @@ typedef struct mf_cu_attn_args {
                       kernel. NULL: the combine kernel */
     void *q8out;   /* with cnt: also the int8 quantization of out (mf_cu_q8_bytes(n_head *
                       head_dim, nt) layout, bitwise the quantize kernel's); NULL: none */
-    /* MINFER_CUDA_ATTN_ROPE (with cnt, nt 1, head_dim % 32 == 0): q is the raw (unroped) Q
-     * row and rs what mf_cu_rope_store would get (rs.rk.x: raw K, rs.vs.src: raw V, the
-     * cache rows rs.ks / rs.vs of the same caches as k / v, positions, QkNorm weights): the
-     * kernel norms and ropes q and the new K itself, stores the new K and V rows bitwise as
-     * mf_cu_rope_store does and attends with them. Nothing is written to rs.rq.y / rs.rk.y. */
-    int32_t rope;
-    mf_cu_rope_store_args rs;
+    /* Unused: the removed rope fold's arguments (MINFER_CUDA_ATTN_ROPE, docs/PERF.md
+     * entry 14). Kept only so that the attention kernels compile to the PTX that ran on
+     * the H200 (a smaller struct changes how every kernel taking it loads its
+     * parameters); drop them with the next GPU run. */
+    int32_t unused_rope;
+    mf_cu_rope_store_args unused_rs;
 } mf_cu_attn_args;
 cudaError_t mf_cu_attn(const mf_cu_attn_args *a, cudaStream_t s);
 /* Whether the flash-prefill kernel takes this shape: head_dim <= 128, nt > 8. */

@@ -38,14 +38,11 @@
 #define ATTN_SLOT 6       /* split-KV decode attention: per-split partial results */
 #define Q8OUT_SLOT 7      /* an int8 activation a kernel writes as a by-product (q8_produced) while
                              it reads its own input from Q8_SLOT (the attention) */
-/* Zeroed int32 counters for kernels whose last block to finish a piece of
- * work does the step that needs all of it (the split-KV combine):
- * CNT_REGIONS regions of CNT_REGION each. A kernel that uses a region
- * leaves every counter it touched at 0 again, so the region is reusable by
- * the next launch and by graph replays. */
-#define CNT_REGIONS 1
-#define CNT_REGION 65536
-#define CNT_ATTN 0        /* region of the one-kernel split-KV decode */
+/* Zeroed int32 counters for a kernel whose last block to finish a piece of
+ * work does the step that needs all of it (the one-kernel split-KV decode's
+ * combine). The kernel leaves every counter it touched at 0 again, so the
+ * next launch and graph replays find zeros. */
+#define CNT_MAX 65536
 
 typedef struct cu_buf {
     void *p;
@@ -108,13 +105,13 @@ typedef struct cu_ctx {
     size_t scr_cap[N_SCRATCH];
 
     mf_cu_fault *fault;     /* mapped pinned memory the kernels write */
-    int32_t *cnt;           /* CNT_REGIONS x CNT_REGION zeroed counters (counters()) */
+    int32_t *cnt;           /* CNT_MAX zeroed counters (counters()) */
 
     /* An int8 activation a kernel wrote as a by-product (q8_produced): q8_buf
      * (layout of mf_cu_q8_bytes) holds the quantization of q8_of (q8_n
-     * inputs per token, RMSNorm'ed with q8_nw first when non-NULL), valid
-     * while n_launched == q8_stamp (no launch since). */
-    const float *q8_of, *q8_nw;
+     * inputs per token, q8_nt tokens), valid while n_launched == q8_stamp
+     * (no launch since). */
+    const float *q8_of;
     void *q8_buf;
     int64_t q8_n, q8_nt, q8_stamp;
 
@@ -151,12 +148,6 @@ typedef struct cu_ctx {
                       the split kernel's last block per group: one kernel instead of three */
     int64_t attn_one_max; /* ... only while n_past + n_tokens <= this (MINFER_CUDA_ATTN_ONE_MAX, default 384):
                              a CUDA graph captured on either side is kept apart (cu_gentry.attn_one) */
-    int attn_rope; /* MINFER_CUDA_ATTN_ROPE=1 (with attn_one): a one-token FUSED_QKV's rope-store is
-                      done by the ATTN node right after it (rope_deferrable); rs_node >= 0: such a
-                      rope-store is pending (rs_args), flushed by any other launch (flush_rope) */
-    const mf_graph *rs_g;
-    int32_t rs_node;
-    mf_cu_rope_store_args rs_args;
     /* the deferred MATMUL of fuse_add or RMSNORM of fuse_norm (see exec_now);
      * pend_node < 0: none */
     const mf_graph *pend_g;
@@ -657,30 +648,26 @@ static bool attn_one_now(const cu_ctx *c, const mf_exec_args *ea) {
     return c->attn_one && (int64_t)ea->n_past + ea->n_tokens <= c->attn_one_max;
 }
 
-/* n zeroed counters of region `region` (CNT_*), or NULL with the error set
- * when the region is too small. The user must leave them at 0. */
-static int32_t *counters(exec *x, int region, int64_t n) {
-    if (region < 0 || region >= CNT_REGIONS || n < 0 || n > CNT_REGION) {
-        NODE_ERR(x, "%lld counters asked of region %d (%d regions of %d)", (long long)n, region, CNT_REGIONS,
-                 CNT_REGION);
+/* n zeroed counters, or NULL with the error set when there are fewer. The
+ * user must leave them at 0. */
+static int32_t *counters(exec *x, int64_t n) {
+    if (n < 0 || n > CNT_MAX) {
+        NODE_ERR(x, "%lld counters asked of %d", (long long)n, CNT_MAX);
         return NULL;
     }
-    return x->c->cnt + (size_t)region * CNT_REGION;
+    return x->c->cnt;
 }
 
 /* Call right after a launch that also wrote into q8 (a scratch of at least
  * mf_cu_q8_bytes(n_in, nt); Q8OUT_SLOT when the kernel reads Q8_SLOT) the
- * int8 quantization of the nt rows of `of` (RMSNorm'ed with nw first when
- * nw is non-NULL): the next launch, if it is an int8 GEMV of that x
- * (run_multi), reads q8 and skips its quantize kernel. Any launch in
- * between invalidates it. */
-static void q8_produced(exec *x, const float *of, const float *nw, int64_t n_in,
-                        int64_t nt, void *q8) {
+ * int8 quantization of the nt rows of `of`: the next launch, if it is an
+ * int8 GEMV of that x without a folded norm (run_multi), reads q8 and skips
+ * its quantize kernel. Any launch in between invalidates it. */
+static void q8_produced(exec *x, const float *of, int64_t n_in, int64_t nt, void *q8) {
     cu_ctx *c = x->c;
     c->q8_nt = nt;
     c->q8_buf = q8;
     c->q8_of = of;
-    c->q8_nw = nw;
     c->q8_n = n_in;
     c->q8_stamp = c->n_launched;
 }
@@ -870,8 +857,8 @@ static int run_multi(exec *x, const mf_matmul_meta *const *mm, int n, bool swigl
         a.n_out[i] = m->n_out;
     }
     const cu_ctx *c = x->c;
-    a.x_q8_ready = c->q8_of == a.x && c->q8_nw == (x->norm ? x->norm_w : NULL) && c->q8_n == a.n_in &&
-                   c->q8_nt == nt && c->q8_stamp == c->n_launched && !(x->norm && !x->norm_w) && c->q8_buf;
+    a.x_q8_ready = !x->norm && c->q8_buf && c->q8_of == a.x && c->q8_n == a.n_in && c->q8_nt == nt &&
+                   c->q8_stamp == c->n_launched;
     if (a.x_q8_ready)
         a.q8 = c->q8_buf;
     else if (!(a.q8 = scratch(x, Q8_SLOT, mf_cu_q8_bytes(a.n_in, nt))))
@@ -946,7 +933,7 @@ static int run_store(exec *x, void *kc, void *vc, const mf_exec_args *ea, const 
  * (mf_cu_rope_store_args.q_norm). */
 static int run_rope_store(exec *x, const mf_qkv_meta *m, float *sq, float *sk, const float *sv, float *y,
                           void *kc, void *vc, const mf_exec_args *ea, const int32_t *pos, int64_t nt,
-                          const float *qn, const float *kn, mf_cu_rope_store_args *defer) {
+                          const float *qn, const float *kn) {
     const mf_rope_meta *r[2] = {&m->rope_q, &m->rope_k};
     for (int i = 0; i < 2; i++)
         if (r[i]->n_head <= 0 || r[i]->head_dim <= 0 || r[i]->n_rot <= 0 || r[i]->n_rot > r[i]->head_dim ||
@@ -970,10 +957,6 @@ static int run_rope_store(exec *x, const mf_qkv_meta *m, float *sq, float *sk, c
     a.q_norm = qn;
     a.k_norm = kn;
     a.norm_eps = m->norm_eps;
-    if (defer) { /* MINFER_CUDA_ATTN_ROPE: the ATTN node launches it (or flush_rope) */
-        *defer = a;
-        return 0;
-    }
     return launched(x, qn ? "rope_store(qk norm)" : "rope_store", nt, m->n_head, mf_cu_rope_store(&a, x->c->stream));
 }
 
@@ -990,49 +973,6 @@ static int d2d(exec *x, void *dst, const void *src, size_t nbytes) {
  * optional per-head norms, RoPE of K in place and of Q into the output, the
  * K/V store at n_past. QKV_BIAS_ROPE_STORE: the same tail on three given
  * matmul outputs (biases added here; positions src3 or n_past + t). */
-/* MINFER_CUDA_ATTN_ROPE: whether this FUSED_QKV node's rope-store (one
- * token) may be left to the ATTN node right after it: that node's q is
- * this node's output and nothing else reads it, its heads are the rope's,
- * and it will take the one-kernel split-KV decode (attn_one, flash decode,
- * a shape mf_cu_attn_decode_bytes takes, head_dim % 32 == 0). The ATTN
- * node still checks the caches and q before it consumes the rope-store. */
-static bool rope_deferrable(const exec *x, const mf_qkv_meta *m, int64_t nt, const mf_exec_args *ea) {
-    const cu_ctx *c = x->c;
-    const mf_graph *g = x->g;
-    const int32_t node = x->id;
-    if (!c->attn_rope || !attn_one_now(c, ea) || !c->flash_decode || nt != 1 || node + 1 >= g->n_nodes ||
-        (x->n->flags & MF_NODE_OUTPUT) || m->head_dim % 32 || m->rope_q.head_dim != m->head_dim ||
-        m->rope_k.head_dim != m->head_dim || m->rope_q.n_head != m->n_head || m->rope_k.n_head != m->n_head_kv)
-        return false;
-    const mf_node *u = &g->nodes[node + 1];
-    if (u->op != MF_OP_ATTN || (u->flags & MF_NODE_DEAD) || u->n_src < 1 || u->src[0] != node ||
-        u->meta.attn.n_head != m->n_head || u->meta.attn.n_head_kv != m->n_head_kv ||
-        u->meta.attn.head_dim != m->head_dim)
-        return false;
-    for (int32_t i = node + 2; i < g->n_nodes; i++) {
-        const mf_node *v = &g->nodes[i];
-        if (v->flags & MF_NODE_DEAD)
-            continue;
-        for (int32_t k = 0; k < v->n_src && k < MF_MAX_SRC; k++)
-            if (v->src[k] == node)
-                return false;
-    }
-    const mf_cu_attn_args p = {.kv_type = ea->kv_type, .nt = 1, .n_past = ea->n_past, .n_past_dev = x->npast_dev,
-                               .n_head = m->n_head, .n_head_kv = m->n_head_kv, .head_dim = m->head_dim,
-                               .n_ctx = ea->n_ctx};
-    return mf_cu_attn_decode_bytes(&p) > 0;
-}
-
-/* Launches the rope-store rope_deferrable left pending, if any. */
-static int flush_rope(cu_ctx *c, mf_error *err) {
-    if (c->rs_node < 0)
-        return 0;
-    exec xx = {.c = c, .g = c->rs_g, .n = &c->rs_g->nodes[c->rs_node], .id = c->rs_node, .err = err};
-    c->rs_node = -1;
-    return launched(&xx, c->rs_args.q_norm ? "rope_store(qk norm)" : "rope_store", 1, c->rs_args.rq.n_head,
-                    mf_cu_rope_store(&c->rs_args, c->stream));
-}
-
 static int exec_qkv(exec *x, const int32_t *in, int32_t out, mf_kv_pair kv, const mf_exec_args *ea) {
     const mf_node *n = x->n;
     const mf_qkv_meta *m = &n->meta.qkv;
@@ -1114,15 +1054,8 @@ static int exec_qkv(exec *x, const int32_t *in, int32_t out, mf_kv_pair kv, cons
         return NODE_ERR(x, "rope q %dx%d / k %dx%d for widths %lld / %lld", m->rope_q.n_head,
                         m->rope_q.head_dim, m->rope_k.n_head, m->rope_k.head_dim, (long long)q_dim,
                         (long long)kvd);
-    if (x->c->fuse_rope && rope_deferrable(x, m, nt, ea)) { /* the next node, ATTN, does it */
-        if (run_rope_store(x, m, sq, sk, sv, y, kc, vc, ea, pos, nt, fold_qn, fold_kn, &x->c->rs_args))
-            return -1;
-        x->c->rs_g = x->g;
-        x->c->rs_node = x->id;
-        return 0;
-    }
     if (x->c->fuse_rope)
-        return run_rope_store(x, m, sq, sk, sv, y, kc, vc, ea, pos, nt, fold_qn, fold_kn, NULL);
+        return run_rope_store(x, m, sq, sk, sv, y, kc, vc, ea, pos, nt, fold_qn, fold_kn);
     if (run_rope(x, &m->rope_k, sk, sk, pos, ea->n_past, nt) ||
         run_store(x, kc, vc, ea, sk, sv, nt) || run_rope(x, &m->rope_q, sq, y, pos, ea->n_past, nt))
         return -1;
@@ -1219,8 +1152,6 @@ static int exec_node(mf_backend *b, const mf_graph *g, int32_t node, const int32
 /* Launches the deferred MATMUL or RMSNORM, if any, plainly. */
 static int flush_pending(mf_backend *b, mf_error *err) {
     cu_ctx *c = CX(b);
-    if (flush_rope(c, err))
-        return -1;
     if (c->pend_node < 0)
         return 0;
     const int32_t node = c->pend_node;
@@ -1264,8 +1195,6 @@ static int exec_add_fused(mf_backend *b, const mf_graph *g, int32_t node, const 
 static int exec_now(mf_backend *b, const mf_graph *g, int32_t node, const int32_t *in, int32_t out,
                     mf_kv_pair kv, const mf_exec_args *ea, mf_error *err) {
     cu_ctx *c = CX(b);
-    if (c->rs_node >= 0 && !(g == c->rs_g && node == c->rs_node + 1) && flush_rope(c, err))
-        return -1; /* MINFER_CUDA_ATTN_ROPE: only the ATTN right after it takes the rope-store */
     if (c->pend_node >= 0) {
         const bool next = g == c->pend_g && node == c->pend_node + 1 && node < g->n_nodes;
         const mf_node *pn = &c->pend_g->nodes[c->pend_node];
@@ -1505,32 +1434,20 @@ static int exec_node(mf_backend *b, const mf_graph *g, int32_t node, const int32
         if (pb && !(a.part = scratch(x, ATTN_SLOT, pb)))
             return -1;
         if (a.part && attn_one_now(c, ea)) { /* the split kernel combines and quantizes for the o GEMV */
-            if (!(a.cnt = counters(x, CNT_ATTN, nt * m->n_head_kv)))
+            if (!(a.cnt = counters(x, nt * m->n_head_kv)))
                 return -1;
             if (m->head_dim % 32 == 0 && !(a.q8out = scratch(x, Q8OUT_SLOT, mf_cu_q8_bytes(n->ne[0], nt))))
                 return -1;
         }
-        if (c->rs_node >= 0) { /* MINFER_CUDA_ATTN_ROPE: the rope-store of the FUSED_QKV before */
-            if (a.cnt && a.q8out && nt == 1 && c->rs_g == g && c->rs_node == n->src[0] && c->rs_args.rq.y == q &&
-                c->rs_args.ks.cache == kc && c->rs_args.vs.cache == vc && c->rs_args.ks.kv_type == a.kv_type) {
-                a.rope = 1;
-                a.rs = c->rs_args;
-                a.q = c->rs_args.rq.x; /* the raw q; the roped one (q) is never written */
-                c->rs_node = -1;
-            } else if (flush_rope(c, x->err)) {
-                return -1;
-            }
-        }
         const char *kind = a.tc && mf_cu_attn_mma_ok(&a) ? "attn(mma)"
                            : a.flash                      ? "attn(flash)"
-                           : a.rope                       ? "attn(decode one, rope, q8)"
                            : a.cnt                        ? (a.q8out ? "attn(decode one, q8)" : "attn(decode one)")
                            : a.part                       ? "attn(decode)"
                                                           : "attn";
         if (launched(x, kind, nt, m->n_head, mf_cu_attn(&a, st)))
             return -1;
         if (a.q8out) /* the o MATMUL (+ADD) after it finds x quantized (run_multi) */
-            q8_produced(x, y, NULL, n->ne[0], nt, a.q8out);
+            q8_produced(x, y, n->ne[0], nt, a.q8out);
         return 0;
     }
     case MF_OP_SOFTMAX: {
@@ -1689,7 +1606,6 @@ static int cu_begin_forward(mf_backend *b, const mf_graph *g, const mf_exec_args
     c->recording = false;
     c->n_rec = 0;
     c->pend_node = -1; /* likewise a node it deferred (end_forward flushes one on success) */
-    c->rs_node = -1;
     if (!c->graphs_on || a->n_tokens > GRAPH_MAX_T)
         return 0;
     c->recording = true;
@@ -1870,7 +1786,6 @@ static void cu_free(mf_backend *b) {
         mf_error e;
         c->recording = false; /* an unfinished forward's calls are dropped */
         c->pend_node = -1;
-        c->rs_node = -1;
         if (cu_wait(c, "free", &e))
             fprintf(stderr, "%s\n", e.msg);
     }
@@ -2021,8 +1936,6 @@ int mf_backend_cuda_new_progress(const mf_weights *w, mf_cuda_progress_fn progre
      * block's combine reads every active split alone) */
     c->attn_one = mf_env_int("MINFER_CUDA_ATTN_ONE", 1) != 0;
     c->attn_one_max = mf_env_int("MINFER_CUDA_ATTN_ONE_MAX", 384);
-    c->attn_rope = mf_env_flag("MINFER_CUDA_ATTN_ROPE");
-    c->rs_node = -1;
     c->pend_node = -1;
     c->graphs_on = !mf_env_flag("MINFER_NO_CUDA_GRAPH");
     c->trace = mf_env_flag("MINFER_TRACE");
@@ -2046,9 +1959,9 @@ int mf_backend_cuda_new_progress(const mf_weights *w, mf_cuda_progress_fn progre
     if (e == cudaSuccess)
         e = cudaMalloc((void **)&c->dev_npast, sizeof *c->dev_npast);
     if (e == cudaSuccess)
-        e = cudaMalloc((void **)&c->cnt, sizeof *c->cnt * CNT_REGIONS * CNT_REGION);
+        e = cudaMalloc((void **)&c->cnt, sizeof *c->cnt * CNT_MAX);
     if (e == cudaSuccess)
-        e = cudaMemset(c->cnt, 0, sizeof *c->cnt * CNT_REGIONS * CNT_REGION);
+        e = cudaMemset(c->cnt, 0, sizeof *c->cnt * CNT_MAX);
     if (e != cudaSuccess) {
         cu_err(err, "stream / pinned staging setup", e, __FILE__, __LINE__);
         goto fail;
@@ -2143,10 +2056,6 @@ void mf_cuda_set_attn_one(mf_backend *b, int mode) {
     cu_ctx *c = CX(b);
     c->attn_one = mode < 0 ? mf_env_int("MINFER_CUDA_ATTN_ONE", 1) != 0 : mode != 0;
     c->attn_one_max = mode < 0 ? mf_env_int("MINFER_CUDA_ATTN_ONE_MAX", 384) : INT64_MAX;
-}
-
-void mf_cuda_set_attn_rope(mf_backend *b, bool on) {
-    CX(b)->attn_rope = on;
 }
 
 void mf_cuda_set_mma_chunk(mf_backend *b, uint64_t bytes) {

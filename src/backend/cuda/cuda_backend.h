@@ -100,9 +100,6 @@ void mf_cuda_set_flash_decode(mf_backend *b, bool on);
  * depth, 0: off, -1: what the environment says (default: on while n_past +
  * n_tokens <= MINFER_CUDA_ATTN_ONE_MAX, 384). */
 void mf_cuda_set_attn_one(mf_backend *b, int mode);
-/* Tests: MINFER_CUDA_ATTN_ROPE (opt-in, with ATTN_ONE): a one-token
- * FUSED_QKV's rope (+ QkNorm) and K/V store done by the ATTN node after it. */
-void mf_cuda_set_attn_rope(mf_backend *b, bool on);
 
 /* CUDA graph capture/replay of small forwards (begin_forward/end_forward):
  * on unless MINFER_NO_CUDA_GRAPH=1; tests switch it and read how many
