@@ -84,6 +84,17 @@ typedef struct mf_backend_ops {
     int (*begin_forward)(mf_backend *b, const mf_graph *g, const mf_exec_args *args, mf_error *err);
     int (*end_forward)(mf_backend *b, const mf_graph *g, const mf_exec_args *args, mf_error *err);
 
+    /* Optional: host memory the backend copies outputs into fastest (CUDA:
+     * pinned, so read_host into it is one DMA and no staging copy). NULL
+     * when it has none to give; the caller then uses the C heap. host_free
+     * takes only what host_alloc returned. */
+    void *(*host_alloc)(mf_backend *b, size_t nbytes);
+    void (*host_free)(mf_backend *b, void *p);
+    /* true: read_host itself waits for everything launched before it, so the
+     * engine may read an output without a synchronize first (saves a round
+     * trip per decode step). */
+    bool read_host_waits;
+
     void (*free)(mf_backend *b);
 } mf_backend_ops;
 

@@ -25,6 +25,8 @@ typedef struct ext_input {
     size_t nbytes;
 } ext_input;
 
+#define ENGINE_HOSTS 4
+
 struct mf_engine {
     mf_engine_opts o;
     mf_backend *be[MF_MAX_BACKENDS];
@@ -49,6 +51,11 @@ struct mf_engine {
 
     uint64_t prof_ns[MF_OP_COUNT];
     int64_t prof_n[MF_OP_COUNT];
+
+    struct { /* mf_engine_host_alloc's backend allocations */
+        void *p;
+        int be;
+    } hosts[ENGINE_HOSTS];
 };
 
 void mf_backend_retain(mf_backend *b) {
@@ -148,6 +155,9 @@ void mf_engine_free(mf_engine *e) {
         b->ops->free_buffer(b, e->kv[l].k);
         b->ops->free_buffer(b, e->kv[l].v);
     }
+    for (int i = 0; i < ENGINE_HOSTS; i++)
+        if (e->hosts[i].p)
+            mf_engine_host_free(e, e->hosts[i].p);
     for (int i = 0; i < e->nb; i++)
         mf_backend_free(e->be[i]);
     free(e->kv);
@@ -155,6 +165,38 @@ void mf_engine_free(mf_engine *e) {
     free(e->host);
     free(e->pos);
     free(e);
+}
+
+void *mf_engine_host_alloc(mf_engine *e, size_t nbytes) {
+    int slot = -1;
+    for (int i = 0; i < ENGINE_HOSTS && slot < 0; i++)
+        if (!e->hosts[i].p)
+            slot = i;
+    for (int b = 0; b < e->nb && slot >= 0; b++) {
+        if (!e->be[b]->ops->host_alloc)
+            continue;
+        void *p = e->be[b]->ops->host_alloc(e->be[b], nbytes);
+        if (p) {
+            memset(p, 0, nbytes);
+            e->hosts[slot].p = p;
+            e->hosts[slot].be = b;
+            return p;
+        }
+    }
+    return calloc(1, nbytes ? nbytes : 1);
+}
+
+void mf_engine_host_free(mf_engine *e, void *p) {
+    if (!p)
+        return;
+    for (int i = 0; i < ENGINE_HOSTS; i++)
+        if (e->hosts[i].p == p) {
+            mf_backend *b = e->be[e->hosts[i].be];
+            b->ops->host_free(b, p);
+            e->hosts[i].p = NULL;
+            return;
+        }
+    free(p);
 }
 
 /* ---- small accessors -------------------------------------------------------------- */
@@ -384,6 +426,9 @@ static int rebuild(mf_engine *e, const mf_graph_params *p, mf_graph_build_fn bui
     if (mf_alloc_plan(g, e->be, e->nb, &e->plan, err))
         goto fail;
     host_buf(e, e->plan.max_copy);
+    /* the nodes are final now: a stamp no other build of any engine gets */
+    static _Atomic uint64_t stamps;
+    g->stamp = ++stamps;
     e->cached = true;
     e->gp = *p;
     e->n_builds++;
@@ -575,15 +620,19 @@ int mf_engine_forward(mf_engine *e, mf_graph_params *p, mf_graph_build_fn build,
         if ((used >> b & 1u) && e->be[b]->ops->end_forward &&
             e->be[b]->ops->end_forward(e->be[b], &e->g, &a, err))
             return -1;
-    if (last >= 0 && e->be[last]->ops->synchronize(e->be[last], err))
+    int32_t out = -1;
+    for (int32_t i = 0; logits && i < e->g.n_nodes; i++)
+        if ((e->g.nodes[i].flags & MF_NODE_OUTPUT) && !(e->g.nodes[i].flags & MF_NODE_DEAD))
+            out = i;
+    /* the read below waits by itself when the output lives on the backend
+     * that ran last and its read_host is stream-ordered */
+    const bool read_waits = out >= 0 && e->g.nodes[out].buf >= 0 && last >= 0 &&
+                            e->plan.buf_backend[out] == last && e->be[last]->ops->read_host_waits;
+    if (last >= 0 && !read_waits && e->be[last]->ops->synchronize(e->be[last], err))
         return mf_error_prefix(err, "forward: synchronize %s", e->be[last]->ops->name(e->be[last]));
 
     if (!logits)
         return 0;
-    int32_t out = -1;
-    for (int32_t i = 0; i < e->g.n_nodes; i++)
-        if ((e->g.nodes[i].flags & MF_NODE_OUTPUT) && !(e->g.nodes[i].flags & MF_NODE_DEAD))
-            out = i;
     if (out < 0)
         return mf_errorf(err, "forward: the graph has no node flagged output");
     const mf_node *n = &e->g.nodes[out];

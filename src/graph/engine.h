@@ -36,6 +36,13 @@ int mf_engine_new(const mf_engine_opts *o, mf_backend **backends, int n_backends
                   mf_error *err);
 void mf_engine_free(mf_engine *e);
 
+/* Host memory of nbytes for outputs (logits), zeroed: from the first
+ * backend that offers host_alloc (CUDA: pinned, so reading an output into
+ * it is one DMA), else the C heap. NULL: out of memory. Give it back with
+ * mf_engine_host_free before mf_engine_free. */
+void *mf_engine_host_alloc(mf_engine *e, size_t nbytes);
+void mf_engine_host_free(mf_engine *e, void *p);
+
 int mf_engine_n_backends(const mf_engine *e);
 mf_backend *mf_engine_backend(const mf_engine *e, int i);
 

@@ -148,6 +148,8 @@ typedef struct mf_graph {
     int32_t n_strings, cap_strings;
     int32_t n_layers;         /* layers with a KV pair */
     int64_t kv_dim;           /* K (= V) row width per layer: n_head_kv * head_dim */
+    uint64_t stamp;           /* engine builds: unique per build, never reused (0: not stamped), so a
+                                 backend caching per graph can tell a rebuild at the same address */
 } mf_graph;
 
 void mf_graph_init(mf_graph *g);

@@ -190,14 +190,16 @@ minfer_session *minfer_session_new(minfer_model *mm, const minfer_session_option
         fprintf(stderr, "session: n_ctx %d, KV cache %s %.2f MiB (%d layers x 2 x %d x %lld)\n",
                 s->n_ctx, mf_type_name(s->kv_type), (double)kv_bytes / (1024.0 * 1024.0),
                 hp->n_layer, s->n_ctx, (long long)kv_dim);
+    if (make_engine(s, &e))
+        goto fail;
+    /* pinned by the GPU backend when there is one: each decode step's logits
+     * then come back in one DMA with no staging copy */
     size_t rows = s->logits_all ? (size_t)s->n_batch : 1;
-    s->logits = calloc(rows * (size_t)hp->n_vocab, sizeof *s->logits);
+    s->logits = mf_engine_host_alloc(s->eng, rows * (size_t)hp->n_vocab * sizeof *s->logits);
     if (!s->logits) {
         mf_errorf(&e, "session: out of memory for %zu rows of %d logits", rows, hp->n_vocab);
         goto fail;
     }
-    if (make_engine(s, &e))
-        goto fail;
     if (check_host_memory(s, kv_bytes, &e))
         goto fail;
     /* The largest forward (a full batch) and every KV region, now: a context
@@ -218,8 +220,11 @@ fail:
 void minfer_session_free(minfer_session *s) {
     if (!s)
         return;
+    if (s->eng)
+        mf_engine_host_free(s->eng, s->logits);
+    else
+        free(s->logits);
     mf_engine_free(s->eng);
-    free(s->logits);
     free(s);
 }
 

@@ -22,7 +22,7 @@
  * MINFER_CUDA_TEST_ONLY=matmul,norm,...: run only these families (matmul,
  * getrows, norm, rope, elementwise, attn, qkv, ffn, fuse_add, fuse_norm,
  * gemv_v2, graph, misc, mma, mmafuse, decattn, preattn, gemv, decsmall,
- * gemvfuse, lat, attnone, q6k, normmm); racecheck runs the shared-memory families this way.
+ * gemvfuse, lat, attnone, q6k, normmm, qkvrope, v4pro); racecheck runs the shared-memory families this way.
  * The fusion levers (MINFER_CUDA_FUSE_GEMV / _ROPE / _ADD / _NORM,
  * MINFER_CUDA_GEMV_V2, MINFER_CUDA_FLASH_PREFILL; docs/ENV.md says which are
  * on by default) are run on and off through their test hooks
@@ -118,6 +118,25 @@
  * counter, folded norm, fused add, replays; vs float64 and vs prologue off,
  * PDL on and off). MINFER_CUDA_TEST_BENCH=1: separate vs prologue us per
  * call for the 0.5B Wo / down / QKV / gate-up and the 7B Wo.
+ * Family v4pro: the v4 GEMV quantizing its own input (gemv_q8v4.cu,
+ * MINFER_CUDA_GEMV_V4_PRO, hook mf_cuda_set_gemv_v4_pro / the args' v4_pro),
+ * nt 1, v4 auto rule: through the launcher at the 0.5B widths (QKV 896 ->
+ * 896+128+128 and gate/up 896 -> 2 x 4864 SwiGLU with the norm folded, down
+ * 4864 -> 896 + residual, Wo 896 -> 896 through mf_cu_gemv_q8; Q4_0, Q5_0,
+ * Q8_0, and the down in Q4_K / Q6_K) and the 7B widths (QKV 3584 -> 4608 and
+ * gate/up 3584 -> 2 x 18944 + norm in Q4_0 / Q8_0 / Q4_K / Q6_K, Q4_K QKV
+ * with a Q6_K V, down 18944 -> 3584 in Q4_K / Q6_K / Q4_0): switch on (PDL on
+ * and off) bitwise equal to off, each vs float64 (the gemvfuse check: 3e-2,
+ * SwiGLU 6e-2, the int8 rounding bound per sampled output), and the
+ * counter mf_cu_gemv_v4_pro_count moved once per weight-type group where
+ * n_in <= 8192 and not at 18944; then a decode layer through the backend
+ * with CUDA graphs (RMSNORM -> FUSED_QKV, RMSNORM -> FUSED_FFN -> MATMUL ->
+ * ADD; 4 steps: plain, capture, 2 replays; 0.5B Q8_0 and 7B Q4_K_M shapes,
+ * with MINFER_CUDA_QKV_ROPE's epilogue off and on), on vs off bitwise (q,
+ * output, K/V caches) and the prologue counted.
+ * MINFER_CUDA_TEST_BENCH=1: quantize kernel + v4 vs v4 with the prologue,
+ * us per call in a PDL chain over rotating weight copies (0.5B QKV, gate/up,
+ * down; 7B QKV, gate/up, and the down forced past the limit).
  * Family normmm: the output RMSNorm folded into a plain MATMUL's int8
  * quantization (MINFER_CUDA_NORM_MM, hook mf_cuda_set_norm_mm): Q8_0 896-wide
  * and Q6_K 3584-wide heads over 4 graph-replayed decode steps, fold counted,
@@ -141,7 +160,19 @@
  * launches in a row (replay), n_past_dev, LAT flipped, in place; through
  * the backend (hook mf_cuda_set_attn_one) ATTN -> o MATMUL -> ADD on == off
  * bitwise and the o GEMV took the q8 (no quantize). MINFER_CUDA_TEST_BENCH=1:
- * split+combine+quantize vs one kernel, us, 0.5B depth 100, 7B 100 / 1000. */
+ * split+combine+quantize vs one kernel, us, 0.5B depth 100, 7B 100 / 1000.
+ * Family qkvrope: MINFER_CUDA_QKV_ROPE (hook mf_cuda_set_qkv_rope): the rope
+ * and K/V store in the v4 QKV GEMV's epilogue. FUSED_QKV decode nodes (int8
+ * multi GEMV) at qwen2 0.5B (896, 14/2/64) and 7B (3584, 28/4/128; NEOX,
+ * bias) and llama-style 2048, 32/8/64 (NORMAL, no bias), Q4_0 / Q8_0 / Q4_K
+ * and Q4_K with a Q6_K V, n_past 0 / 37 / 300, f32 and f16 caches: switch
+ * on vs off bitwise (q, both whole cache regions, poisoned first), the fold
+ * counted (mf_cuda_qkv_rope_stats), on vs float64 (1e-2 + cache rounding);
+ * a 4-step graph-replayed decode per shape on vs off bitwise; a q8_0 cache
+ * (not folded, same bytes); a position past the cos/sin table (device
+ * fault, backend usable after). MINFER_CUDA_TEST_BENCH=1: QKV GEMV +
+ * rope_store vs the folded GEMV per layer (launchers, PDL chain over the
+ * model's layer count of weight copies), 0.5B, 7B, 7B Q4_K_M, llama hd 64. */
 #include <math.h>
 #include <stddef.h>
 #include <stdio.h>
@@ -4934,6 +4965,834 @@ static void gemvfuse_family(void) {
     gf_bench("7B Wo + residual", MF_TYPE_Q4_K, 3584, 1, (const int64_t[]){3584}, false, false, true);
 }
 
+/* ---- qkvrope: rope + K/V store in the QKV GEMV's epilogue (MINFER_CUDA_QKV_ROPE) ---- */
+
+/* qwen2 0.5B / 7B (NEOX, bias) and llama-style hd 64 (NORMAL, no bias) */
+static const qkv_spec qr_specs[] = {
+    {MF_TYPE_Q4_0, 896, 14, 2, 64, true, false, MF_ROPE_NEOX, 0},
+    {MF_TYPE_Q8_0, 896, 14, 2, 64, true, false, MF_ROPE_NEOX, 0},
+    {MF_TYPE_Q4_0, 3584, 28, 4, 128, true, false, MF_ROPE_NEOX, 0},
+    {MF_TYPE_Q8_0, 3584, 28, 4, 128, true, false, MF_ROPE_NEOX, 0},
+    {MF_TYPE_Q4_K, 3584, 28, 4, 128, true, false, MF_ROPE_NEOX, 0},
+    {MF_TYPE_Q4_K, 3584, 28, 4, 128, true, false, MF_ROPE_NEOX, MF_TYPE_Q6_K},
+    {MF_TYPE_Q4_0, 2048, 32, 8, 64, false, false, MF_ROPE_NORMAL, 0},
+    {MF_TYPE_Q8_0, 2048, 32, 8, 64, false, false, MF_ROPE_NORMAL, 0},
+    {MF_TYPE_Q4_K, 2048, 32, 8, 64, false, false, MF_ROPE_NORMAL, 0},
+    {MF_TYPE_Q4_K, 2048, 32, 8, 64, false, false, MF_ROPE_NORMAL, MF_TYPE_Q6_K},
+};
+#define QR_N_CTX 512 /* one cos/sin table per head_dim for every case */
+
+static void qr_norm_name(char *wn, size_t n, int64_t d) {
+    snprintf(wn, n, "qrnorm.%lld", (long long)d);
+}
+
+static void qkvrope_weights(void) {
+    for (size_t i = 0; i < sizeof qr_specs / sizeof qr_specs[0]; i++) {
+        char wn[64];
+        qkv_weights(&qr_specs[i]);
+        qr_norm_name(wn, sizeof wn, qr_specs[i].d);
+        add_f32(wn, qr_specs[i].d, 0.5f, 1.0f);
+    }
+}
+
+static void qr_name(char *name, size_t n, const qkv_spec *s, const char *what, uint32_t kvt) {
+    snprintf(name, n, "qkvrope %s %-4s%s d %lld %d/%d hd %d %s %s: %s", s->mode == MF_ROPE_NEOX ? "neox" : "norm",
+             mf_type_name(s->type), s->vtype ? "+q6k" : "", (long long)s->d, s->n_head, s->n_head_kv, s->hd,
+             s->bias ? "bias" : "nobias", mf_type_name(kvt), what);
+}
+
+/* One FUSED_QKV decode token (x, position n_past) with the fold on or off
+ * (fuse on so the node takes the int8 multi GEMV, as FUSE_NORM makes it in
+ * a model; v2 off); returns the q output and both whole cache regions
+ * (poisoned first) and how many nodes folded. */
+static int64_t qr_once(const mf_graph *g, int32_t node, const float *x, int64_t d, int32_t pos, int64_t qd,
+                       uint32_t kvt, size_t region, bool on, float **y, uint8_t **kr, uint8_t **vr) {
+    const int32_t ids[2] = {dev_put(x, (size_t)d * 4), dev_put(&pos, 4)};
+    mf_kv_pair kv = {dev_poison(region), dev_poison(region)};
+    const int32_t out = dev_poison((size_t)qd * 4);
+    mf_exec_args a = args(pos, 1, QR_N_CTX, kvt);
+    mf_cuda_set_fuse(be, true);
+    mf_cuda_set_gemv_v2(be, false);
+    mf_cuda_set_qkv_rope(be, on);
+    const int64_t f0 = mf_cuda_qkv_rope_stats(be);
+    run_ok(g, node, ids, out, kv, &a);
+    const int64_t folded = mf_cuda_qkv_rope_stats(be) - f0;
+    mf_cuda_set_fuse(be, mf_env_flag("MINFER_CUDA_FUSE_GEMV"));
+    mf_cuda_set_gemv_v2(be, mf_env_flag("MINFER_CUDA_GEMV_V2"));
+    mf_cuda_set_qkv_rope(be, mf_env_flag("MINFER_CUDA_QKV_ROPE"));
+    *y = dev_get(out, (size_t)qd * 4);
+    *kr = malloc(region);
+    *vr = malloc(region);
+    mf_error e;
+    if (be->ops->read_host(be, kv.k, 0, *kr, region, &e) || be->ops->read_host(be, kv.v, 0, *vr, region, &e))
+        die("qkvrope read kv", &e);
+    dev_free(ids[0]);
+    dev_free(ids[1]);
+    dev_free(out);
+    dev_free(kv.k);
+    dev_free(kv.v);
+    return folded;
+}
+
+/* Plain forwards: fold on vs off bitwise (q, both whole cache regions),
+ * the fold taken exactly when on, and the folded q / K / V rows against
+ * float64 (projection + bias, RoPE). */
+static void qr_plain(const qkv_spec *s, int64_t n_past, uint32_t kvt) {
+    char nm[6][64], name[200];
+    const mf_qkv_meta m = qkv_meta(s, nm);
+    const int64_t qd = (int64_t)s->n_head * s->hd, kvd = (int64_t)s->n_head_kv * s->hd;
+    const size_t kvrb = mf_type_row_size(kvt, kvd), region = kvrb * QR_N_CTX;
+    mf_graph g;
+    graph_new(&g, 1, kvd);
+    const int32_t xi = ext(&g, s->d, 1), pi = mf_g_input(&g, MF_INPUT_POSITIONS, MF_DTYPE_I32, 1, 1);
+    const int32_t node = mf_g_fused_qkv(&g, xi, pi, &m);
+    float *x = rand_vec(s->d, 1.0f);
+    const int32_t pos = (int32_t)n_past;
+    float *y[2];
+    uint8_t *kr[2], *vr[2];
+    int64_t folded[2];
+    for (int on = 0; on < 2; on++)
+        folded[on] = qr_once(&g, node, x, s->d, pos, qd, kvt, region, on, &y[on], &kr[on], &vr[on]);
+    char what[64], det[96];
+    snprintf(what, sizeof what, "n_past %lld on == off bitwise", (long long)n_past);
+    qr_name(name, sizeof name, s, what, kvt);
+    const bool fold_ok = kvt == MF_TYPE_Q8_0 ? folded[1] == 0 : folded[1] == 1;
+    snprintf(det, sizeof det, "(folded %lld / %lld; q %s, K %s, V %s)", (long long)folded[1], (long long)folded[0],
+             memcmp(y[0], y[1], (size_t)qd * 4) ? "differs" : "ok", memcmp(kr[0], kr[1], region) ? "differs" : "ok",
+             memcmp(vr[0], vr[1], region) ? "differs" : "ok");
+    check_true(name, fold_ok && folded[0] == 0 && !memcmp(y[0], y[1], (size_t)qd * 4) &&
+                         !memcmp(kr[0], kr[1], region) && !memcmp(vr[0], vr[1], region), det);
+    /* float64: projections + bias, then RoPE at pos */
+    double *rq = malloc((size_t)qd * sizeof *rq), *rk = malloc((size_t)kvd * sizeof *rk),
+           *rv = malloc((size_t)kvd * sizeof *rv);
+    ref_matmul(nm[0], x, s->d, qd, 1, m.q.bias, rq);
+    ref_matmul(nm[1], x, s->d, kvd, 1, m.k.bias, rk);
+    ref_matmul(nm[2], x, s->d, kvd, 1, m.v.bias, rv);
+    float *tq = malloc((size_t)qd * 4), *tk = malloc((size_t)kvd * 4);
+    for (int64_t i = 0; i < qd; i++)
+        tq[i] = (float)rq[i];
+    for (int64_t i = 0; i < kvd; i++)
+        tk[i] = (float)rk[i];
+    ref_rope(tq, rq, 1, &m.rope_q, &pos);
+    ref_rope(tk, rk, 1, &m.rope_k, &pos);
+    float *kf = malloc((size_t)kvd * 4), *vf = malloc((size_t)kvd * 4);
+    mf_dequantize_rows(kvt, kr[1] + (size_t)n_past * kvrb, kf, 1, kvd);
+    mf_dequantize_rows(kvt, vr[1] + (size_t)n_past * kvrb, vf, 1, kvd);
+    const double ctol = kvt == MF_TYPE_F32 ? 0 : kvt == MF_TYPE_F16 ? 2e-3 : 2e-2;
+    snprintf(what, sizeof what, "n_past %lld on vs float64 q", (long long)n_past);
+    qr_name(name, sizeof name, s, what, kvt);
+    result(name, rel_err(y[1], rq, qd), 1e-2, count_nan(y[1], qd), NULL);
+    name[strlen(name) - 1] = 'k';
+    result(name, rel_err(kf, rk, kvd), 1e-2 + ctol, count_nan(kf, kvd), NULL);
+    name[strlen(name) - 1] = 'v';
+    result(name, rel_err(vf, rv, kvd), 1e-2 + ctol, count_nan(vf, kvd), NULL);
+    for (int on = 0; on < 2; on++) {
+        free(y[on]);
+        free(kr[on]);
+        free(vr[on]);
+    }
+    free(x); free(rq); free(rk); free(rv); free(tq); free(tk); free(kf); free(vf);
+    mf_graph_free(&g);
+}
+
+/* Graph-replayed decode as a model runs it: RMSNORM -> FUSED_QKV (the norm
+ * folded into the GEMV's quantization, MINFER_CUDA_FUSE_NORM on), STEPS
+ * forwards (new x and position each, n_past advancing from 300: the plain
+ * first forward, the capture, replays), fold on vs off (one graph each,
+ * else the second run would replay the first's capture): every step's q
+ * and the final cache regions bitwise, the fold counted at the plain
+ * forward and at the capture, and the replays happened. */
+static void qr_graph(const qkv_spec *s, uint32_t kvt) {
+    char nm[6][64], name[200];
+    const mf_qkv_meta m = qkv_meta(s, nm);
+    const int64_t qd = (int64_t)s->n_head * s->hd, kvd = (int64_t)s->n_head_kv * s->hd;
+    const size_t region = mf_type_row_size(kvt, kvd) * QR_N_CTX;
+    enum { STEPS = 4 };
+    float *xs = rand_vec(s->d * STEPS, 1.0f);
+    mf_graph gs[2];
+    float *y[2];
+    uint8_t *kr[2], *vr[2];
+    int64_t folded[2], reps[2];
+    for (int on = 0; on < 2; on++) {
+        mf_graph *g = &gs[on];
+        char wn[64];
+        qr_norm_name(wn, sizeof wn, s->d);
+        graph_new(g, 1, kvd);
+        const int32_t xi = ext(g, s->d, 1), pi = mf_g_input(g, MF_INPUT_POSITIONS, MF_DTYPE_I32, 1, 1);
+        const int32_t ni = mf_g_rmsnorm(g, xi, wn, 1e-6f);
+        const int32_t node = mf_g_fused_qkv(g, ni, pi, &m);
+        const int32_t bx = dev_put(NULL, (size_t)s->d * 4), bp = dev_put(NULL, 4);
+        const int32_t bn = dev_poison((size_t)s->d * 4);
+        mf_kv_pair kv = {dev_poison(region), dev_poison(region)};
+        const int32_t out = dev_poison((size_t)qd * 4);
+        y[on] = malloc((size_t)(qd * STEPS) * 4);
+        mf_cuda_set_fuse_norm(be, true); /* the GEMV path of a model's layer, whatever FUSE_GEMV says */
+        mf_cuda_set_gemv_v2(be, false);
+        mf_cuda_set_qkv_rope(be, on);
+        mf_cuda_set_graphs(be, true);
+        int64_t c0, r0, c1, r1;
+        const int64_t f0 = mf_cuda_qkv_rope_stats(be);
+        mf_cuda_graph_stats(be, &c0, &r0);
+        mf_error e;
+        for (int st = 0; st < STEPS; st++) {
+            const int32_t pos = 300 + st;
+            mf_exec_args a = args(pos, 1, QR_N_CTX, kvt);
+            if (be->ops->begin_forward(be, g, &a, &e) ||
+                be->ops->write_host(be, bx, 0, xs + st * s->d, (size_t)s->d * 4, &e) ||
+                be->ops->write_host(be, bp, 0, &pos, 4, &e) ||
+                be->ops->execute_node(be, g, ni, &bx, bn, (mf_kv_pair){-1, -1}, &a, &e) ||
+                be->ops->execute_node(be, g, node, (int32_t[]){bn, bp}, out, kv, &a, &e) ||
+                be->ops->end_forward(be, g, &a, &e) || be->ops->synchronize(be, &e) ||
+                be->ops->read_host(be, out, 0, y[on] + st * qd, (size_t)qd * 4, &e))
+                die("qkvrope graph step", &e);
+        }
+        folded[on] = mf_cuda_qkv_rope_stats(be) - f0;
+        mf_cuda_graph_stats(be, &c1, &r1);
+        reps[on] = r1 - r0;
+        kr[on] = malloc(region);
+        vr[on] = malloc(region);
+        if (be->ops->read_host(be, kv.k, 0, kr[on], region, &e) || be->ops->read_host(be, kv.v, 0, vr[on], region, &e))
+            die("qkvrope graph read kv", &e);
+        mf_cuda_set_fuse_norm(be, mf_env_int("MINFER_CUDA_FUSE_NORM", 1) != 0);
+        mf_cuda_set_gemv_v2(be, mf_env_flag("MINFER_CUDA_GEMV_V2"));
+        mf_cuda_set_qkv_rope(be, mf_env_flag("MINFER_CUDA_QKV_ROPE"));
+        mf_cuda_set_graphs(be, !mf_env_flag("MINFER_NO_CUDA_GRAPH"));
+        dev_free(bx); dev_free(bp); dev_free(bn); dev_free(out); dev_free(kv.k); dev_free(kv.v);
+    }
+    char det[160];
+    snprintf(det, sizeof det, "(folded %lld, replays %lld / %lld; q %s, K %s, V %s)", (long long)folded[1],
+             (long long)reps[1], (long long)reps[0], memcmp(y[0], y[1], (size_t)(qd * STEPS) * 4) ? "differs" : "ok",
+             memcmp(kr[0], kr[1], region) ? "differs" : "ok", memcmp(vr[0], vr[1], region) ? "differs" : "ok");
+    qr_name(name, sizeof name, s, "norm + graph 4 steps on == off bitwise", kvt);
+    check_true(name, folded[1] >= 2 && folded[0] == 0 && reps[1] >= STEPS - 2 && reps[0] >= STEPS - 2 &&
+                         !memcmp(y[0], y[1], (size_t)(qd * STEPS) * 4) && !memcmp(kr[0], kr[1], region) &&
+                         !memcmp(vr[0], vr[1], region) && count_nan(y[1], qd * STEPS) == 0,
+               det);
+    for (int on = 0; on < 2; on++) {
+        free(y[on]); free(kr[on]); free(vr[on]);
+        mf_graph_free(&gs[on]);
+    }
+    free(xs);
+}
+
+/* A position outside the table (the node's positions input says 600, the
+ * table covers QR_N_CTX = 512): a device fault naming it, NaN q, and the
+ * backend usable afterwards. */
+static void qr_fault(void) {
+    const qkv_spec *s = &qr_specs[0];
+    char nm[6][64];
+    const mf_qkv_meta m = qkv_meta(s, nm);
+    const int64_t qd = (int64_t)s->n_head * s->hd, kvd = (int64_t)s->n_head_kv * s->hd;
+    const size_t region = mf_type_row_size(MF_TYPE_F16, kvd) * QR_N_CTX;
+    mf_graph g;
+    graph_new(&g, 1, kvd);
+    const int32_t xi = ext(&g, s->d, 1), pi = mf_g_input(&g, MF_INPUT_POSITIONS, MF_DTYPE_I32, 1, 1);
+    const int32_t node = mf_g_fused_qkv(&g, xi, pi, &m);
+    float *x = rand_vec(s->d, 1.0f);
+    const int32_t bad = 600;
+    const int32_t ids[2] = {dev_put(x, (size_t)s->d * 4), dev_put(&bad, 4)};
+    mf_kv_pair kv = {dev_poison(region), dev_poison(region)};
+    const int32_t out = dev_poison((size_t)qd * 4);
+    mf_exec_args a = args(5, 1, QR_N_CTX, MF_TYPE_F16);
+    mf_cuda_set_fuse(be, true);
+    mf_cuda_set_gemv_v2(be, false);
+    mf_cuda_set_qkv_rope(be, true);
+    mf_error e;
+    const int rc = run(&g, node, ids, out, kv, &a, &e);
+    char det[200];
+    snprintf(det, sizeof det, "(%.160s)", rc ? e.msg : "no error");
+    check_true("qkvrope position past the table: device fault", rc != 0 && strstr(e.msg, "fault code 2"), det);
+    const int32_t good = 5; /* the backend is usable again: a valid position gives a full q */
+    if (be->ops->write_host(be, ids[1], 0, &good, 4, &e))
+        die("qkvrope fault: write position", &e);
+    run_ok(&g, node, ids, out, kv, &a);
+    float *y = dev_get(out, (size_t)qd * 4);
+    check_true("qkvrope after the fault: the next forward is whole", count_nan(y, qd) == 0, NULL);
+    free(y);
+    mf_cuda_set_fuse(be, mf_env_flag("MINFER_CUDA_FUSE_GEMV"));
+    mf_cuda_set_gemv_v2(be, mf_env_flag("MINFER_CUDA_GEMV_V2"));
+    mf_cuda_set_qkv_rope(be, mf_env_flag("MINFER_CUDA_QKV_ROPE"));
+    free(x);
+    dev_free(ids[0]); dev_free(ids[1]); dev_free(out); dev_free(kv.k); dev_free(kv.v);
+    mf_graph_free(&g);
+}
+
+/* MINFER_CUDA_TEST_BENCH=1: one decode token's QKV through the launchers,
+ * QKV GEMV (+ its quantize) + rope_store vs the folded GEMV, back to back
+ * (PDL as the backend set it), over `layers` weight copies (from HBM, as in
+ * a forward), f16 cache at depth 300, us per layer. */
+typedef struct qr_bench {
+    mf_cu_q8_multi_args a;
+    mf_cu_rope_store_args rs;
+    mf_cu_qkv_rope_args ra;
+    void *w[64][3];
+    int layers;
+    bool fold;
+} qr_bench;
+
+static cudaError_t qr_bench_launch(const void *p, cudaStream_t st) {
+    qr_bench *b = (qr_bench *)p;
+    static int l;
+    l = (l + 1) % b->layers;
+    for (int k = 0; k < 3; k++)
+        b->a.w[k] = b->w[l][k];
+    b->a.rope = b->fold ? &b->ra : NULL;
+    b->a.y[0] = b->fold ? b->rs.rq.y : (float *)b->rs.rq.x;
+    cudaError_t e = mf_cu_gemv_q8_multi(&b->a, st);
+    if (e == cudaSuccess && !b->fold)
+        e = mf_cu_rope_store(&b->rs, st);
+    return e;
+}
+
+static void qr_bench_shape(const char *what, const qkv_spec *s, int layers) {
+    const int64_t qd = (int64_t)s->n_head * s->hd, kvd = (int64_t)s->n_head_kv * s->hd, n_past = 300;
+    static qr_bench b;
+    memset(&b, 0, sizeof b);
+    b.layers = layers;
+    const uint32_t wt[3] = {s->type, s->type, qkv_vtype(s)};
+    const int64_t no[3] = {qd, kvd, kvd};
+    double bytes = 0;
+    for (int k = 0; k < 3; k++)
+        bytes += (double)mf_type_row_size(wt[k], s->d) * (double)no[k];
+    for (int l = 0; l < layers; l++)
+        for (int k = 0; k < 3; k++)
+            b.w[l][k] = ds_alloc(mf_type_row_size(wt[k], s->d) * (size_t)no[k] + 256, 0x3c);
+    float *x = ds_alloc((size_t)s->d * 4, 0x3c), *sq = ds_alloc((size_t)qd * 4, 0), *sk = ds_alloc((size_t)kvd * 4, 0);
+    float *sv = ds_alloc((size_t)kvd * 4, 0), *y = ds_alloc((size_t)qd * 4, 0);
+    float *bias = ds_alloc((size_t)qd * 4, 0);
+    void *q8 = ds_alloc(mf_cu_q8_bytes(s->d, 1), 0);
+    void *kc = ds_alloc((size_t)kvd * 2 * QR_N_CTX, 0), *vc = ds_alloc((size_t)kvd * 2 * QR_N_CTX, 0);
+    const int32_t pos = (int32_t)n_past;
+    int32_t *dpos = ds_put(&pos, 4);
+    float *cs = ds_alloc((size_t)QR_N_CTX * (size_t)s->hd * 4, 0);
+    mf_cu_rope_table(cs, QR_N_CTX, s->hd, 10000.0f, 1.0f, 0);
+    b.a = (mf_cu_q8_multi_args){.n_w = 3, .x = x, .n_in = s->d, .nt = 1, .q8 = q8, .gemv_v4 = -1, .gemv_auto = 1};
+    float *ys[3] = {sq, sk, sv};
+    for (int k = 0; k < 3; k++) {
+        b.a.wtype[k] = wt[k];
+        b.a.row_bytes[k] = mf_type_row_size(wt[k], s->d);
+        b.a.bias[k] = s->bias ? bias : NULL;
+        b.a.y[k] = ys[k];
+        b.a.n_out[k] = no[k];
+    }
+    mf_cu_rope_args *ra[2] = {&b.rs.rq, &b.rs.rk};
+    for (int i = 0; i < 2; i++)
+        *ra[i] = (mf_cu_rope_args){.x = i ? sk : sq, .y = i ? sk : y, .pos = dpos, .pos0 = n_past, .nt = 1,
+                                   .n_head = i ? s->n_head_kv : s->n_head, .head_dim = s->hd, .n_rot = s->hd,
+                                   .mode = s->mode, .theta = 10000.0f, .freq_scale = 1.0f};
+    b.rs.ks = (mf_cu_kv_args){.kv_type = MF_TYPE_F16, .cache = kc, .kv_dim = kvd, .pos0 = n_past, .nt = 1, .src = sk};
+    b.rs.vs = b.rs.ks;
+    b.rs.vs.cache = vc;
+    b.rs.vs.src = sv;
+    b.ra = (mf_cu_qkv_rope_args){.cs = cs, .n_pos = QR_N_CTX, .pos = dpos, .head_dim = s->hd,
+                                 .neox = s->mode == MF_ROPE_NEOX, .kv_type = MF_TYPE_F16, .kc = kc, .vc = vc,
+                                 .n_past = n_past};
+    b.a.rope = &b.ra;
+    const bool ok = mf_cu_q8_multi_rope_ok(&b.a) != 0;
+    b.a.rope = NULL;
+    cudaStream_t st;
+    cudaStreamCreate(&st);
+    float us[2] = {-1.0f, -1.0f};
+    for (int f = 0; f < 2 && ok; f++) {
+        b.fold = f;
+        us[f] = burst_time(qr_bench_launch, &b, st, layers, 11);
+    }
+    cudaError_t e = cudaStreamSynchronize(st);
+    printf("qkvrope bench %-12s %-4s%s %lld->%lld+%lld+%lld: GEMV + rope_store %.2f us | folded %.2f us "
+           "(%+.2f us a layer; %.0f / %.0f GB/s)%s\n",
+           what, mf_type_name(s->type), s->vtype ? "+q6k" : "", (long long)s->d, (long long)qd, (long long)kvd,
+           (long long)kvd, us[0], us[1], us[1] - us[0], bytes / (us[0] * 1e3), bytes / (us[1] * 1e3),
+           !ok ? " (fold not taken: not all v4 u1)" : e != cudaSuccess ? " (launch error)" : "");
+    cudaGetLastError();
+    cudaStreamDestroy(st);
+    for (int l = 0; l < layers; l++)
+        for (int k = 0; k < 3; k++)
+            cudaFree(b.w[l][k]);
+    cudaFree(x); cudaFree(sq); cudaFree(sk); cudaFree(sv); cudaFree(y); cudaFree(bias); cudaFree(q8);
+    cudaFree(kc); cudaFree(vc); cudaFree(dpos); cudaFree(cs);
+}
+
+static void qkvrope_family(void) {
+    const size_t n = sizeof qr_specs / sizeof qr_specs[0];
+    static const int64_t depths[] = {0, 37, 300};
+    for (size_t i = 0; i < n; i++) {
+        if (small && qr_specs[i].d > 2048) /* compute-sanitizer runs: no 7B shapes */
+            continue;
+        for (int k = 0; k < 3; k++)
+            for (int c = 0; c < 2; c++)
+                qr_plain(&qr_specs[i], depths[k], c ? MF_TYPE_F16 : MF_TYPE_F32);
+        qr_graph(&qr_specs[i], i % 2 ? MF_TYPE_F32 : MF_TYPE_F16);
+    }
+    qr_plain(&qr_specs[small ? 8 : 4], 37, MF_TYPE_Q8_0); /* q8_0 cache: not folded, same results */
+    qr_fault();
+    if (!(getenv("MINFER_CUDA_TEST_BENCH") && atoi(getenv("MINFER_CUDA_TEST_BENCH")) > 0))
+        return;
+    qr_bench_shape("0.5B", &qr_specs[0], 24);
+    qr_bench_shape("0.5B", &qr_specs[1], 24);
+    qr_bench_shape("7B", &qr_specs[2], 28);
+    qr_bench_shape("7B", &qr_specs[3], 28);
+    qr_bench_shape("7B", &qr_specs[4], 28);
+    qr_bench_shape("7B Q4_K_M", &qr_specs[5], 28);
+    qr_bench_shape("llama hd64", &qr_specs[8], 16);
+}
+
+/* ---- v4pro: the v4 GEMV quantizes its own input (MINFER_CUDA_GEMV_V4_PRO) ------------------- */
+
+/* One launch of family v4pro: n_w weights (types t[k]) sharing n_in inputs;
+ * swiglu: gate and up of n_out[0] rows; norm: the RMSNorm folded in (the
+ * FUSED_QKV / FUSED_FFN form); res: the residual added in place (FUSE_ADD's
+ * form); single: the one-weight MATMUL entry (mf_cu_gemv_q8). */
+typedef struct vp_spec {
+    const char *what;
+    uint32_t t[3];
+    int64_t n_in;
+    int n_w;
+    int64_t n_out[3];
+    bool swiglu, norm, res, single;
+} vp_spec;
+
+#define VP_LIMIT 8192 /* MINFER_CUDA_GEMV_V4_PRO=1's n_in limit (cuda_backend.c V4_PRO_MAX_N_IN) */
+
+static void vp_wname(char *wn, size_t n, const vp_spec *s, int k) {
+    snprintf(wn, n, "vp.%s.%lldx%lld.%d", mf_type_name(s->t[k]), (long long)s->n_in, (long long)s->n_out[k], k);
+}
+
+static int vp_specs(vp_spec *c) {
+    static const uint32_t st[] = {MF_TYPE_Q4_0, MF_TYPE_Q5_0, MF_TYPE_Q8_0};
+    static const uint32_t bt[] = {MF_TYPE_Q4_0, MF_TYPE_Q8_0, MF_TYPE_Q4_K, MF_TYPE_Q6_K};
+    int n = 0;
+    for (int i = 0; i < 3; i++) { /* qwen2 0.5B (K-quants need n_in % 256 == 0) */
+        const uint32_t t = st[i];
+        c[n++] = (vp_spec){"0.5B qkv +norm", {t, t, t}, 896, 3, {896, 128, 128}, false, true, false, false};
+        c[n++] = (vp_spec){"0.5B gate/up +norm", {t, t, 0}, 896, 2, {4864, 4864, 0}, true, true, false, false};
+        c[n++] = (vp_spec){"0.5B down +res", {t, 0, 0}, 4864, 1, {896, 0, 0}, false, false, true, false};
+        c[n++] = (vp_spec){"0.5B Wo (matmul)", {t, 0, 0}, 896, 1, {896, 0, 0}, false, false, false, true};
+    }
+    c[n++] = (vp_spec){"0.5B down +res", {MF_TYPE_Q4_K, 0, 0}, 4864, 1, {896, 0, 0}, false, false, true, false};
+    c[n++] = (vp_spec){"0.5B down +res", {MF_TYPE_Q6_K, 0, 0}, 4864, 1, {896, 0, 0}, false, false, true, false};
+    if (small) /* compute-sanitizer runs: no 7B shapes */
+        return n;
+    for (int i = 0; i < 4; i++) { /* qwen2 7B */
+        const uint32_t t = bt[i];
+        c[n++] = (vp_spec){"7B qkv +norm", {t, t, t}, 3584, 3, {3584, 512, 512}, false, true, false, false};
+        c[n++] = (vp_spec){"7B gate/up +norm", {t, t, 0}, 3584, 2, {18944, 18944, 0}, true, true, false, false};
+    }
+    c[n++] = (vp_spec){"7B qkv +norm (Q6_K v)", {MF_TYPE_Q4_K, MF_TYPE_Q4_K, MF_TYPE_Q6_K}, 3584, 3,
+                       {3584, 512, 512}, false, true, false, false};
+    c[n++] = (vp_spec){"7B down +res", {MF_TYPE_Q4_K, 0, 0}, 18944, 1, {3584, 0, 0}, false, false, true, false};
+    c[n++] = (vp_spec){"7B down +res", {MF_TYPE_Q6_K, 0, 0}, 18944, 1, {3584, 0, 0}, false, false, true, false};
+    c[n++] = (vp_spec){"7B down +res", {MF_TYPE_Q4_0, 0, 0}, 18944, 1, {3584, 0, 0}, false, false, true, false};
+    return n;
+}
+
+/* the graph cases' FUSED_QKV specs: qwen2 0.5B Q8_0 and 7B Q4_K_M (V in Q6_K) */
+static const qkv_spec vp_qkv[2] = {
+    {MF_TYPE_Q8_0, 896, 14, 2, 64, true, false, MF_ROPE_NEOX, 0},
+    {MF_TYPE_Q4_K, 3584, 28, 4, 128, true, false, MF_ROPE_NEOX, MF_TYPE_Q6_K},
+};
+
+static void v4pro_weights(void) {
+    vp_spec c[48];
+    const int n = vp_specs(c);
+    for (int i = 0; i < n; i++)
+        for (int k = 0; k < c[i].n_w; k++) {
+            char wn[80];
+            vp_wname(wn, sizeof wn, &c[i], k);
+            add_weight(wn, c[i].t[k], c[i].n_in, c[i].n_out[k]);
+        }
+    for (int i = 0; i < (small ? 1 : 2); i++)
+        qkv_weights(&vp_qkv[i]);
+}
+
+/* Launches of the call that can take the prologue: one per run of equal weight types. */
+static int vp_groups(const vp_spec *s) {
+    int g = 1;
+    for (int k = 1; k < s->n_w; k++)
+        g += s->t[k] != s->t[k - 1];
+    return g;
+}
+
+/* One shape through the launcher (mf_cu_gemv_q8_multi, or mf_cu_gemv_q8 for
+ * `single`), nt 1, the v4 auto rule, on cudaMalloc'd NaN-poisoned outputs:
+ * run 0 the switch off (separate quantize / norm-quant kernel), run 1 on
+ * (limit VP_LIMIT), run 2 on with PDL off. Checks: every run vs float64 on
+ * 24 sampled rows per output (3e-2, SwiGLU 6e-2, and the int8 rounding
+ * bound per sampled output, carried through silu(g) u for SwiGLU: the
+ * gemvfuse check); runs 1 and 2 bitwise equal to run 0 over every output;
+ * the v4 prologue counter (mf_cu_gemv_v4_pro_count) moved by one per
+ * weight-type group exactly when n_in <= VP_LIMIT (the 7B down, 18944,
+ * stays on the separate kernel), never with the switch off. */
+static void vp_test(const vp_spec *s) {
+    const int64_t n_in = s->n_in;
+    const int ny = s->swiglu ? 1 : s->n_w;
+    const float eps = 1e-6f;
+    float *x = rand_vec(n_in, 1.0f), *nw = rand_vec(n_in, 0.5f);
+    for (int64_t i = 0; i < n_in; i++)
+        nw[i] += 1.0f;
+    for (int64_t i = 0; i < n_in; i += 97) /* a few large activations: units of mixed scale */
+        x[i] *= 8.0f;
+    float *xn = malloc((size_t)n_in * 4); /* the GEMV's f32 input as the kernels round it */
+    double ss = 0;
+    for (int64_t i = 0; i < n_in; i++)
+        ss += (double)x[i] * x[i];
+    const float sc = (float)(1.0 / sqrt(ss / (double)n_in + (double)eps));
+    for (int64_t i = 0; i < n_in; i++)
+        xn[i] = s->norm ? x[i] * sc * nw[i] : x[i];
+    float *dx = ds_put(x, (size_t)n_in * 4), *dnw = ds_put(nw, (size_t)n_in * 4);
+    void *q8 = ds_alloc(mf_cu_q8_bytes(n_in, 1), 0x5a);
+    void *dw[3] = {NULL, NULL, NULL};
+    float *r[3] = {NULL, NULL, NULL}, *dy[3] = {NULL, NULL, NULL};
+    char wn[3][80];
+    for (int k = 0; k < s->n_w; k++) {
+        vp_wname(wn[k], sizeof wn[k], s, k);
+        dw[k] = gf_wdev(wn[k]);
+        r[k] = rand_vec(s->n_out[k], 1.0f);
+        dy[k] = ds_alloc((size_t)s->n_out[k] * 4, 0xff);
+    }
+    enum { NS = 24 };
+    int64_t rows[3][NS];
+    double ref[3][NS], bound[3][NS];
+    double *wr = malloc((size_t)n_in * sizeof *wr), *wu = malloc((size_t)n_in * sizeof *wu);
+    for (int k = 0; k < ny; k++)
+        for (int i = 0; i < NS; i++) {
+            const int64_t o = i == 0 ? 0 : i == 1 ? s->n_out[k] - 1 : (int64_t)(next_u64() % (uint64_t)s->n_out[k]);
+            rows[k][i] = o;
+            ref_row(wn[k], o, wr);
+            if (s->swiglu)
+                ref_row(wn[1], o, wu);
+            double acc = 0, up = 0, bd = 1e-6, bu = 1e-6, mag = 0;
+            for (int64_t u = 0; u < n_in / 32; u++) {
+                double amax = 0, wabs = 0, uabs = 0;
+                for (int l = 0; l < 32; l++) {
+                    const int64_t j = 32 * u + l;
+                    acc += wr[j] * xn[j];
+                    if (s->swiglu) {
+                        up += wu[j] * xn[j];
+                        uabs += fabs(wu[j]);
+                        mag += fabs(wu[j] * xn[j]);
+                    }
+                    amax = fmax(amax, fabs(xn[j]));
+                    wabs += fabs(wr[j]);
+                    mag += fabs(wr[j] * xn[j]);
+                }
+                bd += amax / 254.0 * wabs;
+                bu += amax / 254.0 * uabs;
+            }
+            const double silu = acc / (1 + exp(-acc));
+            ref[k][i] = s->swiglu ? silu * up : acc + (s->res ? r[k][o] : 0.0);
+            bound[k][i] = (s->swiglu ? 1.1 * bd * (fabs(up) + bu) + fabs(silu) * bu : bd) + 1e-5 * mag;
+        }
+    char name[200], sub[280];
+    snprintf(name, sizeof name, "v4pro %-22s %-5s%s%s %5lld->%lld", s->what, mf_type_name(s->t[0]),
+             s->n_w == 3 && s->t[2] != s->t[0] ? "/" : "", s->n_w == 3 && s->t[2] != s->t[0] ? mf_type_name(s->t[2]) : "",
+             (long long)n_in, (long long)s->n_out[0]);
+    const bool pdl0 = mf_env_int("MINFER_CUDA_PDL", MF_CU_PDL_DEFAULT) != 0;
+    cudaStream_t st;
+    cudaStreamCreate(&st);
+    float *out[3][3];
+    int64_t moved[3];
+    for (int run = 0; run < 3; run++) {
+        for (int k = 0; k < ny; k++) {
+            if (s->res)
+                cudaMemcpy(dy[k], r[k], (size_t)s->n_out[k] * 4, cudaMemcpyHostToDevice);
+            else
+                cudaMemset(dy[k], 0xff, (size_t)s->n_out[k] * 4);
+        }
+        mf_cu_set_pdl(run == 2 ? 0 : 1);
+        const int64_t c0 = mf_cu_gemv_v4_pro_count();
+        const int32_t lim = run ? VP_LIMIT : 0;
+        cudaError_t e;
+        if (s->single) {
+            mf_cu_matmul_args a = {.wtype = s->t[0], .w = dw[0], .row_bytes = mf_type_row_size(s->t[0], n_in),
+                                   .x = dx, .y = dy[0], .n_in = n_in, .n_out = s->n_out[0], .nt = 1,
+                                   .force_gemm = -2, .q8 = q8, .gemv_auto = 1, .gemv_v4 = -1, .v4_pro = lim};
+            e = mf_cu_gemv_q8(&a, st);
+        } else {
+            mf_cu_q8_multi_args a = {.n_w = s->n_w, .swiglu = s->swiglu, .x = dx, .n_in = n_in, .nt = 1, .q8 = q8,
+                                     .norm = s->norm, .norm_w = s->norm ? dnw : NULL, .norm_eps = eps,
+                                     .gemv_auto = 1, .gemv_v4 = -1, .v4_pro = lim};
+            for (int k = 0; k < s->n_w; k++) {
+                a.wtype[k] = s->t[k];
+                a.w[k] = dw[k];
+                a.row_bytes[k] = mf_type_row_size(s->t[k], n_in);
+                a.y[k] = k < ny ? dy[k] : NULL;
+                a.res[k] = s->res && k < ny ? dy[k] : NULL;
+                a.n_out[k] = s->n_out[k];
+            }
+            e = mf_cu_gemv_q8_multi(&a, st);
+        }
+        ds_sync("v4pro gemv", e, st);
+        moved[run] = mf_cu_gemv_v4_pro_count() - c0;
+        for (int k = 0; k < ny; k++)
+            out[run][k] = ds_get(dy[k], (size_t)s->n_out[k] * 4);
+    }
+    mf_cu_set_pdl(pdl0);
+    static const char *const rn[3] = {"off", "on", "on pdl0"};
+    for (int run = 0; run < 3; run++) {
+        double worst = 0;
+        int64_t nan = 0, nsamp = 0;
+        float got[3 * NS];
+        double want[3 * NS];
+        bool same = true;
+        for (int k = 0; k < ny; k++) {
+            nan += count_nan(out[run][k], s->n_out[k]);
+            same = same && !memcmp(out[run][k], out[0][k], (size_t)s->n_out[k] * 4);
+            for (int i = 0; i < NS; i++) {
+                got[nsamp] = out[run][k][rows[k][i]];
+                want[nsamp] = ref[k][i];
+                worst = fmax(worst, fabs((double)got[nsamp] - ref[k][i]) / bound[k][i]);
+                nsamp++;
+            }
+        }
+        snprintf(sub, sizeof sub, "%s [%s] vs float64", name, rn[run]);
+        result(sub, rel_err(got, want, nsamp), s->swiglu ? 6e-2 : 3e-2, nan, NULL);
+        char det[64];
+        snprintf(det, sizeof det, "worst |err| / bound %.3f", worst);
+        snprintf(sub, sizeof sub, "%s [%s] int8 bound", name, rn[run]);
+        check_true(sub, worst <= 1.0, det);
+        if (run > 0) {
+            snprintf(sub, sizeof sub, "%s [%s] == off bitwise", name, rn[run]);
+            check_true(sub, same, NULL);
+        }
+    }
+    const int64_t want = n_in <= VP_LIMIT ? vp_groups(s) : 0;
+    char det[120];
+    snprintf(det, sizeof det, "(v4 prologue launches: off %lld, on %lld, on pdl0 %lld; want %lld)",
+             (long long)moved[0], (long long)moved[1], (long long)moved[2], (long long)want);
+    snprintf(sub, sizeof sub, "%s prologue %s", name, want ? "ran" : "not taken (n_in over the limit)");
+    check_true(sub, moved[0] == 0 && moved[1] == want && moved[2] == want, det);
+    for (int run = 0; run < 3; run++)
+        for (int k = 0; k < ny; k++)
+            free(out[run][k]);
+    cudaStreamDestroy(st);
+    for (int k = 0; k < s->n_w; k++) {
+        cudaFree(dw[k]);
+        cudaFree(dy[k]);
+        free(r[k]);
+    }
+    cudaFree(dx); cudaFree(dnw); cudaFree(q8);
+    free(x); free(nw); free(xn); free(wr); free(wu);
+}
+
+/* A decode layer through the backend contract with CUDA graphs, as a model
+ * runs it: RMSNORM -> FUSED_QKV (norm folded, rope + K/V store) and RMSNORM
+ * -> FUSED_FFN (norm folded, SwiGLU) -> MATMUL down -> ADD in place over the
+ * residual (fused add), STEPS forwards (new inputs and position each: the
+ * plain first forward, the capture, two replays), the switch on and off (one
+ * graph each: a graph captured before would replay). Every step's q, the
+ * residual output and the final K/V cache regions bitwise equal; on: the
+ * prologue counted per launch that takes it (QKV per weight-type group,
+ * gate/up, and the down GEMV only while ff <= VP_LIMIT) at the plain forward
+ * and the capture, never off; replays happened; no NaN. `rope`: the same
+ * with MINFER_CUDA_QKV_ROPE's epilogue on in both runs (its ROPE+PRO
+ * instances; the folds counted alike on and off), else held off. */
+static void vp_graph(const qkv_spec *qs, uint32_t ft, uint32_t dt, int64_t ff, bool rope) {
+    char nm[6][64], gname[80], uname[80], dname[80], nname[32], name[200];
+    const mf_qkv_meta m = qkv_meta(qs, nm);
+    const int64_t d = qs->d, qd = (int64_t)qs->n_head * qs->hd, kvd = (int64_t)qs->n_head_kv * qs->hd;
+    const vp_spec fspec = {"", {ft, ft, 0}, d, 2, {ff, ff, 0}, true, true, false, false};
+    const vp_spec dspec = {"", {dt, 0, 0}, ff, 1, {d, 0, 0}, false, false, true, false};
+    vp_wname(gname, sizeof gname, &fspec, 0);
+    vp_wname(uname, sizeof uname, &fspec, 1);
+    vp_wname(dname, sizeof dname, &dspec, 0);
+    snprintf(nname, sizeof nname, "norm.%lld", (long long)d);
+    const mf_ffn_meta fm = {.gate = {.weight = gname, .wtype = ft, .n_in = d, .n_out = ff},
+                            .up = {.weight = uname, .wtype = ft, .n_in = d, .n_out = ff}};
+    enum { STEPS = 4, NCTX = 32 };
+    const uint32_t kvt = MF_TYPE_F16;
+    const size_t region = mf_type_row_size(kvt, kvd) * NCTX;
+    float *xs = rand_vec(d * STEPS, 1.0f), *hs = rand_vec(d * STEPS, 1.0f), *rs = rand_vec(d * STEPS, 1.0f);
+    float *q[2], *y[2];
+    uint8_t *kr[2], *vr[2];
+    int64_t pro[2], reps[2], folds[2];
+    const int per_pass = 1 + (qkv_vtype(qs) != qs->type) + 1 + (ff <= VP_LIMIT);
+    for (int on = 0; on < 2; on++) {
+        mf_graph g;
+        graph_new(&g, 1, kvd);
+        const int32_t xi = ext(&g, d, 1), pi = mf_g_input(&g, MF_INPUT_POSITIONS, MF_DTYPE_I32, 1, 1);
+        const int32_t hi = ext(&g, d, 1), ri = ext(&g, d, 1);
+        const int32_t n1 = mf_g_rmsnorm(&g, xi, nname, 1e-6f);
+        const int32_t qi = mf_g_fused_qkv(&g, n1, pi, &m);
+        const int32_t n2 = mf_g_rmsnorm(&g, hi, nname, 1e-6f);
+        const int32_t fi = mf_g_fused_ffn(&g, n2, &fm);
+        const int32_t mi = mf_g_matmul(&g, fi, dname, dt, NULL, ff, d);
+        const int32_t ai = mf_g_add(&g, ri, mi);
+        const int32_t bx = dev_put(NULL, (size_t)d * 4), bp = dev_put(NULL, 4), bh = dev_put(NULL, (size_t)d * 4);
+        const int32_t br = dev_put(NULL, (size_t)d * 4), bn1 = dev_poison((size_t)d * 4), bq = dev_poison((size_t)qd * 4);
+        const int32_t bn2 = dev_poison((size_t)d * 4), bf = dev_poison((size_t)ff * 4), bm = dev_poison((size_t)d * 4);
+        mf_kv_pair kv = {dev_poison(region), dev_poison(region)};
+        q[on] = malloc((size_t)(qd * STEPS) * 4);
+        y[on] = malloc((size_t)(d * STEPS) * 4);
+        mf_cuda_set_gemv_v4_pro(be, on ? VP_LIMIT : 0);
+        mf_cuda_set_fuse_norm(be, true); /* the model's GEMV path, whatever the environment says */
+        mf_cuda_set_fuse_add(be, true);
+        mf_cuda_set_gemv_v2(be, false);
+        mf_cuda_set_qkv_rope(be, rope);
+        mf_cuda_set_graphs(be, true);
+        int64_t c0, r0, c1, r1;
+        mf_cuda_graph_stats(be, &c0, &r0);
+        const int64_t p0 = mf_cu_gemv_v4_pro_count(), f0 = mf_cuda_qkv_rope_stats(be);
+        mf_error e;
+        for (int s = 0; s < STEPS; s++) {
+            const int32_t pos = 10 + s;
+            mf_exec_args a = args(pos, 1, NCTX, kvt);
+            if (be->ops->begin_forward(be, &g, &a, &e) ||
+                be->ops->write_host(be, bx, 0, xs + s * d, (size_t)d * 4, &e) ||
+                be->ops->write_host(be, bp, 0, &pos, 4, &e) ||
+                be->ops->write_host(be, bh, 0, hs + s * d, (size_t)d * 4, &e) ||
+                be->ops->write_host(be, br, 0, rs + s * d, (size_t)d * 4, &e) ||
+                be->ops->execute_node(be, &g, n1, &bx, bn1, (mf_kv_pair){-1, -1}, &a, &e) ||
+                be->ops->execute_node(be, &g, qi, (int32_t[]){bn1, bp}, bq, kv, &a, &e) ||
+                be->ops->execute_node(be, &g, n2, &bh, bn2, (mf_kv_pair){-1, -1}, &a, &e) ||
+                be->ops->execute_node(be, &g, fi, &bn2, bf, (mf_kv_pair){-1, -1}, &a, &e) ||
+                be->ops->execute_node(be, &g, mi, &bf, bm, (mf_kv_pair){-1, -1}, &a, &e) ||
+                be->ops->execute_node(be, &g, ai, (int32_t[]){br, bm}, br, (mf_kv_pair){-1, -1}, &a, &e) ||
+                be->ops->end_forward(be, &g, &a, &e) || be->ops->synchronize(be, &e) ||
+                be->ops->read_host(be, bq, 0, q[on] + s * qd, (size_t)qd * 4, &e) ||
+                be->ops->read_host(be, br, 0, y[on] + s * d, (size_t)d * 4, &e))
+                die("v4pro graph step", &e);
+        }
+        pro[on] = mf_cu_gemv_v4_pro_count() - p0;
+        folds[on] = mf_cuda_qkv_rope_stats(be) - f0;
+        mf_cuda_graph_stats(be, &c1, &r1);
+        reps[on] = r1 - r0;
+        kr[on] = malloc(region);
+        vr[on] = malloc(region);
+        if (be->ops->read_host(be, kv.k, 0, kr[on], region, &e) || be->ops->read_host(be, kv.v, 0, vr[on], region, &e))
+            die("v4pro graph read kv", &e);
+        mf_cuda_set_gemv_v4_pro(be, -1);
+        mf_cuda_set_fuse_norm(be, mf_env_int("MINFER_CUDA_FUSE_NORM", 1) != 0);
+        mf_cuda_set_fuse_add(be, mf_env_int("MINFER_CUDA_FUSE_ADD", 1) != 0);
+        mf_cuda_set_gemv_v2(be, mf_env_flag("MINFER_CUDA_GEMV_V2"));
+        mf_cuda_set_qkv_rope(be, mf_env_flag("MINFER_CUDA_QKV_ROPE"));
+        mf_cuda_set_graphs(be, !mf_env_flag("MINFER_NO_CUDA_GRAPH"));
+        dev_free(bx); dev_free(bp); dev_free(bh); dev_free(br); dev_free(bn1); dev_free(bq);
+        dev_free(bn2); dev_free(bf); dev_free(bm); dev_free(kv.k); dev_free(kv.v);
+        mf_graph_free(&g);
+    }
+    const bool qs_ok = !memcmp(q[0], q[1], (size_t)(qd * STEPS) * 4), ys_ok = !memcmp(y[0], y[1], (size_t)(d * STEPS) * 4);
+    const bool k_ok = !memcmp(kr[0], kr[1], region), v_ok = !memcmp(vr[0], vr[1], region);
+    char det[240];
+    snprintf(det, sizeof det, "(prologue launches on %lld off %lld, %d a forward; replays %lld / %lld; rope folds "
+             "%lld / %lld; q %s, out %s, K %s, V %s)", (long long)pro[1], (long long)pro[0], per_pass,
+             (long long)reps[1], (long long)reps[0], (long long)folds[1], (long long)folds[0], qs_ok ? "ok" : "differs",
+             ys_ok ? "ok" : "differs", k_ok ? "ok" : "differs", v_ok ? "ok" : "differs");
+    snprintf(name, sizeof name, "v4pro graph%s %s/%s %lld ff %lld: %d steps on == off bitwise", rope ? " rope" : "",
+             mf_type_name(qs->type), mf_type_name(dt), (long long)d, (long long)ff, STEPS);
+    check_true(name, qs_ok && ys_ok && k_ok && v_ok && count_nan(q[1], qd * STEPS) == 0 &&
+                         count_nan(y[1], d * STEPS) == 0, det);
+    snprintf(name, sizeof name, "v4pro graph%s %s/%s %lld ff %lld: prologue counted, replayed", rope ? " rope" : "",
+             mf_type_name(qs->type), mf_type_name(dt), (long long)d, (long long)ff);
+    check_true(name, pro[0] == 0 && pro[1] >= 2 * per_pass && pro[1] % per_pass == 0 && reps[1] >= STEPS - 2 &&
+                         reps[0] >= STEPS - 2 && folds[1] == folds[0] && (!rope || folds[1] >= 2), det);
+    for (int on = 0; on < 2; on++) {
+        free(q[on]); free(y[on]); free(kr[on]); free(vr[on]);
+    }
+    free(xs); free(hs); free(rs);
+}
+
+/* MINFER_CUDA_TEST_BENCH=1: one decode GEMV call (nt 1, the v4 auto rule)
+ * per line, the separate quantize / norm-quant kernel + v4 GEMV against the
+ * v4 GEMV with its prologue (limit `lim`: VP_LIMIT, or larger to time what
+ * the rule keeps off), PDL as MINFER_CUDA_PDL: batches of 20 back-to-back
+ * calls (a decode step's chain of dependent launches), each on the next of
+ * `copies` weight copies (>= 256 MB in all: weights from HBM, not L2), us
+ * per call, median of 11 batches after 2 warm-ups. */
+static void vp_bench(const char *what, uint32_t t, int64_t n_in, int n_w, const int64_t *n_out, bool swiglu, bool norm,
+                     bool res, int32_t lim) {
+    const uint64_t rb = mf_type_row_size(t, n_in);
+    uint64_t per = 0;
+    for (int k = 0; k < n_w; k++)
+        per += rb * (uint64_t)n_out[k] + 256;
+    int copies = (int)(((uint64_t)256 << 20) / per) + 1;
+    copies = copies > 64 ? 64 : copies;
+    uint8_t *w = ds_alloc((size_t)(per * (uint64_t)copies), 0x3c);
+    void *q8 = ds_alloc(mf_cu_q8_bytes(n_in, 1), 0);
+    float *x = ds_alloc((size_t)n_in * 4, 0x3c), *nw = ds_alloc((size_t)n_in * 4, 0x3c);
+    float *y[3] = {NULL, NULL, NULL};
+    for (int k = 0; k < n_w; k++)
+        y[k] = ds_alloc((size_t)n_out[k] * 4, 0);
+    cudaStream_t st;
+    cudaEvent_t e0, e1;
+    cudaStreamCreate(&st);
+    cudaEventCreate(&e0);
+    cudaEventCreate(&e1);
+    float us[2];
+    int64_t took = 0;
+    for (int pro = 0; pro < 2; pro++) {
+        enum { REPS = 11, CALLS = 20 };
+        float ms[REPS];
+        bool ok = true;
+        const int64_t c0 = mf_cu_gemv_v4_pro_count();
+        for (int i = 0; i < 2 + REPS && ok; i++) {
+            cudaEventRecord(e0, st);
+            for (int c = 0; c < CALLS && ok; c++) {
+                mf_cu_q8_multi_args a = {.n_w = n_w, .swiglu = swiglu, .x = x, .n_in = n_in, .nt = 1, .q8 = q8,
+                                         .norm = norm, .norm_w = norm ? nw : NULL, .norm_eps = 1e-6f, .gemv_auto = 1,
+                                         .gemv_v4 = -1, .v4_pro = pro ? lim : 0};
+                const uint8_t *base = w + per * (uint64_t)((i * CALLS + c) % copies);
+                for (int k = 0; k < n_w; k++) {
+                    a.wtype[k] = t;
+                    a.w[k] = base;
+                    base += rb * (uint64_t)n_out[k] + 256;
+                    a.row_bytes[k] = rb;
+                    a.y[k] = y[k];
+                    a.res[k] = res ? y[k] : NULL;
+                    a.n_out[k] = n_out[k];
+                }
+                ok = mf_cu_gemv_q8_multi(&a, st) == cudaSuccess;
+            }
+            cudaEventRecord(e1, st);
+            ok = ok && cudaEventSynchronize(e1) == cudaSuccess;
+            if (ok && i >= 2)
+                cudaEventElapsedTime(&ms[i - 2], e0, e1);
+        }
+        if (pro)
+            took = mf_cu_gemv_v4_pro_count() - c0;
+        qsort(ms, REPS, sizeof ms[0], cmp_f);
+        us[pro] = ok ? ms[REPS / 2] * 1e3f / CALLS : -1.0f;
+        cudaGetLastError();
+    }
+    double bytes = 0;
+    for (int k = 0; k < n_w; k++)
+        bytes += (double)rb * (double)n_out[k];
+    printf("v4pro bench %-24s %-5s %5lld->%-6lld: quant+v4 %.2f us | v4 prologue %.2f us (%.0f / %.0f GB/s)%s\n",
+           what, mf_type_name(t), (long long)n_in, (long long)n_out[0], us[0], us[1], bytes / (us[0] * 1e3),
+           bytes / (us[1] * 1e3), took ? "" : " [prologue not taken]");
+    cudaEventDestroy(e0);
+    cudaEventDestroy(e1);
+    cudaStreamDestroy(st);
+    for (int k = 0; k < n_w; k++)
+        cudaFree(y[k]);
+    cudaFree(w); cudaFree(q8); cudaFree(x); cudaFree(nw);
+}
+
+static void v4pro_family(void) {
+    vp_spec c[48];
+    const int n = vp_specs(c);
+    for (int i = 0; i < n; i++)
+        vp_test(&c[i]);
+    for (int rope = 0; rope < 2; rope++) {
+        vp_graph(&vp_qkv[0], MF_TYPE_Q8_0, MF_TYPE_Q8_0, 4864, rope);
+        if (!small)
+            vp_graph(&vp_qkv[1], MF_TYPE_Q4_K, MF_TYPE_Q6_K, 18944, rope);
+    }
+    if (!(getenv("MINFER_CUDA_TEST_BENCH") && atoi(getenv("MINFER_CUDA_TEST_BENCH")) > 0))
+        return;
+    for (int i = 0; i < 2; i++) {
+        const uint32_t t = i ? MF_TYPE_Q8_0 : MF_TYPE_Q4_0;
+        vp_bench("0.5B qkv +norm", t, 896, 3, (const int64_t[]){896, 128, 128}, false, true, false, VP_LIMIT);
+        vp_bench("0.5B gate/up swiglu +norm", t, 896, 2, (const int64_t[]){4864, 4864}, true, true, false, VP_LIMIT);
+        vp_bench("0.5B down +res", t, 4864, 1, (const int64_t[]){896}, false, false, true, VP_LIMIT);
+    }
+    for (int i = 0; i < 2; i++) {
+        const uint32_t t = i ? MF_TYPE_Q4_0 : MF_TYPE_Q4_K;
+        vp_bench("7B qkv +norm", t, 3584, 3, (const int64_t[]){3584, 512, 512}, false, true, false, VP_LIMIT);
+        vp_bench("7B gate/up swiglu +norm", t, 3584, 2, (const int64_t[]){18944, 18944}, true, true, false, VP_LIMIT);
+        vp_bench("7B down +res (forced)", t, 18944, 1, (const int64_t[]){3584}, false, false, true, 20000);
+    }
+}
+
 int main(void) {
     small = mf_env_flag("MINFER_CUDA_TEST_SMALL");
     only = getenv("MINFER_CUDA_TEST_ONLY");
@@ -5015,6 +5874,10 @@ int main(void) {
         attnone_weights();
     if (fam("normmm"))
         normmm_weights();
+    if (fam("qkvrope"))
+        qkvrope_weights();
+    if (fam("v4pro"))
+        v4pro_weights();
 
     mf_error e;
     if (mf_backend_cuda_new(W, &be, &e)) {
@@ -5156,6 +6019,10 @@ int main(void) {
         gemvfuse_family();
     if (fam("attnone"))
         attnone_family();
+    if (fam("qkvrope"))
+        qkvrope_family();
+    if (fam("v4pro"))
+        v4pro_family();
     if (fam("normmm")) {
         normmm_case("nm.q8_0.896x3000", MF_TYPE_Q8_0, 896);
         normmm_case("nm.q6_k.3584x3000", MF_TYPE_Q6_K, 3584);

@@ -293,12 +293,94 @@ MF_TEST(errors_name_the_problem) {
     CHECK_STR_CONTAINS(err.msg, "kv_dim 48");
 }
 
+/* A CPU backend dressed as one with host memory of its own and a
+ * stream-ordered read_host: counts the calls the engine makes. */
+static mf_backend_ops host_ops;
+static const mf_backend_ops *cpu_ops;
+static int n_sync, n_halloc, n_hfree, halloc_fail;
+static void *hblocks[4];
+static int wrap_sync(mf_backend *b, mf_error *err) {
+    n_sync++;
+    return cpu_ops->synchronize(b, err);
+}
+static void *wrap_halloc(mf_backend *b, size_t n) {
+    (void)b;
+    if (halloc_fail || n_halloc >= 4)
+        return NULL;
+    void *p = malloc(n);
+    memset(p, 0x5a, n); /* the engine must hand it out zeroed */
+    hblocks[n_halloc++] = p;
+    return p;
+}
+static void wrap_hfree(mf_backend *b, void *p) {
+    (void)b;
+    for (int i = 0; i < 4; i++)
+        if (hblocks[i] == p) {
+            n_hfree++;
+            hblocks[i] = NULL;
+            free(p);
+        }
+}
+
+static mf_engine *make_wrapped(bool read_waits) {
+    mf_backend *b;
+    mf_error err;
+    MF_ASSERT(mf_backend_cpu_new(W, 2, &b, &err) == 0);
+    cpu_ops = b->ops;
+    host_ops = *b->ops;
+    host_ops.synchronize = wrap_sync;
+    host_ops.host_alloc = wrap_halloc;
+    host_ops.host_free = wrap_hfree;
+    host_ops.read_host_waits = read_waits;
+    b->ops = &host_ops;
+    mf_engine_opts o = {.n_layers = NL, .kv_dim = KVD, .n_ctx = NCTX, .kv_type = MF_TYPE_F32, .n_vocab = NV};
+    mf_engine *e;
+    MF_ASSERT(mf_engine_new(&o, &b, 1, &e, &err) == 0);
+    return e;
+}
+
+/* Output memory from the backend (zeroed, given back through host_free, a
+ * heap fallback when it has none), and no synchronize before reading an
+ * output when the backend's read_host waits by itself: same logits. */
+MF_TEST(host_memory_and_read_without_synchronize) {
+    static float want[9 * NV];
+    mf_engine *e0 = make(CFG_CPU, MF_TYPE_F32);
+    run_seq(e0, MF_TYPE_F32, want);
+    mf_engine_free(e0);
+    for (int waits = 0; waits < 2; waits++) {
+        n_sync = n_halloc = n_hfree = halloc_fail = 0;
+        mf_engine *e = make_wrapped(waits != 0);
+        float *out = mf_engine_host_alloc(e, 9 * NV * sizeof *out);
+        CHECK(out && n_halloc == 1 && (void *)out == hblocks[0]);
+        int zero = 1;
+        for (int i = 0; i < 9 * NV; i++)
+            zero &= out[i] == 0.0f;
+        CHECK_MSG(zero, "host_alloc memory not zeroed (waits %d)", waits);
+        run_seq(e, MF_TYPE_F32, out);
+        /* one split per forward: 4 forwards, a synchronize each unless read_host waits */
+        CHECK_MSG(n_sync == (waits ? 0 : 4), "read_host_waits %d: %d synchronize calls", waits, n_sync);
+        CHECK_MSG(maxdiff(out, want, 9 * NV) == 0.0, "read_host_waits %d: logits differ by %.3g", waits,
+                  maxdiff(out, want, 9 * NV));
+        mf_engine_host_free(e, out);
+        CHECK_EQ_INT(n_hfree, 1);
+        halloc_fail = 1; /* no backend memory: the C heap, zeroed, freed with free() */
+        float *h = mf_engine_host_alloc(e, 64 * sizeof *h);
+        CHECK(h && h[0] == 0.0f && h[63] == 0.0f);
+        mf_engine_host_free(e, h);
+        CHECK_EQ_INT(n_hfree, 1);
+        halloc_fail = 0;
+        CHECK(mf_engine_host_alloc(e, 16) != NULL); /* left for mf_engine_free to give back */
+        mf_engine_free(e);
+        CHECK_EQ_INT(n_hfree, 2);
+    }
+}
+
 int main(int argc, char **argv) {
     setup();
     static const mf_test_entry tests[] = {
         MF_T(cpu_vs_ref_cpu_vs_alternate_same_logits), MF_T(graph_reuse_and_rebuild_identity),
         MF_T(kv_migrates_when_attention_moves), MF_T(kv_type_change_converts_contents),
-        MF_T(errors_name_the_problem),
+        MF_T(errors_name_the_problem), MF_T(host_memory_and_read_without_synchronize),
     };
     int rc = mf_test_run(tests, (int)(sizeof tests / sizeof tests[0]), argc, argv);
     mf_weights_free(W);

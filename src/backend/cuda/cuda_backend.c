@@ -27,6 +27,8 @@
 #define TRACE_N 16
 #define N_SCRATCH 8
 #define PIN_BYTES ((size_t)64 << 20)
+#define PINNED_N 8                          /* host_alloc blocks at once */
+#define PINNED_MAX ((size_t)256 << 20)      /* larger ones come from the C heap */
 #define WEIGHT_ALIGN 256
 #define NO_WEIGHT UINT64_MAX
 #define N_GENTRY 4        /* forwards (graph identities) kept captured */
@@ -43,6 +45,7 @@
  * combine). The kernel leaves every counter it touched at 0 again, so the
  * next launch and graph replays find zeros. */
 #define CNT_MAX 65536
+#define RTAB_N 8 /* MINFER_CUDA_QKV_ROPE cos/sin tables (per theta, freq_scale, n_rot, n_ctx) */
 
 typedef struct cu_buf {
     void *p;
@@ -61,6 +64,7 @@ typedef struct cu_call {
  * scratch pointers they launched with; exec once captured. */
 typedef struct cu_gentry {
     const mf_graph *g;
+    uint64_t stamp; /* g->stamp when recorded: equal stamps mean equal nodes (no memcmp) */
     mf_node *nodes;
     int32_t n_nodes;
     int64_t kv_dim;
@@ -82,6 +86,17 @@ typedef struct cu_trace {
     const char *kernel;
     int64_t d0, d1; /* the launch's leading extents (rows, tokens ...) */
 } cu_trace;
+
+/* marks of one replayed forward (cu_host_times.t) */
+enum { HT_BEGIN, HT_LAUNCH0, HT_LAUNCH1, HT_SYNC0, HT_SYNC1, HT_READ0, HT_READ1, HT_READ2, HT_N };
+
+typedef struct cu_host_times {
+    bool on, live;
+    cudaEvent_t ev[2];
+    uint64_t t[HT_N];
+    double sum[HT_N + 1];
+    int64_t n;
+} cu_host_times;
 
 typedef struct cu_ctx {
     const mf_weights *w;
@@ -130,6 +145,14 @@ typedef struct cu_ctx {
     int trace; /* MINFER_TRACE=1: every launch printed to stderr as it is made */
     int fuse;  /* MINFER_CUDA_FUSE_GEMV=1: QKV / gate+up(+SwiGLU) as one int8 GEMV launch */
     int fuse_rope; /* MINFER_CUDA_FUSE_ROPE=1: FUSED_QKV's rope q/k + store k/v as one launch */
+    int qkv_rope;  /* MINFER_CUDA_QKV_ROPE=1: ... and that inside the v4 QKV GEMV's epilogue (decode) */
+    struct {       /* its (cos, sin) tables (mf_cu_rope_table); never freed before the backend */
+        float theta, freq_scale, *cs;
+        int32_t n_rot;
+        int64_t n_pos;
+    } rtab[RTAB_N];
+    int n_rtab;
+    int64_t n_qkv_rope; /* FUSED_QKV nodes launched with the fold (mf_cuda_qkv_rope_stats) */
     int fuse_add;  /* MINFER_CUDA_FUSE_ADD=1: MATMUL + the ADD of its result as one GEMV */
     int fuse_norm; /* MINFER_CUDA_FUSE_NORM=1: RMSNORM folded into the next fused node's quantization */
     int norm_mm;   /* MINFER_CUDA_NORM_MM (default 1): ... and into a plain MATMUL's (the lm_head) */
@@ -140,6 +163,8 @@ typedef struct cu_ctx {
                       U slices in flight (1, 2), =0 off */
     int gemv_pro;  /* int8 GEMV quantizes x in its prologue: 1 auto rule, 2 always (tests), 0 the separate
                       quantize kernels (opt-in MINFER_CUDA_GEMV_PROLOGUE=1) */
+    int gemv_v4_pro; /* v4 GEMVs of n_in <= this quantize x in their own prologue (MINFER_CUDA_GEMV_V4_PRO=1:
+                        V4_PRO_MAX_N_IN); 0 the separate quantize kernels (default) */
     int64_t n_q8_ready; /* int8 GEMVs that read an input a kernel before wrote (q8_produced; tests) */
     int flash;     /* MINFER_CUDA_FLASH_PREFILL=1: query-tiled attention for nt > 8 */
     int tc_attn;   /* tensor-core prefill attention for nt > 8 (MINFER_CUDA_NO_TC_ATTN=1 clears) */
@@ -168,9 +193,61 @@ typedef struct cu_ctx {
     int32_t fruitless;       /* captures since the last replay */
     int64_t n_captures, n_replays;
     int64_t n_fused_add, n_fused_norm; /* launches of the two deferrals (mf_cuda_fuse_stats) */
+    cu_host_times ht;        /* MINFER_CUDA_HOST_TIMES=1: where a replayed forward's wall time goes */
+    struct {                 /* cu_host_alloc's pinned blocks (read_host copies into them directly) */
+        void *p;
+        size_t n;
+    } pinned[PINNED_N];
 } cu_ctx;
 
 #define CX(b) ((cu_ctx *)(b)->ctx)
+
+/* ---- host time of replayed forwards (MINFER_CUDA_HOST_TIMES=1) -------------------------- */
+
+/* One replayed forward's marks (mf_time_ns) and the sums over all of them,
+ * printed when the backend is freed: how much of a decode step the GPU is
+ * busy and where the host spends the rest. */
+
+static void ht_mark(cu_ctx *c, int k) {
+    if (c->ht.on && (c->ht.live || k == HT_BEGIN))
+        c->ht.t[k] = mf_time_ns();
+}
+
+/* Closes the forward begun at t[HT_BEGIN] when the next one begins. */
+static void ht_begin(cu_ctx *c) {
+    cu_host_times *h = &c->ht;
+    if (!h->on)
+        return;
+    const uint64_t now = mf_time_ns();
+    if (h->live && h->t[HT_READ2]) {
+        float ms = 0;
+        if (cudaEventElapsedTime(&ms, h->ev[0], h->ev[1]) == cudaSuccess)
+            h->sum[HT_N] += (double)ms * 1e6;
+        h->sum[0] += (double)(h->t[HT_LAUNCH0] - h->t[HT_BEGIN]);
+        h->sum[1] += (double)(h->t[HT_LAUNCH1] - h->t[HT_LAUNCH0]);
+        h->sum[2] += (double)(h->t[HT_SYNC1] - h->t[HT_SYNC0]);
+        h->sum[3] += (double)(h->t[HT_READ1] - h->t[HT_READ0]);
+        h->sum[4] += (double)(h->t[HT_READ2] - h->t[HT_READ1]);
+        h->sum[5] += (double)(now - h->t[HT_READ2]);
+        h->sum[6] += (double)(now - h->t[HT_BEGIN]);
+        h->n++;
+    }
+    memset(h->t, 0, sizeof h->t);
+    h->live = false;
+    h->t[HT_BEGIN] = now;
+}
+
+static void ht_print(const cu_host_times *h) {
+    if (!h->on || h->n == 0)
+        return;
+    const double n = (double)h->n * 1e3;
+    fprintf(stderr,
+            "cuda host times, %lld replayed forwards, us each: wall %.1f = record+match %.1f, "
+            "cudaGraphLaunch %.1f, synchronize %.1f, read D2H %.1f, read memcpy %.1f, "
+            "after read %.1f; graph on the GPU (events) %.1f\n",
+            (long long)h->n, h->sum[6] / n, h->sum[0] / n, h->sum[1] / n, h->sum[2] / n,
+            h->sum[3] / n, h->sum[4] / n, h->sum[5] / n, h->sum[HT_N] / n);
+}
 
 /* ---- errors ------------------------------------------------------------------------ */
 
@@ -220,9 +297,13 @@ static void nap_us(long us) {
 }
 
 /* Waits until the stream is idle, at most timeout_ms: spins on
- * cudaStreamQuery for the first 2 ms (decode steps are short), then sleeps
- * in growing naps. Then reports a fault a kernel recorded. `what` names the
- * caller for the message. */
+ * cudaStreamQuery for the first SPIN_NS, then sleeps in growing naps. Then
+ * reports a fault a kernel recorded. `what` names the caller for the
+ * message. The spin covers every decode step: a nap costs at least the
+ * kernel's timer slack (~50 us), and 2 ms of spin (the old rule) put a
+ * 7B decode step (2.6 ms) into naps of up to 320 us, 6 % of its wall time
+ * (H200, MINFER_CUDA_HOST_TIMES, docs/PERF.md entry 15). */
+#define SPIN_NS 100000000ull
 static int cu_wait(cu_ctx *c, const char *what, mf_error *err) {
     const uint64_t t0 = mf_time_ns();
     const uint64_t limit = (uint64_t)c->timeout_ms * 1000000ull;
@@ -244,7 +325,7 @@ static int cu_wait(cu_ctx *c, const char *what, mf_error *err) {
             dump_ring(c, err);
             return -1;
         }
-        if (dt > 2000000ull) {
+        if (dt > SPIN_NS) {
             nap_us(nap);
             if (nap < 1000)
                 nap *= 2;
@@ -371,6 +452,49 @@ static int cu_write_host(mf_backend *b, int32_t id, size_t off, const void *src,
     return 0;
 }
 
+/* ---- pinned host memory (host_alloc) ------------------------------------------------ */
+
+static void *cu_host_alloc(mf_backend *b, size_t nbytes) {
+    cu_ctx *c = CX(b);
+    if (nbytes == 0 || nbytes > PINNED_MAX)
+        return NULL;
+    for (int i = 0; i < PINNED_N; i++) {
+        if (c->pinned[i].p)
+            continue;
+        void *p = NULL;
+        if (cudaHostAlloc(&p, nbytes, cudaHostAllocDefault) != cudaSuccess) {
+            cudaGetLastError();
+            return NULL;
+        }
+        c->pinned[i].p = p;
+        c->pinned[i].n = nbytes;
+        return p;
+    }
+    return NULL;
+}
+
+static void cu_host_free(mf_backend *b, void *p) {
+    cu_ctx *c = CX(b);
+    for (int i = 0; i < PINNED_N; i++)
+        if (p && c->pinned[i].p == p) {
+            cudaFreeHost(p);
+            c->pinned[i].p = NULL;
+        }
+}
+
+/* Whether [p, p + n) lies inside one of host_alloc's blocks. */
+static bool is_pinned(const cu_ctx *c, const void *p, size_t n) {
+    const uint8_t *q = p;
+    for (int i = 0; i < PINNED_N; i++) {
+        const uint8_t *b0 = c->pinned[i].p;
+        if (b0 && q >= b0 && q <= b0 + c->pinned[i].n && n <= (size_t)(b0 + c->pinned[i].n - q))
+            return true;
+    }
+    return false;
+}
+
+/* Stream-ordered (read_host_waits): the copy follows every launch before it
+ * and the wait covers them, so the engine need not synchronize first. */
 static int cu_read_host(mf_backend *b, int32_t id, size_t off, void *dst, size_t nbytes,
                         mf_error *err) {
     cu_ctx *c = CX(b);
@@ -380,6 +504,15 @@ static int cu_read_host(mf_backend *b, int32_t id, size_t off, void *dst, size_t
         return -1;
     if (flush_pending(b, err))
         return -1;
+    ht_mark(c, HT_READ0);
+    if (is_pinned(c, dst, nbytes)) { /* one DMA behind the queued work, no staging */
+        CU_TRY(cudaMemcpyAsync(dst, (const uint8_t *)c->bufs[id].p + off, nbytes, cudaMemcpyDeviceToHost,
+                               c->stream));
+        const int rc = cu_wait(c, "read_host", err);
+        ht_mark(c, HT_READ1);
+        ht_mark(c, HT_READ2);
+        return rc;
+    }
     uint8_t *d = dst;
     while (nbytes > 0) {
         size_t chunk = nbytes < PIN_BYTES ? nbytes : PIN_BYTES;
@@ -389,11 +522,13 @@ static int cu_read_host(mf_backend *b, int32_t id, size_t off, void *dst, size_t
                                cudaMemcpyDeviceToHost, c->stream));
         if (cu_wait(c, "read_host", err))
             return -1;
+        ht_mark(c, HT_READ1);
         memcpy(d, c->pin, chunk);
         d += chunk;
         off += chunk;
         nbytes -= chunk;
     }
+    ht_mark(c, HT_READ2);
     return 0;
 }
 
@@ -402,7 +537,10 @@ static int cu_synchronize(mf_backend *b, mf_error *err) {
         return -1;
     if (flush_pending(b, err))
         return -1;
-    return cu_wait(CX(b), "synchronize", err);
+    ht_mark(CX(b), HT_SYNC0);
+    int rc = cu_wait(CX(b), "synchronize", err);
+    ht_mark(CX(b), HT_SYNC1);
+    return rc;
 }
 
 /* ---- weights ------------------------------------------------------------------------------ */
@@ -741,7 +879,8 @@ static int run_matmul(exec *x, const mf_matmul_meta *m, const float *in, float *
                            .x = in, .bias = bias, .y = y, .n_in = m->n_in, .n_out = m->n_out,
                            .nt = nt, .force_gemm = x->c->matmul_mode, .no_tc = x->c->no_tc,
                            .gemv_v1 = x->c->gemv_v1, .gemv_auto = x->c->gemv_auto,
-                           .gemv_v4 = x->c->gemv_v4, .prologue = x->c->gemv_pro};
+                           .gemv_v4 = x->c->gemv_v4, .prologue = x->c->gemv_pro,
+                           .v4_pro = x->c->gemv_v4_pro};
     const int mode = x->c->matmul_mode;
     const bool q8 = mf_cu_q8_supported(m->wtype, m->n_in) && nt <= 8 &&
                     (mode == -2 || (mode == 0 && !x->c->no_q8));
@@ -837,13 +976,18 @@ static bool fuse_ok(const exec *x, const mf_matmul_meta *const *mm, int n, int64
 
 /* y[i] = W_i in (+ b_i) for the n (<= 3) matmuls of fuse_ok, or with swiglu
  * (n == 2) y[0] = silu(W0 in + b0) * (W1 in + b1). y may alias in: the GEMV
- * reads only the quantized copy of in. */
-static int run_multi(exec *x, const mf_matmul_meta *const *mm, int n, bool swiglu, const float *in,
-                     float *const *y, const float *const *res, int64_t nt) {
+ * reads only the quantized copy of in. With rope (FUSED_QKV, n 3): when the
+ * launcher takes it (mf_cu_q8_multi_rope_ok) the GEMV also ropes and stores
+ * (q into rope_y, k and v into the cache; y[1], y[2] unwritten) and this
+ * returns 1; else the plain launch and 0; -1 on an error. */
+static int run_multi_r(exec *x, const mf_matmul_meta *const *mm, int n, bool swiglu, const float *in,
+                       float *const *y, const float *const *res, int64_t nt, const mf_cu_qkv_rope_args *rope,
+                       float *rope_y) {
     mf_cu_q8_multi_args a = {.n_w = n, .swiglu = swiglu, .x = x->norm ? x->norm_x : in, .n_in = mm[0]->n_in,
                              .nt = nt, .norm = x->norm, .norm_w = x->norm_w, .norm_eps = x->norm_eps,
                              .v2 = x->c->gemv_v2, .gemv_v1 = x->c->gemv_v1, .gemv_auto = x->c->gemv_auto,
-                             .gemv_v4 = x->c->gemv_v4, .prologue = x->c->gemv_pro};
+                             .gemv_v4 = x->c->gemv_v4, .prologue = x->c->gemv_pro,
+                             .v4_pro = x->c->gemv_v4_pro};
     for (int i = 0; i < n; i++) {
         const mf_matmul_meta *m = mm[i];
         if (!(a.w[i] = weight_ptr(x, m->weight, m->wtype, m->n_in, m->n_out)))
@@ -864,9 +1008,22 @@ static int run_multi(exec *x, const mf_matmul_meta *const *mm, int n, bool swigl
     else if (!(a.q8 = scratch(x, Q8_SLOT, mf_cu_q8_bytes(a.n_in, nt))))
         return -1;
     x->c->n_q8_ready += a.x_q8_ready != 0;
+    a.rope = rope;
+    if (rope && mf_cu_q8_multi_rope_ok(&a))
+        a.y[0] = rope_y;
+    else
+        a.rope = NULL;
     static const char *const kname[2][2] = { /* [x ready][swiglu] (MINFER_TRACE) */
         {"gemv_q8_multi", "gemv_q8_multi(swiglu)"}, {"gemv_q8_multi(x ready)", "gemv_q8_multi(swiglu, x ready)"}};
-    return launched(x, kname[a.x_q8_ready != 0][swiglu], a.n_out[0] * n, nt, mf_cu_gemv_q8_multi(&a, x->c->stream));
+    if (launched(x, a.rope ? "gemv_q8_multi(qkv rope)" : kname[a.x_q8_ready != 0][swiglu], a.n_out[0] * n, nt,
+                 mf_cu_gemv_q8_multi(&a, x->c->stream)))
+        return -1;
+    return a.rope != NULL;
+}
+
+static int run_multi(exec *x, const mf_matmul_meta *const *mm, int n, bool swiglu, const float *in,
+                     float *const *y, const float *const *res, int64_t nt) {
+    return run_multi_r(x, mm, n, swiglu, in, y, res, nt, NULL, NULL);
 }
 
 static int run_ew(exec *x, int op, const float *a, const float *b, float *y, int64_t n, int64_t b_n,
@@ -969,6 +1126,67 @@ static int d2d(exec *x, void *dst, const void *src, size_t nbytes) {
 
 /* ---- execute: fused attention input ---------------------------------------------------------- */
 
+/* The (cos, sin) table of (n_rot, theta, freq_scale) for positions
+ * [0, n_pos) (mf_cu_rope_table), made on first use outside a capture. A
+ * table is never replaced or freed before the backend (a captured graph
+ * keeps its pointer); a longer context gets a new one. 0 and *cs; 1: none
+ * (capturing, RTAB_N tables made, no memory: the caller does not fold); -1:
+ * the fill failed to launch (err set). */
+static int rope_table(exec *x, int32_t n_rot, float theta, float freq_scale, int64_t n_pos, const float **cs) {
+    cu_ctx *c = x->c;
+    for (int i = 0; i < c->n_rtab; i++)
+        if (c->rtab[i].n_rot == n_rot && c->rtab[i].theta == theta && c->rtab[i].freq_scale == freq_scale &&
+            c->rtab[i].n_pos >= n_pos) {
+            *cs = c->rtab[i].cs;
+            return 0;
+        }
+    if (c->capturing || c->n_rtab == RTAB_N)
+        return 1;
+    float *p = NULL;
+    if (cudaMalloc((void **)&p, (size_t)n_pos * (size_t)n_rot * sizeof(float)) != cudaSuccess) {
+        cudaGetLastError();
+        return 1;
+    }
+    if (launched(x, "rope_table", n_pos, n_rot, mf_cu_rope_table(p, n_pos, n_rot, theta, freq_scale, c->stream))) {
+        cudaFree(p);
+        return -1;
+    }
+    c->rtab[c->n_rtab].theta = theta;
+    c->rtab[c->n_rtab].freq_scale = freq_scale;
+    c->rtab[c->n_rtab].n_rot = n_rot;
+    c->rtab[c->n_rtab].n_pos = n_pos;
+    c->rtab[c->n_rtab++].cs = p;
+    *cs = p;
+    return 0;
+}
+
+/* MINFER_CUDA_QKV_ROPE: the arguments of the rope + K/V store folded into
+ * the FUSED_QKV GEMV's epilogue (mf_cu_qkv_rope_args), when the node is one
+ * decode token without QkNorm, the rope covers whole heads with one rule
+ * for q and k, the cache is f32 / f16 and a table is there. 1: *ra filled
+ * (run_multi_r still checks the GEMV side: every weight on v4); 0: today's
+ * path; -1: error. */
+static int qkv_rope_args(exec *x, const mf_qkv_meta *m, void *kc, void *vc, const mf_exec_args *ea,
+                         const int32_t *pos, int64_t nt, mf_cu_qkv_rope_args *ra) {
+    const mf_rope_meta *rq = &m->rope_q, *rk = &m->rope_k;
+    const int32_t hd = m->head_dim;
+    if (!x->c->qkv_rope || x->n->op != MF_OP_FUSED_QKV || m->q_norm || m->k_norm || nt != 1 || !pos ||
+        (ea->kv_type != MF_TYPE_F32 && ea->kv_type != MF_TYPE_F16) || hd <= 0 || hd % 2 || ea->n_ctx <= 0 ||
+        rq->n_rot != hd || rk->n_rot != hd || rq->head_dim != hd || rk->head_dim != hd ||
+        rq->n_head != m->n_head || rk->n_head != m->n_head_kv || rq->mode != rk->mode || rq->theta != rk->theta ||
+        rq->freq_scale != rk->freq_scale)
+        return 0;
+    const float *cs = NULL;
+    const int r = rope_table(x, hd, rq->theta, rq->freq_scale, ea->n_ctx, &cs);
+    if (r != 0)
+        return r < 0 ? -1 : 0;
+    *ra = (mf_cu_qkv_rope_args){.cs = cs, .n_pos = ea->n_ctx, .pos = pos, .head_dim = hd,
+                                .neox = (rq->mode & 2) != 0, .kv_type = ea->kv_type, .kc = kc, .vc = vc,
+                                .n_past = ea->n_past, .n_past_dev = x->npast_dev, .fault = x->c->fault,
+                                .node = x->id};
+    return 1;
+}
+
 /* FUSED_QKV(_NORM): three matmuls into scratch (the output may alias x),
  * optional per-head norms, RoPE of K in place and of Q into the output, the
  * K/V store at n_past. QKV_BIAS_ROPE_STORE: the same tail on three given
@@ -1022,8 +1240,12 @@ static int exec_qkv(exec *x, const int32_t *in, int32_t out, mf_kv_pair kv, cons
         const mf_matmul_meta *mm[3] = {&m->q, &m->k, &m->v};
         float *const ys[3] = {sq, sk, sv};
         if (fuse_ok(x, mm, 3, nt)) {
-            if (run_multi(x, mm, 3, false, xin, ys, NULL, nt))
-                return -1;
+            mf_cu_qkv_rope_args ra;
+            const int fr = qkv_rope_args(x, m, kc, vc, ea, pos, nt, &ra); /* MINFER_CUDA_QKV_ROPE */
+            const int r = fr < 0 ? -1 : run_multi_r(x, mm, 3, false, xin, ys, NULL, nt, fr ? &ra : NULL, y);
+            x->c->n_qkv_rope += r > 0;
+            if (r != 0)
+                return r < 0 ? -1 : 0; /* 1: the GEMV's epilogue did the rope and the K/V store */
         } else if (x->norm) { /* norm_fusable promised the fused path */
             return NODE_ERR(x, "folded RMSNorm but the matmuls cannot take the int8 GEMV (nt %lld)",
                             (long long)nt);
@@ -1601,6 +1823,7 @@ static int flush_recorded(mf_backend *b, mf_error *err) {
 static int cu_begin_forward(mf_backend *b, const mf_graph *g, const mf_exec_args *a, mf_error *err) {
     cu_ctx *c = CX(b);
     (void)err;
+    ht_begin(c);
     /* a recording still open belongs to a forward that failed before its
      * end_forward: its calls are dropped, never run late */
     c->recording = false;
@@ -1647,7 +1870,8 @@ static bool gentry_matches(const cu_ctx *c, const cu_gentry *e) {
            e->attn_one == attn_one_now(c, &c->rec_a) &&
            memcmp(e->scr, c->scr, sizeof e->scr) == 0 &&
            memcmp(e->calls, c->rec, (size_t)c->n_rec * sizeof *c->rec) == 0 &&
-           memcmp(e->nodes, g->nodes, (size_t)g->n_nodes * sizeof *g->nodes) == 0;
+           ((g->stamp != 0 && e->stamp == g->stamp) ||
+            memcmp(e->nodes, g->nodes, (size_t)g->n_nodes * sizeof *g->nodes) == 0);
 }
 
 /* Enqueues the upload of the forward's n_past to dev_npast (before the
@@ -1722,7 +1946,14 @@ static int cu_end_forward(mf_backend *b, const mf_graph *g, const mf_exec_args *
         if (upload_npast(c, a->n_past, err))
             return -1;
         trace_graph(c, "cudaGraphLaunch", c->n_rec);
+        c->ht.live = c->ht.on;
+        ht_mark(c, HT_LAUNCH0);
+        if (c->ht.live)
+            CU_TRY(cudaEventRecord(c->ht.ev[0], c->stream));
         CU_TRY(cudaGraphLaunch(e->exec, c->stream));
+        if (c->ht.live)
+            CU_TRY(cudaEventRecord(c->ht.ev[1], c->stream));
+        ht_mark(c, HT_LAUNCH1);
         c->n_replays++;
         c->fruitless = 0;
         return 0;
@@ -1762,6 +1993,7 @@ static int cu_end_forward(mf_backend *b, const mf_graph *g, const mf_exec_args *
      * graph once the launch was enqueued) */
     gentry_clear(e);
     e->g = g;
+    e->stamp = g->stamp;
     e->n_nodes = g->n_nodes;
     e->nodes = mf_malloc((size_t)(g->n_nodes > 0 ? g->n_nodes : 1) * sizeof *e->nodes);
     memcpy(e->nodes, g->nodes, (size_t)g->n_nodes * sizeof *g->nodes);
@@ -1789,8 +2021,20 @@ static void cu_free(mf_backend *b) {
         if (cu_wait(c, "free", &e))
             fprintf(stderr, "%s\n", e.msg);
     }
+    ht_print(&c->ht);
+#ifdef MF_KTIME
+    if (c->stream) /* the kernel timeline (MINFER_CUDA_KTIME, pdl.cuh) */
+        mf_cu_ktime_dump(stderr);
+#endif
+    for (int i = 0; i < PINNED_N; i++) /* blocks a holder did not give back */
+        if (c->pinned[i].p)
+            cudaFreeHost(c->pinned[i].p);
+    for (int i = 0; i < 2 && c->ht.on; i++)
+        cudaEventDestroy(c->ht.ev[i]);
     for (int i = 0; i < N_GENTRY; i++)
         gentry_clear(&c->ge[i]);
+    for (int i = 0; i < c->n_rtab; i++)
+        cudaFree(c->rtab[i].cs);
     free(c->rec);
     if (c->dev_npast)
         cudaFree(c->dev_npast);
@@ -1825,6 +2069,9 @@ static const mf_backend_ops cu_ops = {
     .alloc_fresh = cu_alloc_fresh,
     .execute_node = cu_execute_node,
     .read_host = cu_read_host,
+    .host_alloc = cu_host_alloc,
+    .host_free = cu_host_free,
+    .read_host_waits = true,
     .write_host = cu_write_host,
     .synchronize = cu_synchronize,
     .has_weight = cu_has_weight,
@@ -1881,12 +2128,22 @@ static int mma_cfg_from_env(void) {
     return c >= 0 && c < MF_CU_MMA_N_CFG ? (int)c : 2;
 }
 
+/* MINFER_CUDA_GEMV_V4_PRO=v: the largest n_in whose v4 GEMV quantizes its own
+ * input (gemv_q8v4.cu). 1: V4_PRO_MAX_N_IN, every 0.5B-7B layer GEMV but the
+ * 7B down (n_in 18944: 76 KB of f32 every block would read before its first
+ * dot); v > 1: v itself; 0 off. */
+#define V4_PRO_MAX_N_IN 8192
+static int v4_pro_limit(int64_t v) {
+    return v == 1 ? V4_PRO_MAX_N_IN : v > 1 && v <= INT32_MAX ? (int)v : 0;
+}
+
 /* The int8 GEMV's kernel choice as the environment asks (at creation, and
  * when a test hands the choice back). */
 static void gemv_from_env(cu_ctx *c) {
     c->gemv_v1 = mf_env_flag("MINFER_CUDA_GEMV_V1");
     c->gemv_auto = !mf_env_flag("MINFER_CUDA_GEMV_V3");
     c->gemv_pro = mf_env_flag("MINFER_CUDA_GEMV_PROLOGUE") ? 1 : 0;
+    c->gemv_v4_pro = v4_pro_limit(mf_env_int("MINFER_CUDA_GEMV_V4_PRO", 0));
     /* v4 by its rule unless v1 / v3 everywhere was asked for */
     const int64_t u = mf_env_int("MINFER_CUDA_GEMV_V4", c->gemv_v1 || !c->gemv_auto ? 0 : -1);
     c->gemv_v4 = u >= -1 && u <= 2 ? (int)u : -1;
@@ -1923,6 +2180,8 @@ int mf_backend_cuda_new_progress(const mf_weights *w, mf_cuda_progress_fn progre
      * kernels got fast enough for 48 ew launches a token to show) is on by
      * default from session 2; =0 turns it off. */
     c->fuse_rope = mf_env_int("MINFER_CUDA_FUSE_ROPE", 1) != 0;
+    /* opt-in until measured on the H200 (briefs S5-qkvrope; docs/ENV.md) */
+    c->qkv_rope = mf_env_flag("MINFER_CUDA_QKV_ROPE");
     c->fuse_add = mf_env_int("MINFER_CUDA_FUSE_ADD", 1) != 0;
     c->fuse_norm = mf_env_int("MINFER_CUDA_FUSE_NORM", 1) != 0;
     c->norm_mm = mf_env_int("MINFER_CUDA_NORM_MM", 1) != 0;
@@ -1939,6 +2198,9 @@ int mf_backend_cuda_new_progress(const mf_weights *w, mf_cuda_progress_fn progre
     c->pend_node = -1;
     c->graphs_on = !mf_env_flag("MINFER_NO_CUDA_GRAPH");
     c->trace = mf_env_flag("MINFER_TRACE");
+    if (mf_env_flag("MINFER_CUDA_HOST_TIMES") &&
+        cudaEventCreate(&c->ht.ev[0]) == cudaSuccess && cudaEventCreate(&c->ht.ev[1]) == cudaSuccess)
+        c->ht.on = true;
     mf_cu_set_pdl(mf_env_int("MINFER_CUDA_PDL", MF_CU_PDL_DEFAULT) != 0);
     mf_cu_set_gemv_pf((int)mf_env_int("MINFER_CUDA_GEMV_PF", 0), mf_env_flag("MINFER_CUDA_GEMV_PF_LINES"));
     /* many-block RMSNorm / norm-quant and per-head rope-store (bitwise equal) */
@@ -1999,6 +2261,14 @@ void mf_cuda_set_fuse_rope(mf_backend *b, bool on) {
     CX(b)->fuse_rope = on;
 }
 
+void mf_cuda_set_qkv_rope(mf_backend *b, bool on) {
+    CX(b)->qkv_rope = on;
+}
+
+int64_t mf_cuda_qkv_rope_stats(const mf_backend *b) {
+    return CX(b)->n_qkv_rope;
+}
+
 void mf_cuda_set_fuse_add(mf_backend *b, bool on) {
     CX(b)->fuse_add = on;
 }
@@ -2038,6 +2308,11 @@ void mf_cuda_set_gemv_prologue(mf_backend *b, int mode) {
         CX(b)->gemv_pro = mf_env_flag("MINFER_CUDA_GEMV_PROLOGUE") ? 1 : 0;
     else
         CX(b)->gemv_pro = mode > 2 ? 2 : mode;
+}
+
+void mf_cuda_set_gemv_v4_pro(mf_backend *b, int64_t max_n_in) {
+    CX(b)->gemv_v4_pro = max_n_in < 0 ? v4_pro_limit(mf_env_int("MINFER_CUDA_GEMV_V4_PRO", 0))
+                                      : v4_pro_limit(max_n_in);
 }
 
 void mf_cuda_set_flash(mf_backend *b, bool on) {
