@@ -28,7 +28,7 @@ typedef struct mf_cu_fault {
     int64_t limit;  /* the bound it broke */
 } mf_cu_fault;
 
-enum mf_cu_fault_code { MF_CU_FAULT_NONE = 0, MF_CU_FAULT_TOKEN_ID = 1, MF_CU_FAULT_ROPE_POS = 2 };
+enum mf_cu_fault_code { MF_CU_FAULT_NONE = 0, MF_CU_FAULT_TOKEN_ID = 1 };
 
 /* y[t, o] = sum_i W[o, i] x[t, i] (+ bias[o]):  W (n_in, n_out) of wtype,
  * x (n_in, nt) f32, y (n_out, nt) f32. y must not alias x. */
@@ -58,8 +58,6 @@ typedef struct mf_cu_matmul_args {
     int32_t prologue;       /* int8 GEMV: 1 quantize x in the GEMV's prologue where mf_cu_q8_prologue_rule
                                allows, 2 wherever it fits (tests), 0 the separate quantize kernel
                                (default; MINFER_CUDA_GEMV_PROLOGUE=1 opts in) */
-    int32_t v4_pro;         /* > 0: a v4 GEMV (gemv_v4) with n_in <= v4_pro quantizes x in its own prologue
-                               (MINFER_CUDA_GEMV_V4_PRO=1: 8192; mf_cu_q8v4_launch_pro); 0 off */
     int32_t no_split;       /* MINFER_CUDA_NO_MMA_SPLIT: no split-K in the mma tier */
     int32_t mma_cfg;        /* the mma GEMM's tile config 0 .. MF_CU_MMA_N_CFG - 1 (gemm_mma.cu lists
                                them; the backend passes MINFER_CUDA_MMA_CFG, default 2); others: 0 */
@@ -137,47 +135,12 @@ typedef struct mf_cu_q8_multi_args {
     int32_t gemv_auto;    /* v3 only where it measured faster (mf_cu_gemv_v3_wanted) */
     int32_t gemv_v4;      /* as mf_cu_matmul_args.gemv_v4 */
     int32_t prologue;     /* as mf_cu_matmul_args.prologue (with norm: RMSNorm + quantize in the prologue) */
-    int32_t v4_pro;       /* as mf_cu_matmul_args.v4_pro (with norm: RMSNorm + quantize in the prologue) */
     int32_t x_q8_ready;   /* q8 already holds x quantized (RMSNorm'ed first with norm): the kernel
                              before wrote it as a by-product; no quantize launch, no prologue */
     float *y[3];
     int64_t n_out[3];
-    /* MINFER_CUDA_QKV_ROPE: non-NULL (only where mf_cu_q8_multi_rope_ok): the
-     * GEMV's epilogue ropes q and k and stores q into y[0], k and v into the
-     * cache; y[1], y[2] are not written. NULL: plain outputs. */
-    const struct mf_cu_qkv_rope_args *rope;
 } mf_cu_q8_multi_args;
 cudaError_t mf_cu_gemv_q8_multi(const mf_cu_q8_multi_args *a, cudaStream_t s);
-
-/* The rope + K/V store folded into the one-token QKV GEMV (q, k, v = the
- * multi launch's weights 0, 1, 2; n_rot == head_dim): rows i0, i1 of each
- * rope pair (NEOX (i, i + hd/2), else (2i, 2i + 1)) are one warp's row pair,
- * rotated with cs[pos][i] = (cos, sin) (mf_cu_rope_table: rope.cuh's double
- * angle and sincos, rounded to float, so the result is bitwise the
- * rope-store kernel's); q goes to y[0] (the rope output layout), k and v into
- * cache row n_past (f32 or f16, kv.cuh's rounding). A position outside
- * [0, n_pos) writes NaN and reports MF_CU_FAULT_ROPE_POS. */
-typedef struct mf_cu_qkv_rope_args {
-    const float *cs;           /* n_pos x head_dim / 2 (cos, sin) float pairs */
-    int64_t n_pos;
-    const int32_t *pos;        /* the token's position (device, one int32) */
-    int32_t head_dim, neox;
-    uint32_t kv_type;          /* MF_TYPE_F32 or MF_TYPE_F16 */
-    void *kc, *vc;             /* the layer's K and V regions (rows of kv_dim = n_out[1]) */
-    int64_t n_past;            /* the cache row ... */
-    const int32_t *n_past_dev; /* ... read from here when non-NULL (CUDA graph replay) */
-    mf_cu_fault *fault;
-    int32_t node;
-} mf_cu_qkv_rope_args;
-/* 1 when a (with a->rope set) can take the fold: three weights, one token,
- * every weight group on the v4 GEMV with one slice in flight (no prologue;
- * the rope instances are U 1 only), no residual, head_dim
- * even and dividing every n_out, an f32 / f16 cache. */
-int mf_cu_q8_multi_rope_ok(const mf_cu_q8_multi_args *a);
-/* cs[(p * n_rot / 2 + i) * 2 + {0, 1}] = (float) cos / sin of p * freq_scale
- * * theta^(-2i / n_rot) in double (rope.cuh's formula), p < n_pos. */
-cudaError_t mf_cu_rope_table(float *cs, int64_t n_pos, int32_t n_rot, float theta, float freq_scale,
-                             cudaStream_t s);
 /* The quantizing prologue (opt-in, MINFER_CUDA_GEMV_PROLOGUE=1: measured
  * slower on the H200, docs/PERF.md entry 12): every GEMV
  * block quantizes (RMSNorms) its tokens' f32 rows into shared memory itself,
@@ -190,9 +153,6 @@ cudaError_t mf_cu_rope_table(float *cs, int64_t n_pos, int32_t n_rot, float thet
  * captured launch counts once). */
 int mf_cu_q8_prologue_rule(int64_t blocks, int64_t ntb, int64_t n_in);
 int64_t mf_cu_gemv_prologue_count(void);
-/* The v4 GEMV's form of it (MINFER_CUDA_GEMV_V4_PRO; gemv_q8v4.cu): launches
- * that took the prologue (host count; a captured launch counts once). */
-int64_t mf_cu_gemv_v4_pro_count(void);
 static inline size_t mf_cu_q8_bytes(int64_t n_in, int64_t nt) {
     /* int8 values, then a float scale and an int32 of two half sums per unit */
     return (size_t)(nt * n_in) + (size_t)(nt * (n_in / 32)) * 8 + 256;

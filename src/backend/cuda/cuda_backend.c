@@ -45,7 +45,6 @@
  * combine). The kernel leaves every counter it touched at 0 again, so the
  * next launch and graph replays find zeros. */
 #define CNT_MAX 65536
-#define RTAB_N 8 /* MINFER_CUDA_QKV_ROPE cos/sin tables (per theta, freq_scale, n_rot, n_ctx) */
 
 typedef struct cu_buf {
     void *p;
@@ -145,14 +144,6 @@ typedef struct cu_ctx {
     int trace; /* MINFER_TRACE=1: every launch printed to stderr as it is made */
     int fuse;  /* MINFER_CUDA_FUSE_GEMV=1: QKV / gate+up(+SwiGLU) as one int8 GEMV launch */
     int fuse_rope; /* MINFER_CUDA_FUSE_ROPE=1: FUSED_QKV's rope q/k + store k/v as one launch */
-    int qkv_rope;  /* MINFER_CUDA_QKV_ROPE=1: ... and that inside the v4 QKV GEMV's epilogue (decode) */
-    struct {       /* its (cos, sin) tables (mf_cu_rope_table); never freed before the backend */
-        float theta, freq_scale, *cs;
-        int32_t n_rot;
-        int64_t n_pos;
-    } rtab[RTAB_N];
-    int n_rtab;
-    int64_t n_qkv_rope; /* FUSED_QKV nodes launched with the fold (mf_cuda_qkv_rope_stats) */
     int fuse_add;  /* MINFER_CUDA_FUSE_ADD=1: MATMUL + the ADD of its result as one GEMV */
     int fuse_norm; /* MINFER_CUDA_FUSE_NORM=1: RMSNORM folded into the next fused node's quantization */
     int norm_mm;   /* MINFER_CUDA_NORM_MM (default 1): ... and into a plain MATMUL's (the lm_head) */
@@ -163,8 +154,6 @@ typedef struct cu_ctx {
                       U slices in flight (1, 2), =0 off */
     int gemv_pro;  /* int8 GEMV quantizes x in its prologue: 1 auto rule, 2 always (tests), 0 the separate
                       quantize kernels (opt-in MINFER_CUDA_GEMV_PROLOGUE=1) */
-    int gemv_v4_pro; /* v4 GEMVs of n_in <= this quantize x in their own prologue (MINFER_CUDA_GEMV_V4_PRO=1:
-                        V4_PRO_MAX_N_IN); 0 the separate quantize kernels (default) */
     int64_t n_q8_ready; /* int8 GEMVs that read an input a kernel before wrote (q8_produced; tests) */
     int flash;     /* MINFER_CUDA_FLASH_PREFILL=1: query-tiled attention for nt > 8 */
     int tc_attn;   /* tensor-core prefill attention for nt > 8 (MINFER_CUDA_NO_TC_ATTN=1 clears) */
@@ -879,8 +868,7 @@ static int run_matmul(exec *x, const mf_matmul_meta *m, const float *in, float *
                            .x = in, .bias = bias, .y = y, .n_in = m->n_in, .n_out = m->n_out,
                            .nt = nt, .force_gemm = x->c->matmul_mode, .no_tc = x->c->no_tc,
                            .gemv_v1 = x->c->gemv_v1, .gemv_auto = x->c->gemv_auto,
-                           .gemv_v4 = x->c->gemv_v4, .prologue = x->c->gemv_pro,
-                           .v4_pro = x->c->gemv_v4_pro};
+                           .gemv_v4 = x->c->gemv_v4, .prologue = x->c->gemv_pro};
     const int mode = x->c->matmul_mode;
     const bool q8 = mf_cu_q8_supported(m->wtype, m->n_in) && nt <= 8 &&
                     (mode == -2 || (mode == 0 && !x->c->no_q8));
@@ -976,18 +964,13 @@ static bool fuse_ok(const exec *x, const mf_matmul_meta *const *mm, int n, int64
 
 /* y[i] = W_i in (+ b_i) for the n (<= 3) matmuls of fuse_ok, or with swiglu
  * (n == 2) y[0] = silu(W0 in + b0) * (W1 in + b1). y may alias in: the GEMV
- * reads only the quantized copy of in. With rope (FUSED_QKV, n 3): when the
- * launcher takes it (mf_cu_q8_multi_rope_ok) the GEMV also ropes and stores
- * (q into rope_y, k and v into the cache; y[1], y[2] unwritten) and this
- * returns 1; else the plain launch and 0; -1 on an error. */
-static int run_multi_r(exec *x, const mf_matmul_meta *const *mm, int n, bool swiglu, const float *in,
-                       float *const *y, const float *const *res, int64_t nt, const mf_cu_qkv_rope_args *rope,
-                       float *rope_y) {
+ * reads only the quantized copy of in. */
+static int run_multi(exec *x, const mf_matmul_meta *const *mm, int n, bool swiglu, const float *in,
+                     float *const *y, const float *const *res, int64_t nt) {
     mf_cu_q8_multi_args a = {.n_w = n, .swiglu = swiglu, .x = x->norm ? x->norm_x : in, .n_in = mm[0]->n_in,
                              .nt = nt, .norm = x->norm, .norm_w = x->norm_w, .norm_eps = x->norm_eps,
                              .v2 = x->c->gemv_v2, .gemv_v1 = x->c->gemv_v1, .gemv_auto = x->c->gemv_auto,
-                             .gemv_v4 = x->c->gemv_v4, .prologue = x->c->gemv_pro,
-                             .v4_pro = x->c->gemv_v4_pro};
+                             .gemv_v4 = x->c->gemv_v4, .prologue = x->c->gemv_pro};
     for (int i = 0; i < n; i++) {
         const mf_matmul_meta *m = mm[i];
         if (!(a.w[i] = weight_ptr(x, m->weight, m->wtype, m->n_in, m->n_out)))
@@ -1008,22 +991,9 @@ static int run_multi_r(exec *x, const mf_matmul_meta *const *mm, int n, bool swi
     else if (!(a.q8 = scratch(x, Q8_SLOT, mf_cu_q8_bytes(a.n_in, nt))))
         return -1;
     x->c->n_q8_ready += a.x_q8_ready != 0;
-    a.rope = rope;
-    if (rope && mf_cu_q8_multi_rope_ok(&a))
-        a.y[0] = rope_y;
-    else
-        a.rope = NULL;
     static const char *const kname[2][2] = { /* [x ready][swiglu] (MINFER_TRACE) */
         {"gemv_q8_multi", "gemv_q8_multi(swiglu)"}, {"gemv_q8_multi(x ready)", "gemv_q8_multi(swiglu, x ready)"}};
-    if (launched(x, a.rope ? "gemv_q8_multi(qkv rope)" : kname[a.x_q8_ready != 0][swiglu], a.n_out[0] * n, nt,
-                 mf_cu_gemv_q8_multi(&a, x->c->stream)))
-        return -1;
-    return a.rope != NULL;
-}
-
-static int run_multi(exec *x, const mf_matmul_meta *const *mm, int n, bool swiglu, const float *in,
-                     float *const *y, const float *const *res, int64_t nt) {
-    return run_multi_r(x, mm, n, swiglu, in, y, res, nt, NULL, NULL);
+    return launched(x, kname[a.x_q8_ready != 0][swiglu], a.n_out[0] * n, nt, mf_cu_gemv_q8_multi(&a, x->c->stream));
 }
 
 static int run_ew(exec *x, int op, const float *a, const float *b, float *y, int64_t n, int64_t b_n,
@@ -1126,67 +1096,6 @@ static int d2d(exec *x, void *dst, const void *src, size_t nbytes) {
 
 /* ---- execute: fused attention input ---------------------------------------------------------- */
 
-/* The (cos, sin) table of (n_rot, theta, freq_scale) for positions
- * [0, n_pos) (mf_cu_rope_table), made on first use outside a capture. A
- * table is never replaced or freed before the backend (a captured graph
- * keeps its pointer); a longer context gets a new one. 0 and *cs; 1: none
- * (capturing, RTAB_N tables made, no memory: the caller does not fold); -1:
- * the fill failed to launch (err set). */
-static int rope_table(exec *x, int32_t n_rot, float theta, float freq_scale, int64_t n_pos, const float **cs) {
-    cu_ctx *c = x->c;
-    for (int i = 0; i < c->n_rtab; i++)
-        if (c->rtab[i].n_rot == n_rot && c->rtab[i].theta == theta && c->rtab[i].freq_scale == freq_scale &&
-            c->rtab[i].n_pos >= n_pos) {
-            *cs = c->rtab[i].cs;
-            return 0;
-        }
-    if (c->capturing || c->n_rtab == RTAB_N)
-        return 1;
-    float *p = NULL;
-    if (cudaMalloc((void **)&p, (size_t)n_pos * (size_t)n_rot * sizeof(float)) != cudaSuccess) {
-        cudaGetLastError();
-        return 1;
-    }
-    if (launched(x, "rope_table", n_pos, n_rot, mf_cu_rope_table(p, n_pos, n_rot, theta, freq_scale, c->stream))) {
-        cudaFree(p);
-        return -1;
-    }
-    c->rtab[c->n_rtab].theta = theta;
-    c->rtab[c->n_rtab].freq_scale = freq_scale;
-    c->rtab[c->n_rtab].n_rot = n_rot;
-    c->rtab[c->n_rtab].n_pos = n_pos;
-    c->rtab[c->n_rtab++].cs = p;
-    *cs = p;
-    return 0;
-}
-
-/* MINFER_CUDA_QKV_ROPE: the arguments of the rope + K/V store folded into
- * the FUSED_QKV GEMV's epilogue (mf_cu_qkv_rope_args), when the node is one
- * decode token without QkNorm, the rope covers whole heads with one rule
- * for q and k, the cache is f32 / f16 and a table is there. 1: *ra filled
- * (run_multi_r still checks the GEMV side: every weight on v4); 0: today's
- * path; -1: error. */
-static int qkv_rope_args(exec *x, const mf_qkv_meta *m, void *kc, void *vc, const mf_exec_args *ea,
-                         const int32_t *pos, int64_t nt, mf_cu_qkv_rope_args *ra) {
-    const mf_rope_meta *rq = &m->rope_q, *rk = &m->rope_k;
-    const int32_t hd = m->head_dim;
-    if (!x->c->qkv_rope || x->n->op != MF_OP_FUSED_QKV || m->q_norm || m->k_norm || nt != 1 || !pos ||
-        (ea->kv_type != MF_TYPE_F32 && ea->kv_type != MF_TYPE_F16) || hd <= 0 || hd % 2 || ea->n_ctx <= 0 ||
-        rq->n_rot != hd || rk->n_rot != hd || rq->head_dim != hd || rk->head_dim != hd ||
-        rq->n_head != m->n_head || rk->n_head != m->n_head_kv || rq->mode != rk->mode || rq->theta != rk->theta ||
-        rq->freq_scale != rk->freq_scale)
-        return 0;
-    const float *cs = NULL;
-    const int r = rope_table(x, hd, rq->theta, rq->freq_scale, ea->n_ctx, &cs);
-    if (r != 0)
-        return r < 0 ? -1 : 0;
-    *ra = (mf_cu_qkv_rope_args){.cs = cs, .n_pos = ea->n_ctx, .pos = pos, .head_dim = hd,
-                                .neox = (rq->mode & 2) != 0, .kv_type = ea->kv_type, .kc = kc, .vc = vc,
-                                .n_past = ea->n_past, .n_past_dev = x->npast_dev, .fault = x->c->fault,
-                                .node = x->id};
-    return 1;
-}
-
 /* FUSED_QKV(_NORM): three matmuls into scratch (the output may alias x),
  * optional per-head norms, RoPE of K in place and of Q into the output, the
  * K/V store at n_past. QKV_BIAS_ROPE_STORE: the same tail on three given
@@ -1240,12 +1149,8 @@ static int exec_qkv(exec *x, const int32_t *in, int32_t out, mf_kv_pair kv, cons
         const mf_matmul_meta *mm[3] = {&m->q, &m->k, &m->v};
         float *const ys[3] = {sq, sk, sv};
         if (fuse_ok(x, mm, 3, nt)) {
-            mf_cu_qkv_rope_args ra;
-            const int fr = qkv_rope_args(x, m, kc, vc, ea, pos, nt, &ra); /* MINFER_CUDA_QKV_ROPE */
-            const int r = fr < 0 ? -1 : run_multi_r(x, mm, 3, false, xin, ys, NULL, nt, fr ? &ra : NULL, y);
-            x->c->n_qkv_rope += r > 0;
-            if (r != 0)
-                return r < 0 ? -1 : 0; /* 1: the GEMV's epilogue did the rope and the K/V store */
+            if (run_multi(x, mm, 3, false, xin, ys, NULL, nt))
+                return -1;
         } else if (x->norm) { /* norm_fusable promised the fused path */
             return NODE_ERR(x, "folded RMSNorm but the matmuls cannot take the int8 GEMV (nt %lld)",
                             (long long)nt);
@@ -2033,8 +1938,6 @@ static void cu_free(mf_backend *b) {
         cudaEventDestroy(c->ht.ev[i]);
     for (int i = 0; i < N_GENTRY; i++)
         gentry_clear(&c->ge[i]);
-    for (int i = 0; i < c->n_rtab; i++)
-        cudaFree(c->rtab[i].cs);
     free(c->rec);
     if (c->dev_npast)
         cudaFree(c->dev_npast);
@@ -2128,22 +2031,12 @@ static int mma_cfg_from_env(void) {
     return c >= 0 && c < MF_CU_MMA_N_CFG ? (int)c : 2;
 }
 
-/* MINFER_CUDA_GEMV_V4_PRO=v: the largest n_in whose v4 GEMV quantizes its own
- * input (gemv_q8v4.cu). 1: V4_PRO_MAX_N_IN, every 0.5B-7B layer GEMV but the
- * 7B down (n_in 18944: 76 KB of f32 every block would read before its first
- * dot); v > 1: v itself; 0 off. */
-#define V4_PRO_MAX_N_IN 8192
-static int v4_pro_limit(int64_t v) {
-    return v == 1 ? V4_PRO_MAX_N_IN : v > 1 && v <= INT32_MAX ? (int)v : 0;
-}
-
 /* The int8 GEMV's kernel choice as the environment asks (at creation, and
  * when a test hands the choice back). */
 static void gemv_from_env(cu_ctx *c) {
     c->gemv_v1 = mf_env_flag("MINFER_CUDA_GEMV_V1");
     c->gemv_auto = !mf_env_flag("MINFER_CUDA_GEMV_V3");
     c->gemv_pro = mf_env_flag("MINFER_CUDA_GEMV_PROLOGUE") ? 1 : 0;
-    c->gemv_v4_pro = v4_pro_limit(mf_env_int("MINFER_CUDA_GEMV_V4_PRO", 0));
     /* v4 by its rule unless v1 / v3 everywhere was asked for */
     const int64_t u = mf_env_int("MINFER_CUDA_GEMV_V4", c->gemv_v1 || !c->gemv_auto ? 0 : -1);
     c->gemv_v4 = u >= -1 && u <= 2 ? (int)u : -1;
@@ -2180,8 +2073,6 @@ int mf_backend_cuda_new_progress(const mf_weights *w, mf_cuda_progress_fn progre
      * kernels got fast enough for 48 ew launches a token to show) is on by
      * default from session 2; =0 turns it off. */
     c->fuse_rope = mf_env_int("MINFER_CUDA_FUSE_ROPE", 1) != 0;
-    /* opt-in until measured on the H200 (briefs S5-qkvrope; docs/ENV.md) */
-    c->qkv_rope = mf_env_flag("MINFER_CUDA_QKV_ROPE");
     c->fuse_add = mf_env_int("MINFER_CUDA_FUSE_ADD", 1) != 0;
     c->fuse_norm = mf_env_int("MINFER_CUDA_FUSE_NORM", 1) != 0;
     c->norm_mm = mf_env_int("MINFER_CUDA_NORM_MM", 1) != 0;
@@ -2261,14 +2152,6 @@ void mf_cuda_set_fuse_rope(mf_backend *b, bool on) {
     CX(b)->fuse_rope = on;
 }
 
-void mf_cuda_set_qkv_rope(mf_backend *b, bool on) {
-    CX(b)->qkv_rope = on;
-}
-
-int64_t mf_cuda_qkv_rope_stats(const mf_backend *b) {
-    return CX(b)->n_qkv_rope;
-}
-
 void mf_cuda_set_fuse_add(mf_backend *b, bool on) {
     CX(b)->fuse_add = on;
 }
@@ -2308,11 +2191,6 @@ void mf_cuda_set_gemv_prologue(mf_backend *b, int mode) {
         CX(b)->gemv_pro = mf_env_flag("MINFER_CUDA_GEMV_PROLOGUE") ? 1 : 0;
     else
         CX(b)->gemv_pro = mode > 2 ? 2 : mode;
-}
-
-void mf_cuda_set_gemv_v4_pro(mf_backend *b, int64_t max_n_in) {
-    CX(b)->gemv_v4_pro = max_n_in < 0 ? v4_pro_limit(mf_env_int("MINFER_CUDA_GEMV_V4_PRO", 0))
-                                      : v4_pro_limit(max_n_in);
 }
 
 void mf_cuda_set_flash(mf_backend *b, bool on) {

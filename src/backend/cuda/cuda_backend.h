@@ -59,12 +59,6 @@ void mf_cuda_set_mma_cfg(mf_backend *b, int cfg);
 void mf_cuda_set_fuse(mf_backend *b, bool on);
 /* Tests: the one-launch rope + KV store of MINFER_CUDA_FUSE_ROPE on or off. */
 void mf_cuda_set_fuse_rope(mf_backend *b, bool on);
-/* Tests: the rope + K/V store inside the decode QKV GEMV's epilogue
- * (MINFER_CUDA_QKV_ROPE, opt-in) on or off. */
-void mf_cuda_set_qkv_rope(mf_backend *b, bool on);
-/* Tests: FUSED_QKV nodes launched with that fold since creation (a captured
- * graph counts once, at its capture). */
-int64_t mf_cuda_qkv_rope_stats(const mf_backend *b);
 /* Tests: MATMUL + residual ADD as one GEMV (MINFER_CUDA_FUSE_ADD) on or off. */
 void mf_cuda_set_fuse_add(mf_backend *b, bool on);
 /* Tests: RMSNORM folded into the next fused node (MINFER_CUDA_FUSE_NORM). */
@@ -93,11 +87,6 @@ void mf_cuda_q8_ready_stats(const mf_backend *b, int64_t *read);
  * (mf_cu_q8_prologue_rule), 2 wherever it fits; < 0: what the environment
  * says. */
 void mf_cuda_set_gemv_prologue(mf_backend *b, int mode);
-/* The v4 GEMV's own quantizing prologue (opt-in MINFER_CUDA_GEMV_V4_PRO=1):
- * v4 GEMVs of n_in <= max_n_in (1: the default limit, 8192) build their int8
- * input themselves, no quantize / norm-quant kernel before them; 0 off; < 0:
- * what the environment says. Count: mf_cu_gemv_v4_pro_count (cuda_args.h). */
-void mf_cuda_set_gemv_v4_pro(mf_backend *b, int64_t max_n_in);
 /* Tests: the flash-prefill attention (MINFER_CUDA_FLASH_PREFILL) on or off. */
 void mf_cuda_set_flash(mf_backend *b, bool on);
 /* Tests: the tensor-core prefill attention (on unless MINFER_CUDA_NO_TC_ATTN=1);

@@ -27,8 +27,6 @@
  * MINFER_CUDA_GEMV_PROLOGUE=1, then under mf_cu_q8_prologue_rule): each GEMV
  * block quantizes (and RMSNorms) its tokens' rows into shared memory with
  * the same arithmetic, so the separate launch disappears.
- * The one-token v4 GEMV has its own form of it (MINFER_CUDA_GEMV_V4_PRO,
- * q8_v4_pro below, gemv_q8v4.cu).
  *
  * Accuracy: the only error beyond f32 accumulation is the activation
  * rounding, |x - d q| <= d / 2 = amax_unit / 254 per element, so
@@ -44,7 +42,6 @@
 #include "backend/cuda/cuda_args.h"
 #include "backend/cuda/dequant.cuh"
 #include "backend/cuda/gemv_q8.cuh"
-#include "backend/cuda/gemv_q8p.cuh"
 #include "backend/cuda/norm.cuh"
 #include "backend/cuda/pdl.cuh"
 #include "backend/cuda/q8w.cuh"
@@ -216,9 +213,42 @@ extern "C" cudaError_t mf_cu_q8_quant_rows(const float *x, const float *w, float
 
 /* ---- the quantizing prologue (opt-in: MINFER_CUDA_GEMV_PROLOGUE=1) ---------------------- */
 
-/* (the device side -- q8_pro, the shared layout, q8_prologue -- is in gemv_q8p.cuh, shared with
- * the v4 GEMV's prologue, MINFER_CUDA_GEMV_V4_PRO) */
+/* Why. At 0.5B widths a decode GEMV is latency, not bytes (~3 us), and the
+ * separate q8_quant / q8_norm_quant launch before it costs as much again
+ * (>= 2.5 us even nearly empty). So a GEMV block can quantize its own
+ * tokens' activation rows into shared memory (and RMSNorm them first), one
+ * barrier, then run the usual dp4a over shared memory. The price is
+ * redundant work: every block reads the rows (blocks x ntb x n_in x 4 bytes
+ * of L2 reads in all); mf_cu_q8_prologue_rule bounds it per SM.
+ *
+ * Exactness: the int8 values, d and the half sums are bitwise those of
+ * q8_quant_kernel / q8_norm_quant_kernel. A unit is 8 lanes x 4 elements
+ * here instead of 32 x 1, but amax (a max) and the half sums (integers) do
+ * not depend on the order, and d = amax / 127, id = 1 / d, q = rint(v * id)
+ * are the same expressions. The norm's double sum of squares replays the
+ * 256-thread kernel exactly: thread tid of the 128 plays threads tid and
+ * tid + 128 (the same per-thread element order, the same 32-lane shuffle
+ * tree, part[0..7] summed in the same order), so the float scale is equal.
+ *
+ * Shared layout (dynamic, q8p_bytes): part[8][8] doubles, 8 float scales,
+ * then ntok rows of n_in int8, ntok * n_in / 32 floats d, as many int32 half
+ * sums (the global scratch layout for ntok tokens). */
+typedef struct q8_pro {
+    const float *x; /* the f32 rows (token t0 + t at x + (t0 + t) * n_in); NULL: no prologue */
+    const float *w; /* RMSNorm weight, NULL: none (or no norm) */
+    float eps;
+    int32_t norm;
+} q8_pro;
 
+#define Q8P_HDR 576
+#define Q8P_SMEM_MAX (47 * 1024) /* under the 48 KiB a launch gets without opting in, with the static part[] */
+#define Q8P_SM_BYTES (128 * 1024)
+
+extern __shared__ __align__(16) uint8_t q8p_buf[];
+
+static size_t q8p_bytes(int64_t n_in, int64_t ntb) {
+    return Q8P_HDR + (size_t)ntb * (size_t)n_in + (size_t)ntb * (size_t)(n_in / 32) * 8;
+}
 
 static int q8_sms = 132; /* set by mf_cu_probe_gemv_q8 */
 static int64_t q8p_launches;
@@ -231,6 +261,98 @@ extern "C" int mf_cu_q8_prologue_rule(int64_t blocks, int64_t ntb, int64_t n_in)
 
 extern "C" int64_t mf_cu_gemv_prologue_count(void) {
     return q8p_launches;
+}
+
+/* Fills the shared layout above with tokens t0 .. t0 + ntok - 1 of p.x; every
+ * thread of the 128 calls it (two barriers, or one without the norm), after
+ * mf_pdl_wait. Returns the shared activation pointers through xq / xd / xs
+ * (indexed from token 0 = t0). */
+static __device__ __forceinline__ void q8_prologue(const q8_pro &p, int64_t n_in, int64_t t0, int ntok) {
+    double (*part)[8] = (double (*)[8])q8p_buf;
+    float *scs = (float *)(q8p_buf + 512);
+    int8_t *sq = (int8_t *)(q8p_buf + Q8P_HDR);
+    const int64_t n_units = n_in / 32;
+    float *sd = (float *)(sq + ntok * n_in);
+    int32_t *ssum = (int32_t *)(sd + ntok * n_units);
+    const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
+    if (p.norm) {
+        for (int t = 0; t < ntok; t++) {
+            const float *xr = p.x + (t0 + t) * n_in;
+            double a = 0.0, b = 0.0; /* threads tid and tid + 128 of the 256-thread kernel */
+            for (int64_t i = tid; i < n_in; i += 256)
+                a += (double)xr[i] * (double)xr[i];
+            for (int64_t i = tid + 128; i < n_in; i += 256)
+                b += (double)xr[i] * (double)xr[i];
+#pragma unroll
+            for (int off = 16; off > 0; off >>= 1) {
+                a += __shfl_xor_sync(0xffffffffu, a, off);
+                b += __shfl_xor_sync(0xffffffffu, b, off);
+            }
+            if (lane == 0) {
+                part[t][warp] = a;
+                part[t][warp + 4] = b;
+            }
+        }
+        __syncthreads();
+        if (tid < ntok) {
+            double tot = 0.0;
+            for (int i = 0; i < 8; i++)
+                tot += part[tid][i];
+            scs[tid] = (float)(1.0 / sqrt(tot / (double)n_in + (double)p.eps));
+        }
+        __syncthreads();
+    }
+    /* 8 lanes x 4 elements per unit, 16 units per round; warp-uniform trip
+     * count (the shuffles need every lane) */
+    const int total = ntok * (int)n_units, nu = (int)n_units; /* 32-bit: at most 8 x 1184 units (47 KiB) */
+    const int j = lane & 7;
+#pragma unroll 1
+    for (int base = 4 * warp; base < total; base += 16) {
+        const int uu = base + (lane >> 3);
+        const bool ok = uu < total;
+        const int t = ok ? uu / nu : 0;
+        const int64_t i = (int64_t)(ok ? uu - t * nu : 0) * 32 + 4 * j;
+        float4 v = *(const float4 *)(p.x + (t0 + t) * n_in + i);
+        if (p.norm) {
+            const float sc = scs[t];
+            if (p.w) {
+                const float4 wv = *(const float4 *)(p.w + i);
+                v = make_float4(v.x * sc * wv.x, v.y * sc * wv.y, v.z * sc * wv.z, v.w * sc * wv.w);
+            } else {
+                v = make_float4(v.x * sc, v.y * sc, v.z * sc, v.w * sc);
+            }
+        }
+        float amax = fmaxf(fmaxf(fabsf(v.x), fabsf(v.y)), fmaxf(fabsf(v.z), fabsf(v.w)));
+#pragma unroll
+        for (int off = 1; off < 8; off <<= 1)
+            amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, off));
+        const float d = amax / 127.0f;
+        const float id = d != 0.0f ? 1.0f / d : 0.0f;
+        const int q0 = __float2int_rn(v.x * id), q1 = __float2int_rn(v.y * id);
+        const int q2 = __float2int_rn(v.z * id), q3 = __float2int_rn(v.w * id);
+        int s = q0 + q1 + q2 + q3;
+        s += __shfl_xor_sync(0xffffffffu, s, 1); /* lanes 0-3 of the unit: elements 0-15 */
+        s += __shfl_xor_sync(0xffffffffu, s, 2);
+        const int s_hi = __shfl_sync(0xffffffffu, s, (lane & ~7) + 4);
+        if (ok) {
+            ((uint32_t *)sq)[uu * 8 + j] = (uint32_t)(uint8_t)q0 | (uint32_t)(uint8_t)q1 << 8 |
+                                           (uint32_t)(uint8_t)q2 << 16 | (uint32_t)(uint8_t)q3 << 24;
+            if (j == 0) {
+                sd[uu] = d;
+                ssum[uu] = (int32_t)(((uint32_t)s & 0xffffu) | ((uint32_t)s_hi << 16));
+            }
+        }
+    }
+    __syncthreads();
+}
+
+/* The shared activation copy of q8_prologue for ntok tokens. */
+static __device__ __forceinline__ void q8p_ptrs(int64_t n_in, int ntok, const int8_t **xq, const float **xd,
+                                                const int32_t **xs) {
+    const int8_t *sq = (const int8_t *)(q8p_buf + Q8P_HDR);
+    *xq = sq;
+    *xd = (const float *)(sq + ntok * n_in);
+    *xs = (const int32_t *)(*xd + ntok * (n_in / 32));
 }
 
 /* L2 prefetch of a weight row's first 32 lines (4 KiB) by the warp's lanes,
@@ -288,27 +410,6 @@ static cudaError_t q8_src_for(q8_src *in, int64_t blocks, int64_t ntb, q8_pro *p
 static bool q8_overlap(const void *a, size_t an, const void *b, size_t bn) {
     const uintptr_t x = (uintptr_t)a, y = (uintptr_t)b;
     return a && b && x < y + bn && y < x + an;
-}
-
-/* Whether a v4 launch of u slices over weights of type wtype builds its
- * int8 input in its own prologue (MINFER_CUDA_GEMV_V4_PRO; limit = the
- * args' v4_pro, the largest n_in; fills pro): one token, the input not
- * quantized yet (by the kernel before, x_q8_ready, or an earlier launch of
- * the call: then that copy is read), no output overlapping x (other blocks
- * still read it), x and the norm weight 16-byte aligned (float4 loads), and
- * an instance whose shared copy fits
- * (mf_cu_q8v4_pro_ok). The limit, because every block reads all of x: at
- * n_in 18944 (7B down) that is 76 KB of f32 per block before its first dot. */
-static bool q8_v4_pro(int32_t limit, const q8_src *in, uint32_t wtype, int u, q8_pro *pro) {
-    memset(pro, 0, sizeof *pro);
-    if (limit <= 0 || in->n_in > limit || in->nt != 1 || in->quantized || !in->alias_free ||
-        (((uintptr_t)in->x | (uintptr_t)in->nw) & 15) != 0 || !mf_cu_q8v4_pro_ok(wtype, u, in->n_in))
-        return false;
-    pro->x = in->x;
-    pro->w = in->norm ? in->nw : NULL;
-    pro->eps = in->eps;
-    pro->norm = in->norm;
-    return true;
 }
 
 /* ---- the GEMV --------------------------------------------------------------------------- */
@@ -901,7 +1002,6 @@ extern "C" cudaError_t mf_cu_gemv_q8(const mf_cu_matmul_args *a, cudaStream_t s)
         m.gemv_auto = a->gemv_auto;
         m.gemv_v4 = a->gemv_v4;
         m.prologue = a->prologue;
-        m.v4_pro = a->v4_pro;
         return mf_cu_gemv_q8_multi(&m, s);
     }
     q8_src in;
@@ -925,42 +1025,11 @@ extern "C" cudaError_t mf_cu_gemv_q8(const mf_cu_matmul_args *a, cudaStream_t s)
     }
 }
 
-/* The v4 slices in flight of the launch over weights [first, end) of a
- * (its group of one type), 0: not v4. */
-static int q8_multi_u4(const mf_cu_q8_multi_args *a, int first, int end) {
-    int64_t rows = 0;
-    for (int k = first; k < end; k++)
-        rows += a->n_out[k];
-    return a->nt == 1 && !a->prologue
-               ? mf_cu_q8v4_u(a->gemv_v4, a->wtype[first], a->swiglu ? 2 * a->n_out[first] : rows, a->n_in)
-               : 0;
-}
-
-extern "C" int mf_cu_q8_multi_rope_ok(const mf_cu_q8_multi_args *a) {
-    const mf_cu_qkv_rope_args *r = a->rope;
-    if (!r || !r->cs || !r->pos || !r->kc || !r->vc || a->n_w != 3 || a->nt != 1 || a->swiglu || a->prologue ||
-        r->head_dim <= 0 || r->head_dim % 2 || r->n_pos <= 0 ||
-        (r->kv_type != MF_TYPE_F32 && r->kv_type != MF_TYPE_F16) || a->n_out[1] != a->n_out[2])
-        return 0;
-    for (int i = 0; i < 3; i++)
-        if (a->res[i] || a->n_out[i] % r->head_dim || !mf_cu_q8_supported(a->wtype[i], a->n_in))
-            return 0;
-    for (int first = 0, i = 1; i <= 3; i++) /* every group of one type on v4, one slice in flight */
-        if (i == 3 || a->wtype[i] != a->wtype[first]) {
-            if (q8_multi_u4(a, first, i) != 1)
-                return 0;
-            first = i;
-        }
-    return 1;
-}
-
 /* The fused path: one quantization of x, then one launch over every weight
  * when they share a type (else one launch per weight on the same quantized
  * activations). */
 extern "C" cudaError_t mf_cu_gemv_q8_multi(const mf_cu_q8_multi_args *a, cudaStream_t s) {
     if (!a->q8 || a->nt <= 0 || a->nt > 8 || a->n_w < 1 || a->n_w > 3 || (a->swiglu && a->n_w != 2))
-        return cudaErrorInvalidValue;
-    if (a->rope && !mf_cu_q8_multi_rope_ok(a)) /* never the plain outputs in its place */
         return cudaErrorInvalidValue;
     bool same = true;
     for (int i = 0; i < a->n_w; i++) {
@@ -1006,38 +1075,16 @@ extern "C" cudaError_t mf_cu_gemv_q8_multi(const mf_cu_q8_multi_args *a, cudaStr
             p.start[k + 1] = p.start[k] + p.n_out[k];
         }
         cudaError_t e = cudaErrorInvalidValue;
-        const int u4 = q8_multi_u4(a, first, i);
+        const int u4 = a->nt == 1 && !a->prologue
+                           ? mf_cu_q8v4_u(a->gemv_v4, a->wtype[first], a->swiglu ? 2 * p.n_out[0] : p.start[p.n_w],
+                                          a->n_in)
+                           : 0;
         if (u4 > 0) { /* the v4 GEMV */
             q8_pro pro;
             size_t smem;
-            q8_rope rp; /* MINFER_CUDA_QKV_ROPE: weights first.. are q, k, v from kind first */
-            memset(&rp, 0, sizeof rp);
-            rp.kind0 = -1;
-            if (const mf_cu_qkv_rope_args *r = a->rope) {
-                rp.cs = (const float2 *)r->cs;
-                rp.pos = r->pos;
-                rp.kc = (uint8_t *)r->kc;
-                rp.vc = (uint8_t *)r->vc;
-                rp.n_past_dev = r->n_past_dev;
-                rp.n_past = r->n_past;
-                rp.n_pos = r->n_pos;
-                rp.fault = r->fault;
-                rp.node = r->node;
-                rp.half = r->head_dim / 2;
-                rp.neox = r->neox != 0;
-                rp.kv_type = r->kv_type;
-                rp.kind0 = first;
-            }
-            if (q8_v4_pro(a->v4_pro, &in, a->wtype[first], u4, &pro)) { /* GEMV_V4_PRO */
-                if ((e = mf_cu_q8v4_launch_pro(&p, a->wtype[first], a->swiglu != 0, u4, &pro, a->n_in, &rp, s)) !=
-                    cudaSuccess)
-                    return e;
-                first = i;
-                continue;
-            }
             if ((e = q8_src_for(&in, 1, 1, &pro, &smem, s)) != cudaSuccess ||
                 (e = mf_cu_q8v4_launch(&p, a->wtype[first], a->swiglu != 0, u4, in.xq, in.xd, in.xs, a->n_in,
-                                       &rp, s)) != cudaSuccess)
+                                       s)) != cudaSuccess)
                 return e;
             first = i;
             continue;

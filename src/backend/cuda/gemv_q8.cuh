@@ -8,8 +8,6 @@
 
 #include <cuda_runtime.h>
 
-#include "backend/cuda/cuda_args.h"
-
 #define Q8_WARPS 4
 
 /* Per-launch description of up to 3 weights of one type sharing the input:
@@ -148,32 +146,12 @@ static __device__ __forceinline__ void q8_pair_store(const q8_multi &p, int64_t 
     }
 }
 
-/* The v4 GEMV's rope + K/V store epilogue (MINFER_CUDA_QKV_ROPE,
- * mf_cu_qkv_rope_args) for one launch: weight w of the launch is q, k or v
- * as kind0 + w is 0, 1 or 2; kind0 < 0: off (the plain epilogue). A kernel
- * parameter of its own, so the q8_multi every GEMV takes is unchanged. */
-typedef struct q8_rope {
-    const float2 *cs; /* [pos][i] (cos, sin), i < half */
-    const int32_t *pos;
-    uint8_t *kc, *vc;
-    const int32_t *n_past_dev;
-    int64_t n_past, n_pos;
-    mf_cu_fault *fault;
-    int32_t node;
-    int32_t half; /* head_dim / 2 */
-    int32_t neox;
-    uint32_t kv_type;
-    int32_t kind0;
-} q8_rope;
-
 /* The v4 GEMV (gemv_q8v4.cu) of one token: p's weights (all of type wtype)
  * against the quantized activation (xq, xd, xs of n_in), u weight slices per
- * lane in flight (1 or 2); rp NULL or its kind0 < 0: the plain epilogue.
- * cudaErrorNotSupported when wtype or u has no v4 kernel (the caller then
- * takes v3). */
+ * lane in flight (1 or 2). cudaErrorNotSupported when wtype or u has no
+ * v4 kernel (the caller then takes v3). */
 cudaError_t mf_cu_q8v4_launch(const q8_multi *p, uint32_t wtype, bool swiglu, int u, const int8_t *xq,
-                              const float *xd, const int32_t *xs, int64_t n_in, const q8_rope *rp,
-                              cudaStream_t s);
+                              const float *xd, const int32_t *xs, int64_t n_in, cudaStream_t s);
 /* Fills the v4 occupancy table (from mf_cu_probe_gemv_q8). */
 void mf_cu_q8v4_probe(int sms);
 int mf_cu_q8v4_supported(uint32_t wtype);

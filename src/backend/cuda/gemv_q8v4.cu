@@ -28,18 +28,10 @@
  * Taken for nt == 1 by the rule of mf_cu_q8v4_u (default), or forced with
  * MINFER_CUDA_GEMV_V4=U (U = 1 or 2; 0 turns it off; cuda_backend.c).
  * U = 4 measured slower (-11 % on qwen2-7B tg128: the registers of 16 raw
- * slices cost occupancy) and was dropped.
- * PRO (MINFER_CUDA_GEMV_V4_PRO, opt-in; mf_cu_q8v4_launch_pro): every block
- * builds the int8 activation itself in shared memory (gemv_q8p.cuh), so no
- * quantize / norm-quant kernel runs before it. */
-#include <math.h>
-#include <string.h>
-
+ * slices cost occupancy) and was dropped. */
 #include "backend/cuda/cuda_args.h"
 #include "backend/cuda/dequant.cuh"
 #include "backend/cuda/gemv_q8.cuh"
-#include "backend/cuda/gemv_q8p.cuh"
-#include "backend/cuda/kv.cuh"
 #include "backend/cuda/pdl.cuh"
 #include "backend/cuda/q8w.cuh"
 
@@ -213,72 +205,6 @@ template <> struct v4s<V4_Q6K_SLICE> {
     }
 };
 
-/* ---- MINFER_CUDA_QKV_ROPE: rope + K/V store in the epilogue ---- */
-
-/* q8_pair_row with the rope pairing: with rp on, pair j of the q or k
- * segment is the rope pair (i0, i1) of head h = j / half, i = j % half:
- * NEOX rows h hd + i and h hd + i + half; NORMAL rows 2j, 2j + 1 (the
- * natural pairing, unchanged). Segment starts and lengths are multiples of
- * head_dim, so a pair never straddles two weights. Everything that picks
- * a weight row (the row addresses, the L2 prefetch, the store) goes
- * through here, so a warp streams the rows it stores. */
-template <bool SWIGLU, bool ROPE>
-static __device__ __forceinline__ int64_t v4_row(const q8_multi &p, const q8_rope &rp, int64_t g, int r,
-                                                 int64_t total, int *w) {
-    const int64_t o = q8_pair_row<SWIGLU>(p, g, r, total, w);
-    if (SWIGLU || !ROPE || !rp.neox || o < 0 || rp.kind0 + *w >= 2)
-        return o;
-    const int32_t j = (int32_t)(o >> 1), h = j / rp.half; /* rows < 2^31 (n_out of one weight) */
-    return (int64_t)h * 2 * rp.half + (j - h * rp.half) + (r ? rp.half : 0);
-}
-
-/* The rope epilogue of row pair g (sums acc[0], acc[1]; one lane): bias as
- * q8_pair_store adds it, then for q / k the rotation of rope.cuh with the
- * table's float cos / sin, written as the rope-store kernel compiles it
- * (y0 = fma(x0, c, -(x1 s)), y1 = fma(x0, s, x1 c): its SASS, so the
- * results are bitwise equal), then q into y, k / v into the cache row
- * through kv.cuh's writer. */
-static __device__ __forceinline__ void v4_rope_store(const q8_multi &p, const q8_rope &rp, int64_t g, int64_t total,
-                                                     const float *acc, int32_t pos) {
-    int w;
-    const int64_t o0 = v4_row<false, true>(p, rp, g, 0, total, &w);
-    if (o0 < 0)
-        return; /* segments have even lengths: both rows or neither */
-    const int64_t o1 = v4_row<false, true>(p, rp, g, 1, total, &w);
-    const float *bias = p.bias[w];
-    float x0 = acc[0] + (bias ? bias[o0] : 0.0f), x1 = acc[1] + (bias ? bias[o1] : 0.0f);
-    const int kind = rp.kind0 + w;
-    if (kind < 2) {
-        const int64_t ps = pos;
-        const int32_t e = (int32_t)(o0 % (2 * rp.half));
-        const int32_t i = rp.neox ? e : e >> 1;
-        float c = NAN, sn = NAN;
-        if (ps >= 0 && ps < rp.n_pos) {
-            const float2 cs = rp.cs[ps * rp.half + i];
-            c = cs.x;
-            sn = cs.y;
-        } else if (rp.fault && atomicCAS(&rp.fault->code, 0, -1) == 0) {
-            rp.fault->node = rp.node;
-            rp.fault->value = ps;
-            rp.fault->limit = rp.n_pos;
-            __threadfence();
-            atomicExch(&rp.fault->code, MF_CU_FAULT_ROPE_POS);
-        }
-        const float y0 = __fmaf_rn(x0, c, -__fmul_rn(x1, sn)), y1 = __fmaf_rn(x0, sn, __fmul_rn(x1, c));
-        x0 = y0;
-        x1 = y1;
-    }
-    if (kind == 0) {
-        p.y[w][o0] = x0;
-        p.y[w][o1] = x1;
-        return;
-    }
-    const int64_t np = rp.n_past_dev ? (int64_t)*rp.n_past_dev : rp.n_past;
-    uint8_t *row = (kind == 1 ? rp.kc : rp.vc) + (uint64_t)np * mf_kv_row_bytes(rp.kv_type, p.n_out[w]);
-    mf_kv_put(rp.kv_type, row, o0, x0);
-    mf_kv_put(rp.kv_type, row, o1, x1);
-}
-
 /* Grid: x = blocks looping over groups of (Q8_WARPS / ks) row pairs (n_grp
  * groups; block-uniform trip count, so every warp reaches q8_reduce's
  * barrier once per group); ks warps share a row pair, warp kp taking slice
@@ -289,11 +215,10 @@ static __device__ __forceinline__ void v4_rope_store(const q8_multi &p, const q8
  * in flight. The other types measured faster without (H200, PERF.md entry
  * 13: their decoders keep more registers per slice, and the second buffer
  * costs them occupancy), so they load the next batch after the current one. */
-template <int T, int U, bool SWIGLU, bool ROPE, bool PRO = false>
+template <int T, int U, bool SWIGLU>
 static __global__ void __launch_bounds__(32 * Q8_WARPS)
 gemv_q8v4_kernel(q8_multi p, const int8_t *__restrict__ xq, const float *__restrict__ xd,
-                 const int32_t *__restrict__ xs, int64_t n_in, int ks, int64_t n_grp, int pf, q8_rope rp,
-                 q8_pro pro) {
+                 const int32_t *__restrict__ xs, int64_t n_in, int ks, int64_t n_grp, int pf) {
     constexpr int R = V4_R;
     typedef typename v4s<T>::raw raw;
     __shared__ float part[Q8_WARPS][R];
@@ -307,7 +232,7 @@ gemv_q8v4_kernel(q8_multi p, const int8_t *__restrict__ xq, const float *__restr
 #pragma unroll
         for (int r = 0; r < R; r++) {
             int w;
-            const int64_t o = v4_row<SWIGLU, ROPE>(p, rp, bg * ppb + warp / ks, r, total, &w);
+            const int64_t o = q8_pair_row<SWIGLU>(p, bg * ppb + warp / ks, r, total, &w);
             row[r] = p.w[w] + (uint64_t)(o < 0 ? 0 : o) * p.row_bytes[w]; /* past the end: row 0, no store */
         }
     };
@@ -333,16 +258,11 @@ gemv_q8v4_kernel(q8_multi p, const int8_t *__restrict__ xq, const float *__restr
             }
         }
     };
-    int32_t rpos = 0; /* ROPE: the token's position (after the wait) */
     /* the row pair's sums across its ks warps, then bias / residual / SwiGLU and the store */
     auto finish = [&](int64_t bg, float *acc) {
         q8_reduce<R>(acc, part, lane, warp, ks);
-        if (lane == 0 && kp == 0) {
-            if constexpr (ROPE)
-                v4_rope_store(p, rp, bg * ppb + warp / ks, total, acc, rpos);
-            else
-                q8_pair_store<SWIGLU, 1>(p, bg * ppb + warp / ks, total, acc, 0, 1);
-        }
+        if (lane == 0 && kp == 0)
+            q8_pair_store<SWIGLU, 1>(p, bg * ppb + warp / ks, total, acc, 0, 1);
         if (ks > 1) /* part[] is rewritten by the next group's reduction */
             __syncthreads();
     };
@@ -357,7 +277,7 @@ gemv_q8v4_kernel(q8_multi p, const int8_t *__restrict__ xq, const float *__restr
 #pragma unroll
         for (int r = 0; r < R; r++) {
             int w;
-            const int64_t o = v4_row<SWIGLU, ROPE>(p, rp, blockIdx.x * ppb + warp / ks, r, total, &w);
+            const int64_t o = q8_pair_row<SWIGLU>(p, blockIdx.x * ppb + warp / ks, r, total, &w);
             const uint8_t *rw = p.w[w] + (uint64_t)(o < 0 ? 0 : o) * p.row_bytes[w];
 #pragma unroll
             for (int j = 0; j < U; j++) {
@@ -369,46 +289,8 @@ gemv_q8v4_kernel(q8_multi p, const int8_t *__restrict__ xq, const float *__restr
         }
     mf_pdl_wait();
     mf_pdl_trigger();
-    if constexpr (ROPE) /* the position, once here (one register): the epilogue's table load need not wait for it */
-        rpos = *rp.pos;
-    /* PRO (MINFER_CUDA_GEMV_V4_PRO): the block's own int8 copy of x in
-     * shared memory (every thread: barriers), built while the first batch's
-     * weights are on their way: Q4_K (V4_PIPE) loads them into registers
-     * just before (its loop holds a batch in registers anyway), the other
-     * types ask for their lines in L1 (prefetch.global.L1: holding a batch
-     * in registers across the prologue took those instances from 40-64 to
-     * 64-116 registers); the dots then read the shared copy. */
-    auto prologue = [&]() {
-        if constexpr (PRO) {
-            q8_prologue_one(pro, n_in);
-            const int8_t *sq;
-            const float *sd;
-            const int32_t *ss;
-            q8p_ptrs(n_in, 1, &sq, &sd, &ss);
-            xq = sq;
-            xd = sd;
-            xs = ss;
-        }
-    };
     const uint8_t *row[R];
     if constexpr (!V4_PIPE(T)) { /* one batch in flight at a time */
-        if constexpr (PRO) {
-            if (busy) /* the first batch's lines (as the L2 prefetch above) into L1 */
-#pragma unroll
-                for (int r = 0; r < R; r++) {
-                    int w;
-                    const int64_t o = v4_row<SWIGLU, ROPE>(p, rp, blockIdx.x * ppb + warp / ks, r, total, &w);
-                    const uint8_t *rw = p.w[w] + (uint64_t)(o < 0 ? 0 : o) * p.row_bytes[w];
-#pragma unroll
-                    for (int j = 0; j < U; j++) {
-                        const int64_t k = first + 32 * j + lane;
-                        if (k < n_units)
-                            asm volatile("prefetch.global.L1 [%0];" ::"l"(__cvta_generic_to_global(
-                                rw + p.row_bytes[w] * (uint64_t)k / (uint64_t)n_units)));
-                    }
-                }
-            prologue();
-        }
         for (int64_t bg = blockIdx.x; bg < n_grp; bg += gridDim.x) {
             rows_of(bg, row);
             float acc[R] = {};
@@ -426,7 +308,6 @@ gemv_q8v4_kernel(q8_multi p, const int8_t *__restrict__ xq, const float *__restr
     rows_of(bg, row);
     if (busy && bg < n_grp)
         fetch(row, base, cur);
-    prologue();
     while (bg < n_grp) { /* block-uniform */
         float acc[R] = {};
         int64_t nbg = bg;
@@ -470,11 +351,6 @@ gemv_q8v4_kernel(q8_multi p, const int8_t *__restrict__ xq, const float *__restr
 
 /* Resident blocks per SM of each instance (mf_cu_q8v4_probe), [type][U index][swiglu]. */
 static int v4_bps[V4_Q6K_SLICE + 1][2][2];
-static int v4_bps_rope[V4_Q6K_SLICE + 1]; /* the ROPE instances (U 1, no SwiGLU) */
-static int v4_bps_pro[V4_Q6K_SLICE + 1][2][2]; /* the PRO instances, without their dynamic shared memory */
-static int v4_bps_rope_pro[V4_Q6K_SLICE + 1]; /* ROPE + PRO (U 1, no SwiGLU) */
-static int v4_smem_sm = 228 * 1024, v4_smem_rsv = 1024; /* shared memory per SM, reserved per block */
-static int64_t v4_pro_launches; /* mf_cu_gemv_v4_pro_count */
 static int v4_sms = 132;
 static int v4_pf = 1; /* mf_cu_set_gemv_v4_pf (MINFER_CUDA_GEMV_V4_PF) */
 static int v4_big_mib = 32; /* mf_cu_set_gemv_v4_big (MINFER_CUDA_GEMV_V4_BIG): Q4_K weights from this many MiB take U 2 */
@@ -484,12 +360,8 @@ static int v4_ui(int u) {
     return u == 2 ? 1 : 0;
 }
 
-/* ROPE: the rope epilogue's instance (rp); its sums are bitwise the plain
- * instance's only with the same ks, so ks comes from the plain instance's
- * occupancy and only the grid from its own. */
-template <int T, int U, bool SW, bool ROPE = false, bool PRO = false>
-static cudaError_t v4_go(const q8_multi *p, const int8_t *xq, const float *xd, const int32_t *xs, int64_t n_in,
-                         const q8_rope *rp, cudaStream_t s, const q8_pro *pro = NULL) {
+template <int T, int U, bool SW> static cudaError_t v4_go(const q8_multi *p, const int8_t *xq, const float *xd,
+                                                          const int32_t *xs, int64_t n_in, cudaStream_t s) {
     const int64_t n_units = n_in / 32;
     const int64_t rows = SW ? p->n_out[0] : p->start[p->n_w];
     const int64_t pairs = SW ? rows : (rows + V4_R - 1) / V4_R;
@@ -502,35 +374,19 @@ static cudaError_t v4_go(const q8_multi *p, const int8_t *xq, const float *xd, c
            (pairs * 2 * ks + Q8_WARPS - 1) / Q8_WARPS <= wave)
         ks *= 2;
     const int64_t n_grp = (pairs + Q8_WARPS / ks - 1) / (Q8_WARPS / ks);
-    int64_t own = ROPE ? (int64_t)v4_sms * (v4_bps_rope[T] > 0 ? v4_bps_rope[T] : 4) : wave;
-    /* PRO (the same ks, as ROPE): its own registers and the shared copy
-     * bound the resident blocks */
-    const size_t smem = PRO ? q8p_bytes(n_in, 1) : 0;
-    if (PRO) {
-        const int bp = ROPE ? v4_bps_rope_pro[T] : v4_bps_pro[T][v4_ui(U)][SW], br = bp > 0 ? bp : 4;
-        const int bs = v4_smem_sm / ((int)smem + (int)sizeof(float) * Q8_WARPS * V4_R + v4_smem_rsv);
-        own = (int64_t)v4_sms * (bs < br ? (bs > 0 ? bs : 1) : br);
-    }
-    const int64_t blocks = n_grp < own ? n_grp : own;
-    q8_rope off;
-    memset(&off, 0, sizeof off);
-    off.kind0 = -1;
-    q8_pro nopro;
-    memset(&nopro, 0, sizeof nopro);
-    return mf_launch(gemv_q8v4_kernel<T, U, SW, ROPE, PRO>, dim3((unsigned)blocks), dim3(32 * Q8_WARPS), smem, s,
-                     *p, xq, xd, xs, n_in, ks, n_grp, v4_pf, ROPE ? *rp : off, PRO ? *pro : nopro);
+    const int64_t blocks = n_grp < wave ? n_grp : wave;
+    return mf_launch(gemv_q8v4_kernel<T, U, SW>, dim3((unsigned)blocks), dim3(32 * Q8_WARPS), 0, s, *p, xq, xd, xs,
+                     n_in, ks, n_grp, v4_pf);
 }
 
 template <int T>
 static cudaError_t v4_type(const q8_multi *p, bool sw, int u, const int8_t *xq, const float *xd, const int32_t *xs,
-                           int64_t n_in, const q8_rope *rp, cudaStream_t s) {
-    if (rp && rp->kind0 >= 0) /* the rope epilogue: U 1 only (mf_cu_q8_multi_rope_ok) */
-        return u == 1 && !sw ? v4_go<T, 1, false, true>(p, xq, xd, xs, n_in, rp, s) : cudaErrorNotSupported;
+                           int64_t n_in, cudaStream_t s) {
     switch (u) {
     case 1:
-        return sw ? v4_go<T, 1, true>(p, xq, xd, xs, n_in, rp, s) : v4_go<T, 1, false>(p, xq, xd, xs, n_in, rp, s);
+        return sw ? v4_go<T, 1, true>(p, xq, xd, xs, n_in, s) : v4_go<T, 1, false>(p, xq, xd, xs, n_in, s);
     case 2:
-        return sw ? v4_go<T, 2, true>(p, xq, xd, xs, n_in, rp, s) : v4_go<T, 2, false>(p, xq, xd, xs, n_in, rp, s);
+        return sw ? v4_go<T, 2, true>(p, xq, xd, xs, n_in, s) : v4_go<T, 2, false>(p, xq, xd, xs, n_in, s);
     default:
         return cudaErrorNotSupported;
     }
@@ -578,14 +434,13 @@ int mf_cu_q8v4_supported(uint32_t wtype) {
 }
 
 cudaError_t mf_cu_q8v4_launch(const q8_multi *p, uint32_t wtype, bool swiglu, int u, const int8_t *xq,
-                              const float *xd, const int32_t *xs, int64_t n_in, const q8_rope *rp,
-                              cudaStream_t s) {
+                              const float *xd, const int32_t *xs, int64_t n_in, cudaStream_t s) {
     if (wtype == MF_TYPE_Q6_K && v4_q6k)
-        return v4_type<V4_Q6K_SLICE>(p, swiglu, u, xq, xd, xs, n_in, rp, s);
+        return v4_type<V4_Q6K_SLICE>(p, swiglu, u, xq, xd, xs, n_in, s);
     switch (wtype) {
 #define MF_CASE(T) \
     case T:        \
-        return v4_type<T>(p, swiglu, u, xq, xd, xs, n_in, rp, s);
+        return v4_type<T>(p, swiglu, u, xq, xd, xs, n_in, s);
         V4_FOR_EACH_TYPE(MF_CASE)
 #undef MF_CASE
     default:
@@ -593,83 +448,14 @@ cudaError_t mf_cu_q8v4_launch(const q8_multi *p, uint32_t wtype, bool swiglu, in
     }
 }
 
-/* ---- MINFER_CUDA_GEMV_V4_PRO: the launches with the quantizing prologue ---- */
-
-/* The PRO instances: one slice in flight for every type (the Q6_K slice
- * decoder included), two only for Q4_K (the auto rule's U for weights of
- * >= 32 MiB), and the rope epilogue's (U 1): 20 instances, not 30; a forced
- * U 2 of another type keeps the separate quantization. */
-int mf_cu_q8v4_pro_ok(uint32_t wtype, int u, int64_t n_in) {
-    return mf_cu_q8v4_supported(wtype) && (u == 1 || (u == 2 && wtype == MF_TYPE_Q4_K)) && n_in > 0 &&
-           n_in % 32 == 0 && q8p_bytes(n_in, 1) <= Q8P_SMEM_MAX;
-}
-
-template <int T>
-static cudaError_t v4_type_pro(const q8_multi *p, bool sw, int u, const q8_pro *pro, int64_t n_in,
-                               const q8_rope *rp, cudaStream_t s) {
-    if (rp && rp->kind0 >= 0) /* the rope epilogue: U 1 only (mf_cu_q8_multi_rope_ok) */
-        return u == 1 && !sw ? v4_go<T, 1, false, true, true>(p, NULL, NULL, NULL, n_in, rp, s, pro)
-                             : cudaErrorNotSupported;
-    if (u == 1)
-        return sw ? v4_go<T, 1, true, false, true>(p, NULL, NULL, NULL, n_in, NULL, s, pro)
-                  : v4_go<T, 1, false, false, true>(p, NULL, NULL, NULL, n_in, NULL, s, pro);
-    if constexpr (T == MF_TYPE_Q4_K)
-        if (u == 2)
-            return sw ? v4_go<T, 2, true, false, true>(p, NULL, NULL, NULL, n_in, NULL, s, pro)
-                      : v4_go<T, 2, false, false, true>(p, NULL, NULL, NULL, n_in, NULL, s, pro);
-    return cudaErrorNotSupported;
-}
-
-cudaError_t mf_cu_q8v4_launch_pro(const q8_multi *p, uint32_t wtype, bool swiglu, int u, const q8_pro *pro,
-                                  int64_t n_in, const q8_rope *rp, cudaStream_t s) {
-    if (!pro || !pro->x || !mf_cu_q8v4_pro_ok(wtype, u, n_in))
-        return cudaErrorNotSupported;
-    cudaError_t e = cudaErrorNotSupported;
-    if (wtype == MF_TYPE_Q6_K && v4_q6k)
-        e = v4_type_pro<V4_Q6K_SLICE>(p, swiglu, u, pro, n_in, rp, s);
-    else
-        switch (wtype) {
-#define MF_CASE(T)                                           \
-    case T:                                                  \
-        e = v4_type_pro<T>(p, swiglu, u, pro, n_in, rp, s); \
-        break;
-            V4_FOR_EACH_TYPE(MF_CASE)
-#undef MF_CASE
-        default:
-            break;
-        }
-    if (e == cudaSuccess)
-        v4_pro_launches++;
-    return e;
-}
-
-int64_t mf_cu_gemv_v4_pro_count(void) {
-    return v4_pro_launches;
-}
-
 template <int T, int U> static void v4_occ() {
     int n = 0;
-    if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&n, gemv_q8v4_kernel<T, U, false, false>, 32 * Q8_WARPS, 0) ==
+    if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&n, gemv_q8v4_kernel<T, U, false>, 32 * Q8_WARPS, 0) ==
         cudaSuccess)
         v4_bps[T][v4_ui(U)][0] = n;
-    if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&n, gemv_q8v4_kernel<T, U, true, false>, 32 * Q8_WARPS, 0) ==
+    if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&n, gemv_q8v4_kernel<T, U, true>, 32 * Q8_WARPS, 0) ==
         cudaSuccess)
         v4_bps[T][v4_ui(U)][1] = n;
-    if (U == 1 &&
-        cudaOccupancyMaxActiveBlocksPerMultiprocessor(&n, gemv_q8v4_kernel<T, 1, false, true>, 32 * Q8_WARPS, 0) ==
-            cudaSuccess)
-        v4_bps_rope[T] = n;
-    if constexpr (U == 1 || T == MF_TYPE_Q4_K) {
-        if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&n, gemv_q8v4_kernel<T, U, false, false, true>,
-                                                          32 * Q8_WARPS, 0) == cudaSuccess)
-            v4_bps_pro[T][v4_ui(U)][0] = n;
-        if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&n, gemv_q8v4_kernel<T, U, true, false, true>,
-                                                          32 * Q8_WARPS, 0) == cudaSuccess)
-            v4_bps_pro[T][v4_ui(U)][1] = n;
-    }
-    if (U == 1 && cudaOccupancyMaxActiveBlocksPerMultiprocessor(&n, gemv_q8v4_kernel<T, 1, false, true, true>,
-                                                                32 * Q8_WARPS, 0) == cudaSuccess)
-        v4_bps_rope_pro[T] = n;
 }
 
 void mf_cu_set_gemv_v4_pf(int on) {
@@ -687,13 +473,6 @@ void mf_cu_set_gemv_v4_q6k(int u) {
 void mf_cu_q8v4_probe(int sms) {
     if (sms > 0)
         v4_sms = sms;
-    int dev = 0, v = 0;
-    if (cudaGetDevice(&dev) == cudaSuccess) {
-        if (cudaDeviceGetAttribute(&v, cudaDevAttrMaxSharedMemoryPerMultiprocessor, dev) == cudaSuccess && v > 0)
-            v4_smem_sm = v;
-        if (cudaDeviceGetAttribute(&v, cudaDevAttrReservedSharedMemoryPerBlock, dev) == cudaSuccess && v >= 0)
-            v4_smem_rsv = v;
-    }
 #define MF_CASE(T) v4_occ<T, 1>(); v4_occ<T, 2>();
     V4_FOR_EACH_TYPE(MF_CASE)
     MF_CASE(V4_Q6K_SLICE)
