@@ -159,7 +159,7 @@ sanitize() { # tool log-name time-limit env-assignments...
     else note "$name" FAIL "rc $rc ${errs}; $res"; fi
 }
 want memcheck && sanitize memcheck memcheck 200 ${GPU_CHECK_MEMCHECK_ONLY:+MINFER_CUDA_TEST_ONLY=$GPU_CHECK_MEMCHECK_ONLY}
-want racecheck && sanitize racecheck racecheck "${RACE_LIMIT:-150}" MINFER_CUDA_TEST_ONLY=${RACE_ONLY:-matmul,norm,elementwise,attn,ffn,fuse_norm,gemv_v2,gemv,mma,preattn,decattn,decsmall,gemvfuse,lat,attnone,q6k}
+want racecheck && sanitize racecheck racecheck "${RACE_LIMIT:-150}" MINFER_CUDA_TEST_ONLY=${RACE_ONLY:-matmul,norm,elementwise,attn,ffn,fuse_norm,gemv_v2,gemv,mma,preattn,decattn,decsmall,gemvfuse,lat,attnone,q6k,attnshort}
 
 # ---- end to end ------------------------------------------------------------------------------
 PY=$(command -v python3 || true)
@@ -222,7 +222,7 @@ EOF
             >"$LOG/e2e-$arch-base8.json" 2>"$LOG/e2e-$arch-base8.err"
         k=0
         for lever in "MINFER_NO_FUSE_QKV=1 MINFER_NO_FUSE_FFN=1" "MINFER_NO_CUDA_GRAPH=1" "MINFER_CUDA_PDL=0 MINFER_CUDA_GEMV_V1=1" "MINFER_CUDA_GEMV_V3=1" "MINFER_CUDA_GEMV_V4=0 MINFER_CUDA_LAT=0 MINFER_CUDA_MMA_CFG=0" "MINFER_CUDA_ATTN_ONE=0 MINFER_CUDA_GEMV_V4_Q6K=0 MINFER_CUDA_NORM_MM=0" "MINFER_CUDA_FUSE_ROPE=0 MINFER_CUDA_FUSE_NORM=0 MINFER_CUDA_FLASH_PREFILL=0" "MINFER_CUDA_NO_FLASH_DECODE=1" \
-            "${E2E_LEVER:-MINFER_CUDA_ATTN_SHORT=1}"; do
+            "${E2E_LEVER:-MINFER_CUDA_ATTN_SHORT=0}"; do
             k=$((k + 1)); j=$LOG/e2e-$arch-lever$k.json
             env $lever timeout 120 "$DUMP" "$m" --tokens $TOKS --decode 8 --device cuda --cache f32 \
                 >"$j" 2>"$LOG/e2e-$arch-lever$k.err"

@@ -22,7 +22,7 @@
  * MINFER_CUDA_TEST_ONLY=matmul,norm,...: run only these families (matmul,
  * getrows, norm, rope, elementwise, attn, qkv, ffn, fuse_add, fuse_norm,
  * gemv_v2, graph, misc, mma, mmafuse, decattn, preattn, gemv, decsmall,
- * gemvfuse, lat, attnone, q6k, normmm); racecheck runs the shared-memory families this way.
+ * gemvfuse, lat, attnone, attnshort, q6k, normmm); racecheck runs the shared-memory families this way.
  * The fusion levers (MINFER_CUDA_FUSE_GEMV / _ROPE / _ADD / _NORM,
  * MINFER_CUDA_GEMV_V2, MINFER_CUDA_FLASH_PREFILL; docs/ENV.md says which are
  * on by default) are run on and off through their test hooks
@@ -141,7 +141,20 @@
  * launches in a row (replay), n_past_dev, LAT flipped, in place; through
  * the backend (hook mf_cuda_set_attn_one) ATTN -> o MATMUL -> ADD on == off
  * bitwise and the o GEMV took the q8 (no quantize). MINFER_CUDA_TEST_BENCH=1:
- * split+combine+quantize vs one kernel, us, 0.5B depth 100, 7B 100 / 1000. */
+ * split+combine+quantize vs one kernel, us, 0.5B depth 100, 7B 100 / 1000.
+ * Family attnshort: MINFER_CUDA_ATTN_SHORT (attn_short.cu: the short-context
+ * decode kernel, launcher mf_cu_attn_short) at 14/2/64, 28/4/128, 32/8/128,
+ * 16/16/64 x f32/f16 x depth 1/31/32/33/127/128/129/300/383 x nt 1/3, cache
+ * rows past the causal range NaN: short and today's one-kernel decode each
+ * vs float64 (1e-4), short vs one-kernel (1e-4 max norm, not bitwise: other
+ * sum order), q8out bitwise the quantize kernel on its out, n_past_dev / no
+ * q8out / in place bitwise the plain launch; through the backend (hooks
+ * mf_cuda_set_attn_one 1, mf_cuda_set_attn_short 0 / 1) ATTN -> o MATMUL ->
+ * ADD: the attention bitwise the launcher's kernel of that switch, vs
+ * float64, layer on vs off (1e-2), o GEMV took the q8 both ways; graph
+ * replay (0.5B, nt 1 / 3, n_past 40..300): vs float64, bitwise the launcher
+ * and the plain run, steps replayed. MINFER_CUDA_TEST_BENCH=1: one kernel vs
+ * short, us, per shape at depth 16 / 100 / 300 (PDL chain). */
 #include <math.h>
 #include <stddef.h>
 #include <stdio.h>
@@ -2552,6 +2565,7 @@ static void test_decattn_graph(uint32_t kv_type, int64_t nt, int one) {
     double *ref = malloc((size_t)(qd * nt) * sizeof *ref);
     mf_cuda_set_graphs(be, true);
     mf_cuda_set_attn_one(be, one);
+    mf_cuda_set_attn_short(be, 0); /* the split-KV kernels (family attnshort replays its own) */
     int64_t cap0, rep0, cap1, rep1;
     mf_cuda_graph_stats(be, &cap0, &rep0);
     double worst = 0;
@@ -2574,6 +2588,7 @@ static void test_decattn_graph(uint32_t kv_type, int64_t nt, int one) {
     mf_cuda_graph_stats(be, &cap1, &rep1);
     mf_cuda_set_graphs(be, !mf_env_flag("MINFER_NO_CUDA_GRAPH"));
     mf_cuda_set_attn_one(be, -1);
+    mf_cuda_set_attn_short(be, -1);
     char name[160], detail[120];
     snprintf(name, sizeof name, "decattn graph %-4s nt %lld one %d ctx %d, %d steps (worst)", mf_type_name(kv_type),
              (long long)nt, one, n_ctx, STEPS);
@@ -4170,6 +4185,20 @@ static void *ao_cache(uint32_t kvt, int64_t rows, int64_t n_ctx, int64_t kvd, fl
     return d;
 }
 
+/* Variant v of a launcher test: in place (q = out, over a copy of hq) or
+ * out poisoned (NaN / 3.4e38 by v, so an unwritten float shows); the q8
+ * output poisoned per v. */
+static void ao_variant_out(mf_cu_attn_args *b, bool in_place, int v, const float *hq, size_t ob, void *q8o,
+                           size_t q8b) {
+    if (in_place) {
+        b->q = b->out;
+        cudaMemcpy(b->out, hq, ob, cudaMemcpyHostToDevice);
+    } else {
+        cudaMemset(b->out, v % 2 ? 0x7f : 0xff, ob);
+    }
+    cudaMemset(q8o, 0x35 + 16 * v, q8b);
+}
+
 /* One shape / cache type / depth / token count, n_ctx wide (4224 rows or
  * more: many splits, mostly empty at small depth). The two-kernel decode
  * (split + combine) and the quantize kernel on its output give the
@@ -4213,13 +4242,7 @@ static void ao_case(int32_t nh, int32_t nkv, int32_t hd, int64_t n_past, int64_t
             b.n_past_dev = dp;
             b.n_past = 0; /* must be ignored */
         }
-        if (v == 5) { /* in place over a copy of q */
-            b.q = b.out;
-            cudaMemcpy(b.out, hq, ob, cudaMemcpyHostToDevice);
-        } else {
-            cudaMemset(b.out, v % 2 ? 0x7f : 0xff, ob); /* NaN / 3.4e38: an unwritten float shows */
-        }
-        cudaMemset(q8o, 0x35 + 16 * v, q8b);
+        ao_variant_out(&b, v == 5, v, hq, ob, q8o, q8b);
         if (v == 4)
             mf_cu_set_lat(!lat);
         ds_sync("attnone one-kernel", mf_cu_attn_decode(&b, st), st);
@@ -4252,16 +4275,23 @@ static void ao_case(int32_t nh, int32_t nkv, int32_t hd, int64_t n_past, int64_t
     free(hq); free(yo); free(hr);
 }
 
-static void ao_wname(char *wn, size_t n, uint32_t t, int64_t d) {
-    snprintf(wn, n, "ao.%s.%lldx%lld", mf_type_name(t), (long long)d, (long long)d);
+/* The o weights of the attention families' layer tests: <pre>.<type>.<d>x<d>
+ * (pre "ao": attnone, "as": attnshort). */
+static void ao_wname(char *wn, size_t n, const char *pre, uint32_t t, int64_t d) {
+    snprintf(wn, n, "%s.%s.%lldx%lld", pre, mf_type_name(t), (long long)d, (long long)d);
 }
 
-static void attnone_weights(void) {
+/* Q4_0 896 (0.5B), Q4_K 3584 (7B) and, extra > 0, Q4_0 extra x extra. */
+static void ao_weights(const char *pre, int64_t extra) {
     char wn[64];
-    ao_wname(wn, sizeof wn, MF_TYPE_Q4_0, 896);
+    ao_wname(wn, sizeof wn, pre, MF_TYPE_Q4_0, 896);
     add_weight(wn, MF_TYPE_Q4_0, 896, 896);
-    ao_wname(wn, sizeof wn, MF_TYPE_Q4_K, 3584);
+    ao_wname(wn, sizeof wn, pre, MF_TYPE_Q4_K, 3584);
     add_weight(wn, MF_TYPE_Q4_K, 3584, 3584);
+    if (extra > 0) {
+        ao_wname(wn, sizeof wn, pre, MF_TYPE_Q4_0, extra);
+        add_weight(wn, MF_TYPE_Q4_0, extra, extra);
+    }
 }
 
 /* Through the backend: ATTN -> o MATMUL -> residual ADD (the MATMUL
@@ -4273,7 +4303,7 @@ static void ao_node(uint32_t wt, int32_t nh, int32_t nkv, int32_t hd, int64_t n_
     const int64_t qd = (int64_t)nh * hd, n_kv = n_past + nt;
     const int32_t n_ctx = 4224;
     char wn[64];
-    ao_wname(wn, sizeof wn, wt, qd);
+    ao_wname(wn, sizeof wn, "ao", wt, qd);
     da_fix f;
     da_setup(&f, nh, nkv, hd, n_kv, nt, n_ctx, kvt);
     const int32_t ri = ext(&f.g, qd, nt);
@@ -4292,6 +4322,7 @@ static void ao_node(uint32_t wt, int32_t nh, int32_t nkv, int32_t hd, int64_t n_
         mf_cuda_set_flash_decode(be, true);
         mf_cuda_set_fuse_add(be, true);
         mf_cuda_set_attn_one(be, on);
+        mf_cuda_set_attn_short(be, 0); /* on vs off bitwise: the split-KV kernels */
         const int32_t ain[2] = {qb, -1}, aadd[2] = {rb, mb};
         if (be->ops->execute_node(be, &f.g, f.at, ain, ob, f.kv, &a, &e) ||
             be->ops->execute_node(be, &f.g, mi, &ob, mb, (mf_kv_pair){-1, -1}, &a, &e) ||
@@ -4299,6 +4330,7 @@ static void ao_node(uint32_t wt, int32_t nh, int32_t nkv, int32_t hd, int64_t n_
             be->ops->synchronize(be, &e))
             die("attnone node", &e);
         mf_cuda_set_attn_one(be, -1);
+        mf_cuda_set_attn_short(be, -1);
         mf_cuda_set_fuse_add(be, mf_env_int("MINFER_CUDA_FUSE_ADD", 1) != 0);
         mf_cuda_set_flash_decode(be, !mf_env_flag("MINFER_CUDA_NO_FLASH_DECODE"));
         mf_cuda_q8_ready_stats(be, &c1);
@@ -4352,25 +4384,37 @@ static cudaError_t ao_new_launch(const void *p, cudaStream_t st) {
 /* MINFER_CUDA_TEST_BENCH=1: us per layer's attention, split + combine +
  * quantize vs the one kernel, f16 cache of 4096 rows, nt 1, LAT_BURST
  * back-to-back launches (PDL as the backend set it), median of LAT_REPS. */
-static void ao_bench(int32_t nh, int32_t nkv, int32_t hd, int64_t depth, cudaStream_t st) {
+/* The bench lines' attention: nt 1, f16 cache of 4096 rows filled to depth,
+ * every output of the one-kernel decode (out, the o GEMV's q8) and the
+ * quantize kernel's q8; ao_bench_free gives it back. */
+static void ao_bench_ctx(ao_ctx *c, int32_t nh, int32_t nkv, int32_t hd, int64_t depth) {
     const int64_t qd = (int64_t)nh * hd, kvd = (int64_t)nkv * hd, n_ctx = 4096;
     float *hq = rand_vec(qd, 1.0f);
-    ao_ctx c = {.a = {.kv_type = MF_TYPE_F16, .nt = 1, .n_past = depth, .n_head = nh, .n_head_kv = nkv,
-                      .head_dim = hd, .scale = 1.0f / sqrtf((float)hd), .n_ctx = (int32_t)n_ctx}};
-    c.a.q = ds_put(hq, (size_t)qd * 4);
-    c.a.out = ds_alloc((size_t)qd * 4, 0);
-    c.a.k = ao_cache(MF_TYPE_F16, depth + 1, n_ctx, kvd, 1.0f);
-    c.a.v = ao_cache(MF_TYPE_F16, depth + 1, n_ctx, kvd, 1.0f);
-    c.a.part = ds_alloc(mf_cu_attn_decode_bytes(&c.a), 0);
-    c.a.cnt = ds_alloc((size_t)nkv * 4, 0);
-    c.a.q8out = ds_alloc(mf_cu_q8_bytes(qd, 1), 0);
-    c.q8 = ds_alloc(mf_cu_q8_bytes(qd, 1), 0);
+    *c = (ao_ctx){.a = {.kv_type = MF_TYPE_F16, .nt = 1, .n_past = depth, .n_head = nh, .n_head_kv = nkv,
+                        .head_dim = hd, .scale = 1.0f / sqrtf((float)hd), .n_ctx = (int32_t)n_ctx}};
+    c->a.q = ds_put(hq, (size_t)qd * 4);
+    c->a.out = ds_alloc((size_t)qd * 4, 0);
+    c->a.k = ao_cache(MF_TYPE_F16, depth + 1, n_ctx, kvd, 1.0f);
+    c->a.v = ao_cache(MF_TYPE_F16, depth + 1, n_ctx, kvd, 1.0f);
+    c->a.part = ds_alloc(mf_cu_attn_decode_bytes(&c->a), 0);
+    c->a.cnt = ds_alloc((size_t)nkv * 4, 0);
+    c->a.q8out = ds_alloc(mf_cu_q8_bytes(qd, 1), 0);
+    c->q8 = ds_alloc(mf_cu_q8_bytes(qd, 1), 0);
+    free(hq);
+}
+
+static void ao_bench_free(ao_ctx *c) {
+    cudaFree((void *)c->a.q); cudaFree(c->a.out); cudaFree((void *)c->a.k); cudaFree((void *)c->a.v);
+    cudaFree(c->a.part); cudaFree(c->a.cnt); cudaFree(c->a.q8out); cudaFree(c->q8);
+}
+
+static void ao_bench(int32_t nh, int32_t nkv, int32_t hd, int64_t depth, cudaStream_t st) {
+    ao_ctx c;
+    ao_bench_ctx(&c, nh, nkv, hd, depth);
     const float t0 = lat_time(ao_old_launch, &c, st), t1 = lat_time(ao_new_launch, &c, st);
     printf("bench attnone %d/%d/%d f16 depth %-5lld split+combine+quantize %6.2f us  one kernel %6.2f us  (%+.2f us)\n",
            nh, nkv, hd, (long long)depth, t0, t1, t1 - t0);
-    cudaFree((void *)c.a.q); cudaFree(c.a.out); cudaFree((void *)c.a.k); cudaFree((void *)c.a.v); cudaFree(c.a.part);
-    cudaFree(c.a.cnt); cudaFree(c.a.q8out); cudaFree(c.q8);
-    free(hq);
+    ao_bench_free(&c);
 }
 
 static void attnone_family(void) {
@@ -4395,6 +4439,397 @@ static void attnone_family(void) {
         ao_bench(14, 2, 64, 100, st);
         ao_bench(28, 4, 128, 100, st);
         ao_bench(28, 4, 128, 1000, st);
+    }
+    cudaStreamDestroy(st);
+}
+
+/* ---- MINFER_CUDA_ATTN_SHORT: short-context decode attention (family "attnshort") ---------- */
+
+/* A device cache of n_ctx rows of kvt (f32 / f16): the first `rows` from
+ * src (rows x kvd floats, stored as the host quantizer stores them), the
+ * rest 0xff bytes (NaN in both types: a kernel reading past the causal
+ * range shows). */
+static void *as_cache_from(uint32_t kvt, const float *src, int64_t rows, int64_t n_ctx, int64_t kvd) {
+    const size_t rb = mf_type_row_size(kvt, kvd);
+    uint8_t *h = malloc(rb * (size_t)n_ctx);
+    memset(h, 0xff, rb * (size_t)n_ctx);
+    if (kvt == MF_TYPE_F32)
+        memcpy(h, src, (size_t)(kvd * rows) * 4);
+    else
+        mf_quantize_rows(kvt, src, h, rows, kvd);
+    void *d = ds_put(h, rb * (size_t)n_ctx);
+    free(h);
+    return d;
+}
+
+/* The attention of nt tokens at n_past over device caches kc / vc through
+ * the launcher: the short kernel (mode 1: 12 warps a block, 4: 4 warps) or
+ * today's one-kernel split-KV decode (mode 0: a.cnt, q8out, n_ctx's split
+ * count), into a poisoned
+ * output; *q8 (if not NULL) gets the q8out bytes the kernel wrote
+ * (q8used of them). Returns the output (qd * nt floats). */
+static float *as_launch(int mode, const float *hq, const void *kc, const void *vc, uint32_t kvt, int32_t nh,
+                        int32_t nkv, int32_t hd, int64_t n_past, int64_t nt, int32_t n_ctx, uint8_t **q8,
+                        cudaStream_t st) {
+    const int64_t qd = (int64_t)nh * hd;
+    const size_t ob = (size_t)(qd * nt) * 4, q8b = mf_cu_q8_bytes(qd, nt), q8used = (size_t)(qd * nt) * 5 / 4;
+    mf_cu_attn_args a = {.q = ds_put(hq, ob), .k = kc, .v = vc, .kv_type = kvt, .nt = nt, .n_past = n_past,
+                         .n_head = nh, .n_head_kv = nkv, .head_dim = hd, .scale = 1.0f / sqrtf((float)hd),
+                         .n_ctx = n_ctx};
+    a.out = ds_alloc(ob, 0xff);
+    a.q8out = ds_alloc(q8b, 0x35);
+    if (mode) {
+        ds_sync("attnshort short kernel", mf_cu_attn_short(&a, mode == 4 ? 4 : 0, st), st);
+    } else {
+        a.part = ds_alloc(mf_cu_attn_decode_bytes(&a), 0xff);
+        a.cnt = ds_alloc((size_t)(nt * nkv) * 4, 0);
+        ds_sync("attnshort one-kernel", mf_cu_attn_decode(&a, st), st);
+        cudaFree(a.part);
+        cudaFree(a.cnt);
+    }
+    float *y = ds_get(a.out, ob);
+    if (q8)
+        *q8 = ds_get(a.q8out, q8used);
+    cudaFree((void *)a.q); cudaFree(a.out); cudaFree(a.q8out);
+    return y;
+}
+
+/* One shape / cache type / depth / token count through the launcher (n_ctx
+ * 4224: the one-kernel decode's graph-sized split count). The short kernel
+ * (12 and 4 warps) and today's one-kernel decode each against float64
+ * (1e-4, the cache's rounding in the reference), short vs one-kernel (1e-4
+ * max norm; not bitwise: the order of the sums differs); the short kernel's
+ * q8out (both forms) bitwise
+ * the quantize kernel run on its out (q, d, half sums); then the short
+ * kernel again with n_past from n_past_dev (n_past 0 must be ignored),
+ * without q8out, and at nt 3 in place (out == q): out bitwise the first
+ * run, q8out too where written. */
+static void as_case(int32_t nh, int32_t nkv, int32_t hd, int64_t n_past, int64_t nt, uint32_t kvt, cudaStream_t st) {
+    const int64_t qd = (int64_t)nh * hd, kvd = (int64_t)nkv * hd, n_kv = n_past + nt;
+    const int32_t n_ctx = (int32_t)(n_kv > 4224 ? n_kv + 64 : 4224);
+    const size_t ob = (size_t)(qd * nt) * 4, q8b = mf_cu_q8_bytes(qd, nt), q8used = (size_t)(qd * nt) * 5 / 4;
+    float *fk = rand_vec(kvd * n_kv, 2.0f), *fv = rand_vec(kvd * n_kv, 1.0f);
+    float *hk = malloc((size_t)(kvd * n_kv) * 4), *hv = malloc((size_t)(kvd * n_kv) * 4);
+    kv_roundtrip(kvt, fk, hk, n_kv, kvd);
+    kv_roundtrip(kvt, fv, hv, n_kv, kvd);
+    void *kc = as_cache_from(kvt, fk, n_kv, n_ctx, kvd), *vc = as_cache_from(kvt, fv, n_kv, n_ctx, kvd);
+    float *hq = rand_vec(qd * nt, 2.0f);
+    double *ref = malloc((size_t)(qd * nt) * sizeof *ref);
+    da_ref(hq, hk, hv, nh, nkv, hd, n_past, nt, 1.0f / sqrtf((float)hd), ref);
+    uint8_t *s8 = NULL;
+    float *ys = as_launch(1, hq, kc, vc, kvt, nh, nkv, hd, n_past, nt, n_ctx, &s8, st);
+    float *yo = as_launch(0, hq, kc, vc, kvt, nh, nkv, hd, n_past, nt, n_ctx, NULL, st);
+    uint8_t *s84 = NULL;
+    float *y4 = as_launch(4, hq, kc, vc, kvt, nh, nkv, hd, n_past, nt, n_ctx, &s84, st);
+    /* the quantize kernel on the short kernel's out (and the 4-warp one's) */
+    float *dy = ds_put(ys, ob);
+    void *q8r = ds_alloc(q8b, 0);
+    ds_sync("attnshort quantize", mf_cu_q8_quant_rows(dy, NULL, 0.0f, 0, qd, nt, q8r, st), st);
+    uint8_t *hr = ds_get(q8r, q8used);
+    cudaMemcpy(dy, y4, ob, cudaMemcpyHostToDevice);
+    ds_sync("attnshort quantize", mf_cu_q8_quant_rows(dy, NULL, 0.0f, 0, qd, nt, q8r, st), st);
+    uint8_t *hr4 = ds_get(q8r, q8used);
+    /* variants: n_past_dev, no q8out, in place */
+    const int32_t np32 = (int32_t)n_past;
+    int32_t *dp = ds_put(&np32, 4);
+    void *q8o = ds_alloc(q8b, 0);
+    float *dq = ds_put(hq, ob), *dout = ds_alloc(ob, 0xff);
+    bool same = true, q8same = true;
+    int64_t n_nan = 0;
+    for (int v = 0; v < 2 + (nt == 3); v++) {
+        mf_cu_attn_args b = {.q = dq, .out = dout, .k = kc, .v = vc, .kv_type = kvt, .nt = nt, .n_past = n_past,
+                             .n_head = nh, .n_head_kv = nkv, .head_dim = hd, .scale = 1.0f / sqrtf((float)hd),
+                             .n_ctx = n_ctx, .q8out = v == 1 ? NULL : q8o};
+        if (v == 0) {
+            b.n_past_dev = dp;
+            b.n_past = 0; /* must be ignored */
+        }
+        ao_variant_out(&b, v == 2, v, hq, ob, q8o, q8b);
+        ds_sync("attnshort variant", mf_cu_attn_short(&b, 0, st), st);
+        float *yn = ds_get(b.out, ob);
+        n_nan += count_nan(yn, qd * nt);
+        same = same && !memcmp(yn, ys, ob);
+        if (b.q8out) {
+            uint8_t *hn = ds_get(q8o, q8used);
+            q8same = q8same && !memcmp(hn, s8, q8used);
+            free(hn);
+        }
+        free(yn);
+    }
+    char name[160], sub[220];
+    snprintf(name, sizeof name, "attnshort %-4s heads %d/%d hd %d n_past %lld nt %lld", mf_type_name(kvt), nh, nkv, hd,
+             (long long)n_past, (long long)nt);
+    snprintf(sub, sizeof sub, "%s [short]", name);
+    result(sub, rel_err(ys, ref, qd * nt), 1e-4, count_nan(ys, qd * nt), NULL);
+    snprintf(sub, sizeof sub, "%s [short 4 warps]", name);
+    result(sub, rel_err(y4, ref, qd * nt), 1e-4, count_nan(y4, qd * nt), NULL);
+    snprintf(sub, sizeof sub, "%s [one-kernel]", name);
+    result(sub, rel_err(yo, ref, qd * nt), 1e-4, count_nan(yo, qd * nt), NULL);
+    snprintf(sub, sizeof sub, "%s [short vs one-kernel]", name);
+    result(sub, rel_err_f(ys, yo, qd * nt), 1e-4, count_nan(ys, qd * nt), "(max norm; other sum order)");
+    snprintf(sub, sizeof sub, "%s [short 4 warps vs one-kernel]", name);
+    result(sub, rel_err_f(y4, yo, qd * nt), 1e-4, count_nan(y4, qd * nt), "(max norm; other sum order)");
+    snprintf(sub, sizeof sub, "%s: q8out == quantize kernel", name);
+    check_true(sub, !memcmp(s8, hr, q8used) && !memcmp(s84, hr4, q8used), "(bitwise: q, d, half sums; 12 and 4 warps)");
+    snprintf(sub, sizeof sub, "%s: n_past_dev, no q8out%s == plain", name, nt == 3 ? ", in place" : "");
+    check_true(sub, same && q8same && n_nan == 0, "(bitwise out and q8out, no NaN)");
+    cudaFree(kc); cudaFree(vc); cudaFree(dy); cudaFree(q8r); cudaFree(dp); cudaFree(q8o); cudaFree(dq); cudaFree(dout);
+    free(fk); free(fv); free(hk); free(hv); free(hq); free(ref); free(s8); free(ys); free(yo); free(hr);
+    free(s84); free(y4); free(hr4);
+}
+
+
+/* A layer's attention part as graph nodes: the da_fix cache and ATTN node,
+ * then the o MATMUL (weight as.<wt>.<qd>x<qd>) and the residual ADD. */
+typedef struct as_layer {
+    da_fix f;
+    int32_t ri, mi, ai; /* residual input, o MATMUL, ADD */
+} as_layer;
+
+static void as_layer_setup(as_layer *L, uint32_t wt, int32_t nh, int32_t nkv, int32_t hd, int64_t rows, int64_t nt,
+                           int32_t n_ctx, uint32_t kvt) {
+    const int64_t qd = (int64_t)nh * hd;
+    char wn[64];
+    ao_wname(wn, sizeof wn, "as", wt, qd);
+    da_setup(&L->f, nh, nkv, hd, rows, nt, n_ctx, kvt);
+    L->ri = ext(&L->f.g, qd, nt);
+    L->mi = mf_g_matmul(&L->f.g, L->f.at, wn, wt, NULL, qd, qd);
+    L->ai = mf_g_add(&L->f.g, L->ri, L->mi);
+}
+
+/* ATTN -> o MATMUL -> ADD of the layer on buffers qb / rb into ob (the
+ * attention), mb (the MATMUL, deferred into the ADD) and yb; no sync. */
+static void as_layer_exec(as_layer *L, int32_t qb, int32_t rb, int32_t ob, int32_t mb, int32_t yb,
+                          const mf_exec_args *a) {
+    mf_error e;
+    const int32_t ain[2] = {qb, -1}, aadd[2] = {rb, mb};
+    if (be->ops->execute_node(be, &L->f.g, L->f.at, ain, ob, L->f.kv, a, &e) ||
+        be->ops->execute_node(be, &L->f.g, L->mi, &ob, mb, (mf_kv_pair){-1, -1}, a, &e) ||
+        be->ops->execute_node(be, &L->f.g, L->ai, aadd, yb, (mf_kv_pair){-1, -1}, a, &e))
+        die("attnshort layer", &e);
+}
+
+/* The switches back to what the environment asked for. */
+static void as_default(void) {
+    mf_cuda_set_attn_short(be, -1);
+    mf_cuda_set_attn_one(be, -1);
+    mf_cuda_set_fuse_add(be, mf_env_int("MINFER_CUDA_FUSE_ADD", 1) != 0);
+    mf_cuda_set_flash_decode(be, !mf_env_flag("MINFER_CUDA_NO_FLASH_DECODE"));
+}
+
+/* Through the backend (hooks mf_cuda_set_attn_one 1 and
+ * mf_cuda_set_attn_short 0 / 1 / 4): ATTN -> o MATMUL -> ADD (FUSE_ADD on).
+ * The attention output bitwise the launcher's one-kernel decode (switch 0)
+ * or short kernel (1: 12 warps, 4: 4 warps) on a copy of the cache (so the
+ * backend took the kernel the switch names), each against float64 (1e-4);
+ * the layer outputs of the short kernels within 1e-2 of the switch-off one
+ * (the o GEMV rounds its input to int8 per 32: inputs 1e-6 apart may round
+ * apart); every time the o GEMV took the attention's q8
+ * (mf_cuda_q8_ready_stats moved by one). */
+static void as_node(uint32_t wt, int32_t nh, int32_t nkv, int32_t hd, int64_t n_past, int64_t nt, uint32_t kvt,
+                    cudaStream_t st) {
+    const int64_t qd = (int64_t)nh * hd, kvd = (int64_t)nkv * hd, n_kv = n_past + nt;
+    const int32_t n_ctx = 4224;
+    const int modes[3] = {0, 1, 4};
+    as_layer L;
+    as_layer_setup(&L, wt, nh, nkv, hd, n_kv, nt, n_ctx, kvt);
+    void *kc = as_cache_from(kvt, L.f.kc, n_kv, n_ctx, kvd), *vc = as_cache_from(kvt, L.f.vc, n_kv, n_ctx, kvd);
+    float *q = rand_vec(qd * nt, 2.0f), *r = rand_vec(qd * nt, 1.0f);
+    double *ref = malloc((size_t)(qd * nt) * sizeof *ref);
+    da_ref(q, L.f.kc, L.f.vc, nh, nkv, hd, n_past, nt, L.f.scale, ref);
+    const size_t nb = (size_t)(qd * nt) * 4;
+    float *ya[3], *yl[3], *yk[3];
+    int64_t moved[3];
+    for (int m = 0; m < 3; m++) {
+        int32_t qb = dev_put(q, nb), rb = dev_put(r, nb), ob = dev_poison(nb), mb = dev_poison(nb), yb = dev_poison(nb);
+        mf_exec_args a = args(n_past, nt, n_ctx, kvt);
+        mf_error e;
+        int64_t c0, c1;
+        mf_cuda_q8_ready_stats(be, &c0);
+        mf_cuda_set_flash_decode(be, true);
+        mf_cuda_set_fuse_add(be, true);
+        mf_cuda_set_attn_one(be, 1);
+        mf_cuda_set_attn_short(be, modes[m]);
+        as_layer_exec(&L, qb, rb, ob, mb, yb, &a);
+        if (be->ops->synchronize(be, &e))
+            die("attnshort node", &e);
+        as_default();
+        mf_cuda_q8_ready_stats(be, &c1);
+        moved[m] = c1 - c0;
+        ya[m] = dev_get(ob, nb);
+        yl[m] = dev_get(yb, nb);
+        yk[m] = as_launch(modes[m], q, kc, vc, kvt, nh, nkv, hd, n_past, nt, n_ctx, NULL, st);
+        dev_free(qb); dev_free(rb); dev_free(ob); dev_free(mb); dev_free(yb);
+    }
+    char name[200], sub[240];
+    snprintf(name, sizeof name, "attnshort node %s cache, o %s %d/%d/%d n_past %lld nt %lld", mf_type_name(kvt),
+             mf_type_name(wt), nh, nkv, hd, (long long)n_past, (long long)nt);
+    for (int m = 0; m < 3; m++) {
+        const char *what = m == 0 ? "one-kernel" : m == 1 ? "short" : "short 4 warps";
+        snprintf(sub, sizeof sub, "%s: %s == launcher", name, what);
+        check_true(sub, !memcmp(ya[m], yk[m], nb) && count_nan(ya[m], qd * nt) == 0, "(bitwise attention output)");
+        snprintf(sub, sizeof sub, "%s [%s]", name, what);
+        result(sub, rel_err(ya[m], ref, qd * nt), 1e-4, count_nan(ya[m], qd * nt), NULL);
+        if (m) {
+            snprintf(sub, sizeof sub, "%s: layer %s vs one-kernel", name, what);
+            result(sub, rel_err_f(yl[m], yl[0], qd * nt), 1e-2, count_nan(yl[m], qd * nt), "(max norm)");
+        }
+    }
+    snprintf(sub, sizeof sub, "%s: o GEMV took the q8", name);
+    char det[96];
+    snprintf(det, sizeof det, "(x-ready GEMVs: one-kernel %lld, short %lld, 4 warps %lld; want 1 each)",
+             (long long)moved[0], (long long)moved[1], (long long)moved[2]);
+    check_true(sub, moved[0] == 1 && moved[1] == 1 && moved[2] == 1, det);
+    for (int m = 0; m < 3; m++) {
+        free(ya[m]);
+        free(yl[m]);
+        free(yk[m]);
+    }
+    cudaFree(kc); cudaFree(vc);
+    free(q); free(r); free(ref);
+    da_teardown(&L.f);
+}
+
+/* CUDA graph replay with the switch at mode (1, 4; attn_one 1): ATTN -> o MATMUL ->
+ * ADD of the 0.5B shape (Q4_0 o, f16 cache of 640 rows), n_past 40, 41,
+ * 100, 300 (1st step plain, 2nd captured, the rest replayed with n_past
+ * from the device): each step's attention output against float64 (1e-4)
+ * and bitwise the launcher's short kernel of that mode; each step's layer output
+ * bitwise the same step run without graphs; captures >= 1, replays >= 2. */
+static void as_graph(int64_t nt, int mode, cudaStream_t st) {
+    const int32_t nh = 14, nkv = 2, hd = 64, n_ctx = 640;
+    const uint32_t kvt = MF_TYPE_F16;
+    const int64_t qd = (int64_t)nh * hd, kvd = (int64_t)nkv * hd;
+    const int64_t past[] = {40, 41, 100, 300};
+    enum { STEPS = sizeof past / sizeof past[0] };
+    as_layer L;
+    as_layer_setup(&L, MF_TYPE_Q4_0, nh, nkv, hd, n_ctx, nt, n_ctx, kvt);
+    void *kc = as_cache_from(kvt, L.f.kc, n_ctx, n_ctx, kvd), *vc = as_cache_from(kvt, L.f.vc, n_ctx, n_ctx, kvd);
+    const size_t nb = (size_t)(qd * nt) * 4;
+    int32_t qb = dev_put(NULL, nb), rb = dev_put(NULL, nb), ob = dev_put(NULL, nb), mb = dev_put(NULL, nb),
+            yb = dev_put(NULL, nb);
+    float *q[STEPS], *r[STEPS], *yg[STEPS];
+    double *ref = malloc((size_t)(qd * nt) * sizeof *ref);
+    double worst = 0;
+    int64_t nan = 0, cap0 = 0, rep0 = 0, cap1 = 0, rep1 = 0;
+    bool att_same = true, lay_same = true;
+    mf_cuda_set_flash_decode(be, true);
+    mf_cuda_set_fuse_add(be, true);
+    mf_cuda_set_attn_one(be, 1);
+    mf_cuda_set_attn_short(be, mode);
+    for (int g = 1; g >= 0; g--) { /* graphs on, then the same steps plainly */
+        mf_cuda_set_graphs(be, g);
+        if (g)
+            mf_cuda_graph_stats(be, &cap0, &rep0);
+        for (int s = 0; s < STEPS; s++) {
+            if (g) {
+                q[s] = rand_vec(qd * nt, 2.0f);
+                r[s] = rand_vec(qd * nt, 1.0f);
+            }
+            mf_exec_args a = args(past[s], nt, n_ctx, kvt);
+            mf_error e;
+            if (be->ops->begin_forward(be, &L.f.g, &a, &e) || be->ops->write_host(be, qb, 0, q[s], nb, &e) ||
+                be->ops->write_host(be, rb, 0, r[s], nb, &e))
+                die("attnshort graph step", &e);
+            as_layer_exec(&L, qb, rb, ob, mb, yb, &a);
+            if (be->ops->end_forward(be, &L.f.g, &a, &e))
+                die("attnshort graph step", &e);
+            float *y = dev_get(yb, nb);
+            if (g) {
+                float *ya = dev_get(ob, nb);
+                float *yk = as_launch(mode, q[s], kc, vc, kvt, nh, nkv, hd, past[s], nt, n_ctx, NULL, st);
+                da_ref(q[s], L.f.kc, L.f.vc, nh, nkv, hd, past[s], nt, L.f.scale, ref);
+                worst = fmax(worst, rel_err(ya, ref, qd * nt));
+                nan += count_nan(ya, qd * nt) + count_nan(y, qd * nt);
+                att_same = att_same && !memcmp(ya, yk, nb);
+                yg[s] = y;
+                free(ya);
+                free(yk);
+            } else {
+                lay_same = lay_same && !memcmp(y, yg[s], nb);
+                free(y);
+            }
+        }
+        if (g)
+            mf_cuda_graph_stats(be, &cap1, &rep1);
+    }
+    mf_cuda_set_graphs(be, !mf_env_flag("MINFER_NO_CUDA_GRAPH"));
+    as_default();
+    char name[160], det[120];
+    snprintf(name, sizeof name, "attnshort graph f16 nt %lld mode %d, %d steps (worst)", (long long)nt, mode, STEPS);
+    result(name, worst, 1e-4, nan, NULL);
+    snprintf(name, sizeof name, "attnshort graph f16 nt %lld mode %d: attention == launcher short", (long long)nt,
+             mode);
+    check_true(name, att_same, "(bitwise, every step)");
+    snprintf(name, sizeof name, "attnshort graph f16 nt %lld mode %d: layer replayed == plain", (long long)nt, mode);
+    check_true(name, lay_same, "(bitwise, every step)");
+    snprintf(det, sizeof det, "%lld captures, %lld replays", (long long)(cap1 - cap0), (long long)(rep1 - rep0));
+    snprintf(name, sizeof name, "attnshort graph f16 nt %lld mode %d: steps replayed", (long long)nt, mode);
+    check_true(name, cap1 - cap0 >= 1 && rep1 - rep0 >= STEPS - 2, det);
+    for (int s = 0; s < STEPS; s++) {
+        free(q[s]);
+        free(r[s]);
+        free(yg[s]);
+    }
+    free(ref);
+    cudaFree(kc); cudaFree(vc);
+    dev_free(qb); dev_free(rb); dev_free(ob); dev_free(mb); dev_free(yb);
+    da_teardown(&L.f);
+}
+
+static cudaError_t as_short_launch(const void *p, cudaStream_t st) {
+    return mf_cu_attn_short(&((const ao_ctx *)p)->a, 0, st);
+}
+
+static cudaError_t as_short4_launch(const void *p, cudaStream_t st) {
+    return mf_cu_attn_short(&((const ao_ctx *)p)->a, 4, st);
+}
+
+/* MINFER_CUDA_TEST_BENCH=1: us per layer's attention, today's one-kernel
+ * decode vs the short kernel (12 warps, the default, and 4), all writing
+ * out and the o GEMV's q8; f16
+ * cache of 4096 rows, nt 1, LAT_BURST back-to-back launches (a PDL chain as
+ * the backend set it), median of LAT_REPS. */
+static void as_bench(int32_t nh, int32_t nkv, int32_t hd, int64_t depth, cudaStream_t st) {
+    ao_ctx c;
+    ao_bench_ctx(&c, nh, nkv, hd, depth);
+    const float t0 = lat_time(ao_new_launch, &c, st), t1 = lat_time(as_short_launch, &c, st);
+    const float t4 = lat_time(as_short4_launch, &c, st);
+    printf("bench attnshort %d/%d/%d f16 depth %-4lld one kernel %6.2f us  short %6.2f us (%+.2f)  short 4 warps "
+           "%6.2f us (%+.2f)\n",
+           nh, nkv, hd, (long long)depth, t0, t1, t1 - t0, t4, t4 - t0);
+    ao_bench_free(&c);
+}
+
+static void attnshort_family(void) {
+    cudaStream_t st;
+    if (cudaStreamCreate(&st) != cudaSuccess) {
+        check_true("attnshort: stream", false, NULL);
+        return;
+    }
+    /* 0.5B, 7B, Qwen3-4B, G = 1 */
+    const int32_t shapes[4][3] = {{14, 2, 64}, {28, 4, 128}, {32, 8, 128}, {16, 16, 64}};
+    const uint32_t kvts[2] = {MF_TYPE_F32, MF_TYPE_F16};
+    const int64_t depths[9] = {1, 31, 32, 33, 127, 128, 129, 300, 383}, nts[2] = {1, 3};
+    for (int s = 0; s < 4; s++)
+        for (int k = 0; k < 2; k++)
+            for (int d = 0; d < 9; d++)
+                for (int n = 0; n < 2; n++)
+                    if (!small || d % 3 == 1)
+                        as_case(shapes[s][0], shapes[s][1], shapes[s][2], depths[d], nts[n], kvts[k], st);
+    as_node(MF_TYPE_Q4_0, 14, 2, 64, 37, 1, MF_TYPE_F16, st);
+    as_node(MF_TYPE_Q4_0, 14, 2, 64, 300, 3, MF_TYPE_F32, st);
+    as_node(MF_TYPE_Q4_0, 16, 16, 64, 129, 1, MF_TYPE_F16, st);
+    if (!small)
+        as_node(MF_TYPE_Q4_K, 28, 4, 128, 200, 1, MF_TYPE_F16, st);
+    as_graph(1, 1, st);
+    as_graph(3, 1, st);
+    as_graph(1, 4, st);
+    if (mf_env_flag("MINFER_CUDA_TEST_BENCH")) {
+        const int64_t bd[3] = {16, 100, 300};
+        for (int s = 0; s < 4; s++)
+            for (int d = 0; d < 3; d++)
+                as_bench(shapes[s][0], shapes[s][1], shapes[s][2], bd[d], st);
     }
     cudaStreamDestroy(st);
 }
@@ -5012,7 +5447,9 @@ int main(void) {
     if (fam("gemvfuse"))
         gemvfuse_weights();
     if (fam("attnone"))
-        attnone_weights();
+        ao_weights("ao", 0);
+    if (fam("attnshort"))
+        ao_weights("as", 1024);
     if (fam("normmm"))
         normmm_weights();
 
@@ -5156,6 +5593,8 @@ int main(void) {
         gemvfuse_family();
     if (fam("attnone"))
         attnone_family();
+    if (fam("attnshort"))
+        attnshort_family();
     if (fam("normmm")) {
         normmm_case("nm.q8_0.896x3000", MF_TYPE_Q8_0, 896);
         normmm_case("nm.q6_k.3584x3000", MF_TYPE_Q6_K, 3584);

@@ -56,6 +56,7 @@
 #include <math.h>
 
 #include "backend/cuda/cuda_args.h"
+#include "backend/cuda/gemv_q8.cuh"
 #include "backend/cuda/kv.cuh"
 #include "backend/cuda/pdl.cuh"
 
@@ -483,29 +484,8 @@ static __device__ void da_combine_group(const mf_cu_attn_args &a, int n_split, i
             o = make_float4(o.x / L, o.y / L, o.z / L, o.w / L);
             *(float4 *)(a.out + (t * a.n_head + (int64_t)kvh * G + g) * HD + d) = o;
         }
-        if (xq) { /* q8_unit over the unit's 8 lanes x 4 elements */
-            float amax = fmaxf(fmaxf(fabsf(o.x), fabsf(o.y)), fmaxf(fabsf(o.z), fabsf(o.w)));
-#pragma unroll
-            for (int off = 4; off > 0; off >>= 1)
-                amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, off, 8));
-            const float dq = amax / 127.0f;
-            const float id = dq != 0.0f ? 1.0f / dq : 0.0f;
-            const int q0 = __float2int_rn(o.x * id), q1 = __float2int_rn(o.y * id);
-            const int q2 = __float2int_rn(o.z * id), q3 = __float2int_rn(o.w * id);
-            int sum = q0 + q1 + q2 + q3;
-            sum += __shfl_xor_sync(0xffffffffu, sum, 1, 8); /* lanes 0-3: elements 0-15 */
-            sum += __shfl_xor_sync(0xffffffffu, sum, 2, 8);
-            const int s_hi = __shfl_sync(0xffffffffu, sum, 4, 8);
-            if (ok) {
-                const int64_t e = t * n_in + ((int64_t)kvh * G + g) * HD + d; /* element of the q8 rows */
-                *(uint32_t *)(xq + e) = ((uint32_t)q0 & 0xffu) | ((uint32_t)q1 & 0xffu) << 8 |
-                                        ((uint32_t)q2 & 0xffu) << 16 | ((uint32_t)q3 & 0xffu) << 24;
-                if ((lane & 7) == 0) {
-                    xd[e / 32] = dq;
-                    xs[e / 32] = (int32_t)(((uint32_t)sum & 0xffffu) | ((uint32_t)s_hi << 16));
-                }
-            }
-        }
+        if (xq) /* the unit's 8 lanes x 4 elements */
+            q8_unit8x4(o, ok, lane, t * n_in + ((int64_t)kvh * G + g) * HD + d, xq, xd, xs);
     }
 }
 

@@ -300,6 +300,17 @@ int mf_cu_attn_flash_ok(int32_t head_dim, int64_t nt);
  * this path when a->part is set and the shape fits. */
 size_t mf_cu_attn_decode_bytes(const mf_cu_attn_args *a);
 cudaError_t mf_cu_attn_decode(const mf_cu_attn_args *a, cudaStream_t s);
+/* Short-context decode attention in one kernel, no scratch (attn_short.cu;
+ * MINFER_CUDA_ATTN_SHORT=1, the backend takes it where the one-kernel
+ * split-KV decode would run): a block per (query head, token), nt <= 8,
+ * head_dim 64 or 128, <= 8 query heads per KV head, f32/f16 cache, q/out/k/v
+ * 16-byte aligned; a->part and a->cnt are ignored, a->q8out (if set) gets
+ * the int8 quantization of out (mf_cu_q8_bytes layout, bitwise the quantize
+ * kernel's). Correct at any depth, meant for <= 384 rows. warps: a block's
+ * warps, 12 (0: the default; rows 32 a warp, so 384 in one pass) or 4 (the
+ * suggested design; 128 rows a pass). _ok: whether it takes a's shape. */
+int mf_cu_attn_short_ok(const mf_cu_attn_args *a);
+cudaError_t mf_cu_attn_short(const mf_cu_attn_args *a, int warps, cudaStream_t s);
 /* Tensor-core flash prefill (attn_prefill_mma.cu): nt > 8, head_dim 64 or
  * 128, f32/f16/q8_0 cache, q/out/k/v 16-byte aligned, a device of cc >= 8.0
  * (recorded by mf_cu_attn_mma_setup, which mf_cu_probe_attn calls). mf_cu_attn
@@ -380,6 +391,7 @@ cudaError_t mf_cu_probe_getrows(size_t smem_limit, const char **bad);
 cudaError_t mf_cu_probe_kv(size_t smem_limit, const char **bad);
 cudaError_t mf_cu_probe_attn(size_t smem_limit, const char **bad);
 cudaError_t mf_cu_probe_attn_decode(size_t smem_limit, const char **bad);
+cudaError_t mf_cu_probe_attn_short(size_t smem_limit, const char **bad);
 cudaError_t mf_cu_probe_gemv_q8(size_t smem_limit, const char **bad);
 cudaError_t mf_cu_probe_rope_store(size_t smem_limit, const char **bad);
 

@@ -75,6 +75,7 @@ typedef struct cu_gentry {
     cudaGraphExec_t exec;
     bool no_capture; /* a capture failed: run this one plainly */
     bool attn_one;   /* captured with the one-kernel decode attention (attn_one_now) */
+    int32_t attn_short; /* ... and with MINFER_CUDA_ATTN_SHORT as it was (tests flip it) */
     uint64_t used;
 } cu_gentry;
 
@@ -162,6 +163,9 @@ typedef struct cu_ctx {
                       the split kernel's last block per group: one kernel instead of three */
     int64_t attn_one_max; /* ... only while n_past + n_tokens <= this (MINFER_CUDA_ATTN_ONE_MAX, default 384):
                              a CUDA graph captured on either side is kept apart (cu_gentry.attn_one) */
+    int attn_short; /* MINFER_CUDA_ATTN_SHORT (default 1): where the one-kernel decode would run, the
+                       short-context kernel instead (attn_short.cu: no partials, no counters); 1: 12 warps a
+                       block (384 rows a pass), 4: 4 warps (128 rows a pass) */
     /* the deferred MATMUL of fuse_add or RMSNORM of fuse_norm (see exec_now);
      * pend_node < 0: none */
     const mf_graph *pend_g;
@@ -1566,12 +1570,16 @@ static int exec_node(mf_backend *b, const mf_graph *g, int32_t node, const int32
             if (m->head_dim % 32 == 0 && !(a.q8out = scratch(x, Q8OUT_SLOT, mf_cu_q8_bytes(n->ne[0], nt))))
                 return -1;
         }
+        /* MINFER_CUDA_ATTN_SHORT: the one-kernel decode's place and outputs (out, q8out), another kernel */
+        const bool shrt = a.cnt && c->attn_short && mf_cu_attn_short_ok(&a);
         const char *kind = a.tc && mf_cu_attn_mma_ok(&a) ? "attn(mma)"
                            : a.flash                      ? "attn(flash)"
+                           : shrt                         ? (a.q8out ? "attn(short, q8)" : "attn(short)")
                            : a.cnt                        ? (a.q8out ? "attn(decode one, q8)" : "attn(decode one)")
                            : a.part                       ? "attn(decode)"
                                                           : "attn";
-        if (launched(x, kind, nt, m->n_head, mf_cu_attn(&a, st)))
+        const cudaError_t ae = shrt ? mf_cu_attn_short(&a, c->attn_short == 4 ? 4 : 0, st) : mf_cu_attn(&a, st);
+        if (launched(x, kind, nt, m->n_head, ae))
             return -1;
         if (a.q8out) /* the o MATMUL (+ADD) after it finds x quantized (run_multi) */
             q8_produced(x, y, n->ne[0], nt, a.q8out);
@@ -1772,7 +1780,7 @@ static bool gentry_matches(const cu_ctx *c, const cu_gentry *e) {
     return e->g == g && e->n_nodes == g->n_nodes && e->kv_dim == g->kv_dim &&
            e->n_calls == c->n_rec && e->n_tokens == c->rec_a.n_tokens &&
            e->n_ctx == c->rec_a.n_ctx && e->kv_type == c->rec_a.kv_type &&
-           e->attn_one == attn_one_now(c, &c->rec_a) &&
+           e->attn_one == attn_one_now(c, &c->rec_a) && e->attn_short == c->attn_short &&
            memcmp(e->scr, c->scr, sizeof e->scr) == 0 &&
            memcmp(e->calls, c->rec, (size_t)c->n_rec * sizeof *c->rec) == 0 &&
            ((g->stamp != 0 && e->stamp == g->stamp) ||
@@ -1910,6 +1918,7 @@ static int cu_end_forward(mf_backend *b, const mf_graph *g, const mf_exec_args *
     e->n_ctx = a->n_ctx;
     e->kv_type = a->kv_type;
     e->attn_one = attn_one_now(c, a);
+    e->attn_short = c->attn_short;
     memcpy(e->scr, c->scr, sizeof e->scr);
     e->used = ++c->ge_clock;
     return 0;
@@ -2010,7 +2019,7 @@ static int open_device(cu_ctx *c, mf_error *err) {
     cudaError_t (*probes[])(size_t, const char **) = {
         mf_cu_probe_matmul, mf_cu_probe_norm, mf_cu_probe_rope, mf_cu_probe_elementwise,
         mf_cu_probe_getrows, mf_cu_probe_kv, mf_cu_probe_attn, mf_cu_probe_gemv_q8,
-        mf_cu_probe_rope_store, mf_cu_probe_attn_decode};
+        mf_cu_probe_rope_store, mf_cu_probe_attn_decode, mf_cu_probe_attn_short};
     for (size_t i = 0; i < sizeof probes / sizeof probes[0]; i++) {
         e = probes[i](c->smem_per_block, &bad);
         if (e != cudaSuccess) {
@@ -2086,6 +2095,10 @@ int mf_backend_cuda_new_progress(const mf_weights *w, mf_cuda_progress_fn progre
      * block's combine reads every active split alone) */
     c->attn_one = mf_env_int("MINFER_CUDA_ATTN_ONE", 1) != 0;
     c->attn_one_max = mf_env_int("MINFER_CUDA_ATTN_ONE_MAX", 384);
+    /* on by default: H200, device run 5 (PERF.md entry 15): the attention of a 0.5B
+     * layer 7.7 -> 3.0 us in the replayed graph, tg128 0.5B Q4_0 1,418 -> 1,708,
+     * 7B Q4_0 495.5 -> 527.0, 7B Q4_K_M 416.1 -> 429.0 */
+    c->attn_short = (int)mf_env_int("MINFER_CUDA_ATTN_SHORT", 1);
     c->pend_node = -1;
     c->graphs_on = !mf_env_flag("MINFER_NO_CUDA_GRAPH");
     c->trace = mf_env_flag("MINFER_TRACE");
@@ -2209,6 +2222,10 @@ void mf_cuda_set_attn_one(mf_backend *b, int mode) {
     cu_ctx *c = CX(b);
     c->attn_one = mode < 0 ? mf_env_int("MINFER_CUDA_ATTN_ONE", 1) != 0 : mode != 0;
     c->attn_one_max = mode < 0 ? mf_env_int("MINFER_CUDA_ATTN_ONE_MAX", 384) : INT64_MAX;
+}
+
+void mf_cuda_set_attn_short(mf_backend *b, int mode) {
+    CX(b)->attn_short = mode < 0 ? (int)mf_env_int("MINFER_CUDA_ATTN_SHORT", 1) : mode;
 }
 
 void mf_cuda_set_mma_chunk(mf_backend *b, uint64_t bytes) {

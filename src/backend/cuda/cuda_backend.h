@@ -100,6 +100,12 @@ void mf_cuda_set_flash_decode(mf_backend *b, bool on);
  * depth, 0: off, -1: what the environment says (default: on while n_past +
  * n_tokens <= MINFER_CUDA_ATTN_ONE_MAX, 384). */
 void mf_cuda_set_attn_one(mf_backend *b, int mode);
+/* Tests: MINFER_CUDA_ATTN_SHORT: where the one-kernel decode above would
+ * run (and the shape fits mf_cu_attn_short_ok), the short-context kernel
+ * (attn_short.cu) instead, same outputs (out, the o GEMV's q8). 1 on (12
+ * warps a block), 4 on with 4 warps, 0 off (the default), -1 what the
+ * environment says. Graphs are keyed on it. */
+void mf_cuda_set_attn_short(mf_backend *b, int mode);
 
 /* CUDA graph capture/replay of small forwards (begin_forward/end_forward):
  * on unless MINFER_NO_CUDA_GRAPH=1; tests switch it and read how many

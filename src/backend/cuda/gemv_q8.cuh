@@ -55,6 +55,36 @@ static __device__ __forceinline__ void q8_unit(float v, int lane, bool store, in
     }
 }
 
+/* q8_unit's arithmetic over a unit held by 8 lanes x 4 elements (o; the
+ * unit's lanes are an aligned group of 8): amax, d = amax / 127, id, q =
+ * rint(v id), the two 16-element sums, bitwise q8_unit's. Every lane of the
+ * warp must call it (the shuffles); when ok the lane writes its 4 values at
+ * element e of xq (e % 4 == 0) and the group's first lane d and the sums at
+ * unit e / 32. The attention kernels quantize their output rows with it. */
+static __device__ __forceinline__ void q8_unit8x4(float4 o, bool ok, int lane, int64_t e, int8_t *xq, float *xd,
+                                                  int32_t *xs) {
+    float amax = fmaxf(fmaxf(fabsf(o.x), fabsf(o.y)), fmaxf(fabsf(o.z), fabsf(o.w)));
+#pragma unroll
+    for (int off = 4; off > 0; off >>= 1)
+        amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, off, 8));
+    const float dq = amax / 127.0f;
+    const float id = dq != 0.0f ? 1.0f / dq : 0.0f;
+    const int q0 = __float2int_rn(o.x * id), q1 = __float2int_rn(o.y * id);
+    const int q2 = __float2int_rn(o.z * id), q3 = __float2int_rn(o.w * id);
+    int sum = q0 + q1 + q2 + q3;
+    sum += __shfl_xor_sync(0xffffffffu, sum, 1, 8); /* lanes 0-3: elements 0-15 */
+    sum += __shfl_xor_sync(0xffffffffu, sum, 2, 8);
+    const int s_hi = __shfl_sync(0xffffffffu, sum, 4, 8);
+    if (ok) {
+        *(uint32_t *)(xq + e) = ((uint32_t)q0 & 0xffu) | ((uint32_t)q1 & 0xffu) << 8 |
+                                ((uint32_t)q2 & 0xffu) << 16 | ((uint32_t)q3 & 0xffu) << 24;
+        if ((lane & 7) == 0) {
+            xd[e / 32] = dq;
+            xs[e / 32] = (int32_t)(((uint32_t)sum & 0xffffu) | ((uint32_t)s_hi << 16));
+        }
+    }
+}
+
 /* Sums acc over the warp's lanes, then over the ks warps of the row through
  * part (which the caller owns; one __syncthreads inside, reached by every
  * thread of the block). The row's first warp ends with the totals in acc. */
