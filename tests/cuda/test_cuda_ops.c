@@ -4171,17 +4171,26 @@ static void lat_family(void) {
 
 /* A device cache of n_ctx rows of kv_type, its first `rows` random
  * (stored as the backend stores them: the host quantizer), the rest 0. */
-static void *ao_cache(uint32_t kvt, int64_t rows, int64_t n_ctx, int64_t kvd, float scale) {
+/* A device KV region of n_ctx rows of kvd: rows < `rows` from src (in
+ * kvt), the rest bytes `fill` (0, or 0xff: NaN rows that show an over-read). */
+static void *kv_cache_dev(uint32_t kvt, const float *src, int64_t rows, int64_t n_ctx, int64_t kvd, int fill) {
     const size_t rb = mf_type_row_size(kvt, kvd);
-    float *f = rand_vec(kvd * rows, scale);
-    uint8_t *h = calloc((size_t)n_ctx, rb);
+    uint8_t *h = malloc(rb * (size_t)n_ctx);
+    memset(h, fill, rb * (size_t)n_ctx);
     if (kvt == MF_TYPE_F32)
-        memcpy(h, f, (size_t)(kvd * rows) * 4);
+        memcpy(h, src, (size_t)(kvd * rows) * 4);
     else
-        mf_quantize_rows(kvt, f, h, rows, kvd);
+        mf_quantize_rows(kvt, src, h, rows, kvd);
     void *d = ds_put(h, rb * (size_t)n_ctx);
-    free(f);
     free(h);
+    return d;
+}
+
+/* A zero-padded KV region of random rows (scale). */
+static void *ao_cache(uint32_t kvt, int64_t rows, int64_t n_ctx, int64_t kvd, float scale) {
+    float *f = rand_vec(kvd * rows > 0 ? kvd * rows : 1, scale); /* >= 1: gcc sees it written */
+    void *d = kv_cache_dev(kvt, f, rows, n_ctx, kvd, 0);
+    free(f);
     return d;
 }
 
@@ -4445,22 +4454,6 @@ static void attnone_family(void) {
 
 /* ---- MINFER_CUDA_ATTN_SHORT: short-context decode attention (family "attnshort") ---------- */
 
-/* A device cache of n_ctx rows of kvt (f32 / f16): the first `rows` from
- * src (rows x kvd floats, stored as the host quantizer stores them), the
- * rest 0xff bytes (NaN in both types: a kernel reading past the causal
- * range shows). */
-static void *as_cache_from(uint32_t kvt, const float *src, int64_t rows, int64_t n_ctx, int64_t kvd) {
-    const size_t rb = mf_type_row_size(kvt, kvd);
-    uint8_t *h = malloc(rb * (size_t)n_ctx);
-    memset(h, 0xff, rb * (size_t)n_ctx);
-    if (kvt == MF_TYPE_F32)
-        memcpy(h, src, (size_t)(kvd * rows) * 4);
-    else
-        mf_quantize_rows(kvt, src, h, rows, kvd);
-    void *d = ds_put(h, rb * (size_t)n_ctx);
-    free(h);
-    return d;
-}
 
 /* The attention of nt tokens at n_past over device caches kc / vc through
  * the launcher: the short kernel (mode 1: 12 warps a block, 4: 4 warps) or
@@ -4512,7 +4505,7 @@ static void as_case(int32_t nh, int32_t nkv, int32_t hd, int64_t n_past, int64_t
     float *hk = malloc((size_t)(kvd * n_kv) * 4), *hv = malloc((size_t)(kvd * n_kv) * 4);
     kv_roundtrip(kvt, fk, hk, n_kv, kvd);
     kv_roundtrip(kvt, fv, hv, n_kv, kvd);
-    void *kc = as_cache_from(kvt, fk, n_kv, n_ctx, kvd), *vc = as_cache_from(kvt, fv, n_kv, n_ctx, kvd);
+    void *kc = kv_cache_dev(kvt, fk, n_kv, n_ctx, kvd, 0xff), *vc = kv_cache_dev(kvt, fv, n_kv, n_ctx, kvd, 0xff);
     float *hq = rand_vec(qd * nt, 2.0f);
     double *ref = malloc((size_t)(qd * nt) * sizeof *ref);
     da_ref(hq, hk, hv, nh, nkv, hd, n_past, nt, 1.0f / sqrtf((float)hd), ref);
@@ -4633,7 +4626,7 @@ static void as_node(uint32_t wt, int32_t nh, int32_t nkv, int32_t hd, int64_t n_
     const int modes[3] = {0, 1, 4};
     as_layer L;
     as_layer_setup(&L, wt, nh, nkv, hd, n_kv, nt, n_ctx, kvt);
-    void *kc = as_cache_from(kvt, L.f.kc, n_kv, n_ctx, kvd), *vc = as_cache_from(kvt, L.f.vc, n_kv, n_ctx, kvd);
+    void *kc = kv_cache_dev(kvt, L.f.kc, n_kv, n_ctx, kvd, 0xff), *vc = kv_cache_dev(kvt, L.f.vc, n_kv, n_ctx, kvd, 0xff);
     float *q = rand_vec(qd * nt, 2.0f), *r = rand_vec(qd * nt, 1.0f);
     double *ref = malloc((size_t)(qd * nt) * sizeof *ref);
     da_ref(q, L.f.kc, L.f.vc, nh, nkv, hd, n_past, nt, L.f.scale, ref);
@@ -4704,7 +4697,7 @@ static void as_graph(int64_t nt, int mode, cudaStream_t st) {
     enum { STEPS = sizeof past / sizeof past[0] };
     as_layer L;
     as_layer_setup(&L, MF_TYPE_Q4_0, nh, nkv, hd, n_ctx, nt, n_ctx, kvt);
-    void *kc = as_cache_from(kvt, L.f.kc, n_ctx, n_ctx, kvd), *vc = as_cache_from(kvt, L.f.vc, n_ctx, n_ctx, kvd);
+    void *kc = kv_cache_dev(kvt, L.f.kc, n_ctx, n_ctx, kvd, 0xff), *vc = kv_cache_dev(kvt, L.f.vc, n_ctx, n_ctx, kvd, 0xff);
     const size_t nb = (size_t)(qd * nt) * 4;
     int32_t qb = dev_put(NULL, nb), rb = dev_put(NULL, nb), ob = dev_put(NULL, nb), mb = dev_put(NULL, nb),
             yb = dev_put(NULL, nb);

@@ -1562,16 +1562,17 @@ static int exec_node(mf_backend *b, const mf_graph *g, int32_t node, const int32
                              .n_ctx = ea->n_ctx, .tc = c->tc_attn};
         /* split-KV decode: its scratch size depends on n_ctx, never n_past */
         const size_t pb = c->flash_decode && !a.flash ? mf_cu_attn_decode_bytes(&a) : 0;
-        if (pb && !(a.part = scratch(x, ATTN_SLOT, pb)))
+        /* short contexts: one kernel that also quantizes for the o GEMV, the
+         * short-context kernel (MINFER_CUDA_ATTN_SHORT; no partials, no
+         * counters) or the split kernel whose last block combines */
+        const bool one = pb && attn_one_now(c, ea);
+        const bool shrt = one && c->attn_short && mf_cu_attn_short_ok(&a);
+        if (pb && !shrt && !(a.part = scratch(x, ATTN_SLOT, pb)))
             return -1;
-        if (a.part && attn_one_now(c, ea)) { /* the split kernel combines and quantizes for the o GEMV */
-            if (!(a.cnt = counters(x, nt * m->n_head_kv)))
-                return -1;
-            if (m->head_dim % 32 == 0 && !(a.q8out = scratch(x, Q8OUT_SLOT, mf_cu_q8_bytes(n->ne[0], nt))))
-                return -1;
-        }
-        /* MINFER_CUDA_ATTN_SHORT: the one-kernel decode's place and outputs (out, q8out), another kernel */
-        const bool shrt = a.cnt && c->attn_short && mf_cu_attn_short_ok(&a);
+        if (one && !shrt && !(a.cnt = counters(x, nt * m->n_head_kv)))
+            return -1;
+        if (one && m->head_dim % 32 == 0 && !(a.q8out = scratch(x, Q8OUT_SLOT, mf_cu_q8_bytes(n->ne[0], nt))))
+            return -1;
         const char *kind = a.tc && mf_cu_attn_mma_ok(&a) ? "attn(mma)"
                            : a.flash                      ? "attn(flash)"
                            : shrt                         ? (a.q8out ? "attn(short, q8)" : "attn(short)")

@@ -112,18 +112,8 @@ q8_norm_quant_wide_kernel(const float *__restrict__ x, const float *__restrict__
     const int64_t t = blockIdx.y;
     const float *xr = x + t * n_in;
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
-    double ss = 0.0;
     float mine = 0.0f, v[MF_LAT_E];
-    if constexpr (LAT) {
-        ss = mf_row_ss<MF_LAT_E>(xr, n_in, threadIdx.x, 256, v);
-    } else {
-        for (int64_t i = threadIdx.x; i < n_in; i += blockDim.x) {
-            const float xv = xr[i];
-            if (i == me)
-                mine = xv;
-            ss += (double)xv * (double)xv;
-        }
-    }
+    const double ss = mf_wide_row_ss<LAT>(xr, n_in, me, 256, v, &mine);
     const float sc = mf_rms_scale(ss, part, 8, n_in, eps);
     const int64_t n_units = n_in / 32, u = (int64_t)blockIdx.x * 8 + warp;
     if (u >= n_units) /* a whole warp: no shuffle is left short */
@@ -673,24 +663,10 @@ gemv_q8_multi_kernel(q8_multi p, const int8_t *__restrict__ xq, const float *__r
         q8_reduce<NT>(acc2, part[1], lane, warp, ks);
     if (!valid || lane != 0 || kp != 0)
         return;
-    if (SWIGLU) {
-        const float bg = p.bias[0] ? p.bias[0][o] : 0.0f, bu = p.bias[1] ? p.bias[1][o] : 0.0f;
-#pragma unroll
-        for (int t = 0; t < NT; t++)
-            if (t < ntok) {
-                const float g = acc[t] + bg;
-                p.y[0][(t0 + t) * p.n_out[0] + o] = g / (1.0f + expf(-g)) * (acc2[t] + bu);
-            }
-        return;
-    }
-    const float b = p.bias[wi] ? p.bias[wi][o] : 0.0f;
-    const float *res = p.res[wi];
-#pragma unroll
-    for (int t = 0; t < NT; t++)
-        if (t < ntok) {
-            const int64_t i = (t0 + t) * p.n_out[wi] + o;
-            p.y[wi][i] = res ? res[i] + (acc[t] + b) : acc[t] + b; /* the ADD's order: x + Wa */
-        }
+    if (SWIGLU)
+        q8_swiglu_store<NT>(p, o, acc, acc2, t0, ntok);
+    else
+        q8_row_store<NT>(p, wi, o, acc, t0, ntok);
 }
 
 template <int T, bool SWIGLU, bool V2>

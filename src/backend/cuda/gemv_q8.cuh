@@ -142,36 +142,50 @@ static __device__ __forceinline__ int64_t q8_pair_row(const q8_multi &p, int64_t
 /* The store of row pair g's sums acc[r * NT + t] (row r, token t0 + t,
  * t < ntok): bias, then the residual (x + Wa, the ADD's order) or, SWIGLU,
  * y[0] = silu(gate + b0) * (up + b1). */
+/* The store of one output row o (weight w) for tokens t0 .. t0 + ntok - 1
+ * from sums acc[t]: bias, then the residual in the ADD's order (x + Wa). */
+template <int NT>
+static __device__ __forceinline__ void q8_row_store(const q8_multi &p, int w, int64_t o, const float *acc, int64_t t0,
+                                                    int ntok) {
+    const float b = p.bias[w] ? p.bias[w][o] : 0.0f;
+    const float *res = p.res[w];
+#pragma unroll
+    for (int t = 0; t < NT; t++)
+        if (t < ntok) {
+            const int64_t i = (t0 + t) * p.n_out[w] + o;
+            p.y[w][i] = res ? res[i] + (acc[t] + b) : acc[t] + b;
+        }
+}
+
+/* SWIGLU's store of output o: y[0] = silu(gate + b0) * (up + b1) from the
+ * sums g[t], u[t]. */
+template <int NT>
+static __device__ __forceinline__ void q8_swiglu_store(const q8_multi &p, int64_t o, const float *g, const float *u,
+                                                       int64_t t0, int ntok) {
+    const float bg = p.bias[0] ? p.bias[0][o] : 0.0f, bu = p.bias[1] ? p.bias[1][o] : 0.0f;
+#pragma unroll
+    for (int t = 0; t < NT; t++)
+        if (t < ntok) {
+            const float gt = g[t] + bg;
+            p.y[0][(t0 + t) * p.n_out[0] + o] = gt / (1.0f + expf(-gt)) * (u[t] + bu);
+        }
+}
+
 template <bool SWIGLU, int NT>
 static __device__ __forceinline__ void q8_pair_store(const q8_multi &p, int64_t g, int64_t total, const float *acc,
                                                      int64_t t0, int ntok) {
     if constexpr (SWIGLU) {
         int w;
         const int64_t o = q8_pair_row<SWIGLU>(p, g, 0, total, &w);
-        if (o < 0)
-            return;
-        const float bg = p.bias[0] ? p.bias[0][o] : 0.0f, bu = p.bias[1] ? p.bias[1][o] : 0.0f;
-#pragma unroll
-        for (int t = 0; t < NT; t++)
-            if (t < ntok) {
-                const float gt = acc[t] + bg;
-                p.y[0][(t0 + t) * p.n_out[0] + o] = gt / (1.0f + expf(-gt)) * (acc[NT + t] + bu);
-            }
+        if (o >= 0)
+            q8_swiglu_store<NT>(p, o, acc, acc + NT, t0, ntok);
     } else {
 #pragma unroll
         for (int r = 0; r < Q8_PAIR_R; r++) {
             int w;
             const int64_t o = q8_pair_row<SWIGLU>(p, g, r, total, &w);
-            if (o < 0)
-                continue;
-            const float b = p.bias[w] ? p.bias[w][o] : 0.0f;
-            const float *res = p.res[w];
-#pragma unroll
-            for (int t = 0; t < NT; t++)
-                if (t < ntok) {
-                    const int64_t i = (t0 + t) * p.n_out[w] + o;
-                    p.y[w][i] = res ? res[i] + (acc[r * NT + t] + b) : acc[r * NT + t] + b;
-                }
+            if (o >= 0)
+                q8_row_store<NT>(p, w, o, acc + r * NT, t0, ntok);
         }
     }
 }

@@ -68,18 +68,8 @@ static __global__ void rmsnorm_wide_kernel(const float *__restrict__ x, const fl
     __shared__ double part[32];
     const int64_t r = blockIdx.y;
     const float *xr = x + r * n;
-    double ss = 0.0;
     float mine = 0.0f, v[MF_LAT_E];
-    if constexpr (LAT) {
-        ss = mf_row_ss<MF_LAT_E>(xr, n, threadIdx.x, blockDim.x, v);
-    } else {
-        for (int64_t i = threadIdx.x; i < n; i += blockDim.x) {
-            const float xv = xr[i];
-            if (i == me)
-                mine = xv;
-            ss += (double)xv * (double)xv;
-        }
-    }
+    const double ss = mf_wide_row_ss<LAT>(xr, n, me, blockDim.x, v, &mine);
     const float sc = mf_rms_scale(ss, part, (blockDim.x + 31) >> 5, n, eps);
     if constexpr (LAT) /* element me is this thread's pass-blockIdx.x element */
         mine = blockIdx.x < MF_LAT_E ? mf_lat_pick(v, (int)blockIdx.x, 0.0f) : me < n ? xr[me] : 0.0f;

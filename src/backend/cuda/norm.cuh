@@ -23,6 +23,10 @@ static __device__ __forceinline__ float mf_rms_scale(double ss, double *part, in
     return (float)(1.0 / sqrt(tot / (double)n + (double)eps));
 }
 
+/* Elements a thread keeps in registers in the MINFER_CUDA_LAT norm kernels:
+ * 16 x 256 threads covers a 4096-wide row (3584 for the 7B) in one pass. */
+#define MF_LAT_E 16
+
 /* MINFER_CUDA_LAT's row pass: this thread's partial sum of squares of
  * xr[tid + k * nthr], k = 0, 1, ... in increasing k -- the order of the
  * strided loops `for (i = tid; i < n; i += nthr) ss += x_i * x_i` -- so the
@@ -56,6 +60,26 @@ static __device__ __forceinline__ double mf_row_ss(const float *xr, int64_t n, i
     return ss;
 }
 
+/* The wide kernels' row pass over row xr (n elements, the block's threads;
+ * nthr = blockDim.x): this thread's partial sum of squares; LAT through
+ * mf_row_ss (the loads a batch, v filled for mf_lat_pick after the
+ * reduction), else the strided loop, which also keeps the thread's own
+ * element me in *mine. */
+template <bool LAT>
+static __device__ __forceinline__ double mf_wide_row_ss(const float *xr, int64_t n, int64_t me, int nthr,
+                                                        float (&v)[MF_LAT_E], float *mine) {
+    if constexpr (LAT)
+        return mf_row_ss<MF_LAT_E>(xr, n, threadIdx.x, nthr, v);
+    double ss = 0.0;
+    for (int64_t i = threadIdx.x; i < n; i += blockDim.x) {
+        const float xv = xr[i];
+        if (i == me)
+            *mine = xv;
+        ss += (double)xv * (double)xv;
+    }
+    return ss;
+}
+
 /* v[k] for the block-uniform k < E, else `other` -- the wide kernels take
  * their own element from mf_row_ss's registers. Selecting after the row's
  * reduction keeps all E values live until then, which is what makes the
@@ -69,9 +93,5 @@ static __device__ __forceinline__ float mf_lat_pick(const float (&v)[E], int k, 
         r = j == k ? v[j] : r;
     return r;
 }
-
-/* Elements a thread keeps in registers in the MINFER_CUDA_LAT norm kernels:
- * 16 x 256 threads covers a 4096-wide row (3584 for the 7B) in one pass. */
-#define MF_LAT_E 16
 
 #endif
