@@ -46,12 +46,21 @@ typedef struct mf_kv_pair {
 } mf_kv_pair;
 
 /* Per-forward values that do not change the graph (so a cached graph stays
- * valid): where this batch starts in the KV cache. */
+ * valid): where this batch starts in the KV cache, and a hint.
+ * The hint: right after this forward the engine reads out_bytes from offset
+ * 0 of node out_node's buffer into out_host (read_host); out_host NULL when
+ * it will not (no logits wanted, another kind of read). A backend may start
+ * that copy early (CUDA: MINFER_CUDA_LOGITS_CHUNKS copies the lm_head's rows
+ * while later rows are computed) but must still honor any read_host as the
+ * contract says; backends that do not care ignore the hint. */
 typedef struct mf_exec_args {
     int32_t n_past;   /* position of the first token of the batch */
     int32_t n_tokens; /* tokens in the batch (== graph params n_tokens) */
     int32_t n_ctx;
     uint32_t kv_type;
+    void *out_host;    /* the hint (above); NULL: none */
+    int32_t out_node;  /* the output node (valid with out_host) */
+    size_t out_bytes;  /* bytes the engine reads from offset 0 */
 } mf_exec_args;
 
 typedef struct mf_backend_ops {

@@ -606,6 +606,17 @@ int mf_engine_forward(mf_engine *e, mf_graph_params *p, mf_graph_build_fn build,
         return -1;
 
     mf_exec_args a = {.n_past = n_past, .n_tokens = p->n_tokens, .n_ctx = p->n_ctx, .kv_type = p->kv_type};
+    int32_t out = -1;
+    for (int32_t i = 0; logits && i < e->g.n_nodes; i++)
+        if ((e->g.nodes[i].flags & MF_NODE_OUTPUT) && !(e->g.nodes[i].flags & MF_NODE_DEAD))
+            out = i;
+    const size_t want = (size_t)p->n_outputs * (size_t)e->o.n_vocab * sizeof(float);
+    if (out >= 0 && e->g.nodes[out].buf >= 0 && mf_node_nbytes(&e->g.nodes[out]) == want) {
+        /* the hint: the read at the end of this function, known before the launches */
+        a.out_host = logits;
+        a.out_node = out;
+        a.out_bytes = want;
+    }
     uint32_t used = 0;
     for (int32_t s = 0; s < e->plan.n_splits; s++)
         used |= 1u << e->plan.splits[s].backend;
@@ -620,10 +631,6 @@ int mf_engine_forward(mf_engine *e, mf_graph_params *p, mf_graph_build_fn build,
         if ((used >> b & 1u) && e->be[b]->ops->end_forward &&
             e->be[b]->ops->end_forward(e->be[b], &e->g, &a, err))
             return -1;
-    int32_t out = -1;
-    for (int32_t i = 0; logits && i < e->g.n_nodes; i++)
-        if ((e->g.nodes[i].flags & MF_NODE_OUTPUT) && !(e->g.nodes[i].flags & MF_NODE_DEAD))
-            out = i;
     /* the read below waits by itself when the output lives on the backend
      * that ran last and its read_host is stream-ordered */
     const bool read_waits = out >= 0 && e->g.nodes[out].buf >= 0 && last >= 0 &&
@@ -636,7 +643,6 @@ int mf_engine_forward(mf_engine *e, mf_graph_params *p, mf_graph_build_fn build,
     if (out < 0)
         return mf_errorf(err, "forward: the graph has no node flagged output");
     const mf_node *n = &e->g.nodes[out];
-    size_t want = (size_t)p->n_outputs * (size_t)e->o.n_vocab * sizeof(float);
     if (mf_node_nbytes(n) != want || n->buf < 0)
         return mf_errorf(err, "forward: output node %d '%s' has %zu bytes, %d rows of %lld logits need %zu",
                          out, n->name, mf_node_nbytes(n), p->n_outputs, (long long)e->o.n_vocab, want);

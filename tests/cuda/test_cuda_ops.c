@@ -22,7 +22,7 @@
  * MINFER_CUDA_TEST_ONLY=matmul,norm,...: run only these families (matmul,
  * getrows, norm, rope, elementwise, attn, qkv, ffn, fuse_add, fuse_norm,
  * gemv_v2, graph, misc, mma, mmafuse, decattn, preattn, gemv, decsmall,
- * gemvfuse, lat, attnone, attnshort, q6k, normmm); racecheck runs the shared-memory families this way.
+ * gemvfuse, lat, attnone, attnshort, q6k, normmm, qkvmix, ffnq8b, soa, shortrope, d2h); racecheck runs the shared-memory families this way.
  * The fusion levers (MINFER_CUDA_FUSE_GEMV / _ROPE / _ADD / _NORM,
  * MINFER_CUDA_GEMV_V2, MINFER_CUDA_FLASH_PREFILL; docs/ENV.md says which are
  * on by default) are run on and off through their test hooks
@@ -154,7 +154,96 @@
  * float64, layer on vs off (1e-2), o GEMV took the q8 both ways; graph
  * replay (0.5B, nt 1 / 3, n_past 40..300): vs float64, bitwise the launcher
  * and the plain run, steps replayed. MINFER_CUDA_TEST_BENCH=1: one kernel vs
- * short, us, per shape at depth 16 / 100 / 300 (PDL chain). */
+ * short, us, per shape at depth 16 / 100 / 300 (PDL chain).
+ * Family shortrope: MINFER_CUDA_SHORT_ROPE (attn_short.cu's fused variant,
+ * launcher mf_cu_attn_short_rope: rope + QkNorm of q and K and the K/V store
+ * of the token inside the short-context attention, nt 1) at 14/2/64,
+ * 28/4/128, 32/8/128 (QkNorm) x neox / normal x f32 / f16 x n_past
+ * 0/1/7/100/383 (+ partial rotation): vs rope_store + attn_short bitwise
+ * (out, q8out, the whole K and V caches; plain, n_past_dev, no q8out), raw
+ * inputs and the rope-store q output untouched, out vs float64 (1e-4), the
+ * new K/V rows vs float64; the launcher refuses wrong arguments; through the
+ * backend (hook mf_cuda_set_short_rope) FUSED_QKV (and QKV_BIAS_ROPE_STORE)
+ * -> ATTN -> o MATMUL -> ADD on == off bitwise (attention, layer, caches),
+ * the fold taken only when on (not with a q8_0 cache; a synchronize between
+ * the nodes launches the pending rope-store plainly), the o GEMV took the q8
+ * both ways, vs float64; graph replay with the
+ * switch on (0.5B, n_past 40..300) bitwise the plain run with it off.
+ * MINFER_CUDA_TEST_BENCH=1: rope_store + attn_short vs fused, us, per shape
+ * at depth 16 / 100 / 300 (PDL chain).
+ * Family qkvmix: MINFER_CUDA_QKV_MIX (gemv_q8v4.cu: a fused QKV whose V is
+ * another type than Q/K as one v4 launch; args field qkv_mix) through
+ * mf_cu_gemv_q8_multi at nt 1: qwen2-0.5B Q4_K_M (896 -> 896/128/128 Q5_0,
+ * Q5_0, Q8_0), qwen2-7B Q4_K_M (3584 -> 3584/512/512 Q4_K, Q4_K, Q6_K),
+ * qwen3-4B (2560 -> 4096/1024/1024), 0.5B Q3_K_M (Q4_0, Q4_0, Q5_0), odd run
+ * lengths (97/32/65), V first and two weights (the launcher swaps the runs):
+ * bias on / off, residual on / off, the norm folded or not; switch off, on,
+ * on with PDL off, each on outputs poisoned with another pattern, vs
+ * float64 (3e-2 and the int8 bound per sampled output), on == off bitwise
+ * over every output, one mixed launch counted (mf_cu_q8v4_mix_count); where
+ * no mixed kernel applies (v4 u2 forced, Q6_K slice decoder off, v4 off)
+ * on == off bitwise and nothing mixed; a CUDA graph of norm-quant + mixed
+ * QKV (PDL on) replayed 4 steps with new inputs, bitwise the separate
+ * launches; through the backend (the switch set in the environment, read
+ * back by mf_cuda_reset_gemv) FUSED_QKV nodes of the 0.5B / 7B / 4B
+ * (QkNorm) shapes over 4 graph-replayed decode steps, q and the stored K/V
+ * rows bitwise switch on == off, the mixed kernel launched only with it
+ * on. MINFER_CUDA_TEST_BENCH=1: separate vs mixed us per norm-quant +
+ * QKV call at the four model shapes (PDL chain, weights from HBM).
+ * Family ffnq8b: MINFER_CUDA_FFN_Q8B (gemv_q8v4.cu: the SwiGLU GEMV with a
+ * block per 32 outputs also writes the down GEMV's int8 input; args field
+ * q8out) at nt 1: 896 -> 4864 -> 896 (0.5B) Q4_0 / Q5_0 / Q8_0, 1536 ->
+ * 8960 (1.5B) Q4_0 / Q4_K / Q5_0 / Q8_0 / Q6_K, 2048 -> 8192 Q4_0 / Q5_0 /
+ * Q8_0 / Q4_K, bias and
+ * the folded norm on / off: today's chain (gate/up, quantize kernel, down +
+ * residual) vs the switch's (gate/up writing the int8 h, down reading it)
+ * with PDL on and off, outputs poisoned per run: h, the int8 h and the down
+ * output bitwise, h (6e-2) and the down output (3e-2) vs float64, no
+ * quantize launch for the down GEMV (mf_cu_q8_quant_count) and one
+ * block-local launch (mf_cu_q8v4_swq8_count); the rule
+ * (mf_cu_gemv_q8_ffn_q8b_ok) and the refused launch where it says no (v4
+ * u2 / off, prologue, n_out % 32, the 7B gate/up, nt 2, mixed types); a
+ * CUDA graph of the chain (PDL on, off) replayed 4 steps bitwise today's
+ * chain; through the backend (hook mf_cuda_set_ffn_q8b) RMSNORM ->
+ * FUSED_FFN -> MATMUL -> ADD over 4 graph-replayed steps, switch on == off
+ * bitwise, the quantize launch gone, the down GEMV reading the int8 h
+ * (mf_cuda_q8_ready_stats), vs float64. MINFER_CUDA_TEST_BENCH=1: today vs
+ * q8b us per FFN tail (norm-quant, gate/up, [quantize], down + residual;
+ * PDL chain, weights from HBM) at 0.5B Q4_0 / Q5_0 and 1.5B Q4_K.
+ * Family soa: MINFER_CUDA_SOA (soa.cu: plane copies of Q4_0 / Q5_0 / Q8_0
+ * weights; q8w_soa.cuh: their v4 decoders; args fields w_soa / soa_stride)
+ * for each of the three types at 896 -> 896 / 128 / 4864 / 151936 (the
+ * last through mf_cu_matmul, the lm_head's route), 4864 -> 896, 3584 ->
+ * 18944, 18944 -> 3584, the residual epilogue at 4864 -> 896 and 18944 ->
+ * 3584, v4 u1 (the rule) and u2; fused QKV + bias (and with only q's copy:
+ * the run must read the block copies), gate/up + SwiGLU 896 -> 4864 and
+ * 3584 -> 18944; the mixed-type QKV (Q5_0/Q5_0/Q8_0, Q4_0/Q4_0/Q5_0)
+ * block / plane x separate / mixed, and mixed with only v's copy: every
+ * relayout byte for byte a host relayout (padding included), outputs
+ * poisoned per run, vs float64 (3e-2 and the int8 bound per sampled output;
+ * SwiGLU 6e-2), plane == block bitwise on every output, plane launches
+ * (mf_cu_q8v4_soa_count) and mixed launches counted; through the backend
+ * (MINFER_CUDA_SOA set for the test backend's creation; the switch then
+ * off for the other families unless the variable was set, hook
+ * mf_cuda_set_soa) a MATMUL 896 -> 151936 node and a FUSED_FFN 896 -> 4864
+ * (fused GEMV) of each type, switch on == off bitwise, one plane launch
+ * with it on, none off. MINFER_CUDA_TEST_BENCH=1: block vs
+ * plane us and TB/s per v4 GEMV alone (x already quantized; weights from
+ * HBM) at Q8_0 896 -> 151936, Q4_0 3584 -> 37888 and 18944 -> 3584, Q8_0
+ * 3584 -> 18944 and 4864 -> 896, Q5_0 / Q4_0 896 -> 9728.
+ * Family d2h: MINFER_CUDA_LOGITS_CHUNKS (the lm_head as K row chunks, each
+ * chunk's logits copied into the engine's pinned buffer on a side stream
+ * while the next computes; hook mf_cuda_set_logits_chunks): RMSNORM ->
+ * lm_head over 5 steps through the backend contract with the out_host hint,
+ * Q8_0 896 x 151936 (K 2 / 4 / 7, graphs on / off, norm folded / separate)
+ * and Q6_K 2560 x 151936 (K 4, graphs on): logits bitwise K 0, every step
+ * chunked and every read served by the early copy (mf_cuda_d2h_stats); the
+ * chunks' v4 plan (u, ks) equal to the whole's; a 3000-row head chunked
+ * only if its chunks plan the same (bits equal either way); two logits
+ * buffers alternating on one graph (each read its own step's logits, the
+ * other buffer untouched, <= 2 captures and replays); reads into a heap
+ * buffer and of half the bytes (the plain path, bitwise). No bench lines:
+ * the lead measures tg128 and the MINFER_CUDA_HOST_TIMES line. */
 #include <math.h>
 #include <stddef.h>
 #include <stdio.h>
@@ -2071,7 +2160,7 @@ static void test_mmafuse_ffn(uint32_t t, int64_t d, int64_t ff, int64_t nt, uint
         int64_t rows[MF_NS];
         mf_sample_rows(ff, rows);
         double *rg = malloc((size_t)(MF_NS * nt) * sizeof *rg), *ru = malloc((size_t)(MF_NS * nt) * sizeof *ru);
-        float *got = malloc((size_t)(MF_NS * nt) * sizeof *got);
+        float *got = calloc((size_t)(MF_NS * nt), sizeof *got); /* calloc: gcc 12 -Wmaybe-uninitialized */
         mf_ref_rows(gn, NULL, rows, MF_NS, x, d, nt, rg);
         mf_ref_rows(un, NULL, rows, MF_NS, x, d, nt, ru);
         for (int r = 0; r < MF_NS; r++)
@@ -3765,30 +3854,70 @@ static void ds_fuse_add_graph(void) {
     mf_graph_free(&gs[1]);
 }
 
-/* MINFER_CUDA_TEST_BENCH=1: us per launch of f, timed with cudaEvents
- * around bursts of `burst` back-to-back launches, median of reps (<= 32)
- * bursts after 2 warm-ups. */
-typedef cudaError_t (*ds_launch)(const void *ctx, cudaStream_t st);
+/* MINFER_CUDA_TEST_BENCH=1: one call of a timed batch: call i (0 ..
+ * batch - 1) of batch `rep` (0 .. warm + reps - 1, the first warm ones
+ * untimed), so a bench can rotate over weight copies (i % copies) or do
+ * set-up work in a warm-up batch. Returns false when a launch failed. */
+typedef bool (*bt_call)(void *ctx, int rep, int i, cudaStream_t st);
 
-static float burst_time(ds_launch f, const void *ctx, cudaStream_t st, int burst, int reps) {
+/* us per call of f, timed with cudaEvents around batches of `batch`
+ * back-to-back calls: the median of reps (<= 32) batches after `warm`
+ * untimed ones; -1 when a call, an event or the synchronize failed (the
+ * error is cleared). burst_time and the rotating benches (gemvfuse,
+ * qkvmix, soa, ffnq8b) time through it. */
+static float batch_time(bt_call f, void *ctx, cudaStream_t st, int warm, int batch, int reps) {
     float ms[32];
     reps = reps < 32 ? reps : 32;
-    cudaEvent_t e0, e1;
-    cudaEventCreate(&e0);
-    cudaEventCreate(&e1);
-    for (int i = 0; i < 2 + reps; i++) {
+    cudaEvent_t e0 = NULL, e1 = NULL;
+    bool ok = cudaEventCreate(&e0) == cudaSuccess && cudaEventCreate(&e1) == cudaSuccess;
+    for (int r = 0; r < warm + reps && ok; r++) {
         cudaEventRecord(e0, st);
-        for (int b = 0; b < burst; b++)
-            f(ctx, st);
+        for (int i = 0; i < batch && ok; i++)
+            ok = f(ctx, r, i, st);
         cudaEventRecord(e1, st);
-        cudaEventSynchronize(e1);
-        if (i >= 2)
-            cudaEventElapsedTime(&ms[i - 2], e0, e1);
+        ok = ok && cudaEventSynchronize(e1) == cudaSuccess;
+        if (ok && r >= warm)
+            cudaEventElapsedTime(&ms[r - warm], e0, e1);
     }
-    cudaEventDestroy(e0);
-    cudaEventDestroy(e1);
+    if (e0)
+        cudaEventDestroy(e0);
+    if (e1)
+        cudaEventDestroy(e1);
+    cudaGetLastError();
+    if (!ok)
+        return -1.0f;
     qsort(ms, (size_t)reps, sizeof ms[0], cmp_f);
-    return ms[reps / 2] * 1000.0f / (float)burst;
+    return ms[reps / 2] * 1000.0f / (float)batch;
+}
+
+/* Weight copies a rotating bench cycles through: sets of set_bytes, >= 256
+ * MB in all (so the weights come from HBM, not the 50 MB L2), at most 256. */
+static int bench_copies(uint64_t set_bytes) {
+    const int c = (int)(((uint64_t)256 << 20) / set_bytes) + 1;
+    return c > 256 ? 256 : c;
+}
+
+/* us per launch of f: bursts of `burst` back-to-back launches, median of
+ * reps (<= 32) bursts after 2 warm-ups (batch_time; a launch's return
+ * code is not checked, as these benches always did). */
+typedef cudaError_t (*ds_launch)(const void *ctx, cudaStream_t st);
+
+typedef struct ds_burst {
+    ds_launch f;
+    const void *ctx;
+} ds_burst;
+
+static bool ds_burst_call(void *p, int rep, int i, cudaStream_t st) {
+    const ds_burst *b = p;
+    (void)rep;
+    (void)i;
+    b->f(b->ctx, st);
+    return true;
+}
+
+static float burst_time(ds_launch f, const void *ctx, cudaStream_t st, int burst, int reps) {
+    ds_burst b = {f, ctx};
+    return batch_time(ds_burst_call, &b, st, 2, burst, reps);
 }
 
 /* one launch at a time, median of 11 */
@@ -4827,6 +4956,637 @@ static void attnshort_family(void) {
     cudaStreamDestroy(st);
 }
 
+/* ---- MINFER_CUDA_SHORT_ROPE: rope + K/V store inside the short attention (family "shortrope") ---- */
+
+/* One launcher case: what the QKV GEMV leaves (raw q, k, v of one token),
+ * the rope metas, optional QkNorm weights, a cache of n_ctx rows whose rows
+ * < n_past are random and the rest NaN. */
+typedef struct sr_case_in {
+    int32_t nh, nkv, hd, n_rot, mode;
+    int64_t n_past;
+    int32_t pos; /* the token's position (not n_past: a mix-up shows) */
+    uint32_t kvt;
+    bool norm;
+    float *hq, *hk, *hv, *hqn, *hkn; /* raw q / k / v; norm weights (norm) */
+    float *hk0, *hv0;                /* cache rows [0, n_past) */
+    int32_t n_ctx;
+} sr_case_in;
+
+/* The device side of one run: raw inputs (fresh copies), caches, outputs. */
+typedef struct sr_dev {
+    float *q, *k, *v, *qy, *qn, *kn, *out;
+    int32_t *pos, *np;
+    void *kc, *vc, *q8;
+    mf_cu_rope_store_args rs;
+    mf_cu_attn_args a;
+} sr_dev;
+
+/* n_past_dev: graph-replay form (n_past / pos0 0 in the arguments, the
+ * row from device memory); poison: the fill of out / qy / q8. */
+static void sr_dev_new(sr_dev *d, const sr_case_in *c, bool n_past_dev, int poison) {
+    const int64_t qd = (int64_t)c->nh * c->hd, kvd = (int64_t)c->nkv * c->hd;
+    const int32_t np32 = (int32_t)c->n_past;
+    d->q = ds_put(c->hq, (size_t)qd * 4);
+    d->k = ds_put(c->hk, (size_t)kvd * 4);
+    d->v = ds_put(c->hv, (size_t)kvd * 4);
+    d->qy = ds_alloc((size_t)qd * 4, poison);
+    d->out = ds_alloc((size_t)qd * 4, poison);
+    d->q8 = ds_alloc(mf_cu_q8_bytes(qd, 1), poison);
+    d->qn = c->norm ? ds_put(c->hqn, (size_t)c->hd * 4) : NULL;
+    d->kn = c->norm ? ds_put(c->hkn, (size_t)c->hd * 4) : NULL;
+    d->pos = ds_put(&c->pos, 4);
+    d->np = ds_put(&np32, 4);
+    d->kc = kv_cache_dev(c->kvt, c->hk0, c->n_past, c->n_ctx, kvd, 0xff);
+    d->vc = kv_cache_dev(c->kvt, c->hv0, c->n_past, c->n_ctx, kvd, 0xff);
+    const float theta = c->mode == MF_ROPE_NEOX ? 1000000.0f : 10000.0f;
+    memset(&d->rs, 0, sizeof d->rs);
+    d->rs.rq = (mf_cu_rope_args){.x = d->q, .y = d->qy, .pos = d->pos, .pos0 = c->n_past, .nt = 1, .n_head = c->nh,
+                                 .head_dim = c->hd, .n_rot = c->n_rot, .mode = c->mode, .theta = theta,
+                                 .freq_scale = 1.0f};
+    d->rs.rk = d->rs.rq;
+    d->rs.rk.x = d->rs.rk.y = d->k;
+    d->rs.rk.n_head = c->nkv;
+    d->rs.ks = (mf_cu_kv_args){.kv_type = c->kvt, .cache = d->kc, .kv_dim = kvd, .pos0 = n_past_dev ? 0 : c->n_past,
+                               .pos0_dev = n_past_dev ? d->np : NULL, .nt = 1, .src = d->k};
+    d->rs.vs = d->rs.ks;
+    d->rs.vs.cache = d->vc;
+    d->rs.vs.src = d->v;
+    d->rs.q_norm = d->qn;
+    d->rs.k_norm = d->kn;
+    d->rs.norm_eps = 1e-6f;
+    d->a = (mf_cu_attn_args){.q = d->qy, .out = d->out, .k = d->kc, .v = d->vc, .kv_type = c->kvt, .nt = 1,
+                             .n_past = n_past_dev ? 0 : c->n_past, .n_past_dev = n_past_dev ? d->np : NULL,
+                             .n_head = c->nh, .n_head_kv = c->nkv, .head_dim = c->hd,
+                             .scale = 1.0f / sqrtf((float)c->hd), .n_ctx = c->n_ctx, .q8out = d->q8};
+}
+
+static void sr_dev_free(sr_dev *d) {
+    cudaFree(d->q); cudaFree(d->k); cudaFree(d->v); cudaFree(d->qy); cudaFree(d->out); cudaFree(d->q8);
+    cudaFree(d->qn); cudaFree(d->kn); cudaFree(d->pos); cudaFree(d->np); cudaFree(d->kc); cudaFree(d->vc);
+}
+
+/* rel_err's norm (|y - ref| / |ref|, 2-norms) of its own: another call
+ * of rel_err made gcc stop inlining it and warn (maybe-uninitialized) at
+ * an unrelated caller */
+static double sr_err(const float *y, const double *ref, int64_t n) {
+    double num = 0, den = 0;
+    for (int64_t i = 0; i < n; i++) {
+        const double d = (double)y[i] - ref[i];
+        num += d * d;
+        den += ref[i] * ref[i];
+    }
+    return den > 0 ? sqrt(num / den) : sqrt(num);
+}
+
+/* Host float64 of rope_store on one token's heads (QkNorm first with w,
+ * eps 1e-6, when w != NULL), rounded to float: the reference's q / K row. */
+static void sr_ref_rope(const float *x, const float *w, int32_t n_head, int32_t hd, int32_t n_rot, int mode,
+                        int32_t pos, float *y) {
+    const float theta = mode == MF_ROPE_NEOX ? 1000000.0f : 10000.0f;
+    mf_rope_meta r = {.n_head = n_head, .head_dim = hd, .n_rot = n_rot, .mode = mode, .theta = theta,
+                      .freq_scale = 1.0f};
+    float *xn = malloc((size_t)n_head * hd * 4);
+    double *yd = malloc((size_t)n_head * hd * sizeof *yd);
+    for (int32_t h = 0; h < n_head; h++) {
+        double ss = 0;
+        for (int i = 0; i < hd; i++)
+            ss += (double)x[h * hd + i] * x[h * hd + i];
+        const double sc = w ? 1.0 / sqrt(ss / hd + 1e-6) : 1.0;
+        for (int i = 0; i < hd; i++)
+            xn[h * hd + i] = (float)(x[h * hd + i] * sc * (w ? w[i] : 1.0f));
+    }
+    ref_rope(xn, yd, 1, &r, &pos);
+    for (int64_t i = 0; i < (int64_t)n_head * hd; i++)
+        y[i] = (float)yd[i];
+    free(xn);
+    free(yd);
+}
+
+/* One shape / rope mode / cache type / depth (launchers): rope_store +
+ * attn_short (the path the switch replaces) vs mf_cu_attn_short_rope three
+ * times (plain; n_past from the device with 0 in the arguments; no q8out),
+ * each on fresh inputs, caches and poisoned outputs: the whole K and V
+ * caches bitwise (row n_past written once and right, no other row touched),
+ * out bitwise (same summation order), q8out bitwise; the raw q / k / v and
+ * the rope-store's q output left as they were (the fused kernel writes
+ * none); out against float64 (1e-4: norm and rope in double, the cache's
+ * rounding of the new row included) and the new K / V rows against it
+ * (cache rounding). */
+static void sr_case(int32_t nh, int32_t nkv, int32_t hd, int32_t n_rot, int mode, bool norm, int64_t n_past,
+                    uint32_t kvt, cudaStream_t st) {
+    const int64_t qd = (int64_t)nh * hd, kvd = (int64_t)nkv * hd, n_kv = n_past + 1;
+    sr_case_in c = {.nh = nh, .nkv = nkv, .hd = hd, .n_rot = n_rot, .mode = mode, .n_past = n_past,
+                    .pos = (int32_t)n_past + 5, .kvt = kvt, .norm = norm, .n_ctx = (int32_t)(n_kv + 17)};
+    c.hq = rand_vec(qd, 2.0f);
+    c.hk = rand_vec(kvd, 2.0f);
+    c.hv = rand_vec(kvd, 1.0f);
+    c.hqn = rand_vec(hd, 0.5f);
+    c.hkn = rand_vec(hd, 0.5f);
+    for (int i = 0; i < hd; i++) {
+        c.hqn[i] += 1.0f;
+        c.hkn[i] += 1.0f;
+    }
+    c.hk0 = rand_vec(kvd * n_kv, 2.0f);
+    c.hv0 = rand_vec(kvd * n_kv, 1.0f);
+    const size_t ob = (size_t)qd * 4, q8used = (size_t)qd * 5 / 4;
+    const size_t region = mf_type_row_size(kvt, kvd) * (size_t)c.n_ctx;
+    /* the old path */
+    sr_dev o;
+    sr_dev_new(&o, &c, false, 0xff);
+    ds_sync("shortrope rope_store", mf_cu_rope_store(&o.rs, st), st);
+    ds_sync("shortrope attn_short", mf_cu_attn_short(&o.a, 0, st), st);
+    float *yo = ds_get(o.out, ob);
+    uint8_t *q8o = ds_get(o.q8, q8used), *kco = ds_get(o.kc, region), *vco = ds_get(o.vc, region);
+    /* float64: roped q, the cache with the new row (as the cache holds it) */
+    float *rq = malloc(ob), *hkc = malloc((size_t)(kvd * n_kv) * 4), *hvc = malloc((size_t)(kvd * n_kv) * 4);
+    sr_ref_rope(c.hq, norm ? c.hqn : NULL, nh, hd, n_rot, mode, c.pos, rq);
+    memcpy(c.hk0 + n_past * kvd, c.hk, (size_t)kvd * 4);
+    sr_ref_rope(c.hk, norm ? c.hkn : NULL, nkv, hd, n_rot, mode, c.pos, c.hk0 + n_past * kvd);
+    memcpy(c.hv0 + n_past * kvd, c.hv, (size_t)kvd * 4);
+    kv_roundtrip(kvt, c.hk0, hkc, n_kv, kvd);
+    kv_roundtrip(kvt, c.hv0, hvc, n_kv, kvd);
+    double *ref = malloc((size_t)qd * sizeof *ref), *rk = malloc((size_t)kvd * 2 * sizeof *rk);
+    da_ref(rq, hkc, hvc, nh, nkv, hd, n_past, 1, 1.0f / sqrtf((float)hd), ref);
+    for (int64_t i = 0; i < kvd; i++) {
+        rk[i] = c.hk0[n_past * kvd + i];
+        rk[kvd + i] = c.hv0[n_past * kvd + i];
+    }
+    /* the fused kernel: plain, n_past_dev, no q8out */
+    bool same = true, cache_same = true, q8same = true, untouched = true, launched_ok = true;
+    float *yn0 = NULL, *newkv = malloc((size_t)kvd * 2 * 4);
+    for (int v = 0; v < 3; v++) {
+        sr_dev n;
+        sr_dev_new(&n, &c, v == 1, v == 1 ? 0x7f : 0xff);
+        if (v == 2)
+            n.a.q8out = NULL;
+        const cudaError_t e = mf_cu_attn_short_rope(&n.a, &n.rs, st);
+        launched_ok = launched_ok && e == cudaSuccess;
+        ds_sync("shortrope fused", e, st);
+        float *yn = ds_get(n.out, ob), *qn_ = ds_get(n.q, ob), *kn_ = ds_get(n.k, (size_t)kvd * 4);
+        float *vn_ = ds_get(n.v, (size_t)kvd * 4);
+        uint8_t *kcn = ds_get(n.kc, region), *vcn = ds_get(n.vc, region), *qyn = ds_get(n.qy, ob);
+        same = same && !memcmp(yn, yo, ob);
+        cache_same = cache_same && !memcmp(kcn, kco, region) && !memcmp(vcn, vco, region);
+        bool poisoned = true;
+        for (size_t i = 0; i < ob; i++)
+            poisoned = poisoned && qyn[i] == (v == 1 ? 0x7f : 0xff);
+        untouched = untouched && poisoned && !memcmp(qn_, c.hq, ob) && !memcmp(kn_, c.hk, (size_t)kvd * 4) &&
+                    !memcmp(vn_, c.hv, (size_t)kvd * 4);
+        if (n.a.q8out) {
+            uint8_t *q8n = ds_get(n.q8, q8used);
+            q8same = q8same && !memcmp(q8n, q8o, q8used);
+            free(q8n);
+        }
+        if (v == 0) {
+            yn0 = yn;
+            const size_t rb = mf_type_row_size(kvt, kvd);
+            float *t = malloc((size_t)kvd * 4);
+            mf_dequantize_rows(kvt, kcn + rb * (size_t)n_past, t, 1, kvd);
+            memcpy(newkv, t, (size_t)kvd * 4);
+            mf_dequantize_rows(kvt, vcn + rb * (size_t)n_past, t, 1, kvd);
+            memcpy(newkv + kvd, t, (size_t)kvd * 4);
+            free(t);
+        } else {
+            free(yn);
+        }
+        free(qn_); free(kn_); free(vn_); free(kcn); free(vcn); free(qyn);
+        sr_dev_free(&n);
+    }
+    char name[160], sub[220];
+    snprintf(name, sizeof name, "shortrope %-4s %d/%d/%d rot %d %s%s n_past %lld", mf_type_name(kvt), nh, nkv, hd,
+             n_rot, mode == MF_ROPE_NEOX ? "neox" : "normal", norm ? " qknorm" : "", (long long)n_past);
+    snprintf(sub, sizeof sub, "%s [fused vs float64]", name);
+    result(sub, sr_err(yn0, ref, qd), 1e-4, count_nan(yn0, qd), NULL);
+    snprintf(sub, sizeof sub, "%s [old vs float64]", name);
+    result(sub, sr_err(yo, ref, qd), 1e-4, count_nan(yo, qd), NULL);
+    snprintf(sub, sizeof sub, "%s [new K/V rows vs float64]", name);
+    result(sub, sr_err(newkv, rk, kvd * 2), kvt == MF_TYPE_F32 ? 1e-5 : 1e-3, count_nan(newkv, kvd * 2),
+           "(cache rounding)");
+    snprintf(sub, sizeof sub, "%s: == rope_store + attn_short", name);
+    check_true(sub, launched_ok && same && cache_same && q8same,
+               "(bitwise: out, q8out, whole K / V caches; plain, n_past_dev, no q8out)");
+    snprintf(sub, sizeof sub, "%s: inputs and q output untouched", name);
+    check_true(sub, untouched, "(raw q / k / v, rope-store q output still poison)");
+    sr_dev_free(&o);
+    free(yo); free(q8o); free(kco); free(vco); free(rq); free(hkc); free(hvc); free(ref); free(rk); free(yn0);
+    free(newkv);
+    free(c.hq); free(c.hk); free(c.hv); free(c.hqn); free(c.hkn); free(c.hk0); free(c.hv0);
+}
+
+/* Arguments the fused launcher must refuse (each a wrong program the
+ * backend must never hand it): nt 2, another cache than the attention's,
+ * K not in place, a q8_0 cache, head_dim 256, one norm only, a store row
+ * that is not n_past. */
+static void sr_refusals(cudaStream_t st) {
+    sr_case_in c = {.nh = 14, .nkv = 2, .hd = 64, .n_rot = 64, .mode = MF_ROPE_NEOX, .n_past = 3, .pos = 3,
+                    .kvt = MF_TYPE_F16, .norm = true, .n_ctx = 32};
+    c.hq = rand_vec(14 * 64, 1.0f);
+    c.hk = rand_vec(128, 1.0f);
+    c.hv = rand_vec(128, 1.0f);
+    c.hqn = rand_vec(64, 1.0f);
+    c.hkn = rand_vec(64, 1.0f);
+    c.hk0 = rand_vec(128 * 4, 1.0f);
+    c.hv0 = rand_vec(128 * 4, 1.0f);
+    sr_dev d;
+    sr_dev_new(&d, &c, false, 0xff);
+    bool ok = mf_cu_attn_short_rope_ok(&d.a, &d.rs) != 0;
+    for (int k = 0; k < 7; k++) {
+        mf_cu_attn_args a = d.a;
+        mf_cu_rope_store_args r = d.rs;
+        switch (k) {
+        case 0: a.nt = r.rq.nt = r.rk.nt = r.ks.nt = r.vs.nt = 2; break;
+        case 1: r.ks.cache = d.vc; break;
+        case 2: r.rk.y = d.qy; break;
+        case 3: a.kv_type = r.ks.kv_type = r.vs.kv_type = MF_TYPE_Q8_0; break;
+        case 4: a.head_dim = r.rq.head_dim = r.rk.head_dim = 256; break;
+        case 5: r.k_norm = NULL; break;
+        default: r.vs.pos0 = a.n_past + 1; break;
+        }
+        ok = ok && !mf_cu_attn_short_rope_ok(&a, &r) && mf_cu_attn_short_rope(&a, &r, st) == cudaErrorInvalidValue;
+    }
+    check_true("shortrope launcher refuses wrong arguments", ok, "(nt 2, other cache, K not in place, q8_0, hd 256, "
+                                                               "one norm, store row != n_past)");
+    sr_dev_free(&d);
+    free(c.hq); free(c.hk); free(c.hv); free(c.hqn); free(c.hkn); free(c.hk0); free(c.hv0);
+}
+
+/* The node test's specs: qwen2-0.5B (bias), qwen2-7B shape (bias), qwen3-4B
+ * shape (QkNorm), all NEOX, Q4_0 weights on a small d (the QKV GEMV is not
+ * what is tested); their o weights sr.o.<qd>. */
+static const qkv_spec sr_specs[3] = {
+    {MF_TYPE_Q4_0, 896, 14, 2, 64, true, false, MF_ROPE_NEOX, 0},
+    {MF_TYPE_Q4_0, 1024, 28, 4, 128, true, false, MF_ROPE_NEOX, 0},
+    {MF_TYPE_Q4_0, 1024, 32, 8, 128, false, true, MF_ROPE_NEOX, 0},
+};
+
+static void sr_oname(char *wn, size_t n, int64_t qd) {
+    snprintf(wn, n, "sr.o.%lld", (long long)qd);
+}
+
+static void shortrope_weights(void) {
+    for (int i = 0; i < 3; i++) {
+        qkv_weights(&sr_specs[i]);
+        char wn[64];
+        const int64_t qd = (int64_t)sr_specs[i].n_head * sr_specs[i].hd;
+        sr_oname(wn, sizeof wn, qd);
+        add_weight(wn, MF_TYPE_Q4_0, qd, qd);
+    }
+}
+
+/* A decode layer's attention half as graph nodes: FUSED_QKV(_NORM) of x at
+ * positions (epi: QKV_BIAS_ROPE_STORE of three given matmul outputs, the
+ * MINFER_NO_FUSE_QKV epilogue), ATTN over it, the o MATMUL and the
+ * residual ADD. */
+typedef struct sr_layer {
+    mf_graph g;
+    mf_qkv_meta m;
+    char nm[6][64], on[64];
+    bool epi;
+    int32_t xi, pi, ri, qkv, at, mi, ai;
+    int64_t qd, kvd;
+} sr_layer;
+
+static void sr_layer_setup(sr_layer *L, const qkv_spec *s, bool epi) {
+    L->m = qkv_meta(s, L->nm);
+    L->epi = epi;
+    L->qd = (int64_t)s->n_head * s->hd;
+    L->kvd = (int64_t)s->n_head_kv * s->hd;
+    graph_new(&L->g, 1, L->kvd);
+    if (epi) {
+        const int32_t qi = ext(&L->g, L->qd, 1), ki = ext(&L->g, L->kvd, 1), vi = ext(&L->g, L->kvd, 1);
+        L->pi = mf_g_input(&L->g, MF_INPUT_POSITIONS, MF_DTYPE_I32, 1, 1);
+        L->qkv = mf_g_node(&L->g, MF_OP_QKV_BIAS_ROPE_STORE, MF_DTYPE_F32, L->qd, 1, (int32_t[]){qi, ki, vi, L->pi}, 4);
+        L->g.nodes[L->qkv].meta.qkv = L->m;
+        L->g.nodes[L->qkv].layer = 0;
+        L->xi = qi;
+    } else {
+        L->xi = ext(&L->g, s->d, 1);
+        L->pi = mf_g_input(&L->g, MF_INPUT_POSITIONS, MF_DTYPE_I32, 1, 1);
+        L->qkv = mf_g_fused_qkv(&L->g, L->xi, L->pi, &L->m);
+    }
+    mf_attn_meta am = {.layer = 0, .n_head = s->n_head, .n_head_kv = s->n_head_kv, .head_dim = s->hd,
+                       .scale = 1.0f / sqrtf((float)s->hd)};
+    L->at = mf_g_attn(&L->g, L->qkv, L->qkv, &am);
+    L->ri = ext(&L->g, L->qd, 1);
+    sr_oname(L->on, sizeof L->on, L->qd);
+    L->mi = mf_g_matmul(&L->g, L->at, L->on, MF_TYPE_Q4_0, NULL, L->qd, L->qd);
+    L->ai = mf_g_add(&L->g, L->ri, L->mi);
+}
+
+/* The buffers of one step: x (epi: the q matmul output; xk / xv the k and
+ * v ones), positions, residual in; QKV out, attention out, o MATMUL out
+ * (deferred: never written), layer out. */
+typedef struct sr_bufs {
+    int32_t x, p, r, qkv, at, mm, y, xk, xv;
+} sr_bufs;
+
+/* split: a synchronize between the QKV node and the ATTN (the pending
+ * rope-store must be launched plainly then) */
+static void sr_layer_exec(const sr_layer *L, const sr_bufs *b, mf_kv_pair kv, const mf_exec_args *a, bool split) {
+    mf_error e;
+    const int32_t qin[4] = {b->x, L->epi ? b->xk : b->p, b->xv, b->p}, ain[2] = {b->qkv, b->qkv},
+                  aadd[2] = {b->r, b->mm};
+    if (be->ops->execute_node(be, &L->g, L->qkv, qin, b->qkv, kv, a, &e) ||
+        (split && be->ops->synchronize(be, &e)) ||
+        be->ops->execute_node(be, &L->g, L->at, ain, b->at, kv, a, &e) ||
+        be->ops->execute_node(be, &L->g, L->mi, &b->at, b->mm, (mf_kv_pair){-1, -1}, a, &e) ||
+        be->ops->execute_node(be, &L->g, L->ai, aadd, b->y, (mf_kv_pair){-1, -1}, a, &e))
+        die("shortrope layer", &e);
+}
+
+/* A cache region of n_ctx rows of kvt, every row random (the same bytes
+ * for each call with the same seed state copy: rows from src). */
+static int32_t sr_cache(uint32_t kvt, const float *src, int64_t n_ctx, int64_t kvd) {
+    const size_t rb = mf_type_row_size(kvt, kvd);
+    uint8_t *h = malloc(rb * (size_t)n_ctx);
+    if (kvt == MF_TYPE_F32)
+        memcpy(h, src, (size_t)(kvd * n_ctx) * 4);
+    else
+        mf_quantize_rows(kvt, src, h, n_ctx, kvd);
+    const int32_t id = dev_put(h, rb * (size_t)n_ctx);
+    free(h);
+    return id;
+}
+
+/* The switches the node / graph tests set, and back. */
+static void sr_switches(int on) {
+    mf_cuda_set_flash_decode(be, true);
+    mf_cuda_set_fuse_add(be, true);
+    mf_cuda_set_fuse_rope(be, true);
+    mf_cuda_set_attn_one(be, 1);
+    mf_cuda_set_attn_short(be, 1);
+    mf_cuda_set_short_rope(be, on);
+}
+
+static void sr_default(void) {
+    mf_cuda_set_flash_decode(be, !mf_env_flag("MINFER_CUDA_NO_FLASH_DECODE"));
+    mf_cuda_set_fuse_add(be, mf_env_int("MINFER_CUDA_FUSE_ADD", 1) != 0);
+    mf_cuda_set_fuse_rope(be, mf_env_int("MINFER_CUDA_FUSE_ROPE", 1) != 0);
+    mf_cuda_set_attn_one(be, -1);
+    mf_cuda_set_attn_short(be, -1);
+    mf_cuda_set_short_rope(be, -1);
+}
+
+/* Through the backend, one token: FUSED_QKV (epi: QKV_BIAS_ROPE_STORE) ->
+ * ATTN -> o MATMUL -> ADD with MINFER_CUDA_SHORT_ROPE off and on (hook
+ * mf_cuda_set_short_rope) on the same inputs and caches (random rows, NaN
+ * outputs): the fold taken exactly when on and the case allows it
+ * (mf_cuda_short_rope_count moved by 1; by 0 with a q8_0 cache, or with a
+ * synchronize between the nodes: split, which must launch the pending
+ * rope-store plainly), the whole K and V caches, the attention output and
+ * the layer output bitwise equal (the o GEMV took the attention's q8 both
+ * ways: its int8 input is bitwise the same or the layer would differ), and
+ * the attention against float64 over the off run's roped q (its QKV output)
+ * and caches (1e-4). */
+static void sr_node(const qkv_spec *s, bool epi, int64_t n_past, uint32_t kvt, bool split) {
+    sr_layer L;
+    sr_layer_setup(&L, s, epi);
+    /* the fold: an f32 / f16 cache and nothing between the two nodes */
+    const int64_t want = (kvt == MF_TYPE_F32 || kvt == MF_TYPE_F16) && !split;
+    const int32_t n_ctx = 400;
+    const size_t nb = (size_t)L.qd * 4, region = mf_type_row_size(kvt, L.kvd) * (size_t)n_ctx;
+    const int64_t nx = epi ? L.qd : s->d;
+    float *x = rand_vec(nx, 1.0f), *r = rand_vec(L.qd, 1.0f), *xk = rand_vec(L.kvd, 1.0f), *xv = rand_vec(L.kvd, 1.0f);
+    float *k0 = rand_vec(L.kvd * n_ctx, 2.0f), *v0 = rand_vec(L.kvd * n_ctx, 1.0f);
+    const int32_t pos = (int32_t)n_past;
+    float *ya[2], *yl[2], *qo = NULL;
+    uint8_t *kc[2], *vc[2];
+    int64_t moved[2], q8r[2];
+    for (int on = 0; on < 2; on++) {
+        sr_bufs b = {dev_put(x, (size_t)nx * 4), dev_put(&pos, 4), dev_put(r, nb), dev_poison(nb), dev_poison(nb),
+                     dev_poison(nb), dev_poison(nb), dev_put(xk, (size_t)L.kvd * 4), dev_put(xv, (size_t)L.kvd * 4)};
+        mf_kv_pair kv = {sr_cache(kvt, k0, n_ctx, L.kvd), sr_cache(kvt, v0, n_ctx, L.kvd)};
+        mf_exec_args a = args(n_past, 1, n_ctx, kvt);
+        mf_error e;
+        int64_t c0, c1;
+        const int64_t s0 = mf_cuda_short_rope_count(be);
+        mf_cuda_q8_ready_stats(be, &c0);
+        sr_switches(on);
+        sr_layer_exec(&L, &b, kv, &a, split);
+        if (be->ops->synchronize(be, &e))
+            die("shortrope node", &e);
+        sr_default();
+        mf_cuda_q8_ready_stats(be, &c1);
+        moved[on] = mf_cuda_short_rope_count(be) - s0;
+        q8r[on] = c1 - c0;
+        ya[on] = dev_get(b.at, nb);
+        yl[on] = dev_get(b.y, nb);
+        if (!on)
+            qo = dev_get(b.qkv, nb); /* the roped q (the fused path never writes it) */
+        kc[on] = (uint8_t *)dev_get(kv.k, region);
+        vc[on] = (uint8_t *)dev_get(kv.v, region);
+        dev_free(b.x); dev_free(b.p); dev_free(b.r); dev_free(b.qkv); dev_free(b.at); dev_free(b.mm); dev_free(b.y);
+        dev_free(b.xk); dev_free(b.xv); dev_free(kv.k); dev_free(kv.v);
+    }
+    char name[200], sub[260], det[140];
+    snprintf(name, sizeof name, "shortrope node%s %s cache %d/%d/%d%s%s n_past %lld%s", epi ? " (epilogue)" : "",
+             mf_type_name(kvt), s->n_head, s->n_head_kv, s->hd, s->bias ? " +bias" : "", s->norm ? " +qknorm" : "",
+             (long long)n_past, split ? " sync between" : "");
+    snprintf(sub, sizeof sub, "%s: on == off", name);
+    check_true(sub, !memcmp(ya[0], ya[1], nb) && !memcmp(yl[0], yl[1], nb) && !memcmp(kc[0], kc[1], region) &&
+                        !memcmp(vc[0], vc[1], region) && count_nan(yl[1], L.qd) == 0,
+               "(bitwise: attention, layer, whole K / V caches)");
+    snprintf(det, sizeof det, "(fused launches: off %lld, on %lld; x-ready o GEMVs %lld / %lld; want 0 %lld 1 1)",
+             (long long)moved[0], (long long)moved[1], (long long)q8r[0], (long long)q8r[1], (long long)want);
+    snprintf(sub, sizeof sub, "%s: fold taken %s", name, want ? "when on" : "never");
+    check_true(sub, moved[0] == 0 && moved[1] == want && q8r[0] == 1 && q8r[1] == 1, det);
+    /* float64 over what the off run left: its roped q (the QKV output) and
+     * its caches, new row included */
+    {
+        const int64_t n_kv = n_past + 1;
+        float *hk = malloc((size_t)(L.kvd * n_kv) * 4), *hv = malloc((size_t)(L.kvd * n_kv) * 4);
+        mf_dequantize_rows(kvt, kc[0], hk, n_kv, L.kvd);
+        mf_dequantize_rows(kvt, vc[0], hv, n_kv, L.kvd);
+        double *ref = malloc((size_t)L.qd * sizeof *ref);
+        da_ref(qo, hk, hv, s->n_head, s->n_head_kv, s->hd, n_past, 1, 1.0f / sqrtf((float)s->hd), ref);
+        snprintf(sub, sizeof sub, "%s [on vs float64]", name);
+        result(sub, sr_err(ya[1], ref, L.qd), 1e-4, count_nan(ya[1], L.qd), NULL);
+        free(hk); free(hv); free(ref);
+    }
+    for (int on = 0; on < 2; on++) {
+        free(ya[on]); free(yl[on]); free(kc[on]); free(vc[on]);
+    }
+    free(x); free(r); free(xk); free(xv); free(k0); free(v0); free(qo);
+    mf_graph_free(&L.g);
+}
+
+/* CUDA graph replay with the switch on: the 0.5B layer (f16 cache of 400
+ * random rows), n_past 40, 41, 100, 300 (1st step plain, 2nd captured, the
+ * rest replayed: positions and n_past from device memory); then the same
+ * steps without graphs and with the switch off on a fresh copy of the
+ * cache: every step's attention and layer output bitwise equal, the final K
+ * and V caches bitwise equal, the attention of each step within 1e-4 of
+ * float64 over the off run's roped q and cache; captures >= 1, replays >= 2,
+ * the fold in the captured forward. */
+static void sr_graph(void) {
+    const qkv_spec *s = &sr_specs[0];
+    const uint32_t kvt = MF_TYPE_F16;
+    const int32_t n_ctx = 400;
+    const int64_t past[] = {40, 41, 100, 300};
+    enum { STEPS = sizeof past / sizeof past[0] };
+    sr_layer L;
+    sr_layer_setup(&L, s, false);
+    const size_t nb = (size_t)L.qd * 4, region = mf_type_row_size(kvt, L.kvd) * (size_t)n_ctx;
+    float *k0 = rand_vec(L.kvd * n_ctx, 2.0f), *v0 = rand_vec(L.kvd * n_ctx, 1.0f);
+    float *x[STEPS], *r[STEPS], *ya[2][STEPS], *yl[2][STEPS], *qo[STEPS];
+    uint8_t *kc[2], *vc[2];
+    for (int i = 0; i < STEPS; i++) {
+        x[i] = rand_vec(s->d, 1.0f);
+        r[i] = rand_vec(L.qd, 1.0f);
+    }
+    int64_t cap0 = 0, rep0 = 0, cap1 = 0, rep1 = 0, f0 = 0, f1 = 0;
+    for (int on = 1; on >= 0; on--) {
+        sr_bufs b = {dev_put(NULL, (size_t)s->d * 4), dev_put(NULL, 4), dev_put(NULL, nb), dev_poison(nb),
+                     dev_poison(nb), dev_poison(nb), dev_poison(nb), -1, -1};
+        mf_kv_pair kv = {sr_cache(kvt, k0, n_ctx, L.kvd), sr_cache(kvt, v0, n_ctx, L.kvd)};
+        sr_switches(on);
+        mf_cuda_set_graphs(be, on);
+        if (on) {
+            mf_cuda_graph_stats(be, &cap0, &rep0);
+            f0 = mf_cuda_short_rope_count(be);
+        }
+        for (int i = 0; i < STEPS; i++) {
+            const int32_t pos = (int32_t)past[i];
+            mf_exec_args a = args(past[i], 1, n_ctx, kvt);
+            mf_error e;
+            if (be->ops->begin_forward(be, &L.g, &a, &e) || be->ops->write_host(be, b.x, 0, x[i], (size_t)s->d * 4, &e) ||
+                be->ops->write_host(be, b.p, 0, &pos, 4, &e) || be->ops->write_host(be, b.r, 0, r[i], nb, &e))
+                die("shortrope graph step", &e);
+            sr_layer_exec(&L, &b, kv, &a, false);
+            if (be->ops->end_forward(be, &L.g, &a, &e))
+                die("shortrope graph step", &e);
+            ya[on][i] = dev_get(b.at, nb);
+            yl[on][i] = dev_get(b.y, nb);
+            if (!on)
+                qo[i] = dev_get(b.qkv, nb);
+        }
+        if (on) {
+            mf_cuda_graph_stats(be, &cap1, &rep1);
+            f1 = mf_cuda_short_rope_count(be);
+        }
+        kc[on] = (uint8_t *)dev_get(kv.k, region);
+        vc[on] = (uint8_t *)dev_get(kv.v, region);
+        dev_free(b.x); dev_free(b.p); dev_free(b.r); dev_free(b.qkv); dev_free(b.at); dev_free(b.mm); dev_free(b.y);
+        dev_free(kv.k); dev_free(kv.v);
+    }
+    mf_cuda_set_graphs(be, !mf_env_flag("MINFER_NO_CUDA_GRAPH"));
+    sr_default();
+    bool same = !memcmp(kc[0], kc[1], region) && !memcmp(vc[0], vc[1], region);
+    double worst = 0;
+    int64_t nan = 0;
+    float *hk = malloc((size_t)(L.kvd * n_ctx) * 4), *hv = malloc((size_t)(L.kvd * n_ctx) * 4);
+    mf_dequantize_rows(kvt, kc[0], hk, n_ctx, L.kvd);
+    mf_dequantize_rows(kvt, vc[0], hv, n_ctx, L.kvd);
+    double *ref = malloc((size_t)L.qd * sizeof *ref);
+    for (int i = 0; i < STEPS; i++) {
+        same = same && !memcmp(ya[0][i], ya[1][i], nb) && !memcmp(yl[0][i], yl[1][i], nb);
+        nan += count_nan(ya[1][i], L.qd) + count_nan(yl[1][i], L.qd);
+        /* the final cache is what step i saw in rows <= past[i]: later steps write higher rows */
+        da_ref(qo[i], hk, hv, s->n_head, s->n_head_kv, s->hd, past[i], 1, 1.0f / sqrtf((float)s->hd), ref);
+        worst = fmax(worst, sr_err(ya[1][i], ref, L.qd));
+    }
+    char det[120];
+    result("shortrope graph 0.5B f16, 4 steps (worst vs float64)", worst, 1e-4, nan, NULL);
+    check_true("shortrope graph: replayed on == plain off", same, "(bitwise: every step's attention and layer, caches)");
+    snprintf(det, sizeof det, "%lld captures, %lld replays, %lld fused launches", (long long)(cap1 - cap0),
+             (long long)(rep1 - rep0), (long long)(f1 - f0));
+    check_true("shortrope graph: steps replayed with the fold", cap1 - cap0 >= 1 && rep1 - rep0 >= STEPS - 2 && f1 > f0,
+               det);
+    for (int i = 0; i < STEPS; i++) {
+        free(x[i]); free(r[i]); free(ya[0][i]); free(ya[1][i]); free(yl[0][i]); free(yl[1][i]); free(qo[i]);
+    }
+    for (int on = 0; on < 2; on++) {
+        free(kc[on]); free(vc[on]);
+    }
+    free(k0); free(v0); free(hk); free(hv); free(ref);
+    mf_graph_free(&L.g);
+}
+
+/* MINFER_CUDA_TEST_BENCH=1: us per layer from the raw QKV output to the
+ * attention output and the o GEMV's q8, as a PDL chain (LAT_BURST
+ * back-to-back, median of LAT_REPS; PDL as the backend set it):
+ * rope_store + attn_short (today) vs the fused kernel; f16 cache, nt 1. */
+typedef struct sr_bench_ctx {
+    sr_dev d;
+} sr_bench_ctx;
+
+static cudaError_t sr_old_launch(const void *p, cudaStream_t st) {
+    const sr_dev *d = &((const sr_bench_ctx *)p)->d;
+    const cudaError_t e = mf_cu_rope_store(&d->rs, st);
+    return e != cudaSuccess ? e : mf_cu_attn_short(&d->a, 0, st);
+}
+
+static cudaError_t sr_new_launch(const void *p, cudaStream_t st) {
+    const sr_dev *d = &((const sr_bench_ctx *)p)->d;
+    return mf_cu_attn_short_rope(&d->a, &d->rs, st);
+}
+
+static void sr_bench(int32_t nh, int32_t nkv, int32_t hd, bool norm, int64_t depth, cudaStream_t st) {
+    const int64_t qd = (int64_t)nh * hd, kvd = (int64_t)nkv * hd;
+    sr_case_in c = {.nh = nh, .nkv = nkv, .hd = hd, .n_rot = hd, .mode = MF_ROPE_NEOX, .n_past = depth,
+                    .pos = (int32_t)depth, .kvt = MF_TYPE_F16, .norm = norm, .n_ctx = 4096};
+    c.hq = rand_vec(qd, 1.0f);
+    c.hk = rand_vec(kvd, 1.0f);
+    c.hv = rand_vec(kvd, 1.0f);
+    c.hqn = rand_vec(hd, 0.2f);
+    c.hkn = rand_vec(hd, 0.2f);
+    for (int i = 0; i < hd; i++) {
+        c.hqn[i] += 1.0f;
+        c.hkn[i] += 1.0f;
+    }
+    c.hk0 = rand_vec(kvd * (depth + 1), 1.0f);
+    c.hv0 = rand_vec(kvd * (depth + 1), 1.0f);
+    sr_bench_ctx b;
+    sr_dev_new(&b.d, &c, false, 0);
+    const float t0 = lat_time(sr_old_launch, &b, st), t1 = lat_time(sr_new_launch, &b, st);
+    printf("bench shortrope %d/%d/%d%s f16 depth %-4lld rope_store+short %6.2f us  fused %6.2f us  (%+.2f us)\n", nh,
+           nkv, hd, norm ? " qknorm" : "", (long long)depth, t0, t1, t1 - t0);
+    sr_dev_free(&b.d);
+    free(c.hq); free(c.hk); free(c.hv); free(c.hqn); free(c.hkn); free(c.hk0); free(c.hv0);
+}
+
+static void shortrope_family(void) {
+    cudaStream_t st;
+    if (cudaStreamCreate(&st) != cudaSuccess) {
+        check_true("shortrope: stream", false, NULL);
+        return;
+    }
+    /* 0.5B, 7B, Qwen3-4B (QkNorm) */
+    const int32_t shapes[3][3] = {{14, 2, 64}, {28, 4, 128}, {32, 8, 128}};
+    const uint32_t kvts[2] = {MF_TYPE_F32, MF_TYPE_F16};
+    const int64_t depths[5] = {0, 1, 7, 100, 383};
+    const int modes[2] = {MF_ROPE_NEOX, MF_ROPE_NORMAL};
+    for (int s = 0; s < 3; s++)
+        for (int m = 0; m < 2; m++)
+            for (int k = 0; k < 2; k++)
+                for (int d = 0; d < 5; d++)
+                    if (!small || d % 2 == 1)
+                        sr_case(shapes[s][0], shapes[s][1], shapes[s][2], shapes[s][2], modes[m], s == 2, depths[d],
+                                kvts[k], st);
+    /* partial rotation (dims past n_rot copied), QkNorm on the 0.5B shape */
+    sr_case(14, 2, 64, 32, MF_ROPE_NEOX, true, 100, MF_TYPE_F16, st);
+    sr_case(28, 4, 128, 64, MF_ROPE_NORMAL, false, 7, MF_TYPE_F32, st);
+    sr_refusals(st);
+    for (int s = 0; s < 3; s++) {
+        sr_node(&sr_specs[s], false, 37, MF_TYPE_F16, false);
+        if (!small)
+            sr_node(&sr_specs[s], false, 383, MF_TYPE_F32, false);
+    }
+    sr_node(&sr_specs[0], false, 0, MF_TYPE_F16, false);
+    sr_node(&sr_specs[0], true, 100, MF_TYPE_F16, false);  /* QKV_BIAS_ROPE_STORE */
+    sr_node(&sr_specs[2], true, 5, MF_TYPE_F32, false);
+    sr_node(&sr_specs[0], false, 100, MF_TYPE_F16, true);  /* flushed: rope_store + attn_short */
+    sr_node(&sr_specs[0], false, 100, MF_TYPE_Q8_0, false); /* not taken: q8_0 cache */
+    sr_graph();
+    if (mf_env_flag("MINFER_CUDA_TEST_BENCH")) {
+        const int64_t bd[3] = {16, 100, 300};
+        for (int s = 0; s < 3; s++)
+            for (int d = 0; d < 3; d++)
+                sr_bench(shapes[s][0], shapes[s][1], shapes[s][2], s == 2, bd[d], st);
+    }
+    cudaStreamDestroy(st);
+}
+
 /* ---- the int8 GEMV's quantizing prologue (family "gemvfuse") ---------------------------------- */
 
 /* One shape of family gemvfuse: n_w weights of type t sharing n_in inputs
@@ -5269,6 +6029,12 @@ static void normmm_case(const char *wn, uint32_t t, int64_t d) {
     free(y[0]); free(y[1]); free(xs); free(xn); free(ref); free(xnf);
 }
 
+static bool gf_bench_call(void *p, int rep, int i, cudaStream_t st) {
+    (void)rep;
+    (void)i;
+    return mf_cu_gemv_q8_multi((const mf_cu_q8_multi_args *)p, st) == cudaSuccess;
+}
+
 /* MINFER_CUDA_TEST_BENCH=1: one 0.5B decode GEMV (nt 1) per line, the
  * separate quantize + GEMV against the GEMV with the prologue, v3 kernels
  * (the auto rule's pick at these widths), PDL as MINFER_CUDA_PDL: 20
@@ -5288,10 +6054,7 @@ static void gf_bench(const char *what, uint32_t t, int64_t n_in, int n_w, const 
         bytes += (double)rb * (double)n_out[k];
     }
     cudaStream_t st;
-    cudaEvent_t e0, e1;
     cudaStreamCreate(&st);
-    cudaEventCreate(&e0);
-    cudaEventCreate(&e1);
     float us[2];
     for (int pro = 0; pro < 2; pro++) {
         mf_cu_q8_multi_args a = {.n_w = n_w, .swiglu = swiglu, .x = x, .n_in = n_in, .nt = 1, .q8 = q8,
@@ -5304,27 +6067,11 @@ static void gf_bench(const char *what, uint32_t t, int64_t n_in, int n_w, const 
             a.res[k] = res ? y[k] : NULL;
             a.n_out[k] = n_out[k];
         }
-        enum { REPS = 11, CALLS = 20 };
-        float ms[REPS];
-        bool ok = true;
-        for (int i = 0; i < 2 + REPS && ok; i++) {
-            cudaEventRecord(e0, st);
-            for (int c = 0; c < CALLS; c++)
-                ok = ok && mf_cu_gemv_q8_multi(&a, st) == cudaSuccess;
-            cudaEventRecord(e1, st);
-            ok = ok && cudaEventSynchronize(e1) == cudaSuccess;
-            if (i >= 2)
-                cudaEventElapsedTime(&ms[i - 2], e0, e1);
-        }
-        qsort(ms, REPS, sizeof ms[0], cmp_f);
-        us[pro] = ok ? ms[REPS / 2] * 1e3f / CALLS : -1.0f;
-        cudaGetLastError();
+        us[pro] = batch_time(gf_bench_call, &a, st, 2, 20, 11);
     }
     printf("gemvfuse bench %-22s %-5s %5lld->%-5lld: separate %.2f us | prologue %.2f us (%.0f / %.0f GB/s)\n", what,
            mf_type_name(t), (long long)n_in, (long long)n_out[0], us[0], us[1], bytes / (us[0] * 1e3),
            bytes / (us[1] * 1e3));
-    cudaEventDestroy(e0);
-    cudaEventDestroy(e1);
     cudaStreamDestroy(st);
     for (int k = 0; k < n_w; k++) {
         cudaFree(w[k]);
@@ -5360,6 +6107,1939 @@ static void gemvfuse_family(void) {
         gf_bench("gate/up swiglu + norm", t, 896, 2, (const int64_t[]){4864, 4864}, true, true, false);
     }
     gf_bench("7B Wo + residual", MF_TYPE_Q4_K, 3584, 1, (const int64_t[]){3584}, false, false, true);
+}
+
+/* ---- the mixed-type QKV on one v4 GEMV launch (family "qkvmix") ---------------------------- */
+
+/* A fused QKV (or any 2-3 weight group) whose weights form two runs of
+ * different types: the K-quant mixes' use_more_bits layers (tools/quant_mix.c). */
+typedef struct qm_spec {
+    const char *what;
+    int64_t n_in;
+    int n_w;
+    uint32_t t[3];
+    int64_t n_out[3];
+    bool bias;
+} qm_spec;
+
+static int qm_specs(qm_spec *c) {
+    int n = 0;
+    c[n++] = (qm_spec){"0.5B Q4_K_M", 896, 3, {MF_TYPE_Q5_0, MF_TYPE_Q5_0, MF_TYPE_Q8_0}, {896, 128, 128}, true};
+    c[n++] = (qm_spec){"7B Q4_K_M", 3584, 3, {MF_TYPE_Q4_K, MF_TYPE_Q4_K, MF_TYPE_Q6_K}, {3584, 512, 512}, true};
+    c[n++] = (qm_spec){"4B Q4_K_M", 2560, 3, {MF_TYPE_Q4_K, MF_TYPE_Q4_K, MF_TYPE_Q6_K}, {4096, 1024, 1024}, false};
+    c[n++] = (qm_spec){"0.5B Q3_K_M", 896, 3, {MF_TYPE_Q4_0, MF_TYPE_Q4_0, MF_TYPE_Q5_0}, {896, 128, 128}, true};
+    /* odd run lengths: the last row pair of each run is half empty */
+    c[n++] = (qm_spec){"odd rows", 896, 3, {MF_TYPE_Q5_0, MF_TYPE_Q5_0, MF_TYPE_Q8_0}, {97, 32, 65}, true};
+    /* the instance's second type first (the launcher swaps the runs), and two weights */
+    c[n++] = (qm_spec){"V first", 3584, 3, {MF_TYPE_Q6_K, MF_TYPE_Q4_K, MF_TYPE_Q4_K}, {512, 512, 512}, false};
+    c[n++] = (qm_spec){"two weights", 896, 2, {MF_TYPE_Q8_0, MF_TYPE_Q5_0, 0}, {128, 896, 0}, true};
+    return n;
+}
+
+static void qm_wname(char *buf, size_t n, int si, int k, const qm_spec *s) {
+    snprintf(buf, n, "qm%d.%d.%s.%lldx%lld", si, k, mf_type_name(s->t[k]), (long long)s->n_in,
+             (long long)s->n_out[k]);
+}
+
+/* The switch through the backend: MINFER_CUDA_QKV_MIX set in the
+ * environment and read back by mf_cuda_reset_gemv (the env read of
+ * backend creation), FUSED_QKV nodes (fused int8 GEMV, hook
+ * mf_cuda_set_fuse) over 4 decode steps with CUDA graphs (the first step
+ * plain, then capture and replays; n_past 10..13, f32 cache), switch off
+ * and on: every step's q output and the cache rows it stored (K after
+ * rope, V) bitwise equal, NaN-free (outputs and caches poisoned), one
+ * mixed launch per step launched from the host with the switch on (plain
+ * steps and the capture; replays launch nothing), none off, and the graph
+ * replayed. */
+static const qkv_spec qm_qkv[] = {
+    {MF_TYPE_Q5_0, 896, 14, 2, 64, true, false, MF_ROPE_NEOX, MF_TYPE_Q8_0},   /* qwen2 0.5B Q4_K_M */
+    {MF_TYPE_Q4_K, 3584, 28, 4, 128, true, false, MF_ROPE_NEOX, MF_TYPE_Q6_K}, /* qwen2 7B Q4_K_M */
+    {MF_TYPE_Q4_K, 2560, 32, 8, 128, false, true, MF_ROPE_NEOX, MF_TYPE_Q6_K}, /* qwen3 4B Q4_K_M */
+};
+
+static void qm_backend(const qkv_spec *s) {
+    enum { STEPS = 4 };
+    char nm[6][64];
+    const mf_qkv_meta m = qkv_meta(s, nm);
+    const int64_t qd = (int64_t)s->n_head * s->hd, kvd = (int64_t)s->n_head_kv * s->hd;
+    const int32_t n_ctx = 64;
+    const size_t region = (size_t)(kvd * n_ctx) * 4;
+    float *xs = rand_vec(s->d * STEPS, 1.0f);
+    const char *env = getenv("MINFER_CUDA_QKV_MIX");
+    char *env0 = env ? strdup(env) : NULL;
+    float *q[2], *kc[2], *vc[2];
+    int64_t moved[2], reps[2];
+    for (int mix = 0; mix < 2; mix++) {
+        mf_graph g; /* one graph per run: a graph captured before would replay */
+        graph_new(&g, 1, kvd);
+        const int32_t xi = ext(&g, s->d, 1);
+        const int32_t pi = mf_g_input(&g, MF_INPUT_POSITIONS, MF_DTYPE_I32, 1, 1);
+        const int32_t node = mf_g_fused_qkv(&g, xi, pi, &m);
+        const int32_t bx = dev_put(NULL, (size_t)s->d * 4), bp = dev_put(NULL, 4);
+        const int32_t bo = dev_poison((size_t)qd * 4);
+        mf_kv_pair kv = {dev_poison(region), dev_poison(region)};
+        setenv("MINFER_CUDA_QKV_MIX", mix ? "1" : "0", 1);
+        mf_cuda_reset_gemv(be); /* reads the switch as backend creation does */
+        mf_cuda_set_fuse(be, true);
+        mf_cuda_set_graphs(be, true);
+        int64_t c0, r0, c1, r1;
+        mf_cuda_graph_stats(be, &c0, &r0);
+        const int64_t m0 = mf_cu_q8v4_mix_count();
+        q[mix] = malloc((size_t)(qd * STEPS) * 4);
+        mf_error e;
+        for (int t = 0; t < STEPS; t++) {
+            const int32_t pos = 10 + t;
+            mf_exec_args a = args(pos, 1, n_ctx, MF_TYPE_F32);
+            if (be->ops->begin_forward(be, &g, &a, &e) ||
+                be->ops->write_host(be, bx, 0, xs + t * s->d, (size_t)s->d * 4, &e) ||
+                be->ops->write_host(be, bp, 0, &pos, 4, &e) ||
+                be->ops->execute_node(be, &g, node, (int32_t[]){bx, bp}, bo, kv, &a, &e) ||
+                be->ops->end_forward(be, &g, &a, &e) || be->ops->synchronize(be, &e) ||
+                be->ops->read_host(be, bo, 0, q[mix] + t * qd, (size_t)qd * 4, &e))
+                die("qkvmix backend step", &e);
+        }
+        moved[mix] = mf_cu_q8v4_mix_count() - m0;
+        mf_cuda_graph_stats(be, &c1, &r1);
+        reps[mix] = r1 - r0;
+        kc[mix] = dev_get(kv.k, region);
+        vc[mix] = dev_get(kv.v, region);
+        dev_free(bx); dev_free(bp); dev_free(bo); dev_free(kv.k); dev_free(kv.v);
+        mf_graph_free(&g);
+    }
+    if (env0)
+        setenv("MINFER_CUDA_QKV_MIX", env0, 1);
+    else
+        unsetenv("MINFER_CUDA_QKV_MIX");
+    free(env0);
+    mf_cuda_reset_gemv(be);
+    mf_cuda_set_fuse(be, mf_env_flag("MINFER_CUDA_FUSE_GEMV"));
+    mf_cuda_set_graphs(be, !mf_env_flag("MINFER_NO_CUDA_GRAPH"));
+    const size_t rows = (size_t)(kvd * STEPS) * 4, at = (size_t)(kvd * 10); /* the rows stored: n_past 10..13 */
+    const bool same = memcmp(q[1], q[0], (size_t)(qd * STEPS) * 4) == 0 && memcmp(kc[1] + at, kc[0] + at, rows) == 0 &&
+                      memcmp(vc[1] + at, vc[0] + at, rows) == 0;
+    const int64_t nan = count_nan(q[0], qd * STEPS) + count_nan(q[1], qd * STEPS) + count_nan(kc[0] + at, kvd * STEPS) +
+                        count_nan(kc[1] + at, kvd * STEPS) + count_nan(vc[0] + at, kvd * STEPS) +
+                        count_nan(vc[1] + at, kvd * STEPS);
+    char name[160], det[160];
+    snprintf(name, sizeof name, "qkvmix backend %s%s+%s d %lld: 4 graph steps on == off", mf_type_name(s->type),
+             s->norm ? "+qknorm" : "", mf_type_name(s->vtype), (long long)s->d);
+    snprintf(det, sizeof det, "(q, K, V bitwise; NaN %lld; mixed launches on %lld off %lld; replays %lld / %lld)",
+             (long long)nan, (long long)moved[1], (long long)moved[0], (long long)reps[1], (long long)reps[0]);
+    check_true(name, same && nan == 0 && moved[0] == 0 && moved[1] >= 1 && moved[1] == STEPS - reps[1] &&
+                         reps[1] >= STEPS - 3,
+               det);
+    for (int i = 0; i < 2; i++) {
+        free(q[i]); free(kc[i]); free(vc[i]);
+    }
+    free(xs);
+}
+
+static void qkvmix_weights(void) {
+    qm_spec c[16];
+    const int n = qm_specs(c);
+    for (int i = 0; i < n; i++)
+        for (int k = 0; k < c[i].n_w; k++) {
+            char wn[80];
+            qm_wname(wn, sizeof wn, i, k, &c[i]);
+            add_weight(wn, c[i].t[k], c[i].n_in, c[i].n_out[k]);
+            snprintf(wn, sizeof wn, "qm%d.%d.bias", i, k);
+            add_f32(wn, c[i].n_out[k], 0.5f, 0.0f);
+        }
+    for (size_t i = 0; i < sizeof qm_qkv / sizeof qm_qkv[0]; i++)
+        qkv_weights(&qm_qkv[i]);
+}
+
+/* Device buffers of one qkvmix case: weights (+256 bytes, gf_wdev), biases,
+ * residuals, outputs, the norm weight, x and the q8 scratch. */
+typedef struct qm_dev {
+    void *w[3], *q8;
+    float *b[3], *r[3], *y[3], *x, *nw;
+} qm_dev;
+
+static mf_cu_q8_multi_args qm_args(const qm_spec *s, const qm_dev *d, bool bias, bool res, bool norm, int mix) {
+    mf_cu_q8_multi_args a = {.n_w = s->n_w, .x = d->x, .n_in = s->n_in, .nt = 1, .q8 = d->q8, .norm = norm,
+                             .norm_w = norm ? d->nw : NULL, .norm_eps = 1e-6f, .gemv_auto = 1, .gemv_v4 = -1,
+                             .qkv_mix = mix};
+    for (int k = 0; k < s->n_w; k++) {
+        a.wtype[k] = s->t[k];
+        a.w[k] = d->w[k];
+        a.row_bytes[k] = mf_type_row_size(s->t[k], s->n_in);
+        a.bias[k] = bias ? d->b[k] : NULL;
+        a.res[k] = res ? d->r[k] : NULL;
+        a.y[k] = d->y[k];
+        a.n_out[k] = s->n_out[k];
+    }
+    return a;
+}
+
+/* One case through mf_cu_gemv_q8_multi at nt 1 (the decode form: v4 by the
+ * auto rule, the norm folded into the quantization or not, bias and a
+ * residual epilogue as asked): run 0 with MINFER_CUDA_QKV_MIX off (one v4
+ * launch per type run), runs 1 and 2 with it on, PDL on and off. Every run
+ * on outputs poisoned with another pattern (NaN, -1.7e38, NaN), vs float64
+ * on 24 sampled rows per weight (3e-2 norm-wise and every sample within
+ * the int8 rounding bound, family gemv's); the mixed runs bitwise the
+ * separate one over every output, and the mixed kernel counted once per
+ * mixed run (mf_cu_q8v4_mix_count), never for the separate run. */
+static void qm_test(int si, const qm_spec *s, bool bias, bool res, bool norm) {
+    const int64_t n_in = s->n_in;
+    const float eps = 1e-6f;
+    float *x = rand_vec(n_in, 1.0f), *nw = rand_vec(n_in, 0.5f);
+    for (int64_t i = 0; i < n_in; i++)
+        nw[i] += 1.0f;
+    for (int64_t i = 0; i < n_in; i += 97) /* a few large activations: units of mixed scale */
+        x[i] *= 8.0f;
+    float *xn = malloc((size_t)n_in * 4);
+    double ss = 0;
+    for (int64_t i = 0; i < n_in; i++)
+        ss += (double)x[i] * x[i];
+    const float sc = (float)(1.0 / sqrt(ss / (double)n_in + (double)eps));
+    for (int64_t i = 0; i < n_in; i++)
+        xn[i] = norm ? x[i] * sc * nw[i] : x[i];
+    qm_dev d = {.x = ds_put(x, (size_t)n_in * 4), .nw = ds_put(nw, (size_t)n_in * 4),
+                .q8 = ds_alloc(mf_cu_q8_bytes(n_in, 1), 0x5a)};
+    char wn[3][80];
+    float *hr[3] = {NULL, NULL, NULL};
+    for (int k = 0; k < s->n_w; k++) {
+        char bn[40];
+        qm_wname(wn[k], sizeof wn[k], si, k, s);
+        snprintf(bn, sizeof bn, "qm%d.%d.bias", si, k);
+        d.w[k] = gf_wdev(wn[k]);
+        d.b[k] = ds_put(wf32(bn), (size_t)s->n_out[k] * 4);
+        hr[k] = rand_vec(s->n_out[k], 1.0f);
+        d.r[k] = ds_put(hr[k], (size_t)s->n_out[k] * 4);
+        d.y[k] = ds_alloc((size_t)s->n_out[k] * 4, 0xff);
+    }
+    enum { NS = 24 };
+    int64_t rows[3][NS];
+    double ref[3][NS], bound[3][NS];
+    double *wr = malloc((size_t)n_in * sizeof *wr);
+    for (int k = 0; k < s->n_w; k++) {
+        char bn[40];
+        snprintf(bn, sizeof bn, "qm%d.%d.bias", si, k);
+        for (int i = 0; i < NS; i++) {
+            const int64_t o = i == 0 ? 0 : i == 1 ? s->n_out[k] - 1 : (int64_t)(next_u64() % (uint64_t)s->n_out[k]);
+            rows[k][i] = o;
+            ref_row(wn[k], o, wr);
+            ref[k][i] = int8_dot(wr, xn, n_in, &bound[k][i]) + (bias ? wf32(bn)[o] : 0.0) + (res ? hr[k][o] : 0.0);
+        }
+    }
+    char name[200], sub[260];
+    int kn = snprintf(name, sizeof name, "qkvmix %-11s %lld->", s->what, (long long)n_in);
+    for (int k = 0; k < s->n_w && kn > 0 && (size_t)kn < sizeof name; k++)
+        kn += snprintf(name + kn, sizeof name - (size_t)kn, "%s%lld %s", k ? "/" : "", (long long)s->n_out[k],
+                       mf_type_name(s->t[k]));
+    snprintf(name + strlen(name), sizeof name - strlen(name), "%s%s%s", bias ? " +bias" : "", res ? " +res" : "",
+             norm ? " +norm" : "");
+    const bool pdl0 = mf_env_int("MINFER_CUDA_PDL", MF_CU_PDL_DEFAULT) != 0;
+    static const int poison[3] = {0xff, 0xfe, 0xff};
+    static const char *const rn[3] = {"separate", "mixed", "mixed pdl0"};
+    cudaStream_t st;
+    cudaStreamCreate(&st);
+    float *out[3][3];
+    int64_t moved[3];
+    for (int run = 0; run < 3; run++) {
+        for (int k = 0; k < s->n_w; k++)
+            cudaMemset(d.y[k], poison[run], (size_t)s->n_out[k] * 4);
+        mf_cu_set_pdl(run == 2 ? 0 : 1);
+        const mf_cu_q8_multi_args a = qm_args(s, &d, bias, res, norm, run > 0);
+        const int64_t c0 = mf_cu_q8v4_mix_count();
+        ds_sync("qkvmix gemv", mf_cu_gemv_q8_multi(&a, st), st);
+        moved[run] = mf_cu_q8v4_mix_count() - c0;
+        for (int k = 0; k < s->n_w; k++)
+            out[run][k] = ds_get(d.y[k], (size_t)s->n_out[k] * 4);
+    }
+    mf_cu_set_pdl(pdl0);
+    for (int run = 0; run < 3; run++) {
+        float got[3 * NS];
+        double r64[3 * NS], worst = 0;
+        int64_t nan = 0, m = 0;
+        for (int k = 0; k < s->n_w; k++) {
+            nan += count_nan(out[run][k], s->n_out[k]);
+            for (int i = 0; i < NS; i++, m++) {
+                got[m] = out[run][k][rows[k][i]];
+                r64[m] = ref[k][i];
+                worst = fmax(worst, fabs((double)got[m] - r64[m]) / bound[k][i]);
+            }
+        }
+        snprintf(sub, sizeof sub, "%s [%s]", name, rn[run]);
+        result(sub, rel_err(got, r64, m), 3e-2, nan, NULL);
+        char det[64];
+        snprintf(det, sizeof det, "worst |err| / bound %.3f", worst);
+        snprintf(sub, sizeof sub, "%s [%s]: int8 bound", name, rn[run]);
+        check_true(sub, worst <= 1.0, det);
+        if (run > 0) {
+            bool same = true;
+            for (int k = 0; k < s->n_w; k++)
+                same = same && memcmp(out[run][k], out[0][k], (size_t)s->n_out[k] * 4) == 0;
+            snprintf(sub, sizeof sub, "%s [%s == separate]", name, rn[run]);
+            check_true(sub, same, "bitwise, every output");
+        }
+    }
+    char det[96];
+    snprintf(det, sizeof det, "(mixed launches: separate %lld, mixed %lld / %lld)", (long long)moved[0],
+             (long long)moved[1], (long long)moved[2]);
+    snprintf(sub, sizeof sub, "%s: one mixed launch", name);
+    check_true(sub, moved[0] == 0 && moved[1] == 1 && moved[2] == 1, det);
+    for (int run = 0; run < 3; run++)
+        for (int k = 0; k < s->n_w; k++)
+            free(out[run][k]);
+    cudaStreamDestroy(st);
+    for (int k = 0; k < s->n_w; k++) {
+        cudaFree(d.w[k]); cudaFree(d.b[k]); cudaFree(d.r[k]); cudaFree(d.y[k]);
+        free(hr[k]);
+    }
+    cudaFree(d.x); cudaFree(d.nw); cudaFree(d.q8);
+    free(x); free(nw); free(xn); free(wr);
+}
+
+/* Where no mixed kernel applies the switch changes nothing: two slices in
+ * flight forced (MINFER_CUDA_GEMV_V4=2), the Q6_K slice decoder off
+ * (MINFER_CUDA_GEMV_V4_Q6K=0: V on the generic decoder), v4 off: no mixed
+ * launch, outputs bitwise the switch off. */
+static void qm_fallback(int si, const qm_spec *s) {
+    qm_dev d = {.q8 = ds_alloc(mf_cu_q8_bytes(s->n_in, 1), 0x5a)};
+    float *x = rand_vec(s->n_in, 1.0f);
+    d.x = ds_put(x, (size_t)s->n_in * 4);
+    char wn[80];
+    for (int k = 0; k < s->n_w; k++) {
+        qm_wname(wn, sizeof wn, si, k, s);
+        d.w[k] = gf_wdev(wn);
+        d.y[k] = ds_alloc((size_t)s->n_out[k] * 4, 0xff);
+    }
+    cudaStream_t st;
+    cudaStreamCreate(&st);
+    static const char *const why[3] = {"v4 u2 forced", "Q6_K slice decoder off", "v4 off"};
+    for (int f = 0; f < 3; f++) {
+        float *out[2][3];
+        int64_t moved = 0;
+        for (int mix = 0; mix < 2; mix++) {
+            mf_cu_q8_multi_args a = qm_args(s, &d, false, false, false, mix);
+            a.gemv_v4 = f == 0 ? 2 : f == 1 ? -1 : 0;
+            mf_cu_set_gemv_v4_q6k(f == 1 ? 0 : 1);
+            for (int k = 0; k < s->n_w; k++)
+                cudaMemset(d.y[k], mix ? 0xfe : 0xff, (size_t)s->n_out[k] * 4);
+            const int64_t c0 = mf_cu_q8v4_mix_count();
+            ds_sync("qkvmix fallback", mf_cu_gemv_q8_multi(&a, st), st);
+            moved += mf_cu_q8v4_mix_count() - c0;
+            for (int k = 0; k < s->n_w; k++)
+                out[mix][k] = ds_get(d.y[k], (size_t)s->n_out[k] * 4);
+        }
+        mf_cu_set_gemv_v4_q6k((int)mf_env_int("MINFER_CUDA_GEMV_V4_Q6K", 1));
+        bool same = true;
+        int64_t nan = 0;
+        for (int k = 0; k < s->n_w; k++) {
+            same = same && memcmp(out[1][k], out[0][k], (size_t)s->n_out[k] * 4) == 0;
+            nan += count_nan(out[1][k], s->n_out[k]);
+            free(out[0][k]);
+            free(out[1][k]);
+        }
+        char name[160], det[80];
+        snprintf(name, sizeof name, "qkvmix %s, %s: switch on == off", s->what, why[f]);
+        snprintf(det, sizeof det, "(mixed launches %lld, NaN %lld; bitwise)", (long long)moved, (long long)nan);
+        check_true(name, same && moved == 0 && nan == 0, det);
+    }
+    cudaStreamDestroy(st);
+    for (int k = 0; k < s->n_w; k++) {
+        cudaFree(d.w[k]);
+        cudaFree(d.y[k]);
+    }
+    cudaFree(d.x); cudaFree(d.q8);
+    free(x);
+}
+
+/* The mixed launch in a CUDA graph: norm-quant + mixed QKV captured once
+ * (PDL on, the decode graph's form), replayed for 4 steps with a new x and
+ * poisoned outputs each; every step bitwise the separate launches run
+ * plainly on that x, the mixed kernel counted once (the capture). */
+static void qm_graph(int si, const qm_spec *s) {
+    enum { STEPS = 4 };
+    const int64_t n_in = s->n_in;
+    float *xs = rand_vec(n_in * STEPS, 2.0f), *nw = rand_vec(n_in, 0.5f);
+    for (int64_t i = 0; i < n_in; i++)
+        nw[i] += 1.0f;
+    qm_dev d = {.x = ds_alloc((size_t)n_in * 4, 0), .nw = ds_put(nw, (size_t)n_in * 4),
+                .q8 = ds_alloc(mf_cu_q8_bytes(n_in, 1), 0x5a)};
+    char wn[80], bn[40];
+    for (int k = 0; k < s->n_w; k++) {
+        qm_wname(wn, sizeof wn, si, k, s);
+        snprintf(bn, sizeof bn, "qm%d.%d.bias", si, k);
+        d.w[k] = gf_wdev(wn);
+        d.b[k] = ds_put(wf32(bn), (size_t)s->n_out[k] * 4);
+        d.y[k] = ds_alloc((size_t)s->n_out[k] * 4, 0xff);
+    }
+    const bool pdl0 = mf_env_int("MINFER_CUDA_PDL", MF_CU_PDL_DEFAULT) != 0;
+    mf_cu_set_pdl(1);
+    cudaStream_t st;
+    cudaStreamCreate(&st);
+    float *ref[STEPS][3];
+    for (int t = 0; t < STEPS; t++) { /* the separate launches, plain */
+        cudaMemcpy(d.x, xs + t * n_in, (size_t)n_in * 4, cudaMemcpyHostToDevice);
+        const mf_cu_q8_multi_args a = qm_args(s, &d, s->bias, false, true, 0);
+        ds_sync("qkvmix graph ref", mf_cu_gemv_q8_multi(&a, st), st);
+        for (int k = 0; k < s->n_w; k++)
+            ref[t][k] = ds_get(d.y[k], (size_t)s->n_out[k] * 4);
+    }
+    const mf_cu_q8_multi_args a = qm_args(s, &d, s->bias, false, true, 1);
+    const int64_t c0 = mf_cu_q8v4_mix_count();
+    cudaGraph_t gr = NULL;
+    cudaGraphExec_t ge = NULL;
+    cudaError_t e = cudaStreamBeginCapture(st, cudaStreamCaptureModeThreadLocal);
+    if (e == cudaSuccess) {
+        const cudaError_t le = mf_cu_gemv_q8_multi(&a, st);
+        e = cudaStreamEndCapture(st, &gr);
+        e = le != cudaSuccess ? le : e;
+    }
+    if (e == cudaSuccess)
+        e = cudaGraphInstantiate(&ge, gr, 0);
+    ds_sync("qkvmix graph capture", e, st);
+    const int64_t captured = mf_cu_q8v4_mix_count() - c0;
+    bool same = true;
+    int64_t nan = 0;
+    for (int t = 0; t < STEPS; t++) {
+        cudaMemcpyAsync(d.x, xs + t * n_in, (size_t)n_in * 4, cudaMemcpyHostToDevice, st);
+        for (int k = 0; k < s->n_w; k++)
+            cudaMemsetAsync(d.y[k], t & 1 ? 0xfe : 0xff, (size_t)s->n_out[k] * 4, st);
+        ds_sync("qkvmix graph replay", cudaGraphLaunch(ge, st), st);
+        for (int k = 0; k < s->n_w; k++) {
+            float *y = ds_get(d.y[k], (size_t)s->n_out[k] * 4);
+            same = same && memcmp(y, ref[t][k], (size_t)s->n_out[k] * 4) == 0;
+            nan += count_nan(y, s->n_out[k]);
+            free(y);
+            free(ref[t][k]);
+        }
+    }
+    const int64_t replayed = mf_cu_q8v4_mix_count() - c0 - captured;
+    mf_cu_set_pdl(pdl0);
+    char name[160], det[120];
+    snprintf(name, sizeof name, "qkvmix graph %s: %d replays == separate", s->what, STEPS);
+    snprintf(det, sizeof det, "(mixed launches captured %lld, host launches in replays %lld, NaN %lld; bitwise)",
+             (long long)captured, (long long)replayed, (long long)nan);
+    check_true(name, same && captured == 1 && replayed == 0 && nan == 0, det);
+    cudaGraphExecDestroy(ge);
+    cudaGraphDestroy(gr);
+    cudaStreamDestroy(st);
+    for (int k = 0; k < s->n_w; k++) {
+        cudaFree(d.w[k]); cudaFree(d.b[k]); cudaFree(d.y[k]);
+    }
+    cudaFree(d.x); cudaFree(d.nw); cudaFree(d.q8);
+    free(xs); free(nw);
+}
+
+/* MINFER_CUDA_TEST_BENCH=1: one line per model shape, norm-quant + QKV as a
+ * decode step launches them (mf_cu_gemv_q8_multi with the norm folded, PDL
+ * as MINFER_CUDA_PDL), separate (one v4 launch per type run) vs mixed:
+ * batches of 20 back-to-back calls, each on the next of `copies` weight sets
+ * (>= 256 MB in all: weights from HBM, not L2), median of 7 batches after
+ * one warm-up; us per call (quantize included), and GB/s over the weight
+ * bytes. Weight bytes 0x3c (f16 scales 1.06; contents do not matter for the
+ * time). */
+typedef struct qm_bench_ctx {
+    const qm_spec *s;
+    qm_dev *d;
+    uint8_t *w;
+    uint64_t set, off[4];
+    int copies, mix;
+} qm_bench_ctx;
+
+/* call i: norm-quant + QKV on weight set i % copies */
+static bool qm_bench_call(void *p, int rep, int i, cudaStream_t st) {
+    const qm_bench_ctx *c = p;
+    (void)rep;
+    for (int k = 0; k < c->s->n_w; k++)
+        c->d->w[k] = c->w + c->set * (uint64_t)(i % c->copies) + c->off[k];
+    const mf_cu_q8_multi_args a = qm_args(c->s, c->d, c->s->bias, false, true, c->mix);
+    return mf_cu_gemv_q8_multi(&a, st) == cudaSuccess;
+}
+
+static void qm_bench(const qm_spec *s) {
+    enum { BATCH = 20, REPS = 7 };
+    uint64_t rb[3], off[4] = {0};
+    for (int k = 0; k < s->n_w; k++) {
+        rb[k] = mf_type_row_size(s->t[k], s->n_in);
+        off[k + 1] = off[k] + ((rb[k] * (uint64_t)s->n_out[k] + 256 + 255) & ~(uint64_t)255);
+    }
+    const uint64_t set = off[s->n_w];
+    const int copies = bench_copies(set);
+    uint8_t *w = NULL;
+    qm_dev d = {.q8 = NULL};
+    cudaStream_t st = NULL;
+    bool ok = cudaMalloc((void **)&w, set * (uint64_t)copies) == cudaSuccess &&
+              cudaMalloc(&d.q8, mf_cu_q8_bytes(s->n_in, 1)) == cudaSuccess &&
+              cudaMalloc((void **)&d.x, (size_t)s->n_in * 4) == cudaSuccess &&
+              cudaMalloc((void **)&d.nw, (size_t)s->n_in * 4) == cudaSuccess;
+    for (int k = 0; k < s->n_w; k++)
+        ok = ok && cudaMalloc((void **)&d.y[k], (size_t)s->n_out[k] * 4) == cudaSuccess &&
+             cudaMalloc((void **)&d.b[k], (size_t)s->n_out[k] * 4) == cudaSuccess;
+    ok = ok && cudaStreamCreate(&st) == cudaSuccess;
+    float us[2] = {-1.0f, -1.0f};
+    if (ok) {
+        cudaMemset(w, 0x3c, set * (uint64_t)copies);
+        cudaMemset(d.x, 0x3c, (size_t)s->n_in * 4);
+        cudaMemset(d.nw, 0x3c, (size_t)s->n_in * 4);
+        for (int k = 0; k < s->n_w; k++)
+            cudaMemset(d.b[k], 0, (size_t)s->n_out[k] * 4);
+        qm_bench_ctx c = {.s = s, .d = &d, .w = w, .set = set, .copies = copies};
+        memcpy(c.off, off, sizeof off);
+        for (int mix = 0; mix < 2; mix++) {
+            c.mix = mix;
+            us[mix] = batch_time(qm_bench_call, &c, st, 1, BATCH, REPS);
+        }
+    }
+    double bytes = 0;
+    for (int k = 0; k < s->n_w; k++)
+        bytes += (double)rb[k] * (double)s->n_out[k];
+    char shape[120];
+    int kn = snprintf(shape, sizeof shape, "%lld->", (long long)s->n_in);
+    for (int k = 0; k < s->n_w && kn > 0 && (size_t)kn < sizeof shape; k++)
+        kn += snprintf(shape + kn, sizeof shape - (size_t)kn, "%s%lld %s", k ? "/" : "", (long long)s->n_out[k],
+                       mf_type_name(s->t[k]));
+    if (!ok)
+        printf("qkvmix bench %s %s: allocation failed\n", s->what, shape);
+    else
+        printf("qkvmix bench %-11s %s (norm-quant + QKV, %d weight sets): separate %.2f us | mixed %.2f us "
+               "(%+.2f us; %.0f / %.0f GB/s)\n",
+               s->what, shape, copies, us[0], us[1], us[1] - us[0], bytes / (us[0] * 1e3), bytes / (us[1] * 1e3));
+    if (st)
+        cudaStreamDestroy(st);
+    for (int k = 0; k < s->n_w; k++) {
+        cudaFree(d.y[k]);
+        cudaFree(d.b[k]);
+    }
+    cudaFree(w); cudaFree(d.q8); cudaFree(d.x); cudaFree(d.nw);
+    cudaGetLastError();
+}
+
+static void qkvmix_family(void) {
+    qm_spec c[16];
+    const int n = qm_specs(c);
+    for (int i = 0; i < n; i++) {
+        const bool model = i < 4; /* the model shapes: every epilogue form */
+        qm_test(i, &c[i], c[i].bias, false, true);
+        qm_test(i, &c[i], !c[i].bias, true, false);
+        if (model && !small) {
+            qm_test(i, &c[i], true, true, true);
+            qm_test(i, &c[i], false, false, false);
+        }
+    }
+    qm_fallback(1, &c[1]);
+    qm_graph(0, &c[0]);
+    qm_graph(1, &c[1]);
+    for (size_t i = 0; i < sizeof qm_qkv / sizeof qm_qkv[0]; i++)
+        qm_backend(&qm_qkv[i]);
+    if (!(getenv("MINFER_CUDA_TEST_BENCH") && atoi(getenv("MINFER_CUDA_TEST_BENCH")) > 0))
+        return;
+    for (int i = 0; i < 4; i++)
+        qm_bench(&c[i]);
+}
+
+/* ---- plane copies of Q4_0 / Q5_0 / Q8_0 for the v4 GEMV (family "soa") --------------------- */
+
+static const uint32_t soa_types[3] = {MF_TYPE_Q4_0, MF_TYPE_Q5_0, MF_TYPE_Q8_0};
+/* n_in -> n_out: the 0.5B q / k (v) / gate (up) / lm_head / down, the 7B gate (up) / down */
+static const int64_t soa_shapes[7][2] = {{896, 896},   {896, 128},    {896, 4864},  {896, 151936},
+                                         {4864, 896}, {3584, 18944}, {18944, 3584}};
+
+static bool soa_shape_on(int i) {
+    return !small || (soa_shapes[i][0] <= 4864 && soa_shapes[i][1] <= 4864);
+}
+
+static void soa_wname(char *b, size_t n, uint32_t t, const char *part, int64_t n_in, int64_t n_out) {
+    snprintf(b, n, "soa.%s%s.%lldx%lld", mf_type_name(t), part, (long long)n_in, (long long)n_out);
+}
+
+static void soa_weights(void) {
+    char wn[80];
+    for (int ti = 0; ti < 3; ti++)
+        for (int i = 0; i < 7; i++) {
+            if (!soa_shape_on(i))
+                continue;
+            const int64_t n_in = soa_shapes[i][0], n_out = soa_shapes[i][1];
+            soa_wname(wn, sizeof wn, soa_types[ti], "", n_in, n_out);
+            add_weight(wn, soa_types[ti], n_in, n_out);
+            const char *part = n_out == 128 ? ".v" : n_out == 4864 || n_out == 18944 ? ".up" : NULL;
+            if (part) { /* the third weight of a QKV, the up half of a gate/up pair */
+                soa_wname(wn, sizeof wn, soa_types[ti], part, n_in, n_out);
+                add_weight(wn, soa_types[ti], n_in, n_out);
+            }
+        }
+}
+
+/* The plane layout written by hand from the block structs (independent of
+ * soa.cu): per row of n units, qs[QS n] (qh[4 n]) d[2 n], the row padded
+ * with zeros to a multiple of 16 bytes (*stride). */
+static uint8_t *soa_host(uint32_t t, const uint8_t *src, int64_t n_in, int64_t rows, uint64_t *stride) {
+    const int64_t n = n_in / 32;
+    size_t bs, qs, qso, qho = 0;
+    if (t == MF_TYPE_Q4_0) {
+        bs = sizeof(mf_block_q4_0), qs = 16, qso = offsetof(mf_block_q4_0, qs);
+    } else if (t == MF_TYPE_Q5_0) {
+        bs = sizeof(mf_block_q5_0), qs = 16, qso = offsetof(mf_block_q5_0, qs), qho = offsetof(mf_block_q5_0, qh);
+    } else {
+        bs = sizeof(mf_block_q8_0), qs = 32, qso = offsetof(mf_block_q8_0, qs);
+    }
+    const uint64_t st = ((uint64_t)n * bs + 15) / 16 * 16;
+    uint8_t *d = calloc((size_t)(st * (uint64_t)rows), 1);
+    for (int64_t r = 0; r < rows; r++)
+        for (int64_t u = 0; u < n; u++) {
+            const uint8_t *b = src + (size_t)(r * n + u) * bs;
+            uint8_t *row = d + (size_t)r * st;
+            memcpy(row + qs * (size_t)u, b + qso, qs);
+            size_t dp = qs * (size_t)n;
+            if (t == MF_TYPE_Q5_0) {
+                memcpy(row + dp + 4 * (size_t)u, b + qho, 4);
+                dp += 4 * (size_t)n;
+            }
+            memcpy(row + dp + 2 * (size_t)u, b, 2); /* d: the first field of each block */
+        }
+    *stride = st;
+    return d;
+}
+
+/* One weight on the device: its block copy (gf_wdev) and its plane copy made
+ * by mf_cu_soa_relayout into a buffer poisoned with 0xa5, checked byte for
+ * byte (padding included) against soa_host and the stride against
+ * mf_cu_soa_stride. */
+typedef struct soa_dw {
+    char name[80];
+    uint32_t t;
+    int64_t n_in, n_out;
+    void *aos, *soa;
+    uint64_t stride;
+} soa_dw;
+
+static void soa_dw_make(soa_dw *w, uint32_t t, const char *part, int64_t n_in, int64_t n_out, cudaStream_t st) {
+    soa_wname(w->name, sizeof w->name, t, part, n_in, n_out);
+    w->t = t;
+    w->n_in = n_in;
+    w->n_out = n_out;
+    w->aos = gf_wdev(w->name);
+    w->stride = mf_cu_soa_stride(t, n_in);
+    uint64_t hs;
+    uint8_t *h = soa_host(t, mf_weights_find(W, w->name)->data, n_in, n_out, &hs);
+    const size_t nb = (size_t)(hs * (uint64_t)n_out);
+    w->soa = ds_alloc(nb, 0xa5);
+    ds_sync("soa relayout", mf_cu_soa_relayout(t, w->aos, n_in, n_out, w->soa, st), st);
+    uint8_t *g = ds_get(w->soa, nb);
+    size_t bad = 0;
+    while (bad < nb && g[bad] == h[bad])
+        bad++;
+    char name[160], det[96];
+    snprintf(name, sizeof name, "soa relayout %s: device == host", w->name);
+    snprintf(det, sizeof det, "(stride %llu / host %llu; first differing byte %zu of %zu)",
+             (unsigned long long)w->stride, (unsigned long long)hs, bad, nb);
+    check_true(name, w->stride == hs && bad == nb, det);
+    free(g);
+    free(h);
+}
+
+static void soa_dw_free(soa_dw *w) {
+    cudaFree(w->aos);
+    cudaFree(w->soa);
+}
+
+/* rel_err's norm over the family's sampled outputs (int count) */
+static double soa_rel(const float *got, const double *ref, int n) {
+    double num = 0, den = 0;
+    for (int i = 0; i < n; i++) {
+        const double d = (double)got[i] - ref[i];
+        num += d * d;
+        den += ref[i] * ref[i];
+    }
+    return den > 0 ? sqrt(num / den) : sqrt(num);
+}
+
+/* Float64 reference of NS sampled rows of w (first, last, random) against x:
+ * rows[], ref[] (+ res / bias where given) and the int8 bound[]. */
+enum { SOA_NS = 24 };
+static void soa_ref(const soa_dw *w, const float *x, const float *bias, const float *res, int64_t *rows, double *ref,
+                    double *bound) {
+    double *wr = malloc((size_t)w->n_in * sizeof *wr);
+    for (int i = 0; i < SOA_NS; i++) {
+        const int64_t o = i == 0 ? 0 : i == 1 ? w->n_out - 1 : (int64_t)(next_u64() % (uint64_t)w->n_out);
+        rows[i] = o;
+        ref_row(w->name, o, wr);
+        ref[i] = int8_dot(wr, x, w->n_in, &bound[i]) + (bias ? bias[o] : 0.0) + (res ? res[o] : 0.0);
+    }
+    free(wr);
+}
+
+/* The checks of one output y of w's rows: NaN-free, sampled rows vs float64
+ * (3e-2 norm-wise) and each within the int8 bound (bound NULL: SwiGLU, 6e-2
+ * norm-wise only). */
+static void soa_check(const char *name, const float *y, int64_t n_out, const int64_t *rows, const double *ref,
+                      const double *bound, int ns) {
+    float got[3 * SOA_NS];
+    double worst = 0;
+    for (int i = 0; i < ns; i++) {
+        got[i] = y[rows[i]];
+        if (bound)
+            worst = fmax(worst, fabs((double)got[i] - ref[i]) / bound[i]);
+    }
+    result(name, soa_rel(got, ref, ns), bound ? 3e-2 : 6e-2, count_nan(y, n_out), NULL);
+    if (bound) {
+        char sub[220], det[64];
+        snprintf(sub, sizeof sub, "%s: int8 bound", name);
+        snprintf(det, sizeof det, "worst |err| / bound %.3f", worst);
+        check_true(sub, worst <= 1.0, det);
+    }
+}
+
+static float *soa_x(int64_t n_in) {
+    float *x = rand_vec(n_in, 1.0f);
+    for (int64_t i = 0; i < n_in; i += 97) /* a few large activations: units of mixed scale */
+        x[i] *= 8.0f;
+    return x;
+}
+
+/* One weight at nt 1: v4 with the auto rule's slices (1) and 2 forced, each
+ * on the block copy and on the plane copy (outputs poisoned 0xff / 0xfe),
+ * through mf_cu_gemv_q8_multi (res: the residual epilogue) or, vocab-wide,
+ * mf_cu_matmul's int8 route (the lm_head's): every run vs float64 and the
+ * plane run bitwise the block run over every output. */
+static void soa_single(uint32_t t, int64_t n_in, int64_t n_out, bool res, cudaStream_t st) {
+    soa_dw w;
+    soa_dw_make(&w, t, "", n_in, n_out, st);
+    float *x = soa_x(n_in), *hr = res ? rand_vec(n_out, 1.0f) : NULL;
+    float *dx = ds_put(x, (size_t)n_in * 4), *dr = res ? ds_put(hr, (size_t)n_out * 4) : NULL;
+    float *dy = ds_alloc((size_t)n_out * 4, 0xff);
+    void *q8 = ds_alloc(mf_cu_q8_bytes(n_in, 1), 0x5a);
+    int64_t rows[SOA_NS];
+    double ref[SOA_NS], bound[SOA_NS];
+    soa_ref(&w, x, NULL, hr, rows, ref, bound);
+    const bool mm = n_out > 65536 && !res;
+    for (int ui = 0; ui < 2; ui++) {
+        float *y[2];
+        char name[160];
+        int64_t moved[2];
+        for (int soa = 0; soa < 2; soa++) {
+            cudaMemset(dy, soa ? 0xfe : 0xff, (size_t)n_out * 4);
+            const int64_t c0 = mf_cu_q8v4_soa_count();
+            cudaError_t e;
+            if (mm) {
+                mf_cu_matmul_args a = {.wtype = t, .w = w.aos, .row_bytes = mf_type_row_size(t, n_in), .x = dx,
+                                       .y = dy, .n_in = n_in, .n_out = n_out, .nt = 1, .q8 = q8, .gemv_auto = 1,
+                                       .gemv_v4 = ui ? 2 : -1, .w_soa = soa ? w.soa : NULL,
+                                       .soa_stride = soa ? w.stride : 0};
+                e = mf_cu_matmul(&a, st);
+            } else {
+                mf_cu_q8_multi_args a = {.n_w = 1, .x = dx, .n_in = n_in, .nt = 1, .q8 = q8, .gemv_auto = 1,
+                                         .gemv_v4 = ui ? 2 : -1};
+                a.wtype[0] = t;
+                a.w[0] = w.aos;
+                a.row_bytes[0] = mf_type_row_size(t, n_in);
+                a.res[0] = dr;
+                a.y[0] = dy;
+                a.n_out[0] = n_out;
+                a.w_soa[0] = soa ? w.soa : NULL;
+                a.soa_stride[0] = soa ? w.stride : 0;
+                e = mf_cu_gemv_q8_multi(&a, st);
+            }
+            ds_sync("soa gemv", e, st);
+            moved[soa] = mf_cu_q8v4_soa_count() - c0;
+            y[soa] = ds_get(dy, (size_t)n_out * 4);
+            snprintf(name, sizeof name, "soa %-5s %5lld->%-6lld%s%s v4 u%s [%s]", mf_type_name(t), (long long)n_in,
+                     (long long)n_out, res ? " +res" : "", mm ? " (matmul)" : "", ui ? "2" : "1 (rule)",
+                     soa ? "plane" : "block");
+            soa_check(name, y[soa], n_out, rows, ref, bound, SOA_NS);
+        }
+        snprintf(name, sizeof name, "soa %-5s %5lld->%-6lld%s%s v4 u%s: plane == block", mf_type_name(t),
+                 (long long)n_in, (long long)n_out, res ? " +res" : "", mm ? " (matmul)" : "", ui ? "2" : "1");
+        char det[80];
+        snprintf(det, sizeof det, "(bitwise, every output; plane launches %lld / %lld, want 0 / 1)",
+                 (long long)moved[0], (long long)moved[1]);
+        check_true(name, memcmp(y[0], y[1], (size_t)n_out * 4) == 0 && moved[0] == 0 && moved[1] == 1, det);
+        free(y[0]);
+        free(y[1]);
+    }
+    soa_dw_free(&w);
+    cudaFree(dx); cudaFree(dr); cudaFree(dy); cudaFree(q8);
+    free(x); free(hr);
+}
+
+/* A fused group at nt 1: QKV (q n_in x 896, k and v x 128, biases) or
+ * gate/up with the SwiGLU epilogue (n_out each). Block copies vs plane
+ * copies (poisoned 0xff / 0xfe), and one run where only the first weight
+ * has its plane copy (the launch must read the block copies: a run takes
+ * the plane decoder only when all its weights have one): every run vs
+ * float64, plane and partial bitwise the block run. */
+static void soa_fused(uint32_t t, int64_t n_in, int64_t n_out, bool swiglu, cudaStream_t st) {
+    const int nw = swiglu ? 2 : 3;
+    soa_dw w[3];
+    if (swiglu) {
+        soa_dw_make(&w[0], t, "", n_in, n_out, st);
+        soa_dw_make(&w[1], t, ".up", n_in, n_out, st);
+    } else {
+        soa_dw_make(&w[0], t, "", n_in, 896, st);
+        soa_dw_make(&w[1], t, "", n_in, 128, st);
+        soa_dw_make(&w[2], t, ".v", n_in, 128, st);
+    }
+    float *x = soa_x(n_in), *dx = ds_put(x, (size_t)n_in * 4);
+    void *q8 = ds_alloc(mf_cu_q8_bytes(n_in, 1), 0x5a);
+    float *hb[3] = {NULL, NULL, NULL}, *db[3] = {NULL, NULL, NULL}, *dy[3] = {NULL, NULL, NULL};
+    int64_t rows[3][SOA_NS];
+    double ref[3][SOA_NS], bound[3][SOA_NS];
+    for (int k = 0; k < nw; k++) {
+        if (!swiglu) {
+            hb[k] = rand_vec(w[k].n_out, 0.5f);
+            db[k] = ds_put(hb[k], (size_t)w[k].n_out * 4);
+        }
+        if (!swiglu || k == 0)
+            dy[k] = ds_alloc((size_t)w[k].n_out * 4, 0xff);
+        soa_ref(&w[k], x, hb[k], NULL, rows[k], ref[k], bound[k]);
+    }
+    double sref[SOA_NS]; /* SwiGLU: silu(gate) * up on gate's sampled rows */
+    if (swiglu) {
+        double *wr = malloc((size_t)n_in * sizeof *wr), bd;
+        for (int i = 0; i < SOA_NS; i++) {
+            const double g = ref[0][i];
+            ref_row(w[1].name, rows[0][i], wr);
+            sref[i] = g / (1.0 + exp(-g)) * int8_dot(wr, x, n_in, &bd);
+        }
+        free(wr);
+    }
+    static const char *const rn[3] = {"block", "plane", "partial"};
+    float *out[3][3];
+    int64_t moved[3];
+    char name[200];
+    for (int run = 0; run < 3; run++) {
+        mf_cu_q8_multi_args a = {.n_w = nw, .swiglu = swiglu, .x = dx, .n_in = n_in, .nt = 1, .q8 = q8,
+                                 .gemv_auto = 1, .gemv_v4 = -1};
+        for (int k = 0; k < nw; k++) {
+            a.wtype[k] = t;
+            a.w[k] = w[k].aos;
+            a.row_bytes[k] = mf_type_row_size(t, n_in);
+            a.bias[k] = db[k];
+            a.y[k] = dy[swiglu ? 0 : k];
+            a.n_out[k] = w[k].n_out;
+            const bool p = run == 1 || (run == 2 && k == 0);
+            a.w_soa[k] = p ? w[k].soa : NULL;
+            a.soa_stride[k] = p ? w[k].stride : 0;
+            if (dy[k])
+                cudaMemset(dy[k], run == 1 ? 0xfe : 0xff, (size_t)w[k].n_out * 4);
+        }
+        const int64_t c0 = mf_cu_q8v4_soa_count();
+        ds_sync("soa fused gemv", mf_cu_gemv_q8_multi(&a, st), st);
+        moved[run] = mf_cu_q8v4_soa_count() - c0;
+        for (int k = 0; k < nw; k++)
+            out[run][k] = dy[k] ? ds_get(dy[k], (size_t)w[k].n_out * 4) : NULL;
+        snprintf(name, sizeof name, "soa %-5s %lld->%s %s [%s]", mf_type_name(t), (long long)n_in,
+                 swiglu ? "gate/up" : "q/k/v", swiglu ? "+swiglu" : "+bias", rn[run]);
+        if (swiglu) {
+            soa_check(name, out[run][0], n_out, rows[0], sref, NULL, SOA_NS);
+        } else {
+            float got[3 * SOA_NS];
+            double r64[3 * SOA_NS], worst = 0;
+            int64_t nan = 0;
+            for (int k = 0, m = 0; k < nw; k++) {
+                nan += count_nan(out[run][k], w[k].n_out);
+                for (int i = 0; i < SOA_NS; i++, m++) {
+                    got[m] = out[run][k][rows[k][i]];
+                    r64[m] = ref[k][i];
+                    worst = fmax(worst, fabs((double)got[m] - r64[m]) / bound[k][i]);
+                }
+            }
+            result(name, soa_rel(got, r64, 3 * SOA_NS), 3e-2, nan, NULL);
+            char sub[240], det[64];
+            snprintf(sub, sizeof sub, "%s: int8 bound", name);
+            snprintf(det, sizeof det, "worst |err| / bound %.3f", worst);
+            check_true(sub, worst <= 1.0, det);
+        }
+        if (run > 0) {
+            bool same = true;
+            for (int k = 0; k < nw; k++)
+                same = same && (!out[run][k] || memcmp(out[run][k], out[0][k], (size_t)w[k].n_out * 4) == 0);
+            snprintf(name, sizeof name, "soa %-5s %lld->%s: %s == block", mf_type_name(t), (long long)n_in,
+                     swiglu ? "gate/up" : "q/k/v", rn[run]);
+            char det[80];
+            snprintf(det, sizeof det, "(bitwise, every output; plane launches %lld, want %d; block run %lld)",
+                     (long long)moved[run], run == 1, (long long)moved[0]);
+            check_true(name, same && moved[run] == (run == 1) && moved[0] == 0, det);
+        }
+    }
+    for (int run = 0; run < 3; run++)
+        for (int k = 0; k < nw; k++)
+            free(out[run][k]);
+    for (int k = 0; k < nw; k++) {
+        soa_dw_free(&w[k]);
+        cudaFree(db[k]);
+        cudaFree(dy[k]);
+        free(hb[k]);
+    }
+    cudaFree(dx); cudaFree(q8);
+    free(x);
+}
+
+/* The mixed-type QKV (MINFER_CUDA_QKV_MIX's kernel) on plane copies: the
+ * 0.5B Q4_K_M QKV (Q5_0 q / k, Q8_0 v) and the Q3_K_M one (Q4_0 q / k, Q5_0
+ * v), bias on: block separate (switch off), block mixed, plane mixed, plane
+ * separate, and mixed with only v's plane copy (must fall back to the block
+ * pair): all bitwise the first over every output, NaN-free, and the mixed
+ * kernel launched exactly in the mixed runs (mf_cu_q8v4_mix_count). */
+static void soa_mix(uint32_t tqk, uint32_t tv, cudaStream_t st) {
+    soa_dw w[3];
+    soa_dw_make(&w[0], tqk, "", 896, 896, st);
+    soa_dw_make(&w[1], tqk, "", 896, 128, st);
+    soa_dw_make(&w[2], tv, ".v", 896, 128, st);
+    float *x = soa_x(896), *dx = ds_put(x, 896 * 4);
+    void *q8 = ds_alloc(mf_cu_q8_bytes(896, 1), 0x5a);
+    float *hb[3], *db[3], *dy[3];
+    for (int k = 0; k < 3; k++) {
+        hb[k] = rand_vec(w[k].n_out, 0.5f);
+        db[k] = ds_put(hb[k], (size_t)w[k].n_out * 4);
+        dy[k] = ds_alloc((size_t)w[k].n_out * 4, 0xff);
+    }
+    static const char *const rn[5] = {"block separate", "block mixed", "plane mixed", "plane separate",
+                                      "mixed, only v plane"};
+    static const int mix[5] = {0, 1, 1, 0, 1}, plane[5] = {0, 0, 7, 7, 4}; /* plane: bit k = weight k's copy */
+    float *out[5][3];
+    int64_t moved[5], pmoved[5];
+    static const int pwant[5] = {0, 0, 1, 2, 0}; /* plane launches: plane separate is one per type run */
+    for (int run = 0; run < 5; run++) {
+        mf_cu_q8_multi_args a = {.n_w = 3, .x = dx, .n_in = 896, .nt = 1, .q8 = q8, .gemv_auto = 1, .gemv_v4 = -1,
+                                 .qkv_mix = mix[run]};
+        for (int k = 0; k < 3; k++) {
+            a.wtype[k] = w[k].t;
+            a.w[k] = w[k].aos;
+            a.row_bytes[k] = mf_type_row_size(w[k].t, 896);
+            a.bias[k] = db[k];
+            a.y[k] = dy[k];
+            a.n_out[k] = w[k].n_out;
+            const bool p = (plane[run] >> k) & 1;
+            a.w_soa[k] = p ? w[k].soa : NULL;
+            a.soa_stride[k] = p ? w[k].stride : 0;
+            cudaMemset(dy[k], run & 1 ? 0xfe : 0xff, (size_t)w[k].n_out * 4);
+        }
+        const int64_t c0 = mf_cu_q8v4_mix_count(), p0 = mf_cu_q8v4_soa_count();
+        ds_sync("soa mixed qkv", mf_cu_gemv_q8_multi(&a, st), st);
+        moved[run] = mf_cu_q8v4_mix_count() - c0;
+        pmoved[run] = mf_cu_q8v4_soa_count() - p0;
+        for (int k = 0; k < 3; k++)
+            out[run][k] = ds_get(dy[k], (size_t)w[k].n_out * 4);
+    }
+    for (int run = 1; run < 5; run++) {
+        bool same = true;
+        int64_t nan = 0;
+        for (int k = 0; k < 3; k++) {
+            same = same && memcmp(out[run][k], out[0][k], (size_t)w[k].n_out * 4) == 0;
+            nan += count_nan(out[run][k], w[k].n_out);
+        }
+        char name[200], det[96];
+        snprintf(name, sizeof name, "soa qkvmix %s/%s/%s 896->896/128/128 [%s] == block separate",
+                 mf_type_name(tqk), mf_type_name(tqk), mf_type_name(tv), rn[run]);
+        snprintf(det, sizeof det, "(bitwise; NaN %lld; mixed launches %lld, want %d; plane %lld, want %d)",
+                 (long long)nan, (long long)moved[run], mix[run], (long long)pmoved[run], pwant[run]);
+        check_true(name, same && nan == 0 && moved[run] == mix[run] && pmoved[run] == pwant[run] && pmoved[0] == 0,
+                   det);
+    }
+    for (int run = 0; run < 5; run++)
+        for (int k = 0; k < 3; k++)
+            free(out[run][k]);
+    for (int k = 0; k < 3; k++) {
+        soa_dw_free(&w[k]);
+        cudaFree(db[k]);
+        cudaFree(dy[k]);
+        free(hb[k]);
+    }
+    cudaFree(dx); cudaFree(q8);
+    free(x);
+}
+
+/* Through the backend (MINFER_CUDA_SOA set for the test's backend creation,
+ * the switch then flipped with mf_cuda_set_soa): the copies exist, and a
+ * one-token MATMUL node of each type (the lm_head shape; 4864 -> 896 small)
+ * gives bitwise the same output with the switch on and off. */
+static void soa_backend(void) {
+    const uint64_t bytes = mf_cuda_soa_bytes(be);
+    char det[80];
+    snprintf(det, sizeof det, "(%llu bytes of plane copies)", (unsigned long long)bytes);
+    check_true("soa backend: plane copies built at creation", bytes > 0, det);
+    if (!bytes)
+        return;
+    const int64_t n_in = small ? 4864 : 896, n_out = small ? 896 : 151936;
+    for (int ti = 0; ti < 3; ti++) {
+        char wn[80];
+        soa_wname(wn, sizeof wn, soa_types[ti], "", n_in, n_out);
+        mf_graph g;
+        graph_new(&g, 0, 0);
+        const int32_t xi = ext(&g, n_in, 1);
+        const int32_t mi = mf_g_matmul(&g, xi, wn, soa_types[ti], NULL, n_in, n_out);
+        float *x = soa_x(n_in);
+        const int32_t in = dev_put(x, (size_t)n_in * 4);
+        float *y[2];
+        int64_t moved[2];
+        for (int on = 0; on < 2; on++) {
+            const int32_t out = dev_poison((size_t)n_out * 4);
+            mf_exec_args a = args(0, 1, 1, MF_TYPE_F32);
+            const int64_t c0 = mf_cu_q8v4_soa_count();
+            mf_cuda_set_soa(be, on);
+            run_ok(&g, mi, &in, out, (mf_kv_pair){-1, -1}, &a);
+            mf_cuda_set_soa(be, false);
+            moved[on] = mf_cu_q8v4_soa_count() - c0;
+            y[on] = dev_get(out, (size_t)n_out * 4);
+            dev_free(out);
+        }
+        char name[160];
+        snprintf(name, sizeof name, "soa backend MATMUL %s %lld->%lld nt 1: on == off", mf_type_name(soa_types[ti]),
+                 (long long)n_in, (long long)n_out);
+        snprintf(det, sizeof det, "(bitwise; NaN %lld; plane launches %lld / %lld)", (long long)count_nan(y[1], n_out),
+                 (long long)moved[0], (long long)moved[1]);
+        check_true(name,
+                   memcmp(y[0], y[1], (size_t)n_out * 4) == 0 && count_nan(y[1], n_out) == 0 && moved[0] == 0 &&
+                       moved[1] == 1,
+                   det);
+        free(y[0]);
+        free(y[1]);
+        free(x);
+        dev_free(in);
+        mf_graph_free(&g);
+        /* FUSED_FFN on the fused int8 GEMV (hook mf_cuda_set_fuse): run_multi's gate/up + SwiGLU */
+        char gn[80], un[80];
+        soa_wname(gn, sizeof gn, soa_types[ti], "", 896, 4864);
+        soa_wname(un, sizeof un, soa_types[ti], ".up", 896, 4864);
+        mf_ffn_meta fm = {.gate = {.weight = gn, .wtype = soa_types[ti], .n_in = 896, .n_out = 4864},
+                          .up = {.weight = un, .wtype = soa_types[ti], .n_in = 896, .n_out = 4864}};
+        graph_new(&g, 0, 0);
+        const int32_t fxi = ext(&g, 896, 1);
+        const int32_t fi = mf_g_fused_ffn(&g, fxi, &fm);
+        x = soa_x(896);
+        const int32_t fin = dev_put(x, 896 * 4);
+        for (int on = 0; on < 2; on++) {
+            const int32_t out = dev_poison(4864 * 4);
+            mf_exec_args a = args(0, 1, 1, MF_TYPE_F32);
+            const int64_t c0 = mf_cu_q8v4_soa_count();
+            mf_cuda_set_soa(be, on);
+            mf_cuda_set_fuse(be, true);
+            run_ok(&g, fi, &fin, out, (mf_kv_pair){-1, -1}, &a);
+            mf_cuda_set_fuse(be, false);
+            mf_cuda_set_soa(be, false);
+            moved[on] = mf_cu_q8v4_soa_count() - c0;
+            y[on] = dev_get(out, 4864 * 4);
+            dev_free(out);
+        }
+        snprintf(name, sizeof name, "soa backend FUSED_FFN %s 896->4864 nt 1: on == off", mf_type_name(soa_types[ti]));
+        snprintf(det, sizeof det, "(bitwise; NaN %lld; plane launches %lld / %lld)", (long long)count_nan(y[1], 4864),
+                 (long long)moved[0], (long long)moved[1]);
+        check_true(name,
+                   memcmp(y[0], y[1], 4864 * 4) == 0 && count_nan(y[1], 4864) == 0 && moved[0] == 0 && moved[1] == 1,
+                   det);
+        free(y[0]);
+        free(y[1]);
+        free(x);
+        dev_free(fin);
+        mf_graph_free(&g);
+    }
+}
+
+/* MINFER_CUDA_TEST_BENCH=1: one line per shape, the v4 GEMV alone (x
+ * already quantized: x_q8_ready) on the block copy vs the plane copy, auto
+ * rule slices: batches of 20 back-to-back launches (PDL as
+ * MINFER_CUDA_PDL), each on the next of `copies` weight copies (>= 256 MB
+ * of each layout: weights from HBM, not L2), median of 7 batches after one
+ * warm-up; us per GEMV and TB/s over the block bytes (the plane copy holds
+ * the same bytes plus < 16 a row). Weight bytes 0x3c. */
+typedef struct soa_bench_ctx {
+    uint32_t t;
+    int64_t n_in, n_out;
+    uint64_t rb, sst, set[2];
+    uint8_t *w[2];
+    void *q8;
+    float *x, *y;
+    int copies, soa;
+} soa_bench_ctx;
+
+/* call i of batch rep: the GEMV on copy i % copies (block, or plane with
+ * soa); batch 0 also quantizes x into q8 (x_q8_ready from batch 1 on) */
+static bool soa_bench_call(void *p, int rep, int i, cudaStream_t st) {
+    const soa_bench_ctx *c = p;
+    mf_cu_q8_multi_args a = {.n_w = 1, .x = c->x, .n_in = c->n_in, .nt = 1, .q8 = c->q8, .gemv_auto = 1,
+                             .gemv_v4 = -1, .x_q8_ready = rep > 0};
+    a.wtype[0] = c->t;
+    a.w[0] = c->w[0] + c->set[0] * (uint64_t)(i % c->copies);
+    a.row_bytes[0] = c->rb;
+    a.y[0] = c->y;
+    a.n_out[0] = c->n_out;
+    a.w_soa[0] = c->soa ? c->w[1] + c->set[1] * (uint64_t)(i % c->copies) : NULL;
+    a.soa_stride[0] = c->soa ? c->sst : 0;
+    return mf_cu_gemv_q8_multi(&a, st) == cudaSuccess;
+}
+
+static void soa_bench(uint32_t t, int64_t n_in, int64_t n_out) {
+    enum { BATCH = 20, REPS = 7 };
+    const uint64_t rb = mf_type_row_size(t, n_in), sst = mf_cu_soa_stride(t, n_in);
+    const uint64_t set[2] = {(rb * (uint64_t)n_out + 256 + 255) & ~(uint64_t)255,
+                             (sst * (uint64_t)n_out + 255) & ~(uint64_t)255};
+    const int copies = bench_copies(set[0]);
+    uint8_t *w[2] = {NULL, NULL};
+    void *q8 = NULL;
+    float *x = NULL, *y = NULL;
+    cudaStream_t st = NULL;
+    bool ok = cudaMalloc((void **)&w[0], set[0] * (uint64_t)copies) == cudaSuccess &&
+              cudaMalloc((void **)&w[1], set[1] * (uint64_t)copies) == cudaSuccess &&
+              cudaMalloc(&q8, mf_cu_q8_bytes(n_in, 1)) == cudaSuccess &&
+              cudaMalloc((void **)&x, (size_t)n_in * 4) == cudaSuccess &&
+              cudaMalloc((void **)&y, (size_t)n_out * 4) == cudaSuccess && cudaStreamCreate(&st) == cudaSuccess;
+    float us[2] = {-1.0f, -1.0f};
+    if (ok) {
+        cudaMemset(w[0], 0x3c, set[0] * (uint64_t)copies);
+        cudaMemset(w[1], 0x3c, set[1] * (uint64_t)copies);
+        cudaMemset(x, 0x3c, (size_t)n_in * 4);
+        soa_bench_ctx c = {.t = t, .n_in = n_in, .n_out = n_out, .rb = rb, .sst = sst, .set = {set[0], set[1]},
+                           .w = {w[0], w[1]}, .q8 = q8, .x = x, .y = y, .copies = copies};
+        for (int soa = 0; soa < 2; soa++) { /* batch 0 quantizes x into q8, batch 1 warms up */
+            c.soa = soa;
+            us[soa] = batch_time(soa_bench_call, &c, st, 2, BATCH, REPS);
+        }
+    }
+    const double bytes = (double)rb * (double)n_out;
+    if (!ok)
+        printf("soa bench %s %lld->%lld: allocation failed\n", mf_type_name(t), (long long)n_in, (long long)n_out);
+    else
+        printf("soa bench %-5s %5lld->%-6lld (v4 GEMV alone, %d copies): block %.2f us %.2f TB/s | plane %.2f us "
+               "%.2f TB/s (%+.1f %%)\n",
+               mf_type_name(t), (long long)n_in, (long long)n_out, copies, us[0], bytes / (us[0] * 1e6), us[1],
+               bytes / (us[1] * 1e6), 100.0 * (us[0] / us[1] - 1.0));
+    if (st)
+        cudaStreamDestroy(st);
+    cudaFree(w[0]); cudaFree(w[1]); cudaFree(q8); cudaFree(x); cudaFree(y);
+    cudaGetLastError();
+}
+
+static void soa_family(void) {
+    cudaStream_t st;
+    cudaStreamCreate(&st);
+    for (int ti = 0; ti < 3; ti++) {
+        const uint32_t t = soa_types[ti];
+        for (int i = 0; i < 7; i++)
+            if (soa_shape_on(i))
+                soa_single(t, soa_shapes[i][0], soa_shapes[i][1], false, st);
+        soa_single(t, 4864, 896, true, st); /* the residual epilogue (FUSE_ADD's form) */
+        if (!small)
+            soa_single(t, 18944, 3584, true, st);
+        soa_fused(t, 896, 896, false, st); /* QKV + bias */
+        soa_fused(t, 896, 4864, true, st); /* gate/up + SwiGLU */
+        if (!small)
+            soa_fused(t, 3584, 18944, true, st);
+    }
+    soa_mix(MF_TYPE_Q5_0, MF_TYPE_Q8_0, st);
+    soa_mix(MF_TYPE_Q4_0, MF_TYPE_Q5_0, st);
+    cudaStreamDestroy(st);
+    soa_backend();
+    if (!(getenv("MINFER_CUDA_TEST_BENCH") && atoi(getenv("MINFER_CUDA_TEST_BENCH")) > 0))
+        return;
+    soa_bench(MF_TYPE_Q8_0, 896, 151936);
+    soa_bench(MF_TYPE_Q4_0, 3584, 37888);
+    soa_bench(MF_TYPE_Q4_0, 18944, 3584);
+    soa_bench(MF_TYPE_Q8_0, 3584, 18944);
+    soa_bench(MF_TYPE_Q5_0, 896, 9728);
+    soa_bench(MF_TYPE_Q4_0, 896, 9728);
+    soa_bench(MF_TYPE_Q8_0, 4864, 896);
+}
+
+/* ---- the SwiGLU GEMV writing the down GEMV's int8 input (family "ffnq8b") ------------------------ */
+
+/* One shape of family ffnq8b: gate / up d -> ff of type t, down ff -> d of
+ * the same type, registered as fq.<type>.<d>x<ff>.{g,u,d} with biases
+ * fq.b.<type>.<d>x<ff>.{g,u} and the norm weight fq.norm.<d>. */
+typedef struct fq_spec {
+    const char *what;
+    uint32_t t;
+    int64_t d, ff;
+} fq_spec;
+
+static int fq_specs(fq_spec *c) {
+    int n = 0;
+    c[n++] = (fq_spec){"0.5B", MF_TYPE_Q4_0, 896, 4864};
+    c[n++] = (fq_spec){"0.5B", MF_TYPE_Q5_0, 896, 4864}; /* the 0.5B Q4_K_M's gate/up */
+    c[n++] = (fq_spec){"0.5B", MF_TYPE_Q8_0, 896, 4864};
+    c[n++] = (fq_spec){"1.5B", MF_TYPE_Q4_K, 1536, 8960};
+    c[n++] = (fq_spec){"1.5B", MF_TYPE_Q5_0, 1536, 8960};
+    c[n++] = (fq_spec){"1.5B", MF_TYPE_Q8_0, 1536, 8960};
+    c[n++] = (fq_spec){"1.5B", MF_TYPE_Q6_K, 1536, 8960};
+    c[n++] = (fq_spec){"2048", MF_TYPE_Q4_0, 2048, 8192};
+    c[n++] = (fq_spec){"2048", MF_TYPE_Q4_K, 2048, 8192};
+    c[n++] = (fq_spec){"2048", MF_TYPE_Q5_0, 2048, 8192};
+    c[n++] = (fq_spec){"2048", MF_TYPE_Q8_0, 2048, 8192};
+    c[n++] = (fq_spec){"1.5B", MF_TYPE_Q4_0, 1536, 8960};
+    return n;
+}
+
+static void fq_wname(char *buf, size_t n, const fq_spec *s, const char *k) {
+    snprintf(buf, n, "fq.%s.%lldx%lld.%s", mf_type_name(s->t), (long long)s->d, (long long)s->ff, k);
+}
+
+static void ffnq8b_weights(void) {
+    fq_spec c[16];
+    const int n = fq_specs(c);
+    for (int i = 0; i < n; i++) {
+        char wn[96];
+        fq_wname(wn, sizeof wn, &c[i], "g");
+        add_weight(wn, c[i].t, c[i].d, c[i].ff);
+        fq_wname(wn, sizeof wn, &c[i], "u");
+        add_weight(wn, c[i].t, c[i].d, c[i].ff);
+        fq_wname(wn, sizeof wn, &c[i], "d");
+        add_weight(wn, c[i].t, c[i].ff, c[i].d);
+        fq_wname(wn, sizeof wn, &c[i], "bg");
+        add_f32(wn, c[i].ff, 0.5f, 0.0f);
+        fq_wname(wn, sizeof wn, &c[i], "bu");
+        add_f32(wn, c[i].ff, 0.5f, 0.0f);
+        snprintf(wn, sizeof wn, "fq.norm.%lld", (long long)c[i].d);
+        add_f32(wn, c[i].d, 0.5f, 1.0f);
+    }
+}
+
+/* Device buffers of one ffnq8b case: weights (+256 bytes, gf_wdev), biases,
+ * x, the norm weight, the GEMVs' input scratch q8 (room for either input),
+ * the int8 h q8o, the quantize kernel's reference quantization q8r, h (y),
+ * the residual r and the down output z. */
+typedef struct fq_dev {
+    void *wg, *wu, *wd, *q8, *q8o, *q8r;
+    float *bg, *bu, *x, *nw, *y, *r, *z;
+} fq_dev;
+
+static void fq_dev_new(const fq_spec *s, fq_dev *d) {
+    char wn[96];
+    memset(d, 0, sizeof *d);
+    fq_wname(wn, sizeof wn, s, "g");
+    d->wg = gf_wdev(wn);
+    fq_wname(wn, sizeof wn, s, "u");
+    d->wu = gf_wdev(wn);
+    fq_wname(wn, sizeof wn, s, "d");
+    d->wd = gf_wdev(wn);
+    fq_wname(wn, sizeof wn, s, "bg");
+    d->bg = ds_put(wf32(wn), (size_t)s->ff * 4);
+    fq_wname(wn, sizeof wn, s, "bu");
+    d->bu = ds_put(wf32(wn), (size_t)s->ff * 4);
+    snprintf(wn, sizeof wn, "fq.norm.%lld", (long long)s->d);
+    d->nw = ds_put(wf32(wn), (size_t)s->d * 4);
+    const size_t qi = mf_cu_q8_bytes(s->d, 1), qf = mf_cu_q8_bytes(s->ff, 1);
+    d->q8 = ds_alloc(qi > qf ? qi : qf, 0x5a);
+    d->q8o = ds_alloc(qf, 0x5a);
+    d->q8r = ds_alloc(qf, 0x5a);
+    d->x = ds_alloc((size_t)s->d * 4, 0);
+    d->y = ds_alloc((size_t)s->ff * 4, 0xff);
+    d->r = ds_alloc((size_t)s->d * 4, 0);
+    d->z = ds_alloc((size_t)s->d * 4, 0xff);
+}
+
+static void fq_dev_free(fq_dev *d) {
+    cudaFree(d->wg); cudaFree(d->wu); cudaFree(d->wd); cudaFree(d->q8); cudaFree(d->q8o); cudaFree(d->q8r);
+    cudaFree(d->bg); cudaFree(d->bu); cudaFree(d->x); cudaFree(d->nw); cudaFree(d->y); cudaFree(d->r);
+    cudaFree(d->z);
+}
+
+/* gate/up + SwiGLU at nt 1 as the FUSED_FFN node launches it (norm folded
+ * or not), writing the int8 h into q8out when that is set */
+static mf_cu_q8_multi_args fq_ffn_args(const fq_spec *s, const fq_dev *d, bool bias, bool norm, void *q8out) {
+    mf_cu_q8_multi_args a = {.n_w = 2, .swiglu = 1, .x = d->x, .n_in = s->d, .nt = 1, .q8 = d->q8, .norm = norm,
+                             .norm_w = norm ? d->nw : NULL, .norm_eps = 1e-6f, .gemv_auto = 1, .gemv_v4 = -1,
+                             .q8out = q8out};
+    for (int k = 0; k < 2; k++) {
+        a.wtype[k] = s->t;
+        a.w[k] = k ? d->wu : d->wg;
+        a.row_bytes[k] = mf_type_row_size(s->t, s->d);
+        a.bias[k] = bias ? (k ? d->bu : d->bg) : NULL;
+        a.n_out[k] = s->ff;
+    }
+    a.y[0] = d->y;
+    return a;
+}
+
+/* the down GEMV + residual (FUSE_ADD's form) on h; ready: q8 already holds h quantized */
+static mf_cu_q8_multi_args fq_down_args(const fq_spec *s, const fq_dev *d, void *q8, int ready) {
+    mf_cu_q8_multi_args a = {.n_w = 1, .x = d->y, .n_in = s->ff, .nt = 1, .q8 = q8, .gemv_auto = 1, .gemv_v4 = -1,
+                             .x_q8_ready = ready};
+    a.wtype[0] = s->t;
+    a.w[0] = d->wd;
+    a.row_bytes[0] = mf_type_row_size(s->t, s->ff);
+    a.res[0] = d->r;
+    a.y[0] = d->z;
+    a.n_out[0] = s->d;
+    return a;
+}
+
+/* The bytes of the int8 layout of n values (the 256 bytes of slack excluded). */
+static size_t fq_q8_used(int64_t n) {
+    return (size_t)n + (size_t)(n / 32) * 8;
+}
+
+/* rel_err's norm-wise error, under its own name: more call sites of
+ * rel_err change gcc 12's inlining so that test_mmafuse_ffn's sampled
+ * buffer trips -Wmaybe-uninitialized (a false positive; -Werror). */
+static double fq_rel_err(const float *out, const double *ref, int64_t n) {
+    double num = 0, den = 0;
+    for (int64_t i = 0; i < n; i++) {
+        const double e = (double)out[i] - ref[i];
+        num += e * e;
+        den += ref[i] * ref[i];
+    }
+    return den > 0 ? sqrt(num / den) : sqrt(num);
+}
+
+/* One case through the launchers at nt 1: run 0 today's chain (gate/up +
+ * SwiGLU, then the quantize kernel on h, mf_cu_q8_quant_rows, and the down
+ * GEMV + residual quantizing h itself), runs 1 / 2 the switch's chain
+ * (gate/up writing the int8 h, the down GEMV reading it: x_q8_ready) with
+ * PDL on / off. Every run on outputs poisoned with another pattern (h, the
+ * int8 h, the down output). h vs float64 (6e-2, gemvfuse's SwiGLU norm
+ * tolerance), the down output vs float64 (3e-2, the layer tail's); runs 1
+ * and 2: h, the int8 h (values, scales, half sums) and the down output
+ * bitwise run 0's; the block-local kernel launched once, and no quantize
+ * launch beyond the input's (none with the norm folded). */
+static void fq_test(const fq_spec *s, bool bias, bool norm) {
+    const int64_t D = s->d, F = s->ff;
+    const float eps = 1e-6f;
+    char gn[96], un[96], dn[96], bgn[96], bun[96], nn[64];
+    fq_wname(gn, sizeof gn, s, "g");
+    fq_wname(un, sizeof un, s, "u");
+    fq_wname(dn, sizeof dn, s, "d");
+    fq_wname(bgn, sizeof bgn, s, "bg");
+    fq_wname(bun, sizeof bun, s, "bu");
+    snprintf(nn, sizeof nn, "fq.norm.%lld", (long long)D);
+    float *x = rand_vec(D, 1.0f), *r = rand_vec(D, 1.0f);
+    for (int64_t i = 0; i < D; i += 97) /* a few large activations: units of mixed scale */
+        x[i] *= 8.0f;
+    float *xn = malloc((size_t)D * 4), *hf = malloc((size_t)F * 4);
+    if (norm) {
+        double *t = malloc((size_t)D * sizeof *t);
+        ref_rmsnorm(x, wf32(nn), t, D, 1, eps);
+        for (int64_t i = 0; i < D; i++)
+            xn[i] = (float)t[i];
+        free(t);
+    } else {
+        memcpy(xn, x, (size_t)D * 4);
+    }
+    double *g = malloc((size_t)F * sizeof *g), *u = malloc((size_t)F * sizeof *u), *zr = malloc((size_t)D * sizeof *zr);
+    ref_matmul(gn, xn, D, F, 1, bias ? bgn : NULL, g);
+    ref_matmul(un, xn, D, F, 1, bias ? bun : NULL, u);
+    for (int64_t i = 0; i < F; i++) {
+        g[i] = g[i] / (1 + exp(-g[i])) * u[i];
+        hf[i] = (float)g[i];
+    }
+    ref_matmul(dn, hf, F, D, 1, NULL, zr);
+    for (int64_t i = 0; i < D; i++)
+        zr[i] += r[i];
+    fq_dev d;
+    fq_dev_new(s, &d);
+    cudaMemcpy(d.x, x, (size_t)D * 4, cudaMemcpyHostToDevice);
+    cudaMemcpy(d.r, r, (size_t)D * 4, cudaMemcpyHostToDevice);
+    char name[200], sub[260], det[160];
+    snprintf(name, sizeof name, "ffnq8b %s %-5s %lld->%lld->%lld%s%s", s->what, mf_type_name(s->t), (long long)D,
+             (long long)F, (long long)D, bias ? " +bias" : "", norm ? " +norm" : "");
+    const mf_cu_q8_multi_args rule = fq_ffn_args(s, &d, bias, norm, NULL);
+    snprintf(sub, sizeof sub, "%s: taken by the rule", name);
+    check_true(sub, mf_cu_gemv_q8_ffn_q8b_ok(&rule) == 1, "(mf_cu_gemv_q8_ffn_q8b_ok)");
+    const bool pdl0 = mf_env_int("MINFER_CUDA_PDL", MF_CU_PDL_DEFAULT) != 0;
+    static const int poison[3] = {0xff, 0xfe, 0xff};
+    static const char *const rn[3] = {"today", "q8b", "q8b pdl0"};
+    cudaStream_t st;
+    cudaStreamCreate(&st);
+    float *h[3], *z[3];
+    uint8_t *q[3];
+    int64_t quant[3], swq[3];
+    const size_t qb = fq_q8_used(F);
+    for (int run = 0; run < 3; run++) {
+        cudaMemset(d.y, poison[run], (size_t)F * 4);
+        cudaMemset(d.z, poison[run], (size_t)D * 4);
+        cudaMemset(d.q8o, run == 1 ? 0xa5 : 0x5a, qb);
+        cudaMemset(d.q8r, 0x33, qb);
+        mf_cu_set_pdl(run == 2 ? 0 : 1);
+        const int64_t c0 = mf_cu_q8_quant_count(), s0 = mf_cu_q8v4_swq8_count();
+        const mf_cu_q8_multi_args fa = fq_ffn_args(s, &d, bias, norm, run ? d.q8o : NULL);
+        const mf_cu_q8_multi_args da = fq_down_args(s, &d, run ? d.q8o : d.q8, run != 0);
+        cudaError_t e = mf_cu_gemv_q8_multi(&fa, st);
+        if (e == cudaSuccess && run == 0)
+            e = mf_cu_q8_quant_rows(d.y, NULL, 0.0f, 0, F, 1, d.q8r, st);
+        if (e == cudaSuccess)
+            e = mf_cu_gemv_q8_multi(&da, st);
+        ds_sync("ffnq8b chain", e, st);
+        quant[run] = mf_cu_q8_quant_count() - c0;
+        swq[run] = mf_cu_q8v4_swq8_count() - s0;
+        h[run] = ds_get(d.y, (size_t)F * 4);
+        z[run] = ds_get(d.z, (size_t)D * 4);
+        q[run] = ds_get(run ? d.q8o : d.q8r, qb);
+    }
+    mf_cu_set_pdl(pdl0);
+    for (int run = 0; run < 3; run++) {
+        snprintf(sub, sizeof sub, "%s [%s]: h vs float64", name, rn[run]);
+        result(sub, fq_rel_err(h[run], g, F), 6e-2, count_nan(h[run], F), NULL);
+        snprintf(sub, sizeof sub, "%s [%s]: down + residual vs float64", name, rn[run]);
+        result(sub, fq_rel_err(z[run], zr, D), 3e-2, count_nan(z[run], D), NULL);
+        if (run == 0)
+            continue;
+        snprintf(sub, sizeof sub, "%s [%s == today]", name, rn[run]);
+        const bool sh = memcmp(h[run], h[0], (size_t)F * 4) == 0, sq = memcmp(q[run], q[0], qb) == 0,
+                   sz = memcmp(z[run], z[0], (size_t)D * 4) == 0;
+        snprintf(det, sizeof det, "(bitwise: h %s, int8 h %s, down output %s)", sh ? "same" : "DIFFERS",
+                 sq ? "same" : "DIFFERS", sz ? "same" : "DIFFERS");
+        check_true(sub, sh && sq && sz, det);
+    }
+    snprintf(sub, sizeof sub, "%s: no quantize launch for the down GEMV", name);
+    snprintf(det, sizeof det, "(quantize launches today %lld, q8b %lld / %lld; q8b kernel %lld, %lld / %lld)",
+             (long long)quant[0], (long long)quant[1], (long long)quant[2], (long long)swq[0], (long long)swq[1],
+             (long long)swq[2]);
+    const int64_t qin = norm ? 0 : 1; /* the gate/up input's own quantization */
+    check_true(sub, quant[0] == qin + 2 && quant[1] == qin && quant[2] == qin && swq[0] == 0 && swq[1] == 1 &&
+                        swq[2] == 1, det);
+    for (int run = 0; run < 3; run++) {
+        free(h[run]); free(z[run]); free(q[run]);
+    }
+    cudaStreamDestroy(st);
+    fq_dev_free(&d);
+    free(x); free(r); free(xn); free(hf); free(g); free(u); free(zr);
+}
+
+/* Where the rule says no, the launch with q8out set is refused before
+ * anything is launched (cudaErrorInvalidValue) and mf_cu_gemv_q8_ffn_q8b_ok
+ * says 0: two slices in flight forced (MINFER_CUDA_GEMV_V4=2), v4 off,
+ * the prologue, n_out % 32 != 0, n_in over the size rule (the 7B gate/up,
+ * 3584 -> 18944), nt 2, gate and up of two types; the 0.5B shape is taken. */
+static void fq_rule(void) {
+    static const struct {
+        const char *why;
+        uint32_t t, ut;
+        int64_t d, ff, nt;
+        int v4, pro, want;
+    } c[] = {
+        {"0.5B Q4_0 (taken)", MF_TYPE_Q4_0, MF_TYPE_Q4_0, 896, 4864, 1, -1, 0, 1},
+        {"v4 u2 forced", MF_TYPE_Q4_0, MF_TYPE_Q4_0, 896, 4864, 1, 2, 0, 0},
+        {"v4 off", MF_TYPE_Q4_0, MF_TYPE_Q4_0, 896, 4864, 1, 0, 0, 0},
+        {"prologue", MF_TYPE_Q4_0, MF_TYPE_Q4_0, 896, 4864, 1, -1, 2, 0},
+        {"n_out % 32 != 0", MF_TYPE_Q4_0, MF_TYPE_Q4_0, 896, 4880, 1, -1, 0, 0},
+        {"7B gate/up 3584", MF_TYPE_Q4_K, MF_TYPE_Q4_K, 3584, 18944, 1, -1, 0, 0},
+        {"nt 2", MF_TYPE_Q4_0, MF_TYPE_Q4_0, 896, 4864, 2, -1, 0, 0},
+        {"gate / up types differ", MF_TYPE_Q4_0, MF_TYPE_Q8_0, 896, 4864, 1, -1, 0, 0},
+    };
+    void *buf = ds_alloc(1 << 20, 0);
+    cudaStream_t st;
+    cudaStreamCreate(&st);
+    for (size_t i = 0; i < sizeof c / sizeof c[0]; i++) {
+        mf_cu_q8_multi_args a = {.n_w = 2, .swiglu = 1, .x = buf, .n_in = c[i].d, .nt = c[i].nt, .q8 = buf,
+                                 .gemv_auto = 1, .gemv_v4 = c[i].v4, .prologue = c[i].pro,
+                                 .q8out = (uint8_t *)buf + (512 << 10)};
+        for (int k = 0; k < 2; k++) {
+            a.wtype[k] = k ? c[i].ut : c[i].t;
+            a.w[k] = buf;
+            a.row_bytes[k] = mf_type_row_size(a.wtype[k], c[i].d);
+            a.n_out[k] = c[i].ff;
+        }
+        a.y[0] = buf;
+        const int ok = mf_cu_gemv_q8_ffn_q8b_ok(&a);
+        char name[160], det[120];
+        snprintf(name, sizeof name, "ffnq8b rule: %s", c[i].why);
+        if (c[i].want) {
+            snprintf(det, sizeof det, "(ok %d)", ok);
+            check_true(name, ok == 1, det);
+            continue;
+        }
+        const int64_t s0 = mf_cu_q8v4_swq8_count();
+        const cudaError_t e = mf_cu_gemv_q8_multi(&a, st);
+        cudaGetLastError();
+        snprintf(det, sizeof det, "(ok %d, launch %s, q8b launches %lld)", ok, cudaGetErrorName(e),
+                 (long long)(mf_cu_q8v4_swq8_count() - s0));
+        check_true(name, ok == 0 && e == cudaErrorInvalidValue && mf_cu_q8v4_swq8_count() == s0, det);
+    }
+    cudaStreamSynchronize(st);
+    cudaStreamDestroy(st);
+    cudaFree(buf);
+}
+
+/* The chain in a CUDA graph: norm-quant + gate/up writing the int8 h +
+ * down reading it, captured once with PDL on, then with PDL off; replayed 4
+ * steps with a new x and poisoned h / down output / int8 h each; every step
+ * bitwise today's chain (norm-quant, gate/up, quantize, down) run plainly
+ * on that x; the block-local kernel counted once (the capture) and no
+ * quantize launch in it. */
+static void fq_graph(const fq_spec *s) {
+    enum { STEPS = 4 };
+    const int64_t D = s->d, F = s->ff;
+    float *xs = rand_vec(D * STEPS, 2.0f), *r = rand_vec(D, 1.0f);
+    fq_dev d;
+    fq_dev_new(s, &d);
+    cudaMemcpy(d.r, r, (size_t)D * 4, cudaMemcpyHostToDevice);
+    const bool pdl0 = mf_env_int("MINFER_CUDA_PDL", MF_CU_PDL_DEFAULT) != 0;
+    cudaStream_t st;
+    cudaStreamCreate(&st);
+    for (int pdl = 1; pdl >= 0; pdl--) {
+        mf_cu_set_pdl(pdl);
+        float *hr[STEPS], *zr[STEPS];
+        for (int t = 0; t < STEPS; t++) { /* today's chain, plain */
+            cudaMemcpy(d.x, xs + t * D, (size_t)D * 4, cudaMemcpyHostToDevice);
+            const mf_cu_q8_multi_args fa = fq_ffn_args(s, &d, true, true, NULL);
+            const mf_cu_q8_multi_args da = fq_down_args(s, &d, d.q8, 0);
+            cudaError_t e = mf_cu_gemv_q8_multi(&fa, st);
+            if (e == cudaSuccess)
+                e = mf_cu_gemv_q8_multi(&da, st);
+            ds_sync("ffnq8b graph ref", e, st);
+            hr[t] = ds_get(d.y, (size_t)F * 4);
+            zr[t] = ds_get(d.z, (size_t)D * 4);
+        }
+        const mf_cu_q8_multi_args fa = fq_ffn_args(s, &d, true, true, d.q8o);
+        const mf_cu_q8_multi_args da = fq_down_args(s, &d, d.q8o, 1);
+        const int64_t s0 = mf_cu_q8v4_swq8_count(), c0 = mf_cu_q8_quant_count();
+        cudaGraph_t gr = NULL;
+        cudaGraphExec_t ge = NULL;
+        cudaError_t e = cudaStreamBeginCapture(st, cudaStreamCaptureModeThreadLocal);
+        if (e == cudaSuccess) {
+            cudaError_t le = mf_cu_gemv_q8_multi(&fa, st);
+            if (le == cudaSuccess)
+                le = mf_cu_gemv_q8_multi(&da, st);
+            e = cudaStreamEndCapture(st, &gr);
+            e = le != cudaSuccess ? le : e;
+        }
+        if (e == cudaSuccess)
+            e = cudaGraphInstantiate(&ge, gr, 0);
+        ds_sync("ffnq8b graph capture", e, st);
+        const int64_t captured = mf_cu_q8v4_swq8_count() - s0, quant = mf_cu_q8_quant_count() - c0;
+        bool same = true;
+        int64_t nan = 0;
+        for (int t = 0; t < STEPS; t++) {
+            cudaMemcpyAsync(d.x, xs + t * D, (size_t)D * 4, cudaMemcpyHostToDevice, st);
+            cudaMemsetAsync(d.y, t & 1 ? 0xfe : 0xff, (size_t)F * 4, st);
+            cudaMemsetAsync(d.z, t & 1 ? 0xfe : 0xff, (size_t)D * 4, st);
+            cudaMemsetAsync(d.q8o, t & 1 ? 0xa5 : 0x5a, fq_q8_used(F), st);
+            ds_sync("ffnq8b graph replay", cudaGraphLaunch(ge, st), st);
+            float *h = ds_get(d.y, (size_t)F * 4), *z = ds_get(d.z, (size_t)D * 4);
+            same = same && memcmp(h, hr[t], (size_t)F * 4) == 0 && memcmp(z, zr[t], (size_t)D * 4) == 0;
+            nan += count_nan(h, F) + count_nan(z, D);
+            free(h); free(z); free(hr[t]); free(zr[t]);
+        }
+        const int64_t replayed = mf_cu_q8v4_swq8_count() - s0 - captured;
+        char name[160], det[160];
+        snprintf(name, sizeof name, "ffnq8b graph %s %s pdl %d: %d replays == today's chain", s->what,
+                 mf_type_name(s->t), pdl, STEPS);
+        snprintf(det, sizeof det, "(q8b kernel captured %lld, launched in replays %lld, quantize launches %lld, "
+                 "NaN %lld; h and down output bitwise)", (long long)captured, (long long)replayed, (long long)quant,
+                 (long long)nan);
+        check_true(name, same && captured == 1 && replayed == 0 && quant == 0 && nan == 0, det);
+        cudaGraphExecDestroy(ge);
+        cudaGraphDestroy(gr);
+    }
+    mf_cu_set_pdl(pdl0);
+    cudaStreamDestroy(st);
+    fq_dev_free(&d);
+    free(xs); free(r);
+}
+
+/* Through the backend: RMSNORM -> FUSED_FFN -> MATMUL (down) -> ADD (the
+ * residual, in place) over 4 decode steps with CUDA graphs (plain, capture,
+ * replays), FUSE_NORM / FUSE_ADD / FUSE_GEMV on, the switch (hook
+ * mf_cuda_set_ffn_q8b) off then on, one graph each. On == off bitwise (h
+ * and the layer output of every step, NaN-free; outputs poisoned); on: the
+ * block-local kernel launched and the down GEMV read its int8 h
+ * (mf_cuda_q8_ready_stats) once per host-launched step, no quantize
+ * launch; off: none of that, one quantize a host-launched step; replays
+ * both ways; the layer output vs float64 (3e-2). */
+static void fq_backend(const fq_spec *s) {
+    enum { STEPS = 4 };
+    const int64_t D = s->d, F = s->ff;
+    const float eps = 1e-6f;
+    char gn[96], un[96], dn[96], bgn[96], bun[96], nn[64];
+    fq_wname(gn, sizeof gn, s, "g");
+    fq_wname(un, sizeof un, s, "u");
+    fq_wname(dn, sizeof dn, s, "d");
+    fq_wname(bgn, sizeof bgn, s, "bg");
+    fq_wname(bun, sizeof bun, s, "bu");
+    snprintf(nn, sizeof nn, "fq.norm.%lld", (long long)D);
+    mf_ffn_meta m = {.gate = {.weight = gn, .bias = bgn, .wtype = s->t, .n_in = D, .n_out = F},
+                     .up = {.weight = un, .bias = bun, .wtype = s->t, .n_in = D, .n_out = F}};
+    float *xs = rand_vec(D * STEPS, 2.0f), *rs = rand_vec(D * STEPS, 1.0f);
+    /* float64: norm, gate/up + SwiGLU, down, + residual (steps as tokens) */
+    double *xn = malloc((size_t)(D * STEPS) * sizeof *xn), *g = malloc((size_t)(F * STEPS) * sizeof *g);
+    double *u = malloc((size_t)(F * STEPS) * sizeof *u), *ref = malloc((size_t)(D * STEPS) * sizeof *ref);
+    ref_rmsnorm(xs, wf32(nn), xn, D, STEPS, eps);
+    float *xnf = malloc((size_t)(D * STEPS) * 4), *hf = malloc((size_t)(F * STEPS) * 4);
+    for (int64_t i = 0; i < D * STEPS; i++)
+        xnf[i] = (float)xn[i];
+    ref_matmul(gn, xnf, D, F, STEPS, bgn, g);
+    ref_matmul(un, xnf, D, F, STEPS, bun, u);
+    for (int64_t i = 0; i < F * STEPS; i++)
+        hf[i] = (float)(g[i] / (1 + exp(-g[i])) * u[i]);
+    ref_matmul(dn, hf, F, D, STEPS, NULL, ref);
+    for (int64_t i = 0; i < D * STEPS; i++)
+        ref[i] += rs[i];
+    float *y[2], *h[2];
+    int64_t quant[2], swq[2], ready[2], reps[2];
+    for (int on = 0; on < 2; on++) {
+        mf_graph gr; /* one graph per run: a graph captured before would replay */
+        graph_new(&gr, 0, 0);
+        const int32_t xi = ext(&gr, D, 1), ri = ext(&gr, D, 1);
+        const int32_t ni = mf_g_rmsnorm(&gr, xi, nn, eps);
+        const int32_t fi = mf_g_fused_ffn(&gr, ni, &m);
+        const int32_t mi = mf_g_matmul(&gr, fi, dn, s->t, NULL, F, D);
+        const int32_t ai = mf_g_add(&gr, ri, mi);
+        const int32_t bx = dev_put(NULL, (size_t)D * 4), br = dev_put(NULL, (size_t)D * 4);
+        const int32_t bn = dev_poison((size_t)D * 4), bf = dev_poison((size_t)F * 4), bm = dev_poison((size_t)D * 4);
+        y[on] = malloc((size_t)(D * STEPS) * 4);
+        h[on] = malloc((size_t)(F * STEPS) * 4);
+        mf_cuda_set_ffn_q8b(be, on);
+        mf_cuda_set_fuse(be, true);
+        mf_cuda_set_fuse_norm(be, true);
+        mf_cuda_set_fuse_add(be, true);
+        mf_cuda_set_graphs(be, true);
+        int64_t r0, r1, c0, c1, q0, q1;
+        mf_cuda_graph_stats(be, &c0, &r0);
+        mf_cuda_q8_ready_stats(be, &q0);
+        const int64_t k0 = mf_cu_q8_quant_count(), s0 = mf_cu_q8v4_swq8_count();
+        mf_error e;
+        for (int t = 0; t < STEPS; t++) {
+            mf_exec_args a = args(10 + t, 1, 64, MF_TYPE_F32);
+            if (be->ops->begin_forward(be, &gr, &a, &e) ||
+                be->ops->write_host(be, bx, 0, xs + t * D, (size_t)D * 4, &e) ||
+                be->ops->write_host(be, br, 0, rs + t * D, (size_t)D * 4, &e) ||
+                be->ops->execute_node(be, &gr, ni, &bx, bn, (mf_kv_pair){-1, -1}, &a, &e) ||
+                be->ops->execute_node(be, &gr, fi, &bn, bf, (mf_kv_pair){-1, -1}, &a, &e) ||
+                be->ops->execute_node(be, &gr, mi, &bf, bm, (mf_kv_pair){-1, -1}, &a, &e) ||
+                be->ops->execute_node(be, &gr, ai, (int32_t[]){br, bm}, br, (mf_kv_pair){-1, -1}, &a, &e) ||
+                be->ops->end_forward(be, &gr, &a, &e) || be->ops->synchronize(be, &e) ||
+                be->ops->read_host(be, br, 0, y[on] + t * D, (size_t)D * 4, &e) ||
+                be->ops->read_host(be, bf, 0, h[on] + t * F, (size_t)F * 4, &e))
+                die("ffnq8b backend step", &e);
+        }
+        quant[on] = mf_cu_q8_quant_count() - k0;
+        swq[on] = mf_cu_q8v4_swq8_count() - s0;
+        mf_cuda_graph_stats(be, &c1, &r1);
+        mf_cuda_q8_ready_stats(be, &q1);
+        reps[on] = r1 - r0;
+        ready[on] = q1 - q0;
+        dev_free(bx); dev_free(br); dev_free(bn); dev_free(bf); dev_free(bm);
+        mf_graph_free(&gr);
+    }
+    mf_cuda_set_ffn_q8b(be, -1);
+    mf_cuda_set_fuse(be, mf_env_flag("MINFER_CUDA_FUSE_GEMV"));
+    mf_cuda_set_fuse_norm(be, mf_env_int("MINFER_CUDA_FUSE_NORM", 1) != 0);
+    mf_cuda_set_fuse_add(be, mf_env_int("MINFER_CUDA_FUSE_ADD", 1) != 0);
+    mf_cuda_set_graphs(be, !mf_env_flag("MINFER_NO_CUDA_GRAPH"));
+    char name[160], det[240];
+    snprintf(name, sizeof name, "ffnq8b backend %s %s: %d graph steps, switch on == off", s->what,
+             mf_type_name(s->t), STEPS);
+    const int64_t nan = count_nan(y[0], D * STEPS) + count_nan(y[1], D * STEPS) + count_nan(h[0], F * STEPS) +
+                        count_nan(h[1], F * STEPS);
+    const bool same = memcmp(y[1], y[0], (size_t)(D * STEPS) * 4) == 0 &&
+                      memcmp(h[1], h[0], (size_t)(F * STEPS) * 4) == 0;
+    snprintf(det, sizeof det, "(h and output bitwise; NaN %lld)", (long long)nan);
+    check_true(name, same && nan == 0, det);
+    const int64_t plain1 = STEPS - reps[1], plain0 = STEPS - reps[0]; /* host-launched steps */
+    snprintf(name, sizeof name, "ffnq8b backend %s %s: the down GEMV's quantize launch gone", s->what,
+             mf_type_name(s->t));
+    snprintf(det, sizeof det, "(on: q8b %lld, int8 h read %lld, quantize %lld, replays %lld; off: %lld, %lld, %lld, "
+             "%lld)", (long long)swq[1], (long long)ready[1], (long long)quant[1], (long long)reps[1],
+             (long long)swq[0], (long long)ready[0], (long long)quant[0], (long long)reps[0]);
+    check_true(name, swq[1] == plain1 && ready[1] == plain1 && quant[1] == 0 && swq[0] == 0 && ready[0] == 0 &&
+                         quant[0] == plain0 && reps[1] >= STEPS - 3 && reps[0] >= STEPS - 3, det);
+    snprintf(name, sizeof name, "ffnq8b backend %s %s: switch on vs float64", s->what, mf_type_name(s->t));
+    result(name, fq_rel_err(y[1], ref, D * STEPS), 3e-2, count_nan(y[1], D * STEPS), NULL);
+    free(y[0]); free(y[1]); free(h[0]); free(h[1]);
+    free(xs); free(rs); free(xn); free(g); free(u); free(ref); free(xnf); free(hf);
+}
+
+/* MINFER_CUDA_TEST_BENCH=1: one line per shape, the FFN tail of a decode
+ * layer as the replayed graph launches it, PDL as MINFER_CUDA_PDL:
+ * norm-quant -> gate/up + SwiGLU -> quantize -> down + residual (today) vs
+ * norm-quant -> gate/up writing the int8 h -> down + residual (q8b), each
+ * call on the next of `copies` weight sets (>= 256 MB in all: weights from
+ * HBM, not L2), batches of 20 calls back to back, median of 7 batches
+ * after one warm-up; us per call and GB/s over the three weights' bytes. */
+typedef struct fq_bench_ctx {
+    const fq_spec *s;
+    fq_dev *d;
+    uint8_t *w;
+    uint64_t set, og;
+    int copies, q8b;
+} fq_bench_ctx;
+
+/* call i: the FFN tail (today's, or q8b's) on weight set i % copies */
+static bool fq_bench_call(void *p, int rep, int i, cudaStream_t st) {
+    const fq_bench_ctx *c = p;
+    fq_dev *d = c->d;
+    (void)rep;
+    uint8_t *ws = c->w + c->set * (uint64_t)(i % c->copies);
+    d->wg = ws;
+    d->wu = ws + c->og;
+    d->wd = ws + 2 * c->og;
+    const mf_cu_q8_multi_args fa = fq_ffn_args(c->s, d, false, true, c->q8b ? d->q8o : NULL);
+    const mf_cu_q8_multi_args da = fq_down_args(c->s, d, c->q8b ? d->q8o : d->q8, c->q8b);
+    return mf_cu_gemv_q8_multi(&fa, st) == cudaSuccess && mf_cu_gemv_q8_multi(&da, st) == cudaSuccess;
+}
+
+static void fq_bench(const fq_spec *s) {
+    enum { BATCH = 20, REPS = 7 };
+    const int64_t D = s->d, F = s->ff;
+    const uint64_t rg = mf_type_row_size(s->t, D), rd = mf_type_row_size(s->t, F);
+    const uint64_t og = (rg * (uint64_t)F + 256 + 255) & ~(uint64_t)255, od = (rd * (uint64_t)D + 256 + 255) & ~(uint64_t)255;
+    const uint64_t set = 2 * og + od;
+    const int copies = bench_copies(set);
+    uint8_t *w = NULL;
+    fq_dev d;
+    memset(&d, 0, sizeof d);
+    const size_t qf = mf_cu_q8_bytes(F, 1);
+    cudaStream_t st = NULL;
+    bool ok = cudaMalloc((void **)&w, set * (uint64_t)copies) == cudaSuccess &&
+              cudaMalloc(&d.q8, qf) == cudaSuccess && cudaMalloc(&d.q8o, qf) == cudaSuccess &&
+              cudaMalloc((void **)&d.x, (size_t)D * 4) == cudaSuccess &&
+              cudaMalloc((void **)&d.nw, (size_t)D * 4) == cudaSuccess &&
+              cudaMalloc((void **)&d.r, (size_t)D * 4) == cudaSuccess &&
+              cudaMalloc((void **)&d.z, (size_t)D * 4) == cudaSuccess &&
+              cudaMalloc((void **)&d.y, (size_t)F * 4) == cudaSuccess && cudaStreamCreate(&st) == cudaSuccess;
+    float us[2] = {-1.0f, -1.0f};
+    if (ok) {
+        cudaMemset(w, 0x3c, set * (uint64_t)copies);
+        cudaMemset(d.x, 0x3c, (size_t)D * 4);
+        cudaMemset(d.nw, 0x3c, (size_t)D * 4);
+        cudaMemset(d.r, 0, (size_t)D * 4);
+        fq_bench_ctx c = {.s = s, .d = &d, .w = w, .set = set, .og = og, .copies = copies};
+        for (int q8b = 0; q8b < 2; q8b++) {
+            c.q8b = q8b;
+            us[q8b] = batch_time(fq_bench_call, &c, st, 1, BATCH, REPS);
+        }
+    }
+    const double bytes = 2.0 * (double)rg * (double)F + (double)rd * (double)D;
+    if (!ok)
+        printf("ffnq8b bench %s %s: allocation failed\n", s->what, mf_type_name(s->t));
+    else
+        printf("ffnq8b bench %-4s %-5s %lld->%lld->%lld (norm-quant, gate/up, [quantize], down + res; %d weight "
+               "sets): today %.2f us | q8b %.2f us (%+.2f us; %.0f / %.0f GB/s)\n",
+               s->what, mf_type_name(s->t), (long long)D, (long long)F, (long long)D, copies, us[0], us[1],
+               us[1] - us[0], bytes / (us[0] * 1e3), bytes / (us[1] * 1e3));
+    if (st)
+        cudaStreamDestroy(st);
+    cudaFree(w); cudaFree(d.q8); cudaFree(d.q8o); cudaFree(d.x); cudaFree(d.nw); cudaFree(d.r); cudaFree(d.z);
+    cudaFree(d.y);
+    cudaGetLastError();
+}
+
+static void ffnq8b_family(void) {
+    fq_spec c[16];
+    const int n = fq_specs(c);
+    for (int i = 0; i < n; i++) {
+        if (small && i != 0 && i != 3)
+            continue;
+        fq_test(&c[i], true, true);
+        if (!small || i == 0)
+            fq_test(&c[i], false, false);
+    }
+    fq_rule();
+    fq_graph(&c[0]);
+    fq_graph(&c[3]);
+    fq_backend(&c[0]);
+    fq_backend(&c[1]);
+    if (!small)
+        fq_backend(&c[3]);
+    if (!(getenv("MINFER_CUDA_TEST_BENCH") && atoi(getenv("MINFER_CUDA_TEST_BENCH")) > 0))
+        return;
+    fq_bench(&c[0]);
+    fq_bench(&c[1]);
+    fq_bench(&c[3]);
+}
+
+/* ---- family d2h: the logits copy overlapped with the lm_head ------------------------- */
+
+/* Family d2h: MINFER_CUDA_LOGITS_CHUNKS (hook mf_cuda_set_logits_chunks):
+ * the output RMSNorm -> lm_head MATMUL of a decode step, run through
+ * begin_forward / execute_node / end_forward / read_host (no synchronize:
+ * the engine's order) with the mf_exec_args out_host hint on a host_alloc
+ * block, over 5 steps with new inputs and every read buffer poisoned (NaN)
+ * before its step. K = 2, 4, 7 with CUDA graphs on and off, norm folded
+ * (NORM_MM) and not: logits bitwise the K = 0 run (graphs off), the chunked
+ * path taken on every step (mf_cuda_d2h_stats: capture + replays count) and
+ * every read served by the early copy; the v4 plan (u, ks) of every chunk
+ * equal to the whole launch's (mf_cu_q8v4_ks) at the Q8_0 896 x 151936 and
+ * Q6_K 2560 x 151936 heads, and a 3000-row head whose chunks would plan
+ * otherwise runs unchunked (same bits); two sessions' logits buffers
+ * alternating on one graph: each read holds its own step's logits, the
+ * other buffer keeps the previous step's, and the graph replays (2
+ * captures, (g, out_host) entries); a read into a heap buffer other than
+ * the hint and a read of half the bytes into the hint buffer: bitwise. */
+static void d2h_weights(void) {
+    add_weight("mm.q8_0.896x151936", MF_TYPE_Q8_0, 896, 151936);
+    if (!small)
+        add_weight("mm.q6_k.2560x151936", MF_TYPE_Q6_K, 2560, 151936);
+    add_weight("d2h.q8_0.896x3000", MF_TYPE_Q8_0, 896, 3000);
+}
+
+enum { D2H_STEPS = 5 };
+
+typedef struct d2h_case {
+    const char *wn;
+    uint32_t t;
+    int64_t d, nv;
+} d2h_case;
+
+typedef struct d2h_stats {
+    int64_t chunked, early, caps, reps, clobbered;
+} d2h_stats;
+
+/* steps forwards of norm -> head on a fresh graph with k chunks: step s
+ * hints hint[s] and reads n_read floats into dst[s] (copied into res + s *
+ * nv). clobbered: floats of the previous step's read buffer (when another
+ * one) that changed during step s. */
+static void d2h_forwards(const d2h_case *c, int k, bool graphs, bool norm_mm, const float *xs, int steps,
+                         float *const *hint, float *const *dst, int64_t n_read, float *res, d2h_stats *st) {
+    const int64_t d = c->d, nv = c->nv;
+    char nn[32];
+    snprintf(nn, sizeof nn, "norm.%lld", (long long)d);
+    mf_graph gr;
+    graph_new(&gr, 0, 0);
+    const int32_t xi = ext(&gr, d, 1);
+    const int32_t ni = mf_g_rmsnorm(&gr, xi, nn, 1e-6f);
+    const int32_t mi = mf_g_matmul(&gr, ni, c->wn, c->t, NULL, d, nv);
+    gr.nodes[mi].flags |= MF_NODE_OUTPUT;
+    /* a name of its own: a graph captured by an earlier run (same address, same nodes) must not replay */
+    static int run_no;
+    snprintf(gr.nodes[mi].name, sizeof gr.nodes[mi].name, "d2h.head.%d", run_no++);
+    const int32_t bx = dev_put(NULL, (size_t)d * 4), bn = dev_poison((size_t)d * 4);
+    const int32_t by = dev_poison((size_t)nv * 4);
+    mf_cuda_set_fuse_norm(be, true);
+    mf_cuda_set_norm_mm(be, norm_mm);
+    mf_cuda_set_graphs(be, graphs);
+    mf_cuda_set_logits_chunks(be, k);
+    int64_t c0, r0, k0, e0;
+    mf_cuda_graph_stats(be, &c0, &r0);
+    mf_cuda_d2h_stats(be, &k0, &e0);
+    st->clobbered = 0;
+    mf_error e;
+    for (int s = 0; s < steps; s++) {
+        for (int64_t i = 0; i < nv; i++)
+            hint[s][i] = dst[s][i] = NAN;
+        mf_exec_args a = args(10 + s, 1, 64, MF_TYPE_F32);
+        a.out_host = hint[s];
+        a.out_node = mi;
+        a.out_bytes = (size_t)nv * 4;
+        if (be->ops->begin_forward(be, &gr, &a, &e) ||
+            be->ops->write_host(be, bx, 0, xs + s * d, (size_t)d * 4, &e) ||
+            be->ops->execute_node(be, &gr, ni, &bx, bn, (mf_kv_pair){-1, -1}, &a, &e) ||
+            be->ops->execute_node(be, &gr, mi, &bn, by, (mf_kv_pair){-1, -1}, &a, &e) ||
+            be->ops->end_forward(be, &gr, &a, &e) ||
+            be->ops->read_host(be, by, 0, dst[s], (size_t)n_read * 4, &e))
+            die("d2h step", &e);
+        memcpy(res + s * nv, dst[s], (size_t)nv * 4);
+        if (s > 0 && dst[s - 1] != dst[s] && dst[s - 1] != hint[s])
+            for (int64_t i = 0; i < n_read; i++)
+                st->clobbered += memcmp(&dst[s - 1][i], res + (s - 1) * nv + i, 4) != 0;
+    }
+    int64_t c1, r1, k1, e1;
+    mf_cuda_graph_stats(be, &c1, &r1);
+    mf_cuda_d2h_stats(be, &k1, &e1);
+    st->caps = c1 - c0;
+    st->reps = r1 - r0;
+    st->chunked = k1 - k0;
+    st->early = e1 - e0;
+    dev_free(bx); dev_free(bn); dev_free(by);
+    mf_graph_free(&gr);
+    mf_cuda_set_logits_chunks(be, (int)mf_env_int("MINFER_CUDA_LOGITS_CHUNKS", 0));
+    mf_cuda_set_fuse_norm(be, mf_env_int("MINFER_CUDA_FUSE_NORM", 1) != 0);
+    mf_cuda_set_norm_mm(be, mf_env_int("MINFER_CUDA_NORM_MM", 1) != 0);
+    mf_cuda_set_graphs(be, !mf_env_flag("MINFER_NO_CUDA_GRAPH"));
+}
+
+/* Floats of a (n) whose bits differ from b's, NaNs in a counted too. */
+static int64_t d2h_diff(const float *a, const float *b, int64_t n) {
+    int64_t k = 0;
+    for (int64_t i = 0; i < n; i++)
+        k += memcmp(a + i, b + i, 4) != 0 || isnan(a[i]);
+    return k;
+}
+
+/* Whether every chunk of k over c's rows plans as the whole (what lc_chunks checks). */
+static bool d2h_plan_same(const d2h_case *c, int k) {
+    const int u = mf_cu_q8v4_u(-1, c->t, c->nv, c->d);
+    const int ks = u > 0 ? mf_cu_q8v4_ks(c->t, u, c->nv, c->d) : 0;
+    if (ks <= 0)
+        return false;
+    for (int i = 0; i < k; i++) {
+        const int64_t r0 = (c->nv * i / k) & ~(int64_t)63, r1 = i + 1 >= k ? c->nv : (c->nv * (i + 1) / k) & ~(int64_t)63;
+        if (r1 <= r0 || mf_cu_q8v4_u(-1, c->t, r1 - r0, c->d) != u || mf_cu_q8v4_ks(c->t, u, r1 - r0, c->d) != ks)
+            return false;
+    }
+    return true;
+}
+
+static void d2h_case_run(const d2h_case *c, bool full) {
+    const int64_t d = c->d, nv = c->nv;
+    const int steps = D2H_STEPS;
+    float *xs = rand_vec(d * steps, 2.0f);
+    float *pa = be->ops->host_alloc(be, (size_t)nv * 4), *pb = be->ops->host_alloc(be, (size_t)nv * 4);
+    float *heap = malloc((size_t)nv * 4 + 4);
+    float *base[2] = {malloc((size_t)(nv * steps) * 4), malloc((size_t)(nv * steps) * 4)};
+    float *res = malloc((size_t)(nv * steps) * 4);
+    if (!pa || !pb) {
+        check_true("d2h: host_alloc gave pinned blocks", false, NULL);
+        return;
+    }
+    float *ha[D2H_STEPS], *hh[D2H_STEPS], *hab[D2H_STEPS];
+    for (int s = 0; s < steps; s++) {
+        ha[s] = pa;
+        hh[s] = heap;
+        hab[s] = s % 2 ? pb : pa;
+    }
+    char name[160], det[200];
+    d2h_stats st;
+    const int ks_list[3] = {2, 4, 7};
+    for (int i = 0; i < 3; i++) {
+        snprintf(name, sizeof name, "d2h plan %s %lld x %lld K %d: chunks plan as the whole", mf_type_name(c->t),
+                 (long long)d, (long long)nv, ks_list[i]);
+        if (nv > 100000)
+            check_true(name, d2h_plan_same(c, ks_list[i]), NULL);
+    }
+    for (int nm = 1; nm >= (full ? 0 : 1); nm--) {
+        /* the old path: K 0, graphs off */
+        d2h_forwards(c, 0, false, nm, xs, steps, ha, ha, nv, base[nm], &st);
+        snprintf(name, sizeof name, "d2h %s %lld: K 0 baseline (norm %s)", mf_type_name(c->t), (long long)nv,
+                 nm ? "folded" : "separate");
+        check_true(name, d2h_diff(base[nm], base[nm], nv * steps) == 0 && st.chunked == 0 && st.early == 0,
+                   "(no NaN, nothing chunked)");
+        for (int i = 0; i < 3; i++)
+            for (int gon = 0; gon < 2; gon++) {
+                const int k = ks_list[i];
+                if (!full && (k != 4 || !gon))
+                    continue;
+                d2h_forwards(c, k, gon, nm, xs, steps, ha, ha, nv, res, &st);
+                const bool want = d2h_plan_same(c, k);
+                snprintf(name, sizeof name, "d2h %s %lld K %d graphs %s norm %s", mf_type_name(c->t), (long long)nv,
+                         k, gon ? "on" : "off", nm ? "folded" : "separate");
+                snprintf(det, sizeof det, "(%lld floats differ; chunked %lld early reads %lld of %d, want %s; "
+                         "captures %lld replays %lld)", (long long)d2h_diff(res, base[nm], nv * steps),
+                         (long long)st.chunked, (long long)st.early, steps, want ? "all" : "none",
+                         (long long)st.caps, (long long)st.reps);
+                check_true(name, d2h_diff(res, base[nm], nv * steps) == 0 &&
+                                     st.chunked == (want ? steps : 0) && st.early == (want ? steps : 0) &&
+                                     (!gon || st.reps >= steps - 2), det);
+            }
+    }
+    if (full) {
+        /* two sessions' logits buffers alternating on one graph */
+        d2h_forwards(c, 4, true, true, xs, steps, hab, hab, nv, res, &st);
+        snprintf(det, sizeof det, "(%lld floats differ, %lld of the other buffer changed; captures %lld replays "
+                 "%lld, chunked %lld early %lld)", (long long)d2h_diff(res, base[1], nv * steps),
+                 (long long)st.clobbered, (long long)st.caps, (long long)st.reps, (long long)st.chunked,
+                 (long long)st.early);
+        check_true("d2h two buffers alternating: own logits, other kept, replayed",
+                   d2h_diff(res, base[1], nv * steps) == 0 && st.clobbered == 0 && st.caps <= 2 &&
+                       st.reps >= steps - 4 && st.chunked == steps && st.early == steps, det);
+        /* a read into another buffer than the hint */
+        d2h_forwards(c, 4, true, true, xs, steps, ha, hh, nv, res, &st);
+        snprintf(det, sizeof det, "(%lld floats differ; chunked %lld early %lld)",
+                 (long long)d2h_diff(res, base[1], nv * steps), (long long)st.chunked, (long long)st.early);
+        check_true("d2h read into a heap buffer, not the hint", d2h_diff(res, base[1], nv * steps) == 0 &&
+                                                                      st.chunked == steps && st.early == 0, det);
+        /* half the bytes into the hint buffer: the plain read */
+        d2h_forwards(c, 4, true, true, xs, steps, ha, ha, nv / 2, res, &st);
+        int64_t bad = 0;
+        for (int s = 0; s < steps; s++)
+            bad += d2h_diff(res + s * nv, base[1] + s * nv, nv / 2);
+        snprintf(det, sizeof det, "(%lld floats differ; early %lld)", (long long)bad, (long long)st.early);
+        check_true("d2h read of half the hinted bytes", bad == 0 && st.early == 0, det);
+    }
+    be->ops->host_free(be, pa);
+    be->ops->host_free(be, pb);
+    free(heap); free(base[0]); free(base[1]); free(res); free(xs);
+}
+
+static void d2h_family(void) {
+    d2h_case_run(&(d2h_case){"mm.q8_0.896x151936", MF_TYPE_Q8_0, 896, 151936}, !small);
+    if (!small)
+        d2h_case_run(&(d2h_case){"mm.q6_k.2560x151936", MF_TYPE_Q6_K, 2560, 151936}, false);
+    d2h_case_run(&(d2h_case){"d2h.q8_0.896x3000", MF_TYPE_Q8_0, 896, 3000}, false);
 }
 
 int main(void) {
@@ -5443,8 +8123,25 @@ int main(void) {
         ao_weights("ao", 0);
     if (fam("attnshort"))
         ao_weights("as", 1024);
+    if (fam("shortrope"))
+        shortrope_weights();
     if (fam("normmm"))
         normmm_weights();
+    if (fam("qkvmix"))
+        qkvmix_weights();
+    if (fam("ffnq8b"))
+        ffnq8b_weights();
+    if (fam("d2h"))
+        d2h_weights();
+    /* family soa: the backend builds its plane copies only when
+     * MINFER_CUDA_SOA is set at creation; the other families keep the
+     * block copies (mf_cuda_set_soa off below) */
+    const bool soa_env = getenv("MINFER_CUDA_SOA") != NULL;
+    if (fam("soa")) {
+        soa_weights();
+        if (!soa_env)
+            setenv("MINFER_CUDA_SOA", "1", 1);
+    }
 
     mf_error e;
     if (mf_backend_cuda_new(W, &be, &e)) {
@@ -5453,6 +8150,10 @@ int main(void) {
         return 77;
     }
     printf("device: %s%s\n", mf_cuda_device_desc(be), small ? " (small shapes)" : "");
+    if (fam("soa") && !soa_env) { /* the copies exist; the switch as the environment had it (off) */
+        unsetenv("MINFER_CUDA_SOA");
+        mf_cuda_set_soa(be, false);
+    }
 
     const int64_t nts[] = {1, 7, 64, 513};
     const int n_nts = small ? 3 : 4;
@@ -5588,10 +8289,20 @@ int main(void) {
         attnone_family();
     if (fam("attnshort"))
         attnshort_family();
+    if (fam("shortrope"))
+        shortrope_family();
     if (fam("normmm")) {
         normmm_case("nm.q8_0.896x3000", MF_TYPE_Q8_0, 896);
         normmm_case("nm.q6_k.3584x3000", MF_TYPE_Q6_K, 3584);
     }
+    if (fam("qkvmix"))
+        qkvmix_family();
+    if (fam("ffnq8b"))
+        ffnq8b_family();
+    if (fam("soa"))
+        soa_family();
+    if (fam("d2h"))
+        d2h_family();
     if (fam("misc")) {
         test_refusals();
         test_pool();

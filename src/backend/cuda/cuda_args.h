@@ -61,6 +61,9 @@ typedef struct mf_cu_matmul_args {
     int32_t no_split;       /* MINFER_CUDA_NO_MMA_SPLIT: no split-K in the mma tier */
     int32_t mma_cfg;        /* the mma GEMM's tile config 0 .. MF_CU_MMA_N_CFG - 1 (gemm_mma.cu lists
                                them; the backend passes MINFER_CUDA_MMA_CFG, default 2); others: 0 */
+    const void *w_soa;      /* MINFER_CUDA_SOA: the plane copy of w (mf_cu_soa_relayout, soa_stride bytes a
+                               row), read only by the one-token v4 GEMV; NULL: none */
+    uint64_t soa_stride;
 } mf_cu_matmul_args;
 cudaError_t mf_cu_matmul(const mf_cu_matmul_args *a, cudaStream_t s);
 
@@ -137,10 +140,39 @@ typedef struct mf_cu_q8_multi_args {
     int32_t prologue;     /* as mf_cu_matmul_args.prologue (with norm: RMSNorm + quantize in the prologue) */
     int32_t x_q8_ready;   /* q8 already holds x quantized (RMSNorm'ed first with norm): the kernel
                              before wrote it as a by-product; no quantize launch, no prologue */
+    int32_t qkv_mix;      /* MINFER_CUDA_QKV_MIX=1: weights in two runs of different types (Q/K and V of a
+                             K-quant mix's use_more_bits layers) as one v4 launch where a mixed-type kernel
+                             exists (mf_cu_q8v4_mix_supported), bitwise the two launches; 0: one per run */
+    const void *w_soa[3];   /* as mf_cu_matmul_args.w_soa, per weight; a v4 launch reads the plane copies
+                               only when every weight of its run has one */
+    uint64_t soa_stride[3];
     float *y[3];
     int64_t n_out[3];
+    void *q8out;          /* MINFER_CUDA_FFN_Q8B: swiglu at nt 1 also writes y[0]'s int8 quantization here
+                             (mf_cu_q8_bytes(n_out[0], 1), bitwise the quantize kernel's; must not overlap
+                             q8), by the block-local SwiGLU GEMV; only where mf_cu_gemv_q8_ffn_q8b_ok says
+                             so (else the launch fails); NULL: today's launches */
 } mf_cu_q8_multi_args;
 cudaError_t mf_cu_gemv_q8_multi(const mf_cu_q8_multi_args *a, cudaStream_t s);
+/* Whether mf_cu_gemv_q8_multi(a) can also write the int8 h into a->q8out
+ * (a->q8out itself not looked at): swiglu, nt 1, no prologue, gate/up of
+ * one type on the v4 GEMV with one slice in flight and one warp per output
+ * (mf_cu_q8v4_swq8_ok: Q4_0 / Q5_0 / Q8_0 / Q4_K / Q6_K, n_out % 32 == 0,
+ * n_in <= 2048). */
+int mf_cu_gemv_q8_ffn_q8b_ok(const mf_cu_q8_multi_args *a);
+/* Host counts for tests (a captured launch counts once, replays not): the
+ * quantize kernel launches of the int8 GEMVs (q8_quant_kernel, not the
+ * norm-quant) and the block-local SwiGLU GEMV launches (FFN_Q8B). */
+int64_t mf_cu_q8_quant_count(void);
+int64_t mf_cu_q8v4_swq8_count(void);
+/* MINFER_CUDA_SOA (soa.cu; layout in q8w_soa.cuh): the row stride of the
+ * plane copy of a Q4_0 / Q5_0 / Q8_0 weight with rows of n_in (the planes
+ * rounded up to 16 bytes), 0 for other types or n_in % 32 != 0; and the
+ * device relayout of rows rows of blocks at src (2-byte aligned) into dst
+ * (16-byte aligned, stride * rows bytes; padding zeroed), enqueued on s. */
+uint64_t mf_cu_soa_stride(uint32_t wtype, int64_t n_in);
+cudaError_t mf_cu_soa_relayout(uint32_t wtype, const void *src, int64_t n_in, int64_t rows, void *dst,
+                               cudaStream_t s);
 /* The quantizing prologue (opt-in, MINFER_CUDA_GEMV_PROLOGUE=1: measured
  * slower on the H200, docs/PERF.md entry 12): every GEMV
  * block quantizes (RMSNorms) its tokens' f32 rows into shared memory itself,
@@ -311,6 +343,16 @@ cudaError_t mf_cu_attn_decode(const mf_cu_attn_args *a, cudaStream_t s);
  * suggested design; 128 rows a pass). _ok: whether it takes a's shape. */
 int mf_cu_attn_short_ok(const mf_cu_attn_args *a);
 cudaError_t mf_cu_attn_short(const mf_cu_attn_args *a, int warps, cudaStream_t s);
+/* MINFER_CUDA_SHORT_ROPE (attn_short.cu): mf_cu_attn_short (12 warps) with
+ * the rope-store r of the token folded in, one token: the kernel reads the
+ * raw q (r->rq.x; a->q is not read), QkNorms (r->q_norm / k_norm) and ropes
+ * q of its head and K of its KV head, and the first query head of each
+ * group stores that K and V (r->vs.src) into cache row n_past; every
+ * output, the cache rows included, bitwise rope_store + attn_short's.
+ * Nothing is written to r->rq.y, r->rk.y or r->rq.x. _ok: whether it takes
+ * (a, r): f32 / f16 caches, r's heads, head_dim, caches and row a's. */
+int mf_cu_attn_short_rope_ok(const mf_cu_attn_args *a, const mf_cu_rope_store_args *r);
+cudaError_t mf_cu_attn_short_rope(const mf_cu_attn_args *a, const mf_cu_rope_store_args *r, cudaStream_t s);
 /* Tensor-core flash prefill (attn_prefill_mma.cu): nt > 8, head_dim 64 or
  * 128, f32/f16/q8_0 cache, q/out/k/v 16-byte aligned, a device of cc >= 8.0
  * (recorded by mf_cu_attn_mma_setup, which mf_cu_probe_attn calls). mf_cu_attn
@@ -338,6 +380,20 @@ int mf_cu_gemv_v3_wanted(uint32_t wtype, int64_t n_in, int64_t rows);
  * gemv_v4: -1 the auto rule, 0 off, 1 / 2 forced); 0: not v4
  * (gemv_q8v4.cu). */
 int mf_cu_q8v4_u(int mode, uint32_t wtype, int64_t rows, int64_t n_in);
+/* Warps per row (ks) of the single-run, non-SwiGLU v4 launch of u slices
+ * over `rows` rows (0: no v4 instance): MINFER_CUDA_LOGITS_CHUNKS chunks the
+ * lm_head only where every chunk's ks and u equal the whole's (same bits;
+ * gemv_q8v4.cu). */
+int mf_cu_q8v4_ks(uint32_t wtype, int u, int64_t rows, int64_t n_in);
+/* Launches of the mixed-type v4 GEMV so far (MINFER_CUDA_QKV_MIX; host
+ * count, for tests: a captured launch counts once, its replays not). */
+int64_t mf_cu_q8v4_mix_count(void);
+/* Launches of v4 GEMVs on plane weight copies so far (MINFER_CUDA_SOA; the
+ * mixed-type kernel on two plane runs included; host count, for tests). */
+int64_t mf_cu_q8v4_soa_count(void);
+/* The FFN_Q8B kernel's rule for a SwiGLU GEMV of n_out outputs over n_in
+ * with u slices in flight (gemv_q8v4.cu, see mf_cu_gemv_q8_ffn_q8b_ok). */
+int mf_cu_q8v4_swq8_ok(uint32_t wtype, int u, int64_t n_out, int64_t n_in);
 /* The v3 int8 GEMV's L2 prefetch distance in 32-unit groups per row (0:
  * none; clamped to 0..8) and kind (lines 0: one TMA bulk prefetch per row
  * and group; 1: prefetch.global.L2 per 128-byte line); set once at backend

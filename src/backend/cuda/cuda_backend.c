@@ -34,6 +34,7 @@
 #define N_GENTRY 4        /* forwards (graph identities) kept captured */
 #define GRAPH_MAX_T 8     /* forwards of at most this many tokens are captured */
 #define FRUITLESS_MAX 8   /* captures without a replay before graphs turn off */
+#define LC_MAX 16         /* MINFER_CUDA_LOGITS_CHUNKS: most lm_head chunks */
 #define Q8_SLOT 3         /* scratch slot of the int8 GEMV activations */
 #define WF16_SLOT 4       /* prefill GEMM: a weight dequantized to f16 */
 #define XF16_SLOT 5       /* prefill GEMM: the activations as f16 */
@@ -76,6 +77,11 @@ typedef struct cu_gentry {
     bool no_capture; /* a capture failed: run this one plainly */
     bool attn_one;   /* captured with the one-kernel decode attention (attn_one_now) */
     int32_t attn_short; /* ... and with MINFER_CUDA_ATTN_SHORT as it was (tests flip it) */
+    int32_t short_rope; /* ... and MINFER_CUDA_SHORT_ROPE (cu_ctx.short_rope; tests flip it) */
+    void *out_host;     /* the forward's out_host hint while MINFER_CUDA_LOGITS_CHUNKS is on (lc_key; else
+                           NULL): the graph may copy into it, so entries are found by (g, out_host) */
+    int32_t d2h_id;     /* the early logits copy the graph makes (d2h_bytes 0: none; cu_ctx.d2h_*) */
+    size_t d2h_bytes;
     uint64_t used;
 } cu_gentry;
 
@@ -88,13 +94,14 @@ typedef struct cu_trace {
 } cu_trace;
 
 /* marks of one replayed forward (cu_host_times.t) */
-enum { HT_BEGIN, HT_LAUNCH0, HT_LAUNCH1, HT_SYNC0, HT_SYNC1, HT_READ0, HT_READ1, HT_READ2, HT_N };
+enum { HT_BEGIN, HT_REC0, HT_MATCH, HT_LAUNCH0, HT_LAUNCH1, HT_SYNC0, HT_SYNC1, HT_READ0, HT_READ1, HT_READ2,
+       HT_N };
 
 typedef struct cu_host_times {
     bool on, live;
     cudaEvent_t ev[2];
     uint64_t t[HT_N];
-    double sum[HT_N + 1];
+    double sum[HT_N + 3];
     int64_t n;
 } cu_host_times;
 
@@ -112,6 +119,9 @@ typedef struct cu_ctx {
     int64_t n_w;            /* weights in the table at construction */
     uint64_t *woff;         /* per weight index: offset in wmem or NO_WEIGHT */
     uint64_t wbytes;
+    uint8_t *soa_mem;       /* MINFER_CUDA_SOA: plane copies of the Q4_0 / Q5_0 / Q8_0 weights (build_soa) */
+    uint64_t *soff;         /* per weight index: offset in soa_mem or NO_WEIGHT (NULL: no copies) */
+    uint64_t soa_bytes;
 
     uint8_t *pin;           /* pinned staging for host copies */
     size_t pin_used;
@@ -153,6 +163,12 @@ typedef struct cu_ctx {
     int gemv_auto; /* v3 only where it measured faster; MINFER_CUDA_GEMV_V3=1: v3 everywhere */
     int gemv_v4;   /* one-token GEMVs on the v4 kernel: -1 auto rule (default), MINFER_CUDA_GEMV_V4=U forces
                       U slices in flight (1, 2), =0 off */
+    int soa;       /* MINFER_CUDA_SOA=1/2 (opt-in, read at creation): the one-token v4 GEMVs read the plane
+                      copies build_soa made (mf_cuda_set_soa flips it; no copies: no effect) */
+    int qkv_mix;   /* MINFER_CUDA_QKV_MIX (default 1): a fused QKV whose V is another type than Q/K (K-quant
+                      mixes) as one v4 GEMV launch (mf_cu_q8v4_launch_mix); 0: one launch per type */
+    int ffn_q8b;   /* MINFER_CUDA_FFN_Q8B (default 1): the decode FUSED_FFN's SwiGLU GEMV also writes the down
+                      GEMV's int8 input (block-local kernel, gemv_q8v4.cu; mf_cu_gemv_q8_ffn_q8b_ok) */
     int gemv_pro;  /* int8 GEMV quantizes x in its prologue: 1 auto rule, 2 always (tests), 0 the separate
                       quantize kernels (opt-in MINFER_CUDA_GEMV_PROLOGUE=1) */
     int64_t n_q8_ready; /* int8 GEMVs that read an input a kernel before wrote (q8_produced; tests) */
@@ -166,6 +182,24 @@ typedef struct cu_ctx {
     int attn_short; /* MINFER_CUDA_ATTN_SHORT (default 1): where the one-kernel decode would run, the
                        short-context kernel instead (attn_short.cu: no partials, no counters); 1: 12 warps a
                        block (384 rows a pass), 4: 4 warps (128 rows a pass) */
+    int short_rope; /* MINFER_CUDA_SHORT_ROPE (default 1): a one-token FUSED_QKV's rope-store is folded into
+                       the short-context attention right after it (rope_deferrable); rs_node >= 0: such a
+                       rope-store is pending (rs_args), launched plainly by anything else (flush_rope) */
+    const mf_graph *rs_g;
+    int32_t rs_node;
+    mf_cu_rope_store_args rs_args;
+    int64_t n_short_rope; /* launches of that fold (mf_cuda_short_rope_count; a captured one counts once) */
+    int logits_chunks; /* MINFER_CUDA_LOGITS_CHUNKS=K (opt-in, 2..LC_MAX; 0 off): the lm_head the engine reads
+                          next (mf_exec_args.out_host) as K row chunks, each copied to the host on d2h_stream
+                          while the next computes (lc_chunks, run_head_chunks) */
+    cudaStream_t d2h_stream;
+    cudaEvent_t d2h_ev[LC_MAX + 1]; /* [i]: chunk i done (fork); [LC_MAX]: copies done (join) */
+    /* the copy the last forward already made (d2h_bytes 0: none): read_host
+     * of exactly (d2h_id, offset 0, d2h_host, d2h_bytes) only waits */
+    int32_t d2h_id;
+    void *d2h_host;
+    size_t d2h_bytes;
+    int64_t n_d2h_chunked, n_d2h_early; /* mf_cuda_d2h_stats */
     /* the deferred MATMUL of fuse_add or RMSNORM of fuse_norm (see exec_now);
      * pend_node < 0: none */
     const mf_graph *pend_g;
@@ -202,7 +236,7 @@ typedef struct cu_ctx {
  * busy and where the host spends the rest. */
 
 static void ht_mark(cu_ctx *c, int k) {
-    if (c->ht.on && (c->ht.live || k == HT_BEGIN))
+    if (c->ht.on)
         c->ht.t[k] = mf_time_ns();
 }
 
@@ -217,6 +251,10 @@ static void ht_begin(cu_ctx *c) {
         if (cudaEventElapsedTime(&ms, h->ev[0], h->ev[1]) == cudaSuccess)
             h->sum[HT_N] += (double)ms * 1e6;
         h->sum[0] += (double)(h->t[HT_LAUNCH0] - h->t[HT_BEGIN]);
+        if (h->t[HT_REC0] && h->t[HT_MATCH]) { /* inputs written, nodes recorded + matched */
+            h->sum[HT_N + 1] += (double)(h->t[HT_REC0] - h->t[HT_BEGIN]);
+            h->sum[HT_N + 2] += (double)(h->t[HT_MATCH] - h->t[HT_REC0]);
+        }
         h->sum[1] += (double)(h->t[HT_LAUNCH1] - h->t[HT_LAUNCH0]);
         h->sum[2] += (double)(h->t[HT_SYNC1] - h->t[HT_SYNC0]);
         h->sum[3] += (double)(h->t[HT_READ1] - h->t[HT_READ0]);
@@ -235,11 +273,12 @@ static void ht_print(const cu_host_times *h) {
         return;
     const double n = (double)h->n * 1e3;
     fprintf(stderr,
-            "cuda host times, %lld replayed forwards, us each: wall %.1f = record+match %.1f, "
+            "cuda host times, %lld replayed forwards, us each: wall %.1f = record+match %.1f (inputs %.1f, "
+            "nodes recorded + matched %.1f, n_past upload the rest), "
             "cudaGraphLaunch %.1f, synchronize %.1f, read D2H %.1f, read memcpy %.1f, "
             "after read %.1f; graph on the GPU (events) %.1f\n",
-            (long long)h->n, h->sum[6] / n, h->sum[0] / n, h->sum[1] / n, h->sum[2] / n,
-            h->sum[3] / n, h->sum[4] / n, h->sum[5] / n, h->sum[HT_N] / n);
+            (long long)h->n, h->sum[6] / n, h->sum[0] / n, h->sum[HT_N + 1] / n, h->sum[HT_N + 2] / n,
+            h->sum[1] / n, h->sum[2] / n, h->sum[3] / n, h->sum[4] / n, h->sum[5] / n, h->sum[HT_N] / n);
 }
 
 /* ---- errors ------------------------------------------------------------------------ */
@@ -429,6 +468,7 @@ static int cu_write_host(mf_backend *b, int32_t id, size_t off, const void *src,
         return -1;
     if (flush_pending(b, err))
         return -1;
+    c->d2h_bytes = 0; /* the early logits copy is no longer what the buffer holds next */
     const uint8_t *s = src;
     while (nbytes > 0) {
         size_t chunk = nbytes < PIN_BYTES ? nbytes : PIN_BYTES;
@@ -466,10 +506,19 @@ static void *cu_host_alloc(mf_backend *b, size_t nbytes) {
     return NULL;
 }
 
+static void gentry_clear(cu_gentry *e);
+
 static void cu_host_free(mf_backend *b, void *p) {
     cu_ctx *c = CX(b);
     for (int i = 0; i < PINNED_N; i++)
         if (p && c->pinned[i].p == p) {
+            /* a captured graph copying into the block (MINFER_CUDA_LOGITS_CHUNKS) must not replay */
+            const uintptr_t b0 = (uintptr_t)p, b1 = b0 + c->pinned[i].n;
+            for (int k = 0; k < N_GENTRY; k++)
+                if ((uintptr_t)c->ge[k].out_host >= b0 && (uintptr_t)c->ge[k].out_host < b1)
+                    gentry_clear(&c->ge[k]);
+            if ((uintptr_t)c->d2h_host >= b0 && (uintptr_t)c->d2h_host < b1)
+                c->d2h_bytes = 0;
             cudaFreeHost(p);
             c->pinned[i].p = NULL;
         }
@@ -498,6 +547,15 @@ static int cu_read_host(mf_backend *b, int32_t id, size_t off, void *dst, size_t
     if (flush_pending(b, err))
         return -1;
     ht_mark(c, HT_READ0);
+    if (c->d2h_bytes && id == c->d2h_id && off == 0 && dst == c->d2h_host && nbytes == c->d2h_bytes) {
+        /* MINFER_CUDA_LOGITS_CHUNKS: the chunks' copies carry these bytes and the
+         * stream joined them: waiting for it is the whole read */
+        const int rc = cu_wait(c, "read_host", err);
+        ht_mark(c, HT_READ1);
+        ht_mark(c, HT_READ2);
+        c->n_d2h_early += rc == 0;
+        return rc;
+    }
     if (is_pinned(c, dst, nbytes)) { /* one DMA behind the queued work, no staging */
         CU_TRY(cudaMemcpyAsync(dst, (const uint8_t *)c->bufs[id].p + off, nbytes, cudaMemcpyDeviceToHost,
                                c->stream));
@@ -642,6 +700,83 @@ static int upload_weights(cu_ctx *c, mf_cuda_progress_fn progress, void *user, m
     return rc;
 }
 
+/* MINFER_CUDA_SOA: a plane copy (soa.cu; layout in q8w_soa.cuh) of every
+ * uploaded Q4_0 / Q5_0 / Q8_0 matrix of >= 2 rows, relaid out on the
+ * device from the block copy into one allocation of its own, for the
+ * one-token v4 GEMVs (the block copy stays: prefill, getrows, v1 / v3 read
+ * it). Only while >= 1 GiB stays free after it; else, or when the
+ * allocation or a relayout launch fails, one info line and no copies (the
+ * load never fails for it). -1 only when the wait for the relayouts fails
+ * (the device is gone). */
+/* MINFER_CUDA_SOA=2: a plane copy only where the H200 measured it faster
+ * (session 6, device run 3, the v4 GEMV alone): Q4_0 (896 -> 9728 +11 %,
+ * 3584 -> 37888 +5 %) and Q8_0 rows of >= 2048 (3584 -> 18944 +6 %, 4864 ->
+ * 896 +5 %); not Q5_0 (896 -> 9728 -6 %) nor the 896-wide Q8_0 lm_head
+ * (-6 %). =1: every Q4_0 / Q5_0 / Q8_0 matrix. */
+static bool soa_wanted(int mode, uint32_t type, int64_t n_in) {
+    return mode == 1 || type == MF_TYPE_Q4_0 || (type == MF_TYPE_Q8_0 && n_in >= 2048);
+}
+
+static int build_soa(cu_ctx *c, mf_error *err) {
+    if (!c->soa || c->n_w <= 0 || !c->wmem)
+        return 0;
+    c->soff = mf_malloc((size_t)c->n_w * sizeof *c->soff);
+    uint64_t total = 0;
+    int64_t n = 0;
+    for (int64_t i = 0; i < c->n_w; i++) {
+        const mf_weight *wt = mf_weights_at(c->w, i);
+        c->soff[i] = NO_WEIGHT;
+        const int64_t rows = wt->ne[1] > 0 ? wt->ne[1] : 1;
+        const uint64_t st = mf_cu_soa_stride(wt->type, wt->ne[0]);
+        if (c->woff[i] == NO_WEIGHT || st == 0 || rows < 2 || (wt->n_dims > 2 && (wt->ne[2] > 1 || wt->ne[3] > 1)) ||
+            !soa_wanted(c->soa, wt->type, wt->ne[0]))
+            continue;
+        c->soff[i] = total;
+        total += (st * (uint64_t)rows + WEIGHT_ALIGN - 1) & ~(uint64_t)(WEIGHT_ALIGN - 1);
+        n++;
+    }
+    size_t fr = 0, tot = 0;
+    const uint64_t keep = (uint64_t)1 << 30;
+    cudaError_t e = total ? cudaMemGetInfo(&fr, &tot) : cudaSuccess;
+    if (total == 0 || e != cudaSuccess || (uint64_t)fr < total + keep) {
+        if (total)
+            mf_log(MF_LOG_INFO, "cuda: MINFER_CUDA_SOA: plane copies of %lld weights need %llu bytes, %zu free "
+                   "(1 GiB must stay free); the GEMVs read the block copies", (long long)n,
+                   (unsigned long long)total, fr);
+        free(c->soff);
+        c->soff = NULL;
+        cudaGetLastError();
+        return 0;
+    }
+    e = cudaMalloc((void **)&c->soa_mem, total);
+    for (int64_t i = 0; i < c->n_w && e == cudaSuccess; i++) {
+        const mf_weight *wt = mf_weights_at(c->w, i);
+        if (c->soff[i] != NO_WEIGHT)
+            e = mf_cu_soa_relayout(wt->type, c->wmem + c->woff[i], wt->ne[0], wt->ne[1] > 0 ? wt->ne[1] : 1,
+                                   c->soa_mem + c->soff[i], c->stream);
+    }
+    if (e != cudaSuccess) {
+        mf_log(MF_LOG_INFO, "cuda: MINFER_CUDA_SOA: plane copies of %lld weights (%llu bytes) failed (%s); the "
+               "GEMVs read the block copies", (long long)n, (unsigned long long)total, cudaGetErrorName(e));
+        cudaGetLastError();
+        if (c->soa_mem) { /* relayouts of it may be queued */
+            if (cu_wait(c, "plane copies of the weights", err))
+                return -1;
+            cudaFree(c->soa_mem);
+            c->soa_mem = NULL;
+        }
+        free(c->soff);
+        c->soff = NULL;
+        return 0;
+    }
+    if (cu_wait(c, "plane copies of the weights", err))
+        return -1;
+    c->soa_bytes = total;
+    mf_log(MF_LOG_INFO, "cuda: MINFER_CUDA_SOA: plane copies of %lld weights, %llu bytes", (long long)n,
+           (unsigned long long)total);
+    return 0;
+}
+
 /* ---- capability -------------------------------------------------------------------------- */
 
 static bool is_kquant(uint32_t t) {
@@ -719,6 +854,15 @@ typedef struct exec {
      * (the fused QKV / FFN matmuls share it); NULL: none */
     const float *xf16_of;
     int64_t xf16_n_in;
+    /* MINFER_CUDA_FFN_Q8B: this node's SwiGLU GEMV (run_multi) also writes
+     * its output's int8 quantization where the kernel allows (q8_produced) */
+    bool q8b;
+    /* MINFER_CUDA_LOGITS_CHUNKS (run_head_chunks): run_multi of one weight
+     * computes only rows [win0, win1) (win1 0: all), reading x's int8 copy
+     * from q8_in when set (an earlier chunk quantized it); q8_used: the int8
+     * copy run_multi's launch read */
+    int64_t win0, win1;
+    void *q8_in, *q8_used;
 } exec;
 
 #define NODE_ERR(x, fmt, ...)                                                                   \
@@ -848,6 +992,20 @@ static const void *weight_ptr(exec *x, const char *name, uint32_t type, int64_t 
     return x->c->wmem + x->c->woff[i];
 }
 
+/* The plane copy of weight `name` for the v4 GEMV (MINFER_CUDA_SOA) and its
+ * row stride, or NULL (switch off, no copy). Call after weight_ptr checked
+ * the weight. */
+static const void *weight_soa(const exec *x, const char *name, uint64_t *stride) {
+    const cu_ctx *c = x->c;
+    int64_t i;
+    *stride = 0;
+    const mf_weight *wt = c->soa && c->soa_mem && name ? weight_at_name(c, name, &i) : NULL;
+    if (!wt || c->soff[i] == NO_WEIGHT)
+        return NULL;
+    *stride = mf_cu_soa_stride(wt->type, wt->ne[0]);
+    return c->soa_mem + c->soff[i];
+}
+
 static const float *norm_weight(exec *x, const char *name, int64_t n) {
     if (!name)
         return NULL;
@@ -873,6 +1031,7 @@ static int run_matmul(exec *x, const mf_matmul_meta *m, const float *in, float *
                            .nt = nt, .force_gemm = x->c->matmul_mode, .no_tc = x->c->no_tc,
                            .gemv_v1 = x->c->gemv_v1, .gemv_auto = x->c->gemv_auto,
                            .gemv_v4 = x->c->gemv_v4, .prologue = x->c->gemv_pro};
+    a.w_soa = weight_soa(x, m->weight, &a.soa_stride);
     const int mode = x->c->matmul_mode;
     const bool q8 = mf_cu_q8_supported(m->wtype, m->n_in) && nt <= 8 &&
                     (mode == -2 || (mode == 0 && !x->c->no_q8));
@@ -974,7 +1133,7 @@ static int run_multi(exec *x, const mf_matmul_meta *const *mm, int n, bool swigl
     mf_cu_q8_multi_args a = {.n_w = n, .swiglu = swiglu, .x = x->norm ? x->norm_x : in, .n_in = mm[0]->n_in,
                              .nt = nt, .norm = x->norm, .norm_w = x->norm_w, .norm_eps = x->norm_eps,
                              .v2 = x->c->gemv_v2, .gemv_v1 = x->c->gemv_v1, .gemv_auto = x->c->gemv_auto,
-                             .gemv_v4 = x->c->gemv_v4, .prologue = x->c->gemv_pro};
+                             .gemv_v4 = x->c->gemv_v4, .prologue = x->c->gemv_pro, .qkv_mix = x->c->qkv_mix};
     for (int i = 0; i < n; i++) {
         const mf_matmul_meta *m = mm[i];
         if (!(a.w[i] = weight_ptr(x, m->weight, m->wtype, m->n_in, m->n_out)))
@@ -983,21 +1142,144 @@ static int run_multi(exec *x, const mf_matmul_meta *const *mm, int n, bool swigl
             return -1;
         a.wtype[i] = m->wtype;
         a.row_bytes[i] = row_bytes(m->wtype, m->n_in);
+        a.w_soa[i] = weight_soa(x, m->weight, &a.soa_stride[i]);
         a.y[i] = y[i];
         a.res[i] = res ? res[i] : NULL;
         a.n_out[i] = m->n_out;
     }
+    if (x->win1 > 0 && n == 1) { /* MINFER_CUDA_LOGITS_CHUNKS: rows [win0, win1) of the one weight */
+        const int64_t r0 = x->win0;
+        a.w[0] = (const uint8_t *)a.w[0] + (uint64_t)r0 * a.row_bytes[0];
+        if (a.w_soa[0])
+            a.w_soa[0] = (const uint8_t *)a.w_soa[0] + (uint64_t)r0 * a.soa_stride[0];
+        if (a.bias[0])
+            a.bias[0] += r0;
+        if (a.res[0])
+            a.res[0] += r0;
+        a.y[0] += r0;
+        a.n_out[0] = x->win1 - r0;
+    }
     const cu_ctx *c = x->c;
-    a.x_q8_ready = !x->norm && c->q8_buf && c->q8_of == a.x && c->q8_n == a.n_in && c->q8_nt == nt &&
-                   c->q8_stamp == c->n_launched;
+    a.x_q8_ready = x->q8_in || (!x->norm && c->q8_buf && c->q8_of == a.x && c->q8_n == a.n_in && c->q8_nt == nt &&
+                                c->q8_stamp == c->n_launched);
     if (a.x_q8_ready)
-        a.q8 = c->q8_buf;
+        a.q8 = x->q8_in ? x->q8_in : c->q8_buf;
     else if (!(a.q8 = scratch(x, Q8_SLOT, mf_cu_q8_bytes(a.n_in, nt))))
         return -1;
-    x->c->n_q8_ready += a.x_q8_ready != 0;
+    x->q8_used = a.q8;
+    x->c->n_q8_ready += a.x_q8_ready && !x->q8_in;
+    /* MINFER_CUDA_FFN_Q8B: h's int8 copy into Q8OUT_SLOT (the GEMV reads Q8_SLOT), for the down GEMV */
+    if (x->q8b && swiglu && !a.x_q8_ready && mf_cu_gemv_q8_ffn_q8b_ok(&a)) {
+        if (!(a.q8out = scratch(x, Q8OUT_SLOT, mf_cu_q8_bytes(a.n_out[0], nt))))
+            return -1;
+        if (launched(x, "gemv_q8_multi(swiglu, q8 out)", a.n_out[0] * n, nt, mf_cu_gemv_q8_multi(&a, x->c->stream)))
+            return -1;
+        q8_produced(x, y[0], a.n_out[0], nt, a.q8out);
+        return 0;
+    }
     static const char *const kname[2][2] = { /* [x ready][swiglu] (MINFER_TRACE) */
         {"gemv_q8_multi", "gemv_q8_multi(swiglu)"}, {"gemv_q8_multi(x ready)", "gemv_q8_multi(swiglu, x ready)"}};
     return launched(x, kname[a.x_q8_ready != 0][swiglu], a.n_out[0] * n, nt, mf_cu_gemv_q8_multi(&a, x->c->stream));
+}
+
+/* ---- MINFER_CUDA_LOGITS_CHUNKS: the logits copy overlapped with the lm_head ------------ */
+
+/* Why. After a replayed decode step the engine's read of the logits (the
+ * 0.5B: 151936 floats, 608 KB) is a D2H copy that starts only when the
+ * lm_head, the graph's last kernel (~47 us), has finished: ~12 us of PCIe
+ * plus latency a token with the GPU idle. Run as K row chunks, chunk i's
+ * rows cross PCIe while chunk i + 1 computes; only the last chunk's copy
+ * stays after the GEMV. */
+
+/* Row bound i of k chunks over n rows: multiples of 64 (row pairs intact,
+ * 256-byte aligned copies); bound k is n. */
+static int64_t lc_bound(int64_t n, int k, int i) {
+    return i >= k ? n : (n * i / k) & ~(int64_t)63;
+}
+
+/* The hint as the CUDA graph cache keys it: out_host while the switch is on
+ * (a captured chunked lm_head copies into it), else NULL (the old keys). */
+static void *lc_key(const cu_ctx *c, const mf_exec_args *a) {
+    return c->logits_chunks ? a->out_host : NULL;
+}
+
+/* How many chunks MATMUL node `node` (input buffer in, output out) runs as:
+ * 0 unless it is the output the engine reads right after into a host_alloc
+ * block (ea's hint, exact byte count), one token on the v4 int8 GEMV
+ * (neither the prologue nor f32 activations), and every chunk's plan has
+ * the whole launch's slices in flight (u) and warps per row (ks): a row's
+ * summation order is fixed by those, so every logit keeps its bits. */
+static int lc_chunks(const cu_ctx *c, const mf_graph *g, int32_t node, int32_t in, int32_t out,
+                     const mf_exec_args *ea) {
+    const int k = c->logits_chunks;
+    if (k < 2 || k > LC_MAX || !ea->out_host || ea->out_node != node || in == out || out < 0 || out >= c->n_bufs ||
+        !c->d2h_stream)
+        return 0;
+    const mf_node *n = &g->nodes[node];
+    const mf_matmul_meta *m = &n->meta.matmul;
+    const int mode = c->matmul_mode;
+    if (n->op != MF_OP_MATMUL || n->ne[1] != 1 || ea->out_bytes != f32b(m->n_out) ||
+        c->bufs[out].size < ea->out_bytes || !mm_ok(m) || !mf_cu_q8_supported(m->wtype, m->n_in) ||
+        !(mode == -2 || (mode == 0 && !c->no_q8)) || c->gemv_pro || !is_pinned(c, ea->out_host, ea->out_bytes))
+        return 0;
+    const int u = mf_cu_q8v4_u(c->gemv_v4, m->wtype, m->n_out, m->n_in);
+    const int ks = u > 0 ? mf_cu_q8v4_ks(m->wtype, u, m->n_out, m->n_in) : 0;
+    if (ks <= 0)
+        return 0;
+    for (int i = 0; i < k; i++) {
+        const int64_t r = lc_bound(m->n_out, k, i + 1) - lc_bound(m->n_out, k, i);
+        if (r <= 0 || mf_cu_q8v4_u(c->gemv_v4, m->wtype, r, m->n_in) != u ||
+            mf_cu_q8v4_ks(m->wtype, u, r, m->n_in) != ks)
+            return 0;
+    }
+    return k;
+}
+
+/* The lm_head as k chunks (lc_chunks): chunk i's rows through run_multi
+ * (the first quantizes x, the folded output norm applied if any; the others
+ * read that int8 copy), then the copy of its rows into ea->out_host on
+ * d2h_stream, forked from the stream right after the chunk; after the last
+ * copy the stream joins d2h_stream (a capture sees every fork joined, and
+ * waiting for the stream covers the copies). Remembers the copy for
+ * read_host. */
+static int run_head_chunks(exec *x, const mf_matmul_meta *m, const float *in, float *y, int32_t out,
+                           const mf_exec_args *ea, int k) {
+    cu_ctx *c = x->c;
+    mf_error *err = x->err;
+    const mf_matmul_meta *mm[1] = {m};
+    float *const ys[1] = {y};
+    c->d2h_bytes = 0;
+    int rc = 0;
+    for (int i = 0; i < k && rc == 0; i++) {
+        const int64_t r0 = lc_bound(m->n_out, k, i), r1 = lc_bound(m->n_out, k, i + 1);
+        x->win0 = r0;
+        x->win1 = r1;
+        rc = run_multi(x, mm, 1, false, in, ys, NULL, 1);
+        x->q8_in = x->q8_used;
+        if (rc == 0) {
+            cudaError_t e = cudaEventRecord(c->d2h_ev[i], c->stream);
+            if (e == cudaSuccess)
+                e = cudaStreamWaitEvent(c->d2h_stream, c->d2h_ev[i], 0);
+            if (e == cudaSuccess)
+                e = cudaMemcpyAsync((uint8_t *)ea->out_host + (size_t)r0 * 4, y + r0, (size_t)(r1 - r0) * 4,
+                                    cudaMemcpyDeviceToHost, c->d2h_stream);
+            if (e != cudaSuccess)
+                rc = NODE_ERR(x, "early logits copy of rows [%lld, %lld): %s", (long long)r0, (long long)r1,
+                              cudaGetErrorName(e));
+        }
+    }
+    x->win0 = x->win1 = 0;
+    x->q8_in = NULL;
+    /* joined even after a failure, so a capture is never left with an open fork */
+    CU_TRY(cudaEventRecord(c->d2h_ev[LC_MAX], c->d2h_stream));
+    CU_TRY(cudaStreamWaitEvent(c->stream, c->d2h_ev[LC_MAX], 0));
+    if (rc)
+        return rc;
+    c->d2h_id = out;
+    c->d2h_host = ea->out_host;
+    c->d2h_bytes = ea->out_bytes;
+    c->n_d2h_chunked++;
+    return 0;
 }
 
 static int run_ew(exec *x, int op, const float *a, const float *b, float *y, int64_t n, int64_t b_n,
@@ -1062,9 +1344,11 @@ static int run_store(exec *x, void *kc, void *vc, const mf_exec_args *ea, const 
  * one (mf_cu_rope_store), with the same arguments and checks. */
 /* qn / kn non-NULL: the QkNorm of sq / sk goes into the same launch
  * (mf_cu_rope_store_args.q_norm). */
+/* defer non-NULL (MINFER_CUDA_SHORT_ROPE): the arguments go there, nothing
+ * is launched. */
 static int run_rope_store(exec *x, const mf_qkv_meta *m, float *sq, float *sk, const float *sv, float *y,
                           void *kc, void *vc, const mf_exec_args *ea, const int32_t *pos, int64_t nt,
-                          const float *qn, const float *kn) {
+                          const float *qn, const float *kn, mf_cu_rope_store_args *defer) {
     const mf_rope_meta *r[2] = {&m->rope_q, &m->rope_k};
     for (int i = 0; i < 2; i++)
         if (r[i]->n_head <= 0 || r[i]->head_dim <= 0 || r[i]->n_rot <= 0 || r[i]->n_rot > r[i]->head_dim ||
@@ -1088,7 +1372,59 @@ static int run_rope_store(exec *x, const mf_qkv_meta *m, float *sq, float *sk, c
     a.q_norm = qn;
     a.k_norm = kn;
     a.norm_eps = m->norm_eps;
+    if (defer) {
+        *defer = a;
+        return 0;
+    }
     return launched(x, qn ? "rope_store(qk norm)" : "rope_store", nt, m->n_head, mf_cu_rope_store(&a, x->c->stream));
+}
+
+/* MINFER_CUDA_SHORT_ROPE: whether this FUSED_QKV node's rope-store (one
+ * token) is left to the ATTN node right after it, decided once here: that
+ * node's q is this node's output and nothing else reads it (so the roped q
+ * and K the rope-store would write are never needed), its heads are the
+ * rope's, and it takes the 12-warp short-context kernel (attn_short on, not
+ * 4 warps; the one-kernel range; flash decode; an f32 / f16 cache;
+ * head_dim 64 or 128). The ATTN node re-checks the arguments
+ * (mf_cu_attn_short_rope_ok) and launches the rope-store plainly first
+ * when they do not fit, so a wrong guess here costs nothing but the fold. */
+static bool rope_deferrable(const exec *x, const mf_qkv_meta *m, int64_t nt, const mf_exec_args *ea) {
+    const cu_ctx *c = x->c;
+    const mf_graph *g = x->g;
+    const int32_t node = x->id;
+    if (!c->short_rope || !c->attn_short || c->attn_short == 4 || !attn_one_now(c, ea) || !c->flash_decode ||
+        nt != 1 || node + 1 >= g->n_nodes || (x->n->flags & MF_NODE_OUTPUT) ||
+        (ea->kv_type != MF_TYPE_F32 && ea->kv_type != MF_TYPE_F16) || (m->head_dim != 64 && m->head_dim != 128) ||
+        m->rope_q.head_dim != m->head_dim || m->rope_k.head_dim != m->head_dim || m->rope_q.n_head != m->n_head ||
+        m->rope_k.n_head != m->n_head_kv)
+        return false;
+    const mf_node *u = &g->nodes[node + 1];
+    if (u->op != MF_OP_ATTN || (u->flags & MF_NODE_DEAD) || u->n_src < 1 || u->src[0] != node ||
+        u->meta.attn.n_head != m->n_head || u->meta.attn.n_head_kv != m->n_head_kv ||
+        u->meta.attn.head_dim != m->head_dim)
+        return false;
+    for (int32_t i = node + 2; i < g->n_nodes; i++) {
+        const mf_node *v = &g->nodes[i];
+        if (v->flags & MF_NODE_DEAD)
+            continue;
+        for (int32_t k = 0; k < v->n_src && k < MF_MAX_SRC; k++)
+            if (v->src[k] == node)
+                return false;
+    }
+    const mf_cu_attn_args p = {.kv_type = ea->kv_type, .nt = 1, .n_past = ea->n_past, .n_past_dev = x->npast_dev,
+                               .n_head = m->n_head, .n_head_kv = m->n_head_kv, .head_dim = m->head_dim,
+                               .n_ctx = ea->n_ctx};
+    return mf_cu_attn_decode_bytes(&p) > 0;
+}
+
+/* Launches the rope-store rope_deferrable left pending, if any. */
+static int flush_rope(cu_ctx *c, mf_error *err) {
+    if (c->rs_node < 0)
+        return 0;
+    exec xx = {.c = c, .g = c->rs_g, .n = &c->rs_g->nodes[c->rs_node], .id = c->rs_node, .err = err};
+    c->rs_node = -1;
+    return launched(&xx, c->rs_args.q_norm ? "rope_store(qk norm)" : "rope_store", 1, c->rs_args.rq.n_head,
+                    mf_cu_rope_store(&c->rs_args, c->stream));
 }
 
 static int d2d(exec *x, void *dst, const void *src, size_t nbytes) {
@@ -1185,8 +1521,15 @@ static int exec_qkv(exec *x, const int32_t *in, int32_t out, mf_kv_pair kv, cons
         return NODE_ERR(x, "rope q %dx%d / k %dx%d for widths %lld / %lld", m->rope_q.n_head,
                         m->rope_q.head_dim, m->rope_k.n_head, m->rope_k.head_dim, (long long)q_dim,
                         (long long)kvd);
+    if (x->c->fuse_rope && rope_deferrable(x, m, nt, ea)) { /* the next node, ATTN, does it */
+        if (run_rope_store(x, m, sq, sk, sv, y, kc, vc, ea, pos, nt, fold_qn, fold_kn, &x->c->rs_args))
+            return -1;
+        x->c->rs_g = x->g;
+        x->c->rs_node = x->id;
+        return 0;
+    }
     if (x->c->fuse_rope)
-        return run_rope_store(x, m, sq, sk, sv, y, kc, vc, ea, pos, nt, fold_qn, fold_kn);
+        return run_rope_store(x, m, sq, sk, sv, y, kc, vc, ea, pos, nt, fold_qn, fold_kn, NULL);
     if (run_rope(x, &m->rope_k, sk, sk, pos, ea->n_past, nt) ||
         run_store(x, kc, vc, ea, sk, sv, nt) || run_rope(x, &m->rope_q, sq, y, pos, ea->n_past, nt))
         return -1;
@@ -1283,6 +1626,8 @@ static int exec_node(mf_backend *b, const mf_graph *g, int32_t node, const int32
 /* Launches the deferred MATMUL or RMSNORM, if any, plainly. */
 static int flush_pending(mf_backend *b, mf_error *err) {
     cu_ctx *c = CX(b);
+    if (flush_rope(c, err))
+        return -1;
     if (c->pend_node < 0)
         return 0;
     const int32_t node = c->pend_node;
@@ -1326,6 +1671,9 @@ static int exec_add_fused(mf_backend *b, const mf_graph *g, int32_t node, const 
 static int exec_now(mf_backend *b, const mf_graph *g, int32_t node, const int32_t *in, int32_t out,
                     mf_kv_pair kv, const mf_exec_args *ea, mf_error *err) {
     cu_ctx *c = CX(b);
+    c->d2h_bytes = 0; /* a launch after the early logits copy may rewrite its buffer */
+    if (c->rs_node >= 0 && !(g == c->rs_g && node == c->rs_node + 1) && flush_rope(c, err))
+        return -1; /* MINFER_CUDA_SHORT_ROPE: only the ATTN right after it takes the rope-store */
     if (c->pend_node >= 0) {
         const bool next = g == c->pend_g && node == c->pend_node + 1 && node < g->n_nodes;
         const mf_node *pn = &c->pend_g->nodes[c->pend_node];
@@ -1459,6 +1807,9 @@ static int exec_node(mf_backend *b, const mf_graph *g, int32_t node, const int32
             c->pend_ea = *ea;
             return 0;
         }
+        const int lc = lc_chunks(c, g, node, in[0], out, ea);
+        if (lc) /* MINFER_CUDA_LOGITS_CHUNKS: the engine reads y right after; copy it while it is computed */
+            return run_head_chunks(x, m, a, y, out, ea, lc);
         if (x->norm) { /* the RMSNorm before it is applied while x is quantized (norm_fusable) */
             const mf_matmul_meta *mm[1] = {m};
             float *const ys[1] = {y};
@@ -1573,15 +1924,29 @@ static int exec_node(mf_backend *b, const mf_graph *g, int32_t node, const int32
             return -1;
         if (one && m->head_dim % 32 == 0 && !(a.q8out = scratch(x, Q8OUT_SLOT, mf_cu_q8_bytes(n->ne[0], nt))))
             return -1;
+        bool srope = false; /* MINFER_CUDA_SHORT_ROPE: the FUSED_QKV's rope-store folded in (rope_deferrable) */
+        if (c->rs_node >= 0) {
+            if (shrt && c->attn_short != 4 && c->rs_g == g && c->rs_node == n->src[0] && c->rs_args.rq.y == q &&
+                mf_cu_attn_short_rope_ok(&a, &c->rs_args)) {
+                srope = true;
+                c->rs_node = -1;
+            } else if (flush_rope(c, x->err)) {
+                return -1;
+            }
+        }
         const char *kind = a.tc && mf_cu_attn_mma_ok(&a) ? "attn(mma)"
                            : a.flash                      ? "attn(flash)"
+                           : srope                        ? (a.q8out ? "attn(short rope, q8)" : "attn(short rope)")
                            : shrt                         ? (a.q8out ? "attn(short, q8)" : "attn(short)")
                            : a.cnt                        ? (a.q8out ? "attn(decode one, q8)" : "attn(decode one)")
                            : a.part                       ? "attn(decode)"
                                                           : "attn";
-        const cudaError_t ae = shrt ? mf_cu_attn_short(&a, c->attn_short == 4 ? 4 : 0, st) : mf_cu_attn(&a, st);
+        const cudaError_t ae = srope ? mf_cu_attn_short_rope(&a, &c->rs_args, st)
+                               : shrt ? mf_cu_attn_short(&a, c->attn_short == 4 ? 4 : 0, st)
+                                      : mf_cu_attn(&a, st);
         if (launched(x, kind, nt, m->n_head, ae))
             return -1;
+        c->n_short_rope += srope;
         if (a.q8out) /* the o MATMUL (+ADD) after it finds x quantized (run_multi) */
             q8_produced(x, y, n->ne[0], nt, a.q8out);
         return 0;
@@ -1662,6 +2027,7 @@ static int exec_node(mf_backend *b, const mf_graph *g, int32_t node, const int32
         const mf_matmul_meta *mm[2] = {&m->gate, &m->up};
         if (y && fuse_ok(x, mm, 2, nt) && m->gate.wtype == m->up.wtype) {
             float *const ys[2] = {y, NULL};
+            x->q8b = c->ffn_q8b != 0; /* the down GEMV's int8 input too, where the kernel allows */
             return run_multi(x, mm, 2, true, a, ys, NULL, nt);
         }
         if (y) { /* prefill: gate and up as one mma GEMM with SwiGLU in its epilogue */
@@ -1743,6 +2109,8 @@ static int cu_begin_forward(mf_backend *b, const mf_graph *g, const mf_exec_args
     c->recording = false;
     c->n_rec = 0;
     c->pend_node = -1; /* likewise a node it deferred (end_forward flushes one on success) */
+    c->rs_node = -1;
+    c->d2h_bytes = 0;
     if (!c->graphs_on || a->n_tokens > GRAPH_MAX_T)
         return 0;
     c->recording = true;
@@ -1762,6 +2130,8 @@ static int cu_execute_node(mf_backend *b, const mf_graph *g, int32_t node, const
         return -1;
     if (!c->recording)
         return exec_now(b, g, node, in, out, kv, ea, err);
+    if (c->n_rec == 0)
+        ht_mark(c, HT_REC0);
     if (c->n_rec == c->cap_rec) {
         c->cap_rec = c->cap_rec ? 2 * c->cap_rec : 512;
         c->rec = mf_realloc(c->rec, (size_t)c->cap_rec * sizeof *c->rec);
@@ -1782,6 +2152,7 @@ static bool gentry_matches(const cu_ctx *c, const cu_gentry *e) {
            e->n_calls == c->n_rec && e->n_tokens == c->rec_a.n_tokens &&
            e->n_ctx == c->rec_a.n_ctx && e->kv_type == c->rec_a.kv_type &&
            e->attn_one == attn_one_now(c, &c->rec_a) && e->attn_short == c->attn_short &&
+           e->short_rope == c->short_rope && e->out_host == lc_key(c, &c->rec_a) &&
            memcmp(e->scr, c->scr, sizeof e->scr) == 0 &&
            memcmp(e->calls, c->rec, (size_t)c->n_rec * sizeof *c->rec) == 0 &&
            ((g->stamp != 0 && e->stamp == g->stamp) ||
@@ -1851,11 +2222,12 @@ static int cu_end_forward(mf_backend *b, const mf_graph *g, const mf_exec_args *
     if (c->n_rec == 0 || (int64_t)a->n_past + a->n_tokens > a->n_ctx)
         return run_calls(b, g, c->rec, c->n_rec, a, err); /* the plain path reports it */
     cu_gentry *e = NULL;
-    for (int i = 0; i < N_GENTRY; i++)
-        if (c->ge[i].g == g)
+    for (int i = 0; i < N_GENTRY; i++) /* two sessions' logits buffers: two entries, no recaptures */
+        if (c->ge[i].g == g && c->ge[i].out_host == lc_key(c, &c->rec_a))
             e = &c->ge[i];
     const bool match = e && gentry_matches(c, e);
     if (match && e->exec) {
+        ht_mark(c, HT_MATCH);
         e->used = ++c->ge_clock;
         if (upload_npast(c, a->n_past, err))
             return -1;
@@ -1869,6 +2241,10 @@ static int cu_end_forward(mf_backend *b, const mf_graph *g, const mf_exec_args *
             CU_TRY(cudaEventRecord(c->ht.ev[1], c->stream));
         ht_mark(c, HT_LAUNCH1);
         c->n_replays++;
+        c->d2h_id = e->d2h_id; /* the graph made the early logits copy (if it captured one) */
+        c->d2h_host = e->out_host;
+        c->d2h_bytes = e->d2h_bytes;
+        c->n_d2h_chunked += e->d2h_bytes != 0;
         c->fruitless = 0;
         return 0;
     }
@@ -1878,6 +2254,8 @@ static int cu_end_forward(mf_backend *b, const mf_graph *g, const mf_exec_args *
             return -1;
         if (capture(b, e, err)) {
             trace_graph(c, "cudaGraphLaunch(first)", c->n_rec);
+            e->d2h_id = c->d2h_id; /* what the captured calls copied early (run_head_chunks) */
+            e->d2h_bytes = c->d2h_host == e->out_host ? c->d2h_bytes : 0;
             CU_TRY(cudaGraphLaunch(e->exec, c->stream));
             c->n_captures++;
             if (++c->fruitless >= FRUITLESS_MAX) {
@@ -1920,6 +2298,8 @@ static int cu_end_forward(mf_backend *b, const mf_graph *g, const mf_exec_args *
     e->kv_type = a->kv_type;
     e->attn_one = attn_one_now(c, a);
     e->attn_short = c->attn_short;
+    e->short_rope = c->short_rope;
+    e->out_host = lc_key(c, a);
     memcpy(e->scr, c->scr, sizeof e->scr);
     e->used = ++c->ge_clock;
     return 0;
@@ -1933,6 +2313,7 @@ static void cu_free(mf_backend *b) {
         mf_error e;
         c->recording = false; /* an unfinished forward's calls are dropped */
         c->pend_node = -1;
+        c->rs_node = -1;
         if (cu_wait(c, "free", &e))
             fprintf(stderr, "%s\n", e.msg);
     }
@@ -1946,6 +2327,11 @@ static void cu_free(mf_backend *b) {
             cudaFreeHost(c->pinned[i].p);
     for (int i = 0; i < 2 && c->ht.on; i++)
         cudaEventDestroy(c->ht.ev[i]);
+    for (int i = 0; c->d2h_stream && i <= LC_MAX; i++)
+        if (c->d2h_ev[i])
+            cudaEventDestroy(c->d2h_ev[i]);
+    if (c->d2h_stream)
+        cudaStreamDestroy(c->d2h_stream);
     for (int i = 0; i < N_GENTRY; i++)
         gentry_clear(&c->ge[i]);
     free(c->rec);
@@ -1963,6 +2349,9 @@ static void cu_free(mf_backend *b) {
     if (c->wmem)
         cudaFree(c->wmem);
     free(c->woff);
+    if (c->soa_mem)
+        cudaFree(c->soa_mem);
+    free(c->soff);
     if (c->pin)
         cudaFreeHost(c->pin);
     if (c->fault)
@@ -1992,6 +2381,34 @@ static const mf_backend_ops cu_ops = {
     .end_forward = cu_end_forward,
     .free = cu_free,
 };
+
+/* MINFER_CUDA_LOGITS_CHUNKS=k: 2..LC_MAX turns the chunked lm_head on
+ * (its side stream and events made on first use), anything else off. A
+ * failure to make them leaves it off. */
+static void lc_set(cu_ctx *c, int64_t k) {
+    c->logits_chunks = 0;
+    c->d2h_bytes = 0;
+    if (k < 2 || k > LC_MAX)
+        return;
+    if (!c->d2h_stream) {
+        if (cudaStreamCreateWithFlags(&c->d2h_stream, cudaStreamNonBlocking) != cudaSuccess) {
+            cudaGetLastError();
+            c->d2h_stream = NULL;
+            return;
+        }
+        for (int i = 0; i <= LC_MAX; i++)
+            if (cudaEventCreateWithFlags(&c->d2h_ev[i], cudaEventDisableTiming) != cudaSuccess) {
+                cudaGetLastError();
+                for (int j = 0; j < i; j++)
+                    cudaEventDestroy(c->d2h_ev[j]);
+                memset(c->d2h_ev, 0, sizeof c->d2h_ev);
+                cudaStreamDestroy(c->d2h_stream);
+                c->d2h_stream = NULL;
+                return;
+            }
+    }
+    c->logits_chunks = (int)k;
+}
 
 /* Device choice and checks, before anything is allocated on it. */
 static int open_device(cu_ctx *c, mf_error *err) {
@@ -2050,6 +2467,8 @@ static void gemv_from_env(cu_ctx *c) {
     /* v4 by its rule unless v1 / v3 everywhere was asked for */
     const int64_t u = mf_env_int("MINFER_CUDA_GEMV_V4", c->gemv_v1 || !c->gemv_auto ? 0 : -1);
     c->gemv_v4 = u >= -1 && u <= 2 ? (int)u : -1;
+    c->qkv_mix = mf_env_int("MINFER_CUDA_QKV_MIX", 1) != 0; /* on: H200 device run 2 of session 6 (PERF.md entry 16) */
+    c->ffn_q8b = mf_env_int("MINFER_CUDA_FFN_Q8B", 1) != 0; /* on: likewise */
 }
 
 int mf_backend_cuda_new_progress(const mf_weights *w, mf_cuda_progress_fn progress, void *user,
@@ -2088,6 +2507,11 @@ int mf_backend_cuda_new_progress(const mf_weights *w, mf_cuda_progress_fn progre
     c->norm_mm = mf_env_int("MINFER_CUDA_NORM_MM", 1) != 0;
     c->gemv_v2 = mf_env_flag("MINFER_CUDA_GEMV_V2");
     gemv_from_env(c);
+    /* opt-in: plane copies built after the upload (build_soa); 2: only the types and
+     * widths where they measured faster (soa_wanted) */
+    c->soa = (int)mf_env_int("MINFER_CUDA_SOA", 0);
+    if (c->soa < 0 || c->soa > 2)
+        c->soa = 1;
     c->flash = mf_env_int("MINFER_CUDA_FLASH_PREFILL", 1) != 0;
     c->tc_attn = !mf_env_flag("MINFER_CUDA_NO_TC_ATTN");
     c->flash_decode = !mf_env_flag("MINFER_CUDA_NO_FLASH_DECODE");
@@ -2100,6 +2524,10 @@ int mf_backend_cuda_new_progress(const mf_weights *w, mf_cuda_progress_fn progre
      * layer 7.7 -> 3.0 us in the replayed graph, tg128 0.5B Q4_0 1,418 -> 1,708,
      * 7B Q4_0 495.5 -> 527.0, 7B Q4_K_M 416.1 -> 429.0 */
     c->attn_short = (int)mf_env_int("MINFER_CUDA_ATTN_SHORT", 1);
+    /* on: H200 session 6 device run 3, tg128 0.5B Q4_0 1,758 -> 1,805, 7B Q4_0 523.7 -> 543.4,
+     * 7B Q4_K_M 437.1 -> 447.1 (PERF.md entry 16) */
+    c->short_rope = mf_env_int("MINFER_CUDA_SHORT_ROPE", 1) != 0;
+    c->rs_node = -1;
     c->pend_node = -1;
     c->graphs_on = !mf_env_flag("MINFER_NO_CUDA_GRAPH");
     c->trace = mf_env_flag("MINFER_TRACE");
@@ -2134,7 +2562,9 @@ int mf_backend_cuda_new_progress(const mf_weights *w, mf_cuda_progress_fn progre
         goto fail;
     }
     memset(c->fault, 0, sizeof *c->fault);
-    if (upload_weights(c, progress, user, err))
+    /* opt-in until measured on the H200 (docs/ENV.md): the logits copy overlapped with the lm_head */
+    lc_set(c, mf_env_int("MINFER_CUDA_LOGITS_CHUNKS", 0));
+    if (upload_weights(c, progress, user, err) || build_soa(c, err))
         goto fail;
     mf_log(MF_LOG_INFO, "cuda: using device %d: %s; %llu bytes of weights uploaded", c->device, c->desc,
            (unsigned long long)c->wbytes);
@@ -2192,12 +2622,24 @@ void mf_cuda_set_gemv_v4(mf_backend *b, int u) {
     CX(b)->gemv_v4 = u >= -1 && u <= 2 ? u : 0;
 }
 
+void mf_cuda_set_ffn_q8b(mf_backend *b, int mode) {
+    CX(b)->ffn_q8b = mode < 0 ? mf_env_int("MINFER_CUDA_FFN_Q8B", 1) != 0 : mode != 0;
+}
+
 void mf_cuda_q8_ready_stats(const mf_backend *b, int64_t *read) {
     *read = CX(b)->n_q8_ready;
 }
 
 void mf_cuda_reset_gemv(mf_backend *b) {
     gemv_from_env(CX(b));
+}
+
+void mf_cuda_set_soa(mf_backend *b, bool on) {
+    CX(b)->soa = on;
+}
+
+uint64_t mf_cuda_soa_bytes(const mf_backend *b) {
+    return CX(b)->soa_mem ? CX(b)->soa_bytes : 0;
 }
 
 void mf_cuda_set_gemv_prologue(mf_backend *b, int mode) {
@@ -2229,6 +2671,14 @@ void mf_cuda_set_attn_short(mf_backend *b, int mode) {
     CX(b)->attn_short = mode < 0 ? (int)mf_env_int("MINFER_CUDA_ATTN_SHORT", 1) : mode;
 }
 
+void mf_cuda_set_short_rope(mf_backend *b, int mode) {
+    CX(b)->short_rope = mode < 0 ? mf_env_int("MINFER_CUDA_SHORT_ROPE", 1) != 0 : mode != 0;
+}
+
+int64_t mf_cuda_short_rope_count(const mf_backend *b) {
+    return CX(b)->n_short_rope;
+}
+
 void mf_cuda_set_mma_chunk(mf_backend *b, uint64_t bytes) {
     CX(b)->mma_chunk = bytes;
 }
@@ -2251,6 +2701,15 @@ void mf_cuda_set_graphs(mf_backend *b, bool on) {
 void mf_cuda_fuse_stats(const mf_backend *b, int64_t *adds, int64_t *norms) {
     *adds = CX(b)->n_fused_add;
     *norms = CX(b)->n_fused_norm;
+}
+
+void mf_cuda_set_logits_chunks(mf_backend *b, int k) {
+    lc_set(CX(b), k);
+}
+
+void mf_cuda_d2h_stats(const mf_backend *b, int64_t *chunked, int64_t *early_reads) {
+    *chunked = CX(b)->n_d2h_chunked;
+    *early_reads = CX(b)->n_d2h_early;
 }
 
 void mf_cuda_graph_stats(const mf_backend *b, int64_t *captures, int64_t *replays) {

@@ -75,6 +75,11 @@ void mf_cuda_set_gemv_v2(mf_backend *b, bool on);
  * the auto rule; mf_cuda_reset_gemv restores what the environment says. */
 void mf_cuda_set_gemv_v1(mf_backend *b, bool on);
 void mf_cuda_reset_gemv(mf_backend *b);
+/* Tests: the one-token v4 GEMVs on the plane weight copies (MINFER_CUDA_SOA)
+ * or not; copies exist only when the variable was set at creation, and
+ * mf_cuda_soa_bytes says how many bytes they hold (0: none). */
+void mf_cuda_set_soa(mf_backend *b, bool on);
+uint64_t mf_cuda_soa_bytes(const mf_backend *b);
 /* Tests: one-token GEMVs on the v4 kernel with u slices per lane in flight
  * (1, 2; 0 off; -1 the default rule), as MINFER_CUDA_GEMV_V4=u. */
 void mf_cuda_set_gemv_v4(mf_backend *b, int u);
@@ -82,6 +87,11 @@ void mf_cuda_set_gemv_v4(mf_backend *b, int u);
  * by-product (x_q8_ready: the ATTN_ONE decode's quantized output) since
  * creation; a captured graph counts once, at its capture. */
 void mf_cuda_q8_ready_stats(const mf_backend *b, int64_t *read);
+/* Tests: MINFER_CUDA_FFN_Q8B (opt-in): a decode FUSED_FFN's SwiGLU GEMV also
+ * writes the down GEMV's int8 input (that GEMV then launches no quantize
+ * kernel). 1 on, 0 off, -1 what the environment says. Graphs captured
+ * before keep what they captured. */
+void mf_cuda_set_ffn_q8b(mf_backend *b, int mode);
 /* The int8 GEMV's quantizing prologue (opt-in MINFER_CUDA_GEMV_PROLOGUE=1): 0 off
  * (the separate quantize / norm-quant kernels), 1 the auto rule
  * (mf_cu_q8_prologue_rule), 2 wherever it fits; < 0: what the environment
@@ -106,11 +116,29 @@ void mf_cuda_set_attn_one(mf_backend *b, int mode);
  * warps a block), 4 on with 4 warps, 0 off (the default), -1 what the
  * environment says. Graphs are keyed on it. */
 void mf_cuda_set_attn_short(mf_backend *b, int mode);
+/* Tests: MINFER_CUDA_SHORT_ROPE (opt-in): a one-token FUSED_QKV's
+ * rope-store (+ QkNorm, K/V store) folded into the 12-warp short-context
+ * attention right after it (mf_cu_attn_short_rope), bitwise the same
+ * outputs and cache rows. 1 on, 0 off, -1 what the environment says.
+ * Graphs are keyed on it. _count: launches of the folded kernel so far (a
+ * captured launch counts once, its replays not). */
+void mf_cuda_set_short_rope(mf_backend *b, int mode);
+int64_t mf_cuda_short_rope_count(const mf_backend *b);
 
 /* CUDA graph capture/replay of small forwards (begin_forward/end_forward):
  * on unless MINFER_NO_CUDA_GRAPH=1; tests switch it and read how many
  * forwards were captured and replayed. */
 void mf_cuda_set_graphs(mf_backend *b, bool on);
 void mf_cuda_graph_stats(const mf_backend *b, int64_t *captures, int64_t *replays);
+/* Tests: MINFER_CUDA_LOGITS_CHUNKS=k as at creation (2..16; 0 or anything
+ * else: off, exactly the old launches and copies): a one-token int8 lm_head
+ * whose rows the engine reads right after (mf_exec_args' out_host hint, in a
+ * host_alloc block) runs as k row chunks, each chunk's rows copied to the
+ * host on a side stream while the next chunk computes. */
+void mf_cuda_set_logits_chunks(mf_backend *b, int k);
+/* Tests: forwards whose lm_head ran chunked with the early copy (a captured
+ * graph counts at its capture and at each replay) and read_host calls that
+ * found their bytes already copied (only waited) since creation. */
+void mf_cuda_d2h_stats(const mf_backend *b, int64_t *chunked, int64_t *early_reads);
 
 #endif

@@ -171,9 +171,16 @@ q8_norm_quant_lat_kernel(const float *__restrict__ x, const float *__restrict__ 
 extern int mf_cu_wide_norm; /* norm.cu */
 extern int mf_cu_lat;
 
+static int64_t q8_quant_launches; /* mf_cu_q8_quant_count */
+
+extern "C" int64_t mf_cu_q8_quant_count(void) {
+    return q8_quant_launches;
+}
+
 /* The activation quantization of `total` units (q8_quant_kernel). */
 static cudaError_t launch_quant(const float *x, int8_t *xq, float *xd, int32_t *xs, int64_t total,
                                 cudaStream_t s) {
+    q8_quant_launches++;
     return mf_launch(q8_quant_kernel, dim3((unsigned)((total + 7) / 8)), dim3(256), 0, s, x, xq, xd, xs,
                      total);
 }
@@ -436,14 +443,8 @@ static __device__ __forceinline__ void q8_row_dot(const uint8_t *row, const int8
                     const int4 a = xp[0], c = xp[1];
                     /* q8_unit_dot's arithmetic, written out: this load order
                      * is the code the H200 runs validated and timed */
-                    int s0 = __dp4a((int)q[k][0], a.x, 0);
-                    s0 = __dp4a((int)q[k][1], a.y, s0);
-                    s0 = __dp4a((int)q[k][2], a.z, s0);
-                    s0 = __dp4a((int)q[k][3], a.w, s0);
-                    int s1 = __dp4a((int)q[k][4], c.x, 0);
-                    s1 = __dp4a((int)q[k][5], c.y, s1);
-                    s1 = __dp4a((int)q[k][6], c.z, s1);
-                    s1 = __dp4a((int)q[k][7], c.w, s1);
+                    int s0, s1;
+                    q8_unit_isum(q[k], a, c, s0, s1);
                     const int32_t hs = xs[xu];
                     const float sx0 = (float)(int16_t)(hs & 0xffff), sx1 = (float)(int16_t)(hs >> 16);
                     const float r = dm[k][0].x * (float)s0 + dm[k][0].y * sx0 + dm[k][1].x * (float)s1 +
@@ -978,6 +979,8 @@ extern "C" cudaError_t mf_cu_gemv_q8(const mf_cu_matmul_args *a, cudaStream_t s)
         m.gemv_auto = a->gemv_auto;
         m.gemv_v4 = a->gemv_v4;
         m.prologue = a->prologue;
+        m.w_soa[0] = a->w_soa;
+        m.soa_stride[0] = a->soa_stride;
         return mf_cu_gemv_q8_multi(&m, s);
     }
     q8_src in;
@@ -1001,9 +1004,74 @@ extern "C" cudaError_t mf_cu_gemv_q8(const mf_cu_matmul_args *a, cudaStream_t s)
     }
 }
 
+/* The launch description of the args' weights first .. end - 1 (one row
+ * space; entries past them are left as they are). */
+static void q8_run(const mf_cu_q8_multi_args *a, int first, int end, q8_multi *p) {
+    p->n_w = end - first;
+    p->start[0] = 0;
+    for (int k = 0; k < p->n_w; k++) {
+        p->w[k] = (const uint8_t *)a->w[first + k];
+        p->row_bytes[k] = a->row_bytes[first + k];
+        p->bias[k] = a->bias[first + k];
+        p->res[k] = a->res[first + k];
+        p->y[k] = a->y[first + k];
+        p->n_out[k] = a->n_out[first + k];
+        p->start[k + 1] = p->start[k] + p->n_out[k];
+        p->soa[k] = (const uint8_t *)a->w_soa[first + k];
+        p->soa_stride[k] = a->soa_stride[first + k];
+    }
+}
+
+/* MINFER_CUDA_QKV_MIX: weights in exactly two runs of different types (Q/K
+ * of one, V of another), both on the v4 GEMV with a mixed-type kernel for
+ * the pair: one launch instead of two (each row's bits unchanged, see
+ * mf_cu_q8v4_launch_mix). *done = false (nothing launched) when it does
+ * not apply. */
+static cudaError_t q8_mix_launch(const mf_cu_q8_multi_args *a, q8_src *in, bool *done, cudaStream_t s) {
+    *done = false;
+    if (!a->qkv_mix || a->swiglu || a->nt != 1 || a->prologue || a->n_w < 2)
+        return cudaSuccess;
+    int cut = 1;
+    while (cut < a->n_w && a->wtype[cut] == a->wtype[0])
+        cut++;
+    if (cut == a->n_w)
+        return cudaSuccess; /* one type: one launch anyway */
+    for (int i = cut + 1; i < a->n_w; i++)
+        if (a->wtype[i] != a->wtype[cut])
+            return cudaSuccess;
+    q8_multi pa, pb;
+    memset(&pa, 0, sizeof pa);
+    memset(&pb, 0, sizeof pb);
+    q8_run(a, 0, cut, &pa);
+    q8_run(a, cut, a->n_w, &pb);
+    const int ua = mf_cu_q8v4_u(a->gemv_v4, a->wtype[0], pa.start[pa.n_w], a->n_in);
+    const int ub = mf_cu_q8v4_u(a->gemv_v4, a->wtype[cut], pb.start[pb.n_w], a->n_in);
+    if (!mf_cu_q8v4_mix_supported(a->wtype[0], ua, a->wtype[cut], ub))
+        return cudaSuccess;
+    *done = true;
+    q8_pro pro;
+    size_t smem;
+    cudaError_t e = q8_src_for(in, 1, 1, &pro, &smem, s);
+    if (e == cudaSuccess)
+        e = mf_cu_q8v4_launch_mix(&pa, a->wtype[0], ua, &pb, a->wtype[cut], ub, in->xq, in->xd, in->xs, a->n_in, s);
+    return e;
+}
+
+/* FFN_Q8B's rule: the launch mf_cu_gemv_q8_multi would make is the v4
+ * SwiGLU GEMV with one slice in flight and one warp per output, which the
+ * block-local kernel reproduces bit for bit (mf_cu_q8v4_swq8_ok adds the
+ * types and the size rule). */
+extern "C" int mf_cu_gemv_q8_ffn_q8b_ok(const mf_cu_q8_multi_args *a) {
+    if (!a->swiglu || a->n_w != 2 || a->nt != 1 || a->prologue || a->wtype[1] != a->wtype[0] ||
+        a->n_out[1] != a->n_out[0] || a->res[0] || a->res[1] || !mf_cu_q8_supported(a->wtype[0], a->n_in))
+        return 0;
+    const int u = mf_cu_q8v4_u(a->gemv_v4, a->wtype[0], 2 * a->n_out[0], a->n_in);
+    return u > 0 && mf_cu_q8v4_swq8_ok(a->wtype[0], u, a->n_out[0], a->n_in);
+}
+
 /* The fused path: one quantization of x, then one launch over every weight
  * when they share a type (else one launch per weight on the same quantized
- * activations). */
+ * activations; or one for two runs of types, q8_mix_launch). */
 extern "C" cudaError_t mf_cu_gemv_q8_multi(const mf_cu_q8_multi_args *a, cudaStream_t s) {
     if (!a->q8 || a->nt <= 0 || a->nt > 8 || a->n_w < 1 || a->n_w > 3 || (a->swiglu && a->n_w != 2))
         return cudaErrorInvalidValue;
@@ -1032,6 +1100,25 @@ extern "C" cudaError_t mf_cu_gemv_q8_multi(const mf_cu_q8_multi_args *a, cudaStr
     in.xq = (int8_t *)a->q8;
     in.xd = (float *)(in.xq + a->nt * a->n_in);
     in.xs = (int32_t *)(in.xd + a->nt * (a->n_in / 32));
+    if (a->q8out) { /* MINFER_CUDA_FFN_Q8B: the SwiGLU GEMV that also writes the down GEMV's int8 input */
+        if (!mf_cu_gemv_q8_ffn_q8b_ok(a) ||
+            q8_overlap(a->q8out, mf_cu_q8_bytes(a->n_out[0], 1), a->q8, mf_cu_q8_bytes(a->n_in, 1)))
+            return cudaErrorInvalidValue;
+        q8_multi p;
+        memset(&p, 0, sizeof p);
+        q8_run(a, 0, 2, &p);
+        q8_pro pro;
+        size_t smem;
+        cudaError_t e = q8_src_for(&in, 1, 1, &pro, &smem, s); /* no prologue: the quantize kernel, if any */
+        if (e == cudaSuccess)
+            e = mf_cu_q8v4_swq8_launch(&p, a->wtype[0], in.xq, in.xd, in.xs, a->n_in, a->q8out, s);
+        return e != cudaSuccess ? e : cudaGetLastError();
+    }
+    bool mixed;
+    if (const cudaError_t me = q8_mix_launch(a, &in, &mixed, s))
+        return me;
+    if (mixed)
+        return cudaGetLastError();
     q8_multi p;
     memset(&p, 0, sizeof p);
     int first = 0;
@@ -1039,17 +1126,7 @@ extern "C" cudaError_t mf_cu_gemv_q8_multi(const mf_cu_q8_multi_args *a, cudaStr
         /* a group of consecutive weights of one type becomes one launch */
         if (i < a->n_w && a->wtype[i] == a->wtype[first])
             continue;
-        p.n_w = i - first;
-        p.start[0] = 0;
-        for (int k = 0; k < p.n_w; k++) {
-            p.w[k] = (const uint8_t *)a->w[first + k];
-            p.row_bytes[k] = a->row_bytes[first + k];
-            p.bias[k] = a->bias[first + k];
-            p.res[k] = a->res[first + k];
-            p.y[k] = a->y[first + k];
-            p.n_out[k] = a->n_out[first + k];
-            p.start[k + 1] = p.start[k] + p.n_out[k];
-        }
+        q8_run(a, first, i, &p);
         cudaError_t e = cudaErrorInvalidValue;
         const int u4 = a->nt == 1 && !a->prologue
                            ? mf_cu_q8v4_u(a->gemv_v4, a->wtype[first], a->swiglu ? 2 * p.n_out[0] : p.start[p.n_w],

@@ -28,12 +28,15 @@
  * Taken for nt == 1 by the rule of mf_cu_q8v4_u (default), or forced with
  * MINFER_CUDA_GEMV_V4=U (U = 1 or 2; 0 turns it off; cuda_backend.c).
  * U = 4 measured slower (-11 % on qwen2-7B tg128: the registers of 16 raw
- * slices cost occupancy) and was dropped. */
+ * slices cost occupancy) and was dropped. With MINFER_CUDA_SOA a run of
+ * Q4_0 / Q5_0 / Q8_0 weights that all have plane copies runs on the plane
+ * decoders (q8w_soa.cuh, instances V4_SOA_*): aligned loads, same bits. */
 #include "backend/cuda/cuda_args.h"
 #include "backend/cuda/dequant.cuh"
 #include "backend/cuda/gemv_q8.cuh"
 #include "backend/cuda/pdl.cuh"
 #include "backend/cuda/q8w.cuh"
+#include "backend/cuda/q8w_soa.cuh"
 
 #define V4_R Q8_PAIR_R
 #define V4_PIPE(T) ((T) == MF_TYPE_Q4_K) /* next batch in flight while this one is computed */
@@ -205,6 +208,32 @@ template <> struct v4s<V4_Q6K_SLICE> {
     }
 };
 
+/* The plane-copy decoders (MINFER_CUDA_SOA, q8w_soa.cuh): instance ids of
+ * Q4_0 / Q5_0 / Q8_0 read from their plane copies. fetch takes the row's
+ * unit count (the planes' offsets); the dot is bitwise the unit decoder's. */
+#define V4_SOA_Q4_0 (V4_Q6K_SLICE + 1)
+#define V4_SOA_Q5_0 (V4_Q6K_SLICE + 2)
+#define V4_SOA_Q8_0 (V4_Q6K_SLICE + 3)
+#define V4_N_INST (V4_Q6K_SLICE + 4)
+#define V4_IS_SOA(T) ((T) >= V4_SOA_Q4_0 && (T) <= V4_SOA_Q8_0)
+template <> struct v4s<V4_SOA_Q4_0> : q8soa<MF_TYPE_Q4_0> {};
+template <> struct v4s<V4_SOA_Q5_0> : q8soa<MF_TYPE_Q5_0> {};
+template <> struct v4s<V4_SOA_Q8_0> : q8soa<MF_TYPE_Q8_0> {};
+
+/* The block type an instance decodes (plane instances: their type's). */
+static constexpr __host__ __device__ int v4_base(int t) {
+    return t == V4_SOA_Q4_0 ? MF_TYPE_Q4_0 : t == V4_SOA_Q5_0 ? MF_TYPE_Q5_0 : t == V4_SOA_Q8_0 ? MF_TYPE_Q8_0 : t;
+}
+
+/* Offset in its row of the bytes of unit k that the pre-wait prefetch asks
+ * L2 for: unit k's share of the row, or on a plane copy its qs. */
+template <int T> static __device__ __forceinline__ uint64_t v4_pf_off(uint64_t row_bytes, int64_t k, int64_t n) {
+    if constexpr (V4_IS_SOA(T))
+        return (uint64_t)q8soa<v4_base(T)>::QS * (uint64_t)k;
+    else
+        return row_bytes * (uint64_t)k / (uint64_t)n;
+}
+
 /* Grid: x = blocks looping over groups of (Q8_WARPS / ks) row pairs (n_grp
  * groups; block-uniform trip count, so every warp reaches q8_reduce's
  * barrier once per group); ks warps share a row pair, warp kp taking slice
@@ -214,14 +243,17 @@ template <> struct v4s<V4_Q6K_SLICE> {
  * before the current batch is computed, so a warp always has weight bytes
  * in flight. The other types measured faster without (H200, PERF.md entry
  * 13: their decoders keep more registers per slice, and the second buffer
- * costs them occupancy), so they load the next batch after the current one. */
+ * costs them occupancy), so they load the next batch after the current one.
+ * v4_rows is that loop for block bx of a grid of gx blocks (the single-type
+ * kernel: blockIdx.x of gridDim.x; the mixed-type kernel: its blocks split
+ * into one such grid per weight type); part is the block's reduction buffer. */
 template <int T, int U, bool SWIGLU>
-static __global__ void __launch_bounds__(32 * Q8_WARPS)
-gemv_q8v4_kernel(q8_multi p, const int8_t *__restrict__ xq, const float *__restrict__ xd,
-                 const int32_t *__restrict__ xs, int64_t n_in, int ks, int64_t n_grp, int pf) {
+static __device__ __forceinline__ void v4_rows(const q8_multi &p, const int8_t *__restrict__ xq,
+                                               const float *__restrict__ xd, const int32_t *__restrict__ xs,
+                                               int64_t n_in, int ks, int64_t n_grp, int pf, float (*part)[V4_R],
+                                               unsigned bx, unsigned gx) {
     constexpr int R = V4_R;
     typedef typename v4s<T>::raw raw;
-    __shared__ float part[Q8_WARPS][R];
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
     const int kp = warp % ks, ppb = Q8_WARPS / ks;
     const int64_t n_units = n_in / 32;
@@ -243,7 +275,10 @@ gemv_q8v4_kernel(q8_multi p, const int8_t *__restrict__ xq, const float *__restr
             k = k < n_units ? k : n_units - 1; /* read again, not added */
 #pragma unroll
             for (int r = 0; r < R; r++)
-                v4s<T>::fetch(row[r], k, wr[j][r]);
+                if constexpr (V4_IS_SOA(T))
+                    v4s<T>::fetch(row[r], k, n_units, wr[j][r]);
+                else
+                    v4s<T>::fetch(row[r], k, wr[j][r]);
         }
     };
     auto dots = [&](const raw (*wr)[R], int64_t base, float *acc) {
@@ -273,25 +308,25 @@ gemv_q8v4_kernel(q8_multi p, const int8_t *__restrict__ xq, const float *__restr
      * fixed it (PERF.md entry 13; the cause was not pinned down). The
      * prefetch (MINFER_CUDA_GEMV_V4_PF, default on) measured +4.5 % on
      * qwen2-7B Q4_0 tg128 and neutral on Q4_K_M. */
-    if (pf && busy && blockIdx.x < n_grp) /* the first batch's lines into L2 while the kernel before ends */
+    if (pf && busy && bx < n_grp) /* the first batch's lines into L2 while the kernel before ends */
 #pragma unroll
         for (int r = 0; r < R; r++) {
             int w;
-            const int64_t o = q8_pair_row<SWIGLU>(p, blockIdx.x * ppb + warp / ks, r, total, &w);
+            const int64_t o = q8_pair_row<SWIGLU>(p, bx * ppb + warp / ks, r, total, &w);
             const uint8_t *rw = p.w[w] + (uint64_t)(o < 0 ? 0 : o) * p.row_bytes[w];
 #pragma unroll
             for (int j = 0; j < U; j++) {
                 const int64_t k = first + 32 * j + lane;
                 if (k < n_units)
                     asm volatile("prefetch.global.L2 [%0];" ::"l"(
-                        __cvta_generic_to_global(rw + p.row_bytes[w] * (uint64_t)k / (uint64_t)n_units)));
+                        __cvta_generic_to_global(rw + v4_pf_off<T>(p.row_bytes[w], k, n_units))));
             }
         }
     mf_pdl_wait();
     mf_pdl_trigger();
     const uint8_t *row[R];
     if constexpr (!V4_PIPE(T)) { /* one batch in flight at a time */
-        for (int64_t bg = blockIdx.x; bg < n_grp; bg += gridDim.x) {
+        for (int64_t bg = bx; bg < n_grp; bg += gx) {
             rows_of(bg, row);
             float acc[R] = {};
             for (int64_t base = first; base < n_units; base += step) { /* warp-uniform */
@@ -303,7 +338,7 @@ gemv_q8v4_kernel(q8_multi p, const int8_t *__restrict__ xq, const float *__restr
         }
         return;
     }
-    int64_t bg = blockIdx.x, base = first;
+    int64_t bg = bx, base = first;
     raw cur[U][R];
     rows_of(bg, row);
     if (busy && bg < n_grp)
@@ -317,7 +352,7 @@ gemv_q8v4_kernel(q8_multi p, const int8_t *__restrict__ xq, const float *__restr
             nbg = bg;
             if (nbase >= n_units) {
                 nbase = first;
-                nbg = bg + gridDim.x;
+                nbg = bg + gx;
             }
             if (nbg != bg)
                 rows_of(nbg, nrow);
@@ -339,7 +374,7 @@ gemv_q8v4_kernel(q8_multi p, const int8_t *__restrict__ xq, const float *__restr
                 break;
         }
         finish(bg, acc);
-        bg += gridDim.x;
+        bg += gx;
         if (busy)
 #pragma unroll
             for (int r = 0; r < R; r++)
@@ -347,10 +382,39 @@ gemv_q8v4_kernel(q8_multi p, const int8_t *__restrict__ xq, const float *__restr
     }
 }
 
+template <int T, int U, bool SWIGLU>
+static __global__ void __launch_bounds__(32 * Q8_WARPS)
+gemv_q8v4_kernel(q8_multi p, const int8_t *__restrict__ xq, const float *__restrict__ xd,
+                 const int32_t *__restrict__ xs, int64_t n_in, int ks, int64_t n_grp, int pf) {
+    __shared__ float part[Q8_WARPS][V4_R];
+    v4_rows<T, U, SWIGLU>(p, xq, xd, xs, n_in, ks, n_grp, pf, part, blockIdx.x, gridDim.x);
+}
+
+/* Two runs of weights of different types sharing the input (Q/K of one
+ * type, V of another: the use_more_bits layers of the K-quant mixes) in one
+ * launch (MINFER_CUDA_QKV_MIX): blocks [0, nba) are run a's grid (pa, type
+ * TA), the rest run b's (pb, TB), each block running the single-type loop
+ * of its run with the ks and group count that run's own launch would take
+ * (v4_plan). A row's slices, warps and reduction are then exactly those of
+ * the separate launches, so are its bits; the kernel only removes the
+ * second launch (and its wait for the first) from the chain. One slice in
+ * flight, no SwiGLU: the only form the QKV of those models takes. */
+template <int TA, int TB>
+static __global__ void __launch_bounds__(32 * Q8_WARPS)
+gemv_q8v4_mix_kernel(q8_multi pa, q8_multi pb, const int8_t *__restrict__ xq, const float *__restrict__ xd,
+                     const int32_t *__restrict__ xs, int64_t n_in, int ksa, int ksb, int64_t n_grpa, int64_t n_grpb,
+                     unsigned nba, int pf) {
+    __shared__ float part[Q8_WARPS][V4_R];
+    if (blockIdx.x < nba) /* block-uniform */
+        v4_rows<TA, 1, false>(pa, xq, xd, xs, n_in, ksa, n_grpa, pf, part, blockIdx.x, nba);
+    else
+        v4_rows<TB, 1, false>(pb, xq, xd, xs, n_in, ksb, n_grpb, pf, part, blockIdx.x - nba, gridDim.x - nba);
+}
+
 #define V4_FOR_EACH_TYPE(X) X(MF_TYPE_Q4_0) X(MF_TYPE_Q5_0) X(MF_TYPE_Q8_0) X(MF_TYPE_Q4_K) X(MF_TYPE_Q6_K)
 
 /* Resident blocks per SM of each instance (mf_cu_q8v4_probe), [type][U index][swiglu]. */
-static int v4_bps[V4_Q6K_SLICE + 1][2][2];
+static int v4_bps[V4_N_INST][2][2];
 static int v4_sms = 132;
 static int v4_pf = 1; /* mf_cu_set_gemv_v4_pf (MINFER_CUDA_GEMV_V4_PF) */
 static int v4_big_mib = 32; /* mf_cu_set_gemv_v4_big (MINFER_CUDA_GEMV_V4_BIG): Q4_K weights from this many MiB take U 2 */
@@ -360,23 +424,80 @@ static int v4_ui(int u) {
     return u == 2 ? 1 : 0;
 }
 
-template <int T, int U, bool SW> static cudaError_t v4_go(const q8_multi *p, const int8_t *xq, const float *xd,
-                                                          const int32_t *xs, int64_t n_in, cudaStream_t s) {
+/* The grid of instance <T, U, SW> over p: warps per row pair *ks, row
+ * groups *n_grp, and the block count it returns (at most one wave). The
+ * mixed-type launch plans each run with it too: ks fixes a row's summation
+ * order, so both launch forms must take the same. */
+template <int T, int U, bool SW> static int64_t v4_plan(const q8_multi *p, int64_t n_in, int *ks_out, int64_t *n_grp) {
     const int64_t n_units = n_in / 32;
     const int64_t rows = SW ? p->n_out[0] : p->start[p->n_w];
     const int64_t pairs = SW ? rows : (rows + V4_R - 1) / V4_R;
     const int bps = v4_bps[T][v4_ui(U)][SW];
     const int64_t wave = (int64_t)v4_sms * (bps > 0 ? bps : 4);
+    /* ks by the block-copy instance's wave: a plane instance (fewer
+     * registers, maybe more blocks a SM) sums a row in the same order */
+    const int kbps = v4_bps[v4_base(T)][v4_ui(U)][SW];
+    const int64_t kwave = (int64_t)v4_sms * (kbps > 0 ? kbps : 4);
     /* more warps per row pair while each still gets a batch of 32 U slices
      * and the blocks still fit one wave */
     int ks = 1;
     while (ks < Q8_WARPS && n_units >= (int64_t)64 * U * ks &&
-           (pairs * 2 * ks + Q8_WARPS - 1) / Q8_WARPS <= wave)
+           (pairs * 2 * ks + Q8_WARPS - 1) / Q8_WARPS <= kwave)
         ks *= 2;
-    const int64_t n_grp = (pairs + Q8_WARPS / ks - 1) / (Q8_WARPS / ks);
-    const int64_t blocks = n_grp < wave ? n_grp : wave;
+    *ks_out = ks;
+    *n_grp = (pairs + Q8_WARPS / ks - 1) / (Q8_WARPS / ks);
+    return *n_grp < wave ? *n_grp : wave;
+}
+
+template <int T, int U, bool SW> static cudaError_t v4_go(const q8_multi *p, const int8_t *xq, const float *xd,
+                                                          const int32_t *xs, int64_t n_in, cudaStream_t s) {
+    int ks;
+    int64_t n_grp;
+    const int64_t blocks = v4_plan<T, U, SW>(p, n_in, &ks, &n_grp);
     return mf_launch(gemv_q8v4_kernel<T, U, SW>, dim3((unsigned)blocks), dim3(32 * Q8_WARPS), 0, s, *p, xq, xd, xs,
                      n_in, ks, n_grp, v4_pf);
+}
+
+/* The type pairs with a mixed-type kernel (instance ids: V4_Q6K_SLICE for
+ * Q6_K on the slice decoder), from tools/quant_mix.c's rules for the QKV of
+ * Q4_K_M / Q5_K_M (V Q6_K in the use_more_bits layers) and Q3_K_M (V Q4_K /
+ * Q5_K), with the fallbacks of a row that is not a multiple of 256 (Q4_K ->
+ * Q5_0, Q6_K -> Q8_0, Q3_K -> Q4_0, Q5_K -> Q5_1). Only the pairs with a v4
+ * decoder on both sides: Q4_K + Q6_K (7B, 4B Q4_K_M), Q5_0 + Q8_0 (0.5B
+ * Q4_K_M), Q4_0 + Q5_0 (0.5B Q3_K_M); Q5_K_M, Q4_K_S and the Q5_1 / Q5_K /
+ * Q3_K sides have no v4 kernel at all. */
+#define V4_FOR_EACH_MIX(X) \
+    X(0, MF_TYPE_Q4_K, V4_Q6K_SLICE) X(1, MF_TYPE_Q5_0, MF_TYPE_Q8_0) X(2, MF_TYPE_Q4_0, MF_TYPE_Q5_0) \
+    X(3, V4_SOA_Q5_0, V4_SOA_Q8_0) X(4, V4_SOA_Q4_0, V4_SOA_Q5_0) /* 1, 2 on plane copies (MINFER_CUDA_SOA) */
+#define V4_N_MIX 5
+static int v4_mix_bps[V4_N_MIX]; /* resident blocks per SM of each mixed instance (mf_cu_q8v4_probe) */
+static int64_t v4_mix_launches;  /* mf_cu_q8v4_mix_count */
+
+/* Run a (pa, instance ia) and run b in one launch: each run's grid as its
+ * own launch would plan it, the two together cut to one wave of the mixed
+ * instance (each keeps at least one block; a block loops over its run's
+ * groups, so the cut changes no result). */
+template <int TA, int TB>
+static cudaError_t v4_go_mix(const q8_multi *pa, const q8_multi *pb, int mi, const int8_t *xq, const float *xd,
+                             const int32_t *xs, int64_t n_in, cudaStream_t s) {
+    int ksa, ksb;
+    int64_t ga, gb;
+    int64_t ba = v4_plan<TA, 1, false>(pa, n_in, &ksa, &ga), bb = v4_plan<TB, 1, false>(pb, n_in, &ksb, &gb);
+    const int bps = v4_mix_bps[mi];
+    const int64_t wave = (int64_t)v4_sms * (bps > 0 ? bps : 4);
+    if (ba + bb > wave && wave >= 2) {
+        const int64_t a = wave * ba / (ba + bb);
+        ba = a < 1 ? 1 : a > wave - 1 ? wave - 1 : a;
+        bb = wave - ba;
+    }
+    const cudaError_t e = mf_launch(gemv_q8v4_mix_kernel<TA, TB>, dim3((unsigned)(ba + bb)), dim3(32 * Q8_WARPS), 0,
+                                    s, *pa, *pb, xq, xd, xs, n_in, ksa, ksb, ga, gb, (unsigned)ba, v4_pf);
+    v4_mix_launches += e == cudaSuccess;
+    return e;
+}
+
+int64_t mf_cu_q8v4_mix_count(void) {
+    return v4_mix_launches;
 }
 
 template <int T>
@@ -433,8 +554,53 @@ int mf_cu_q8v4_supported(uint32_t wtype) {
     }
 }
 
+static int64_t v4_soa_launches; /* mf_cu_q8v4_soa_count */
+
+int64_t mf_cu_q8v4_soa_count(void) {
+    return v4_soa_launches;
+}
+
+/* MINFER_CUDA_SOA: the plane instance of wtype when every weight of p has
+ * a plane copy, with *q = p reading those (w / row_bytes swapped); else -1. */
+static int v4_soa(const q8_multi *p, uint32_t wtype, q8_multi *q) {
+    const int t = wtype == MF_TYPE_Q4_0   ? V4_SOA_Q4_0
+                  : wtype == MF_TYPE_Q5_0 ? V4_SOA_Q5_0
+                  : wtype == MF_TYPE_Q8_0 ? V4_SOA_Q8_0
+                                          : -1;
+    if (t < 0 || p->n_w < 1)
+        return -1;
+    for (int k = 0; k < p->n_w; k++)
+        if (!p->soa[k] || p->soa_stride[k] == 0)
+            return -1;
+    *q = *p;
+    for (int k = 0; k < p->n_w; k++) {
+        q->w[k] = p->soa[k];
+        q->row_bytes[k] = p->soa_stride[k];
+    }
+    return t;
+}
+
 cudaError_t mf_cu_q8v4_launch(const q8_multi *p, uint32_t wtype, bool swiglu, int u, const int8_t *xq,
                               const float *xd, const int32_t *xs, int64_t n_in, cudaStream_t s) {
+    q8_multi q;
+    cudaError_t e = cudaErrorNotSupported;
+    switch (v4_soa(p, wtype, &q)) {
+    case V4_SOA_Q4_0:
+        e = v4_type<V4_SOA_Q4_0>(&q, swiglu, u, xq, xd, xs, n_in, s);
+        break;
+    case V4_SOA_Q5_0:
+        e = v4_type<V4_SOA_Q5_0>(&q, swiglu, u, xq, xd, xs, n_in, s);
+        break;
+    case V4_SOA_Q8_0:
+        e = v4_type<V4_SOA_Q8_0>(&q, swiglu, u, xq, xd, xs, n_in, s);
+        break;
+    default:
+        break;
+    }
+    if (e != cudaErrorNotSupported) {
+        v4_soa_launches += e == cudaSuccess;
+        return e;
+    }
     if (wtype == MF_TYPE_Q6_K && v4_q6k)
         return v4_type<V4_Q6K_SLICE>(p, swiglu, u, xq, xd, xs, n_in, s);
     switch (wtype) {
@@ -442,6 +608,96 @@ cudaError_t mf_cu_q8v4_launch(const q8_multi *p, uint32_t wtype, bool swiglu, in
     case T:        \
         return v4_type<T>(p, swiglu, u, xq, xd, xs, n_in, s);
         V4_FOR_EACH_TYPE(MF_CASE)
+#undef MF_CASE
+    default:
+        return cudaErrorNotSupported;
+    }
+}
+
+/* The instance id weight type wtype runs on (Q6_K: the slice decoder while
+ * MINFER_CUDA_GEMV_V4_Q6K is on). */
+static int v4_inst(uint32_t wtype) {
+    return wtype == MF_TYPE_Q6_K && v4_q6k ? V4_Q6K_SLICE : (int)wtype;
+}
+
+/* MINFER_CUDA_LOGITS_CHUNKS: the warps per row (ks) of a single-run,
+ * non-SwiGLU launch of u slices over `rows` rows of wtype, the instance
+ * mf_cu_q8v4_launch would take (a plane instance plans ks as its block-copy
+ * type, so one answer covers both); 0: no v4 instance. A row's summation
+ * order is fixed by (u, ks) alone, so row chunks of a launch whose ks and u
+ * equal the whole launch's give every row the same bits. */
+int mf_cu_q8v4_ks(uint32_t wtype, int u, int64_t rows, int64_t n_in) {
+    if (rows <= 0 || n_in <= 0 || (u != 1 && u != 2))
+        return 0;
+    q8_multi p = {};
+    p.n_w = 1;
+    p.n_out[0] = rows;
+    p.start[1] = rows;
+    int ks = 0;
+    int64_t n_grp;
+    switch (v4_inst(wtype)) {
+#define MF_CASE(I)                                                                                 \
+    case I:                                                                                        \
+        if (u == 1)                                                                                \
+            v4_plan<I, 1, false>(&p, n_in, &ks, &n_grp);                                           \
+        else                                                                                       \
+            v4_plan<I, 2, false>(&p, n_in, &ks, &n_grp);                                           \
+        break;
+        V4_FOR_EACH_TYPE(MF_CASE)
+        MF_CASE(V4_Q6K_SLICE)
+#undef MF_CASE
+    default:
+        return 0;
+    }
+    return ks;
+}
+
+/* The mixed instance of instances ia and ib in either order (*swap: ib is
+ * its first type), or -1. */
+static int v4_mix_find(int ia, int ib, bool *swap) {
+#define MF_CASE(I, A, B)                     \
+    if (ia == (A) && ib == (B)) {            \
+        *swap = false;                       \
+        return I;                            \
+    }                                        \
+    if (ia == (B) && ib == (A)) {            \
+        *swap = true;                        \
+        return I;                            \
+    }
+    V4_FOR_EACH_MIX(MF_CASE)
+#undef MF_CASE
+    return -1;
+}
+
+int mf_cu_q8v4_mix_supported(uint32_t ta, int ua, uint32_t tb, int ub) {
+    bool swap;
+    return ua == 1 && ub == 1 && v4_mix_find(v4_inst(ta), v4_inst(tb), &swap) >= 0;
+}
+
+cudaError_t mf_cu_q8v4_launch_mix(const q8_multi *pa, uint32_t ta, int ua, const q8_multi *pb, uint32_t tb, int ub,
+                                  const int8_t *xq, const float *xd, const int32_t *xs, int64_t n_in,
+                                  cudaStream_t s) {
+    bool swap = false;
+    q8_multi qa, qb; /* both runs on their plane copies (MINFER_CUDA_SOA) where both have them */
+    const int sa = v4_soa(pa, ta, &qa), sb = v4_soa(pb, tb, &qb);
+    int mi = -1;
+    if (ua == 1 && ub == 1 && sa >= 0 && sb >= 0 && (mi = v4_mix_find(sa, sb, &swap)) >= 0) {
+        pa = &qa;
+        pb = &qb;
+        v4_soa_launches++;
+    } else if (ua == 1 && ub == 1) {
+        mi = v4_mix_find(v4_inst(ta), v4_inst(tb), &swap);
+    }
+    if (swap) { /* the instance's first type is run b's */
+        const q8_multi *t = pa;
+        pa = pb;
+        pb = t;
+    }
+    switch (mi) {
+#define MF_CASE(I, A, B) \
+    case I:              \
+        return v4_go_mix<A, B>(pa, pb, I, xq, xd, xs, n_in, s);
+        V4_FOR_EACH_MIX(MF_CASE)
 #undef MF_CASE
     default:
         return cudaErrorNotSupported;
@@ -476,5 +732,180 @@ void mf_cu_q8v4_probe(int sms) {
 #define MF_CASE(T) v4_occ<T, 1>(); v4_occ<T, 2>();
     V4_FOR_EACH_TYPE(MF_CASE)
     MF_CASE(V4_Q6K_SLICE)
+    MF_CASE(V4_SOA_Q4_0) MF_CASE(V4_SOA_Q5_0) MF_CASE(V4_SOA_Q8_0)
 #undef MF_CASE
+    int n = 0;
+#define MF_CASE(I, A, B)                                                                                 \
+    if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&n, gemv_q8v4_mix_kernel<A, B>, 32 * Q8_WARPS, 0) == \
+        cudaSuccess)                                                                                     \
+        v4_mix_bps[I] = n;
+    V4_FOR_EACH_MIX(MF_CASE)
+#undef MF_CASE
+}
+
+/* ---- MINFER_CUDA_FFN_Q8B: the SwiGLU GEMV also writes the down GEMV's int8 input ---- */
+
+/* Why. In a decode layer the gate/up + SwiGLU GEMV is followed by a
+ * quantize kernel (q8_quant_kernel, ~1.7 us on the critical path of the
+ * replayed 0.5B graph, PERF.md entry 15) whose only job is to turn h into
+ * the down GEMV's int8 input. The earlier fold (MINFER_CUDA_FFN_Q8, entry
+ * 14) let the warp that completed a 32-row unit quantize it, behind a
+ * __threadfence + atomic per row: every warp stalled on it. Here a block
+ * owns one whole unit, 32 consecutive outputs (SWQ_WARPS warps x SWQ_OPW
+ * outputs), so the quantization needs one __syncthreads and nothing
+ * across blocks.
+ *
+ * Bits. Each output is computed exactly as the v4 SwiGLU instance with one
+ * slice in flight and one warp per row pair (ks 1, which the rule checks
+ * with v4_plan) computes it: lane l sums the dots of slices l, l + 32, ...
+ * of the gate row and of the up row in that order (v4s<T>::fetch / dot,
+ * the slice index clamped and the value dropped past the row), the butterfly
+ * of q8_reduce, then q8_swiglu_store's f32 expression. So h is bitwise the
+ * v4 kernel's, and warp 0's q8_unit over the block's 32 h values (from
+ * shared memory) is bitwise q8_quant_kernel's over the same 32 floats.
+ * The four (gate, up) row pairs of a warp are all loaded before any is
+ * computed: 8 slices a lane in flight (the v4 kernel keeps 2 a warp and
+ * relies on more warps). n_out / 32 blocks of 256 threads: 152 for the
+ * 0.5B's 4864, one wave on 132 SMs at 2 blocks a SM. */
+#define SWQ_WARPS 8
+#define SWQ_OPW 4        /* consecutive outputs a warp: SWQ_WARPS * SWQ_OPW = 32, one int8 unit */
+#define SWQ_MAX_IN 2048  /* the size rule: n_in up to this (0.5B / 1.5B gate/up: latency-bound) */
+
+template <int T>
+static __global__ void __launch_bounds__(32 * SWQ_WARPS, 2)
+gemv_q8v4_swq8_kernel(q8_multi p, const int8_t *__restrict__ xq, const float *__restrict__ xd,
+                      const int32_t *__restrict__ xs, int64_t n_in, int pf, int8_t *__restrict__ oq,
+                      float *__restrict__ od, int32_t *__restrict__ os) {
+    typedef typename v4s<T>::raw raw;
+    __shared__ float hs[32];
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+    const int64_t n_units = n_in / 32;
+    const int64_t o0 = (int64_t)blockIdx.x * 32 + warp * SWQ_OPW; /* n_out % 32 == 0: every row exists */
+    const uint8_t *row[SWQ_OPW][2];
+#pragma unroll
+    for (int i = 0; i < SWQ_OPW; i++)
+#pragma unroll
+        for (int r = 0; r < 2; r++)
+            row[i][r] = p.w[r] + (uint64_t)(o0 + i) * p.row_bytes[r];
+    if (pf && lane < n_units) /* the first batch's lines into L2 only (see the note in v4_rows) */
+#pragma unroll
+        for (int i = 0; i < SWQ_OPW; i++)
+#pragma unroll
+            for (int r = 0; r < 2; r++)
+                asm volatile("prefetch.global.L2 [%0];" ::"l"(
+                    __cvta_generic_to_global(row[i][r] + v4_pf_off<T>(p.row_bytes[r], lane, n_units))));
+    mf_pdl_wait();
+    mf_pdl_trigger();
+    float acc[SWQ_OPW][2] = {};
+    for (int64_t base = 0; base < n_units; base += 32) { /* warp-uniform */
+        const int64_t k = base + lane;
+        const int64_t kk = k < n_units ? k : n_units - 1; /* read again, not added */
+        raw wr[SWQ_OPW][2];
+#pragma unroll
+        for (int i = 0; i < SWQ_OPW; i++)
+#pragma unroll
+            for (int r = 0; r < 2; r++) {
+                if constexpr (V4_IS_SOA(T))
+                    v4s<T>::fetch(row[i][r], kk, n_units, wr[i][r]);
+                else
+                    v4s<T>::fetch(row[i][r], kk, wr[i][r]);
+            }
+#pragma unroll
+        for (int i = 0; i < SWQ_OPW; i++)
+#pragma unroll
+            for (int r = 0; r < 2; r++) {
+                const float v = v4s<T>::dot(wr[i][r], kk, xq, xd, xs);
+                acc[i][r] += k < n_units ? v : 0.0f;
+            }
+    }
+#pragma unroll
+    for (int i = 0; i < SWQ_OPW; i++)
+#pragma unroll
+        for (int r = 0; r < 2; r++) { /* q8_reduce's butterfly: every lane ends with the same bits */
+            float s = acc[i][r];
+#pragma unroll
+            for (int off = 16; off > 0; off >>= 1)
+                s += __shfl_xor_sync(0xffffffffu, s, off);
+            acc[i][r] = s;
+        }
+    float g = acc[0][0], u = acc[0][1]; /* lane i < SWQ_OPW stores output o0 + i */
+#pragma unroll
+    for (int i = 1; i < SWQ_OPW; i++)
+        if (lane == i) {
+            g = acc[i][0];
+            u = acc[i][1];
+        }
+    if (lane < SWQ_OPW) { /* q8_swiglu_store's expression */
+        const int64_t o = o0 + lane;
+        const float bg = p.bias[0] ? p.bias[0][o] : 0.0f, bu = p.bias[1] ? p.bias[1][o] : 0.0f;
+        const float gt = g + bg;
+        const float h = gt / (1.0f + expf(-gt)) * (u + bu);
+        p.y[0][o] = h;
+        hs[warp * SWQ_OPW + lane] = h;
+    }
+    __syncthreads();
+    if (warp == 0) /* q8_quant_kernel's unit blockIdx.x of h */
+        q8_unit(hs[lane], lane, true, oq + (int64_t)blockIdx.x * 32, od + blockIdx.x, os + blockIdx.x);
+}
+
+#define SWQ_FOR_EACH_INST(X) \
+    X(MF_TYPE_Q4_0) X(MF_TYPE_Q5_0) X(MF_TYPE_Q8_0) X(MF_TYPE_Q4_K) X(MF_TYPE_Q6_K) X(V4_Q6K_SLICE)
+#define SWQ_FOR_EACH_SOA(X) X(V4_SOA_Q4_0) X(V4_SOA_Q5_0) X(V4_SOA_Q8_0)
+
+static int64_t v4_swq8_launches; /* mf_cu_q8v4_swq8_count */
+
+int mf_cu_q8v4_swq8_ok(uint32_t wtype, int u, int64_t n_out, int64_t n_in) {
+    if (u != 1 || n_out <= 0 || n_out % 32 != 0 || n_out / 32 > 0x7fffffff || n_in <= 0 || n_in % 32 != 0 ||
+        n_in > SWQ_MAX_IN)
+        return 0;
+    q8_multi p = {}; /* the v4 SwiGLU launch's plan of these rows: one warp per output (ks 1) */
+    p.n_w = 2;
+    p.n_out[0] = p.n_out[1] = n_out;
+    p.start[1] = n_out;
+    p.start[2] = 2 * n_out;
+    int ks = 0;
+    int64_t n_grp;
+    switch (v4_inst(wtype)) {
+#define MF_CASE(I)                                 \
+    case I:                                        \
+        v4_plan<I, 1, true>(&p, n_in, &ks, &n_grp); \
+        break;
+        SWQ_FOR_EACH_INST(MF_CASE)
+#undef MF_CASE
+    default:
+        return 0;
+    }
+    return ks == 1;
+}
+
+cudaError_t mf_cu_q8v4_swq8_launch(const q8_multi *p, uint32_t wtype, const int8_t *xq, const float *xd,
+                                   const int32_t *xs, int64_t n_in, void *q8out, cudaStream_t s) {
+    const int64_t n_out = p->n_out[0], nb = n_out / 32;
+    if (p->n_w != 2 || p->n_out[1] != n_out || !q8out || !mf_cu_q8v4_swq8_ok(wtype, 1, n_out, n_in))
+        return cudaErrorNotSupported;
+    int8_t *oq = (int8_t *)q8out; /* mf_cu_q8_bytes(n_out, 1) layout */
+    float *od = (float *)(oq + n_out);
+    int32_t *os = (int32_t *)(od + nb);
+    cudaError_t e = cudaErrorNotSupported;
+    q8_multi q; /* MINFER_CUDA_SOA: the plane copies when both weights have one (same bits) */
+    const int si = v4_soa(p, wtype, &q);
+    switch (si >= 0 ? si : v4_inst(wtype)) {
+#define MF_CASE(I)                                                                                               \
+    case I:                                                                                                      \
+        e = mf_launch(gemv_q8v4_swq8_kernel<I>, dim3((unsigned)nb), dim3(32 * SWQ_WARPS), 0, s, si >= 0 ? q : *p, \
+                      xq, xd, xs, n_in, v4_pf, oq, od, os);                                                      \
+        break;
+        SWQ_FOR_EACH_INST(MF_CASE)
+        SWQ_FOR_EACH_SOA(MF_CASE)
+#undef MF_CASE
+    default:
+        break;
+    }
+    v4_swq8_launches += e == cudaSuccess;
+    v4_soa_launches += si >= 0 && e == cudaSuccess;
+    return e;
+}
+
+int64_t mf_cu_q8v4_swq8_count(void) {
+    return v4_swq8_launches;
 }

@@ -23,6 +23,35 @@ static __device__ __forceinline__ float mf_rms_scale(double ss, double *part, in
     return (float)(1.0 / sqrt(tot / (double)n + (double)eps));
 }
 
+/* QkNorm's scale 1 / sqrt(sum(x^2) / hd + eps) of one head row, computed by
+ * one warp from each lane's partial double sum ss (lane l: elements l,
+ * l + 32, ... in increasing order): the shuffle tree, then lane 0's total
+ * for every lane (the one-warp rmsnorm's part[0], no barrier). ropestore.cu's
+ * per-head norms and attn_short.cu's fused prologue all end here, so the
+ * q / k they produce are bitwise equal. Every lane of the warp must call it.
+ * eps by reference: read where it is used, after the shuffles, as the
+ * kernels read their kernel-argument eps before this was shared (by value
+ * the load moves ahead of the shuffles and their PTX changes). */
+static __device__ __forceinline__ float mf_head_rms_scale(double ss, int hd, const float &eps) {
+#pragma unroll
+    for (int o = 16; o > 0; o >>= 1)
+        ss += __shfl_xor_sync(0xffffffffu, ss, o);
+    double tot = 0.0;
+    tot += __shfl_sync(0xffffffffu, ss, 0);
+    return (float)(1.0 / sqrt(tot / (double)hd + (double)eps));
+}
+
+/* mf_head_rms_scale from the lane's elements held in registers, xs[j] =
+ * x[lane + 32 j] (0 past the row: adds +0). */
+template <int NJ>
+static __device__ __forceinline__ float mf_head_rms_scale_lanes(const float (&xs)[NJ], int hd, const float &eps) {
+    double ss = 0.0;
+#pragma unroll
+    for (int j = 0; j < NJ; j++)
+        ss += (double)xs[j] * (double)xs[j];
+    return mf_head_rms_scale(ss, hd, eps);
+}
+
 /* Elements a thread keeps in registers in the MINFER_CUDA_LAT norm kernels:
  * 16 x 256 threads covers a 4096-wide row (3584 for the 7B) in one pass. */
 #define MF_LAT_E 16

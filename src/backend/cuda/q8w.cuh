@@ -56,6 +56,26 @@ static __device__ __forceinline__ uint32_t spread4(uint32_t h, int i, int at) {
     return ((b & 1u) | ((b & 2u) << 7) | ((b & 4u) << 14) | ((b & 8u) << 21)) << at;
 }
 
+/* The 8 words of weight integers of a unit's 16 nibble bytes w (Q4 / Q5
+ * qs): low nibbles (elements 0-15) into q[0..3], high nibbles (16-31) into
+ * q[4..7]; with H each byte also gets its fifth bit from h (Q5 qh). The
+ * block decoders here and the plane decoders (q8w_soa.cuh) share it. h by
+ * reference: by value nvcc 13 swaps the operands of the plane decoder's
+ * `or` (same bits, other PTX). */
+template <bool H>
+static __device__ __forceinline__ void q8_nibbles(const uint32_t *w, const uint32_t &h, uint32_t *q) {
+#pragma unroll
+    for (int i = 0; i < 4; i++) {
+        if constexpr (H) {
+            q[i] = (w[i] & 0x0f0f0f0fu) | spread4(h, i, 4);
+            q[i + 4] = ((w[i] >> 4) & 0x0f0f0f0fu) | spread4(h, i + 4, 4);
+        } else {
+            q[i] = w[i] & 0x0f0f0f0fu;
+            q[i + 4] = (w[i] >> 4) & 0x0f0f0f0fu;
+        }
+    }
+}
+
 template <int T> struct q8w;
 
 template <> struct q8w<MF_TYPE_Q4_0> {
@@ -63,11 +83,7 @@ template <> struct q8w<MF_TYPE_Q4_0> {
         const mf_block_q4_0 *b = (const mf_block_q4_0 *)row + u;
         uint32_t w[4];
         ld_words<2, 4>(b->qs, w);
-#pragma unroll
-        for (int i = 0; i < 4; i++) {
-            q[i] = w[i] & 0x0f0f0f0fu;
-            q[i + 4] = (w[i] >> 4) & 0x0f0f0f0fu;
-        }
+        q8_nibbles<false>(w, 0, q);
         const float d = mf_h2f(b->d);
         dm[0] = dm[1] = make_float2(d, -8.0f * d);
     }
@@ -78,11 +94,7 @@ template <> struct q8w<MF_TYPE_Q4_1> {
         const mf_block_q4_1 *b = (const mf_block_q4_1 *)row + u;
         uint32_t w[4];
         ld_words<4, 4>(b->qs, w); /* 20-byte blocks, qs at 4 */
-#pragma unroll
-        for (int i = 0; i < 4; i++) {
-            q[i] = w[i] & 0x0f0f0f0fu;
-            q[i + 4] = (w[i] >> 4) & 0x0f0f0f0fu;
-        }
+        q8_nibbles<false>(w, 0, q);
         dm[0] = dm[1] = make_float2(mf_h2f(b->d), mf_h2f(b->m));
     }
 };
@@ -93,11 +105,7 @@ template <> struct q8w<MF_TYPE_Q5_0> {
         uint32_t w[4], h;
         ld_words<2, 4>(b->qs, w);
         ld_words<2, 1>(b->qh, &h);
-#pragma unroll
-        for (int i = 0; i < 4; i++) {
-            q[i] = (w[i] & 0x0f0f0f0fu) | spread4(h, i, 4);
-            q[i + 4] = ((w[i] >> 4) & 0x0f0f0f0fu) | spread4(h, i + 4, 4);
-        }
+        q8_nibbles<true>(w, h, q);
         const float d = mf_h2f(b->d);
         dm[0] = dm[1] = make_float2(d, -16.0f * d);
     }
@@ -109,11 +117,7 @@ template <> struct q8w<MF_TYPE_Q5_1> {
         uint32_t w[4], h;
         ld_words<4, 4>(b->qs, w); /* 24-byte blocks: qh at 4, qs at 8 */
         ld_words<4, 1>(b->qh, &h);
-#pragma unroll
-        for (int i = 0; i < 4; i++) {
-            q[i] = (w[i] & 0x0f0f0f0fu) | spread4(h, i, 4);
-            q[i + 4] = ((w[i] >> 4) & 0x0f0f0f0fu) | spread4(h, i + 4, 4);
-        }
+        q8_nibbles<true>(w, h, q);
         dm[0] = dm[1] = make_float2(mf_h2f(b->d), mf_h2f(b->m));
     }
 };
@@ -221,20 +225,28 @@ template <> struct q8w<MF_TYPE_Q6_K> {
     }
 };
 
+/* The integer part of a unit's dot: the half sums s0 (weight integers
+ * q[0..3] . activation int8 a, elements 0-15) and s1 (q[4..7] . c,
+ * elements 16-31), each one dp4a chain in element order. */
+static __device__ __forceinline__ void q8_unit_isum(const uint32_t *q, int4 a, int4 c, int &s0, int &s1) {
+    s0 = __dp4a((int)q[0], a.x, 0);
+    s0 = __dp4a((int)q[1], a.y, s0);
+    s0 = __dp4a((int)q[2], a.z, s0);
+    s0 = __dp4a((int)q[3], a.w, s0);
+    s1 = __dp4a((int)q[4], c.x, 0);
+    s1 = __dp4a((int)q[5], c.y, s1);
+    s1 = __dp4a((int)q[6], c.z, s1);
+    s1 = __dp4a((int)q[7], c.w, s1);
+}
+
 /* One unit's contribution for one token: q (8 words of weight integers) dot
  * the activation's 32 int8 (a: elements 0-15, c: 16-31), scaled per half,
  * plus the offsets times the activation half sums sx0 / sx1. The caller
  * multiplies by the activation unit's scale. */
 static __device__ __forceinline__ float q8_unit_dot(const uint32_t *q, int4 a, int4 c, const float2 *m,
                                                     float sx0, float sx1) {
-    int s0 = __dp4a((int)q[0], a.x, 0);
-    s0 = __dp4a((int)q[1], a.y, s0);
-    s0 = __dp4a((int)q[2], a.z, s0);
-    s0 = __dp4a((int)q[3], a.w, s0);
-    int s1 = __dp4a((int)q[4], c.x, 0);
-    s1 = __dp4a((int)q[5], c.y, s1);
-    s1 = __dp4a((int)q[6], c.z, s1);
-    s1 = __dp4a((int)q[7], c.w, s1);
+    int s0, s1;
+    q8_unit_isum(q, a, c, s0, s1);
     return m[0].x * (float)s0 + m[0].y * sx0 + m[1].x * (float)s1 + m[1].y * sx1;
 }
 

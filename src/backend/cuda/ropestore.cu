@@ -30,6 +30,7 @@
 
 #include "backend/cuda/cuda_args.h"
 #include "backend/cuda/kv.cuh"
+#include "backend/cuda/norm.cuh"
 #include "backend/cuda/pdl.cuh"
 #include "backend/cuda/rope.cuh"
 
@@ -119,12 +120,7 @@ static __device__ void rs_norm_head(float *xv, const float *__restrict__ w, int 
         double ss = 0.0;
         for (int i = threadIdx.x; i < hd; i += 32)
             ss += (double)xv[i] * (double)xv[i];
-#pragma unroll
-        for (int off = 16; off > 0; off >>= 1)
-            ss += __shfl_xor_sync(0xffffffffu, ss, off);
-        double tot = 0.0;
-        tot += __shfl_sync(0xffffffffu, ss, 0); /* the old kernel's part[0], written by lane 0 */
-        const float sc = (float)(1.0 / sqrt(tot / (double)hd + (double)eps));
+        const float sc = mf_head_rms_scale(ss, hd, eps);
         for (int i = threadIdx.x; i < hd; i += 32)
             xv[i] = xv[i] * sc * w[i];
     }
@@ -240,17 +236,8 @@ static __global__ void __launch_bounds__(RSH_THREADS) rope_store_head_lat_kernel
     for (int j = 0; j < RSL_MAX_HD / 32; j++)
         xs[j] = nw && lane + 32 * j < hd ? xv[lane + 32 * j] : 0.0f;
     const int32_t praw = pa ? *pa : 0, kraw = ka ? *ka : 0;
-    if (nw) { /* rs_norm_head's sum: lane l adds elements l, l + 32, ... in order */
-        double ss = 0.0;
-#pragma unroll
-        for (int j = 0; j < RSL_MAX_HD / 32; j++)
-            ss += (double)xs[j] * (double)xs[j];
-#pragma unroll
-        for (int o = 16; o > 0; o >>= 1)
-            ss += __shfl_xor_sync(0xffffffffu, ss, o);
-        double tot = 0.0;
-        tot += __shfl_sync(0xffffffffu, ss, 0);
-        const float sc = (float)(1.0 / sqrt(tot / (double)hd + (double)a.norm_eps));
+    if (nw) { /* rs_norm_head's scale, in its lane order */
+        const float sc = mf_head_rms_scale_lanes(xs, hd, a.norm_eps);
 #pragma unroll
         for (int k = 0; k < 2; k++)
             xe[k] = xe[k] * sc * wn[k];
