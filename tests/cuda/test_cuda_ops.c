@@ -312,6 +312,16 @@ static void check_true(const char *name, bool ok, const char *detail) {
         n_fail++;
 }
 
+/* The stream of a test family, or false with the failure reported. */
+static bool family_stream(const char *family, cudaStream_t *st) {
+    if (cudaStreamCreate(st) == cudaSuccess)
+        return true;
+    char name[64];
+    snprintf(name, sizeof name, "%s: stream", family);
+    check_true(name, false, NULL);
+    return false;
+}
+
 static void die(const char *what, const mf_error *e) {
     fprintf(stderr, "test_cuda_ops: %s: %s\n", what, e->msg);
     exit(1);
@@ -4011,10 +4021,8 @@ static void ds_bench(cudaStream_t st) {
 
 static void decsmall_family(void) {
     cudaStream_t st;
-    if (cudaStreamCreate(&st) != cudaSuccess) {
-        check_true("decsmall: stream", false, NULL);
+    if (!family_stream("decsmall", &st))
         return;
-    }
     const int64_t ns[] = {896, 2560, 3584, 5120}, nts[] = {1, 3, 8, 64};
     for (int i = 0; i < 4; i++)
         for (int k = 0; k < 4; k++) {
@@ -4251,10 +4259,8 @@ static void lat_bench(cudaStream_t st) {
 
 static void lat_family(void) {
     cudaStream_t st;
-    if (cudaStreamCreate(&st) != cudaSuccess) {
-        check_true("lat: stream", false, NULL);
+    if (!family_stream("lat", &st))
         return;
-    }
     const int64_t ns[] = {896, 2560, 3584, 18944}, nts[] = {1, 7};
     for (int i = 0; i < 4; i++)
         for (int k = 0; k < 2; k++) {
@@ -4337,6 +4343,22 @@ static void ao_variant_out(mf_cu_attn_args *b, bool in_place, int v, const float
     cudaMemset(q8o, 0x35 + 16 * v, q8b);
 }
 
+/* After a variant's launch: its out (n floats) bitwise ref, its NaNs added
+ * to *n_nan, and with b->q8out the q8 output's first q8used bytes bitwise
+ * ref8; *same / *q8same cleared on a difference. */
+static void ao_variant_cmp(const mf_cu_attn_args *b, size_t ob, int64_t n, const float *ref, const void *q8o,
+                           size_t q8used, const void *ref8, int64_t *n_nan, bool *same, bool *q8same) {
+    float *yn = ds_get(b->out, ob);
+    *n_nan += count_nan(yn, n);
+    *same = *same && !memcmp(yn, ref, ob);
+    if (b->q8out) {
+        uint8_t *hn = ds_get(q8o, q8used);
+        *q8same = *q8same && !memcmp(hn, ref8, q8used);
+        free(hn);
+    }
+    free(yn);
+}
+
 /* One shape / cache type / depth / token count, n_ctx wide (4224 rows or
  * more: many splits, mostly empty at small depth). The two-kernel decode
  * (split + combine) and the quantize kernel on its output give the
@@ -4385,19 +4407,11 @@ static void ao_case(int32_t nh, int32_t nkv, int32_t hd, int64_t n_past, int64_t
             mf_cu_set_lat(!lat);
         ds_sync("attnone one-kernel", mf_cu_attn_decode(&b, st), st);
         lat_default();
-        float *yn = ds_get(b.out, ob);
-        n_nan += count_nan(yn, qd * nt);
-        out_ok = out_ok && !memcmp(yn, yo, ob);
-        if (b.q8out) {
-            uint8_t *hn = ds_get(q8o, q8used);
-            q8_ok = q8_ok && !memcmp(hn, hr, q8used);
-            free(hn);
-        }
+        ao_variant_cmp(&b, ob, qd * nt, yo, q8o, q8used, hr, &n_nan, &out_ok, &q8_ok);
         int32_t *hc = ds_get(cnt, (size_t)(nt * nkv) * 4);
         for (int64_t i = 0; i < nt * nkv; i++)
             cnt_ok = cnt_ok && hc[i] == 0;
         free(hc);
-        free(yn);
     }
     char name[160], sub[220];
     snprintf(name, sizeof name, "attnone %-4s heads %d/%d hd %d n_past %lld nt %lld ctx %d", mf_type_name(kvt), nh, nkv,
@@ -4432,6 +4446,71 @@ static void ao_weights(const char *pre, int64_t extra) {
     }
 }
 
+/* A decode layer's attention tail through the backend: ATTN -> o MATMUL
+ * (weight pre's, ao_wname) -> residual ADD. */
+typedef struct attn_layer {
+    da_fix f;
+    int32_t ri, mi, ai; /* residual input, o MATMUL, ADD */
+} attn_layer;
+
+static void attn_layer_setup(attn_layer *L, const char *pre, uint32_t wt, int32_t nh, int32_t nkv, int32_t hd,
+                           int64_t rows, int64_t nt, int32_t n_ctx, uint32_t kvt) {
+    const int64_t qd = (int64_t)nh * hd;
+    char wn[64];
+    ao_wname(wn, sizeof wn, pre, wt, qd);
+    da_setup(&L->f, nh, nkv, hd, rows, nt, n_ctx, kvt);
+    L->ri = ext(&L->f.g, qd, nt);
+    L->mi = mf_g_matmul(&L->f.g, L->f.at, wn, wt, NULL, qd, qd);
+    L->ai = mf_g_add(&L->f.g, L->ri, L->mi);
+}
+
+/* ATTN -> o MATMUL -> ADD of the layer on buffers qb / rb into ob (the
+ * attention), mb (the MATMUL, deferred into the ADD) and yb; no sync. */
+static void attn_layer_exec(attn_layer *L, int32_t qb, int32_t rb, int32_t ob, int32_t mb, int32_t yb,
+                          const mf_exec_args *a) {
+    mf_error e;
+    const int32_t ain[2] = {qb, -1}, aadd[2] = {rb, mb};
+    if (be->ops->execute_node(be, &L->f.g, L->f.at, ain, ob, L->f.kv, a, &e) ||
+        be->ops->execute_node(be, &L->f.g, L->mi, &ob, mb, (mf_kv_pair){-1, -1}, a, &e) ||
+        be->ops->execute_node(be, &L->f.g, L->ai, aadd, yb, (mf_kv_pair){-1, -1}, a, &e))
+        die("attention layer (ATTN -> o MATMUL -> ADD)", &e);
+}
+
+/* The switches back to what the environment asked for. */
+static void attn_switches_default(void) {
+    mf_cuda_set_attn_short(be, -1);
+    mf_cuda_set_attn_one(be, -1);
+    mf_cuda_set_fuse_add(be, mf_env_int("MINFER_CUDA_FUSE_ADD", 1) != 0);
+    mf_cuda_set_flash_decode(be, !mf_env_flag("MINFER_CUDA_NO_FLASH_DECODE"));
+}
+
+/* One synchronized forward of the layer on fresh buffers for q / r (nb
+ * bytes each; the outputs poisoned) with FUSE_ADD and flash decode on and
+ * the hooks mf_cuda_set_attn_one(one), mf_cuda_set_attn_short(shrt): the
+ * attention output into *ya and the layer output into *yl (malloc'd);
+ * returns how far the x-ready GEMV count (mf_cuda_q8_ready_stats) moved. */
+static int64_t attn_layer_run(attn_layer *L, const float *q, const float *r, size_t nb, const mf_exec_args *a,
+                              int one, int shrt, float **ya, float **yl, const char *what) {
+    const int32_t qb = dev_put(q, nb), rb = dev_put(r, nb), ob = dev_poison(nb), mb = dev_poison(nb),
+                  yb = dev_poison(nb);
+    mf_error e;
+    int64_t c0, c1;
+    mf_cuda_q8_ready_stats(be, &c0);
+    mf_cuda_set_flash_decode(be, true);
+    mf_cuda_set_fuse_add(be, true);
+    mf_cuda_set_attn_one(be, one);
+    mf_cuda_set_attn_short(be, shrt);
+    attn_layer_exec(L, qb, rb, ob, mb, yb, a);
+    if (be->ops->synchronize(be, &e))
+        die(what, &e);
+    attn_switches_default();
+    mf_cuda_q8_ready_stats(be, &c1);
+    *ya = dev_get(ob, nb);
+    *yl = dev_get(yb, nb);
+    dev_free(qb); dev_free(rb); dev_free(ob); dev_free(mb); dev_free(yb);
+    return c1 - c0;
+}
+
 /* Through the backend: ATTN -> o MATMUL -> residual ADD (the MATMUL
  * deferred into the ADD: FUSE_ADD on) with MINFER_CUDA_ATTN_ONE off and on
  * (hook mf_cuda_set_attn_one): the attention output and the layer output
@@ -4440,43 +4519,14 @@ static void ao_weights(const char *pre, int64_t extra) {
 static void ao_node(uint32_t wt, int32_t nh, int32_t nkv, int32_t hd, int64_t n_past, int64_t nt, uint32_t kvt) {
     const int64_t qd = (int64_t)nh * hd, n_kv = n_past + nt;
     const int32_t n_ctx = 4224;
-    char wn[64];
-    ao_wname(wn, sizeof wn, "ao", wt, qd);
-    da_fix f;
-    da_setup(&f, nh, nkv, hd, n_kv, nt, n_ctx, kvt);
-    const int32_t ri = ext(&f.g, qd, nt);
-    const int32_t mi = mf_g_matmul(&f.g, f.at, wn, wt, NULL, qd, qd);
-    const int32_t ai = mf_g_add(&f.g, ri, mi);
+    attn_layer L;
+    attn_layer_setup(&L, "ao", wt, nh, nkv, hd, n_kv, nt, n_ctx, kvt);
     float *q = rand_vec(qd * nt, 2.0f), *r = rand_vec(qd * nt, 1.0f);
     float *ya[2], *yl[2];
     int64_t moved[2];
-    for (int on = 0; on < 2; on++) {
-        const size_t nb = (size_t)(qd * nt) * 4;
-        int32_t qb = dev_put(q, nb), rb = dev_put(r, nb), ob = dev_poison(nb), mb = dev_poison(nb), yb = dev_poison(nb);
-        mf_exec_args a = args(n_past, nt, n_ctx, kvt);
-        mf_error e;
-        int64_t c0, c1;
-        mf_cuda_q8_ready_stats(be, &c0);
-        mf_cuda_set_flash_decode(be, true);
-        mf_cuda_set_fuse_add(be, true);
-        mf_cuda_set_attn_one(be, on);
-        mf_cuda_set_attn_short(be, 0); /* on vs off bitwise: the split-KV kernels */
-        const int32_t ain[2] = {qb, -1}, aadd[2] = {rb, mb};
-        if (be->ops->execute_node(be, &f.g, f.at, ain, ob, f.kv, &a, &e) ||
-            be->ops->execute_node(be, &f.g, mi, &ob, mb, (mf_kv_pair){-1, -1}, &a, &e) ||
-            be->ops->execute_node(be, &f.g, ai, aadd, yb, (mf_kv_pair){-1, -1}, &a, &e) ||
-            be->ops->synchronize(be, &e))
-            die("attnone node", &e);
-        mf_cuda_set_attn_one(be, -1);
-        mf_cuda_set_attn_short(be, -1);
-        mf_cuda_set_fuse_add(be, mf_env_int("MINFER_CUDA_FUSE_ADD", 1) != 0);
-        mf_cuda_set_flash_decode(be, !mf_env_flag("MINFER_CUDA_NO_FLASH_DECODE"));
-        mf_cuda_q8_ready_stats(be, &c1);
-        moved[on] = c1 - c0;
-        ya[on] = dev_get(ob, nb);
-        yl[on] = dev_get(yb, nb);
-        dev_free(qb); dev_free(rb); dev_free(ob); dev_free(mb); dev_free(yb);
-    }
+    const mf_exec_args a = args(n_past, nt, n_ctx, kvt);
+    for (int on = 0; on < 2; on++) /* short kernel off: on vs off bitwise, the split-KV kernels */
+        moved[on] = attn_layer_run(&L, q, r, (size_t)(qd * nt) * 4, &a, on, 0, &ya[on], &yl[on], "attnone node");
     char name[200];
     snprintf(name, sizeof name,
              "attnone node %s cache, o %s %d/%d/%d n_past %lld nt %lld: attn + o GEMV + add on == off",
@@ -4497,7 +4547,7 @@ static void ao_node(uint32_t wt, int32_t nh, int32_t nkv, int32_t hd, int64_t n_
     }
     free(q);
     free(r);
-    da_teardown(&f);
+    da_teardown(&L.f);
 }
 
 typedef struct ao_ctx {
@@ -4557,10 +4607,8 @@ static void ao_bench(int32_t nh, int32_t nkv, int32_t hd, int64_t depth, cudaStr
 
 static void attnone_family(void) {
     cudaStream_t st;
-    if (cudaStreamCreate(&st) != cudaSuccess) {
-        check_true("attnone: stream", false, NULL);
+    if (!family_stream("attnone", &st))
         return;
-    }
     const int32_t shapes[3][3] = {{14, 2, 64}, {28, 4, 128}, {32, 8, 128}}; /* 0.5B, 7B, Qwen3-4B */
     const uint32_t kvts[3] = {MF_TYPE_F32, MF_TYPE_F16, MF_TYPE_Q8_0};
     const int64_t depths[4] = {1, 31, 300, 4000}, nts[2] = {1, 3};
@@ -4668,15 +4716,7 @@ static void as_case(int32_t nh, int32_t nkv, int32_t hd, int64_t n_past, int64_t
         }
         ao_variant_out(&b, v == 2, v, hq, ob, q8o, q8b);
         ds_sync("attnshort variant", mf_cu_attn_short(&b, 0, st), st);
-        float *yn = ds_get(b.out, ob);
-        n_nan += count_nan(yn, qd * nt);
-        same = same && !memcmp(yn, ys, ob);
-        if (b.q8out) {
-            uint8_t *hn = ds_get(q8o, q8used);
-            q8same = q8same && !memcmp(hn, s8, q8used);
-            free(hn);
-        }
-        free(yn);
+        ao_variant_cmp(&b, ob, qd * nt, ys, q8o, q8used, s8, &n_nan, &same, &q8same);
     }
     char name[160], sub[220];
     snprintf(name, sizeof name, "attnshort %-4s heads %d/%d hd %d n_past %lld nt %lld", mf_type_name(kvt), nh, nkv, hd,
@@ -4703,42 +4743,6 @@ static void as_case(int32_t nh, int32_t nkv, int32_t hd, int64_t n_past, int64_t
 
 /* A layer's attention part as graph nodes: the da_fix cache and ATTN node,
  * then the o MATMUL (weight as.<wt>.<qd>x<qd>) and the residual ADD. */
-typedef struct as_layer {
-    da_fix f;
-    int32_t ri, mi, ai; /* residual input, o MATMUL, ADD */
-} as_layer;
-
-static void as_layer_setup(as_layer *L, uint32_t wt, int32_t nh, int32_t nkv, int32_t hd, int64_t rows, int64_t nt,
-                           int32_t n_ctx, uint32_t kvt) {
-    const int64_t qd = (int64_t)nh * hd;
-    char wn[64];
-    ao_wname(wn, sizeof wn, "as", wt, qd);
-    da_setup(&L->f, nh, nkv, hd, rows, nt, n_ctx, kvt);
-    L->ri = ext(&L->f.g, qd, nt);
-    L->mi = mf_g_matmul(&L->f.g, L->f.at, wn, wt, NULL, qd, qd);
-    L->ai = mf_g_add(&L->f.g, L->ri, L->mi);
-}
-
-/* ATTN -> o MATMUL -> ADD of the layer on buffers qb / rb into ob (the
- * attention), mb (the MATMUL, deferred into the ADD) and yb; no sync. */
-static void as_layer_exec(as_layer *L, int32_t qb, int32_t rb, int32_t ob, int32_t mb, int32_t yb,
-                          const mf_exec_args *a) {
-    mf_error e;
-    const int32_t ain[2] = {qb, -1}, aadd[2] = {rb, mb};
-    if (be->ops->execute_node(be, &L->f.g, L->f.at, ain, ob, L->f.kv, a, &e) ||
-        be->ops->execute_node(be, &L->f.g, L->mi, &ob, mb, (mf_kv_pair){-1, -1}, a, &e) ||
-        be->ops->execute_node(be, &L->f.g, L->ai, aadd, yb, (mf_kv_pair){-1, -1}, a, &e))
-        die("attnshort layer", &e);
-}
-
-/* The switches back to what the environment asked for. */
-static void as_default(void) {
-    mf_cuda_set_attn_short(be, -1);
-    mf_cuda_set_attn_one(be, -1);
-    mf_cuda_set_fuse_add(be, mf_env_int("MINFER_CUDA_FUSE_ADD", 1) != 0);
-    mf_cuda_set_flash_decode(be, !mf_env_flag("MINFER_CUDA_NO_FLASH_DECODE"));
-}
-
 /* Through the backend (hooks mf_cuda_set_attn_one 1 and
  * mf_cuda_set_attn_short 0 / 1 / 4): ATTN -> o MATMUL -> ADD (FUSE_ADD on).
  * The attention output bitwise the launcher's one-kernel decode (switch 0)
@@ -4753,8 +4757,8 @@ static void as_node(uint32_t wt, int32_t nh, int32_t nkv, int32_t hd, int64_t n_
     const int64_t qd = (int64_t)nh * hd, kvd = (int64_t)nkv * hd, n_kv = n_past + nt;
     const int32_t n_ctx = 4224;
     const int modes[3] = {0, 1, 4};
-    as_layer L;
-    as_layer_setup(&L, wt, nh, nkv, hd, n_kv, nt, n_ctx, kvt);
+    attn_layer L;
+    attn_layer_setup(&L, "as", wt, nh, nkv, hd, n_kv, nt, n_ctx, kvt);
     void *kc = kv_cache_dev(kvt, L.f.kc, n_kv, n_ctx, kvd, 0xff), *vc = kv_cache_dev(kvt, L.f.vc, n_kv, n_ctx, kvd, 0xff);
     float *q = rand_vec(qd * nt, 2.0f), *r = rand_vec(qd * nt, 1.0f);
     double *ref = malloc((size_t)(qd * nt) * sizeof *ref);
@@ -4762,26 +4766,10 @@ static void as_node(uint32_t wt, int32_t nh, int32_t nkv, int32_t hd, int64_t n_
     const size_t nb = (size_t)(qd * nt) * 4;
     float *ya[3], *yl[3], *yk[3];
     int64_t moved[3];
+    const mf_exec_args a = args(n_past, nt, n_ctx, kvt);
     for (int m = 0; m < 3; m++) {
-        int32_t qb = dev_put(q, nb), rb = dev_put(r, nb), ob = dev_poison(nb), mb = dev_poison(nb), yb = dev_poison(nb);
-        mf_exec_args a = args(n_past, nt, n_ctx, kvt);
-        mf_error e;
-        int64_t c0, c1;
-        mf_cuda_q8_ready_stats(be, &c0);
-        mf_cuda_set_flash_decode(be, true);
-        mf_cuda_set_fuse_add(be, true);
-        mf_cuda_set_attn_one(be, 1);
-        mf_cuda_set_attn_short(be, modes[m]);
-        as_layer_exec(&L, qb, rb, ob, mb, yb, &a);
-        if (be->ops->synchronize(be, &e))
-            die("attnshort node", &e);
-        as_default();
-        mf_cuda_q8_ready_stats(be, &c1);
-        moved[m] = c1 - c0;
-        ya[m] = dev_get(ob, nb);
-        yl[m] = dev_get(yb, nb);
+        moved[m] = attn_layer_run(&L, q, r, nb, &a, 1, modes[m], &ya[m], &yl[m], "attnshort node");
         yk[m] = as_launch(modes[m], q, kc, vc, kvt, nh, nkv, hd, n_past, nt, n_ctx, NULL, st);
-        dev_free(qb); dev_free(rb); dev_free(ob); dev_free(mb); dev_free(yb);
     }
     char name[200], sub[240];
     snprintf(name, sizeof name, "attnshort node %s cache, o %s %d/%d/%d n_past %lld nt %lld", mf_type_name(kvt),
@@ -4824,8 +4812,8 @@ static void as_graph(int64_t nt, int mode, cudaStream_t st) {
     const int64_t qd = (int64_t)nh * hd, kvd = (int64_t)nkv * hd;
     const int64_t past[] = {40, 41, 100, 300};
     enum { STEPS = sizeof past / sizeof past[0] };
-    as_layer L;
-    as_layer_setup(&L, MF_TYPE_Q4_0, nh, nkv, hd, n_ctx, nt, n_ctx, kvt);
+    attn_layer L;
+    attn_layer_setup(&L, "as", MF_TYPE_Q4_0, nh, nkv, hd, n_ctx, nt, n_ctx, kvt);
     void *kc = kv_cache_dev(kvt, L.f.kc, n_ctx, n_ctx, kvd, 0xff), *vc = kv_cache_dev(kvt, L.f.vc, n_ctx, n_ctx, kvd, 0xff);
     const size_t nb = (size_t)(qd * nt) * 4;
     int32_t qb = dev_put(NULL, nb), rb = dev_put(NULL, nb), ob = dev_put(NULL, nb), mb = dev_put(NULL, nb),
@@ -4853,7 +4841,7 @@ static void as_graph(int64_t nt, int mode, cudaStream_t st) {
             if (be->ops->begin_forward(be, &L.f.g, &a, &e) || be->ops->write_host(be, qb, 0, q[s], nb, &e) ||
                 be->ops->write_host(be, rb, 0, r[s], nb, &e))
                 die("attnshort graph step", &e);
-            as_layer_exec(&L, qb, rb, ob, mb, yb, &a);
+            attn_layer_exec(&L, qb, rb, ob, mb, yb, &a);
             if (be->ops->end_forward(be, &L.f.g, &a, &e))
                 die("attnshort graph step", &e);
             float *y = dev_get(yb, nb);
@@ -4876,7 +4864,7 @@ static void as_graph(int64_t nt, int mode, cudaStream_t st) {
             mf_cuda_graph_stats(be, &cap1, &rep1);
     }
     mf_cuda_set_graphs(be, !mf_env_flag("MINFER_NO_CUDA_GRAPH"));
-    as_default();
+    attn_switches_default();
     char name[160], det[120];
     snprintf(name, sizeof name, "attnshort graph f16 nt %lld mode %d, %d steps (worst)", (long long)nt, mode, STEPS);
     result(name, worst, 1e-4, nan, NULL);
@@ -4925,10 +4913,8 @@ static void as_bench(int32_t nh, int32_t nkv, int32_t hd, int64_t depth, cudaStr
 
 static void attnshort_family(void) {
     cudaStream_t st;
-    if (cudaStreamCreate(&st) != cudaSuccess) {
-        check_true("attnshort: stream", false, NULL);
+    if (!family_stream("attnshort", &st))
         return;
-    }
     /* 0.5B, 7B, Qwen3-4B, G = 1 */
     const int32_t shapes[4][3] = {{14, 2, 64}, {28, 4, 128}, {32, 8, 128}, {16, 16, 64}};
     const uint32_t kvts[2] = {MF_TYPE_F32, MF_TYPE_F16};
@@ -4971,6 +4957,23 @@ typedef struct sr_case_in {
     float *hk0, *hv0;                /* cache rows [0, n_past) */
     int32_t n_ctx;
 } sr_case_in;
+
+/* Random inputs of c: q and k (and the cache's K rows [0, n_past]) in
+ * [-qk, qk], v (and the V rows) in [-v, v], the QkNorm weights 1 +- spread. */
+static void sr_case_rand(sr_case_in *c, float qk, float v, float spread) {
+    const int64_t qd = (int64_t)c->nh * c->hd, kvd = (int64_t)c->nkv * c->hd, rows = c->n_past + 1;
+    c->hq = rand_vec(qd, qk);
+    c->hk = rand_vec(kvd, qk);
+    c->hv = rand_vec(kvd, v);
+    c->hqn = rand_vec(c->hd, spread);
+    c->hkn = rand_vec(c->hd, spread);
+    for (int i = 0; i < c->hd; i++) {
+        c->hqn[i] += 1.0f;
+        c->hkn[i] += 1.0f;
+    }
+    c->hk0 = rand_vec(kvd * rows, qk);
+    c->hv0 = rand_vec(kvd * rows, v);
+}
 
 /* The device side of one run: raw inputs (fresh copies), caches, outputs. */
 typedef struct sr_dev {
@@ -5025,19 +5028,6 @@ static void sr_dev_free(sr_dev *d) {
     cudaFree(d->qn); cudaFree(d->kn); cudaFree(d->pos); cudaFree(d->np); cudaFree(d->kc); cudaFree(d->vc);
 }
 
-/* rel_err's norm (|y - ref| / |ref|, 2-norms) of its own: another call
- * of rel_err made gcc stop inlining it and warn (maybe-uninitialized) at
- * an unrelated caller */
-static double sr_err(const float *y, const double *ref, int64_t n) {
-    double num = 0, den = 0;
-    for (int64_t i = 0; i < n; i++) {
-        const double d = (double)y[i] - ref[i];
-        num += d * d;
-        den += ref[i] * ref[i];
-    }
-    return den > 0 ? sqrt(num / den) : sqrt(num);
-}
-
 /* Host float64 of rope_store on one token's heads (QkNorm first with w,
  * eps 1e-6, when w != NULL), rounded to float: the reference's q / K row. */
 static void sr_ref_rope(const float *x, const float *w, int32_t n_head, int32_t hd, int32_t n_rot, int mode,
@@ -5077,17 +5067,7 @@ static void sr_case(int32_t nh, int32_t nkv, int32_t hd, int32_t n_rot, int mode
     const int64_t qd = (int64_t)nh * hd, kvd = (int64_t)nkv * hd, n_kv = n_past + 1;
     sr_case_in c = {.nh = nh, .nkv = nkv, .hd = hd, .n_rot = n_rot, .mode = mode, .n_past = n_past,
                     .pos = (int32_t)n_past + 5, .kvt = kvt, .norm = norm, .n_ctx = (int32_t)(n_kv + 17)};
-    c.hq = rand_vec(qd, 2.0f);
-    c.hk = rand_vec(kvd, 2.0f);
-    c.hv = rand_vec(kvd, 1.0f);
-    c.hqn = rand_vec(hd, 0.5f);
-    c.hkn = rand_vec(hd, 0.5f);
-    for (int i = 0; i < hd; i++) {
-        c.hqn[i] += 1.0f;
-        c.hkn[i] += 1.0f;
-    }
-    c.hk0 = rand_vec(kvd * n_kv, 2.0f);
-    c.hv0 = rand_vec(kvd * n_kv, 1.0f);
+    sr_case_rand(&c, 2.0f, 1.0f, 0.5f);
     const size_t ob = (size_t)qd * 4, q8used = (size_t)qd * 5 / 4;
     const size_t region = mf_type_row_size(kvt, kvd) * (size_t)c.n_ctx;
     /* the old path */
@@ -5156,11 +5136,11 @@ static void sr_case(int32_t nh, int32_t nkv, int32_t hd, int32_t n_rot, int mode
     snprintf(name, sizeof name, "shortrope %-4s %d/%d/%d rot %d %s%s n_past %lld", mf_type_name(kvt), nh, nkv, hd,
              n_rot, mode == MF_ROPE_NEOX ? "neox" : "normal", norm ? " qknorm" : "", (long long)n_past);
     snprintf(sub, sizeof sub, "%s [fused vs float64]", name);
-    result(sub, sr_err(yn0, ref, qd), 1e-4, count_nan(yn0, qd), NULL);
+    result(sub, rel_err(yn0, ref, qd), 1e-4, count_nan(yn0, qd), NULL);
     snprintf(sub, sizeof sub, "%s [old vs float64]", name);
-    result(sub, sr_err(yo, ref, qd), 1e-4, count_nan(yo, qd), NULL);
+    result(sub, rel_err(yo, ref, qd), 1e-4, count_nan(yo, qd), NULL);
     snprintf(sub, sizeof sub, "%s [new K/V rows vs float64]", name);
-    result(sub, sr_err(newkv, rk, kvd * 2), kvt == MF_TYPE_F32 ? 1e-5 : 1e-3, count_nan(newkv, kvd * 2),
+    result(sub, rel_err(newkv, rk, kvd * 2), kvt == MF_TYPE_F32 ? 1e-5 : 1e-3, count_nan(newkv, kvd * 2),
            "(cache rounding)");
     snprintf(sub, sizeof sub, "%s: == rope_store + attn_short", name);
     check_true(sub, launched_ok && same && cache_same && q8same,
@@ -5400,7 +5380,7 @@ static void sr_node(const qkv_spec *s, bool epi, int64_t n_past, uint32_t kvt, b
         double *ref = malloc((size_t)L.qd * sizeof *ref);
         da_ref(qo, hk, hv, s->n_head, s->n_head_kv, s->hd, n_past, 1, 1.0f / sqrtf((float)s->hd), ref);
         snprintf(sub, sizeof sub, "%s [on vs float64]", name);
-        result(sub, sr_err(ya[1], ref, L.qd), 1e-4, count_nan(ya[1], L.qd), NULL);
+        result(sub, rel_err(ya[1], ref, L.qd), 1e-4, count_nan(ya[1], L.qd), NULL);
         free(hk); free(hv); free(ref);
     }
     for (int on = 0; on < 2; on++) {
@@ -5483,7 +5463,7 @@ static void sr_graph(void) {
         nan += count_nan(ya[1][i], L.qd) + count_nan(yl[1][i], L.qd);
         /* the final cache is what step i saw in rows <= past[i]: later steps write higher rows */
         da_ref(qo[i], hk, hv, s->n_head, s->n_head_kv, s->hd, past[i], 1, 1.0f / sqrtf((float)s->hd), ref);
-        worst = fmax(worst, sr_err(ya[1][i], ref, L.qd));
+        worst = fmax(worst, rel_err(ya[1][i], ref, L.qd));
     }
     char det[120];
     result("shortrope graph 0.5B f16, 4 steps (worst vs float64)", worst, 1e-4, nan, NULL);
@@ -5522,20 +5502,9 @@ static cudaError_t sr_new_launch(const void *p, cudaStream_t st) {
 }
 
 static void sr_bench(int32_t nh, int32_t nkv, int32_t hd, bool norm, int64_t depth, cudaStream_t st) {
-    const int64_t qd = (int64_t)nh * hd, kvd = (int64_t)nkv * hd;
     sr_case_in c = {.nh = nh, .nkv = nkv, .hd = hd, .n_rot = hd, .mode = MF_ROPE_NEOX, .n_past = depth,
                     .pos = (int32_t)depth, .kvt = MF_TYPE_F16, .norm = norm, .n_ctx = 4096};
-    c.hq = rand_vec(qd, 1.0f);
-    c.hk = rand_vec(kvd, 1.0f);
-    c.hv = rand_vec(kvd, 1.0f);
-    c.hqn = rand_vec(hd, 0.2f);
-    c.hkn = rand_vec(hd, 0.2f);
-    for (int i = 0; i < hd; i++) {
-        c.hqn[i] += 1.0f;
-        c.hkn[i] += 1.0f;
-    }
-    c.hk0 = rand_vec(kvd * (depth + 1), 1.0f);
-    c.hv0 = rand_vec(kvd * (depth + 1), 1.0f);
+    sr_case_rand(&c, 1.0f, 1.0f, 0.2f);
     sr_bench_ctx b;
     sr_dev_new(&b.d, &c, false, 0);
     const float t0 = lat_time(sr_old_launch, &b, st), t1 = lat_time(sr_new_launch, &b, st);
@@ -5547,10 +5516,8 @@ static void sr_bench(int32_t nh, int32_t nkv, int32_t hd, bool norm, int64_t dep
 
 static void shortrope_family(void) {
     cudaStream_t st;
-    if (cudaStreamCreate(&st) != cudaSuccess) {
-        check_true("shortrope: stream", false, NULL);
+    if (!family_stream("shortrope", &st))
         return;
-    }
     /* 0.5B, 7B, Qwen3-4B (QkNorm) */
     const int32_t shapes[3][3] = {{14, 2, 64}, {28, 4, 128}, {32, 8, 128}};
     const uint32_t kvts[2] = {MF_TYPE_F32, MF_TYPE_F16};
@@ -5850,6 +5817,82 @@ static void gf_rule(void) {
     }
 }
 
+/* A decode layer's FFN tail through the backend contract: RMSNORM ->
+ * FUSED_FFN (gate/up + SwiGLU) -> MATMUL down -> ADD in place over the
+ * residual, and the buffers it runs on (x and the residual uploaded each
+ * step, the others poisoned). One per run: a graph captured before would
+ * replay. */
+typedef struct ffn_tail {
+    mf_graph gr;
+    int32_t ni, fi, mi, ai;         /* the nodes */
+    int32_t bx, br, bn, bf, bm;     /* x, residual (= output), normed x, h, down */
+    int64_t d, ff;
+} ffn_tail;
+
+static void ffn_tail_new(ffn_tail *t, int64_t d, int64_t ff, const char *norm, float eps, const mf_ffn_meta *m,
+                         const char *down, uint32_t down_type) {
+    t->d = d;
+    t->ff = ff;
+    graph_new(&t->gr, 0, 0);
+    const int32_t xi = ext(&t->gr, d, 1), ri = ext(&t->gr, d, 1);
+    t->ni = mf_g_rmsnorm(&t->gr, xi, norm, eps);
+    t->fi = mf_g_fused_ffn(&t->gr, t->ni, m);
+    t->mi = mf_g_matmul(&t->gr, t->fi, down, down_type, NULL, ff, d);
+    t->ai = mf_g_add(&t->gr, ri, t->mi);
+    t->bx = dev_put(NULL, (size_t)d * 4);
+    t->br = dev_put(NULL, (size_t)d * 4);
+    t->bn = dev_poison((size_t)d * 4);
+    t->bf = dev_poison((size_t)ff * 4);
+    t->bm = dev_poison((size_t)d * 4);
+}
+
+/* One forward at n_past with x and residual r: the layer output into y,
+ * and h (the SwiGLU output) into h when non-NULL. */
+static void ffn_tail_step(ffn_tail *t, int32_t n_past, const float *x, const float *r, float *y, float *h,
+                          const char *what) {
+    mf_exec_args a = args(n_past, 1, 64, MF_TYPE_F32);
+    mf_error e;
+    const mf_kv_pair nokv = {-1, -1};
+    if (be->ops->begin_forward(be, &t->gr, &a, &e) ||
+        be->ops->write_host(be, t->bx, 0, x, (size_t)t->d * 4, &e) ||
+        be->ops->write_host(be, t->br, 0, r, (size_t)t->d * 4, &e) ||
+        be->ops->execute_node(be, &t->gr, t->ni, &t->bx, t->bn, nokv, &a, &e) ||
+        be->ops->execute_node(be, &t->gr, t->fi, &t->bn, t->bf, nokv, &a, &e) ||
+        be->ops->execute_node(be, &t->gr, t->mi, &t->bf, t->bm, nokv, &a, &e) ||
+        be->ops->execute_node(be, &t->gr, t->ai, (int32_t[]){t->br, t->bm}, t->br, nokv, &a, &e) ||
+        be->ops->end_forward(be, &t->gr, &a, &e) || be->ops->synchronize(be, &e) ||
+        be->ops->read_host(be, t->br, 0, y, (size_t)t->d * 4, &e) ||
+        (h && be->ops->read_host(be, t->bf, 0, h, (size_t)t->ff * 4, &e)))
+        die(what, &e);
+}
+
+static void ffn_tail_free(ffn_tail *t) {
+    dev_free(t->bx); dev_free(t->br); dev_free(t->bn); dev_free(t->bf); dev_free(t->bm);
+    mf_graph_free(&t->gr);
+}
+
+/* float64 reference of the tail over `steps` tokens: norm (weight `norm`),
+ * gate/up (+ biases, NULL: none) + SwiGLU, down, + the residual rs. */
+static double *ffn_tail_ref(const float *xs, const float *rs, const char *norm, float eps, const char *gn,
+                            const char *bgn, const char *un, const char *bun, const char *dn, int64_t d, int64_t ff,
+                            int64_t steps) {
+    double *xn = malloc((size_t)(d * steps) * sizeof *xn), *g = malloc((size_t)(ff * steps) * sizeof *g);
+    double *u = malloc((size_t)(ff * steps) * sizeof *u), *ref = malloc((size_t)(d * steps) * sizeof *ref);
+    float *xnf = malloc((size_t)(d * steps) * 4), *hf = malloc((size_t)(ff * steps) * 4);
+    ref_rmsnorm(xs, wf32(norm), xn, d, steps, eps);
+    for (int64_t i = 0; i < d * steps; i++)
+        xnf[i] = (float)xn[i];
+    ref_matmul(gn, xnf, d, ff, steps, bgn, g);
+    ref_matmul(un, xnf, d, ff, steps, bun, u);
+    for (int64_t i = 0; i < ff * steps; i++)
+        hf[i] = (float)(g[i] / (1 + exp(-g[i])) * u[i]);
+    ref_matmul(dn, hf, ff, d, steps, NULL, ref);
+    for (int64_t i = 0; i < d * steps; i++)
+        ref[i] += rs[i];
+    free(xn); free(g); free(u); free(xnf); free(hf);
+    return ref;
+}
+
 /* A decode layer tail through the backend with CUDA graphs: RMSNORM ->
  * FUSED_FFN (gate/up Q4_0 896 -> 4864, SwiGLU) -> MATMUL down (4864 -> 896)
  * -> ADD in place over the residual, begin_forward / execute_node /
@@ -5870,34 +5913,14 @@ static void gf_graph(void) {
     const float eps = 1e-6f;
     enum { STEPS = 6 };
     float *xs = rand_vec(d * STEPS, 2.0f), *rs = rand_vec(d * STEPS, 1.0f);
-    /* float64: norm, gate/up + SwiGLU, down, + residual (steps as tokens) */
-    double *xn = malloc((size_t)(d * STEPS) * sizeof *xn), *g = malloc((size_t)(ff * STEPS) * sizeof *g);
-    double *u = malloc((size_t)(ff * STEPS) * sizeof *u), *ref = malloc((size_t)(d * STEPS) * sizeof *ref);
-    ref_rmsnorm(xs, wf32("norm.896"), xn, d, STEPS, eps);
-    float *xnf = malloc((size_t)(d * STEPS) * 4), *hf = malloc((size_t)(ff * STEPS) * 4);
-    for (int64_t i = 0; i < d * STEPS; i++)
-        xnf[i] = (float)xn[i];
-    ref_matmul(gn, xnf, d, ff, STEPS, NULL, g);
-    ref_matmul(un, xnf, d, ff, STEPS, NULL, u);
-    for (int64_t i = 0; i < ff * STEPS; i++)
-        hf[i] = (float)(g[i] / (1 + exp(-g[i])) * u[i]);
-    ref_matmul(dn, hf, ff, d, STEPS, NULL, ref);
-    for (int64_t i = 0; i < d * STEPS; i++)
-        ref[i] += rs[i];
+    double *ref = ffn_tail_ref(xs, rs, "norm.896", eps, gn, NULL, un, NULL, dn, d, ff, STEPS);
     const bool pdl0 = mf_env_int("MINFER_CUDA_PDL", MF_CU_PDL_DEFAULT) != 0;
     for (int pdl = 1; pdl >= 0; pdl--) {
         float *y[2];
         int64_t pro[2], reps[2], adds[2], norms[2];
         for (int on = 1; on >= 0; on--) {
-            mf_graph gr; /* one graph per run: a graph captured before would replay */
-            graph_new(&gr, 0, 0);
-            const int32_t xi = ext(&gr, d, 1), ri = ext(&gr, d, 1);
-            const int32_t ni = mf_g_rmsnorm(&gr, xi, "norm.896", eps);
-            const int32_t fi = mf_g_fused_ffn(&gr, ni, &m);
-            const int32_t mi = mf_g_matmul(&gr, fi, dn, MF_TYPE_Q4_0, NULL, ff, d);
-            const int32_t ai = mf_g_add(&gr, ri, mi);
-            const int32_t bx = dev_put(NULL, (size_t)d * 4), br = dev_put(NULL, (size_t)d * 4);
-            const int32_t bn = dev_poison((size_t)d * 4), bf = dev_poison((size_t)ff * 4), bm = dev_poison((size_t)d * 4);
+            ffn_tail t;
+            ffn_tail_new(&t, d, ff, "norm.896", eps, &m, dn, MF_TYPE_Q4_0);
             y[on] = malloc((size_t)(d * STEPS) * 4);
             mf_cu_set_pdl(pdl);
             mf_cuda_set_gemv_prologue(be, on);
@@ -5908,28 +5931,15 @@ static void gf_graph(void) {
             mf_cuda_fuse_stats(be, &a0, &n0);
             mf_cuda_graph_stats(be, &c0, &r0);
             const int64_t p0 = mf_cu_gemv_prologue_count();
-            mf_error e;
-            for (int s = 0; s < STEPS; s++) {
-                mf_exec_args a = args(10 + s, 1, 64, MF_TYPE_F32);
-                if (be->ops->begin_forward(be, &gr, &a, &e) ||
-                    be->ops->write_host(be, bx, 0, xs + s * d, (size_t)d * 4, &e) ||
-                    be->ops->write_host(be, br, 0, rs + s * d, (size_t)d * 4, &e) ||
-                    be->ops->execute_node(be, &gr, ni, &bx, bn, (mf_kv_pair){-1, -1}, &a, &e) ||
-                    be->ops->execute_node(be, &gr, fi, &bn, bf, (mf_kv_pair){-1, -1}, &a, &e) ||
-                    be->ops->execute_node(be, &gr, mi, &bf, bm, (mf_kv_pair){-1, -1}, &a, &e) ||
-                    be->ops->execute_node(be, &gr, ai, (int32_t[]){br, bm}, br, (mf_kv_pair){-1, -1}, &a, &e) ||
-                    be->ops->end_forward(be, &gr, &a, &e) || be->ops->synchronize(be, &e) ||
-                    be->ops->read_host(be, br, 0, y[on] + s * d, (size_t)d * 4, &e))
-                    die("gemvfuse graph step", &e);
-            }
+            for (int s = 0; s < STEPS; s++)
+                ffn_tail_step(&t, 10 + s, xs + s * d, rs + s * d, y[on] + s * d, NULL, "gemvfuse graph step");
             pro[on] = mf_cu_gemv_prologue_count() - p0;
             mf_cuda_fuse_stats(be, &a1, &n1);
             mf_cuda_graph_stats(be, &c1, &r1);
             adds[on] = a1 - a0;
             norms[on] = n1 - n0;
             reps[on] = r1 - r0;
-            dev_free(bx); dev_free(br); dev_free(bn); dev_free(bf); dev_free(bm);
-            mf_graph_free(&gr);
+            ffn_tail_free(&t);
         }
         mf_cu_set_pdl(pdl0);
         mf_cuda_set_gemv_prologue(be, -1);
@@ -5949,7 +5959,7 @@ static void gf_graph(void) {
         result(name, rel_err_f(y[1], y[0], d * STEPS), 1e-6, count_nan(y[0], d * STEPS), NULL);
         free(y[0]); free(y[1]);
     }
-    free(xs); free(rs); free(xn); free(g); free(u); free(ref); free(xnf); free(hf);
+    free(xs); free(rs); free(ref);
 }
 
 /* The output norm folded into the lm_head's quantization (norm_fusable's
@@ -6738,17 +6748,6 @@ static void soa_dw_free(soa_dw *w) {
     cudaFree(w->soa);
 }
 
-/* rel_err's norm over the family's sampled outputs (int count) */
-static double soa_rel(const float *got, const double *ref, int n) {
-    double num = 0, den = 0;
-    for (int i = 0; i < n; i++) {
-        const double d = (double)got[i] - ref[i];
-        num += d * d;
-        den += ref[i] * ref[i];
-    }
-    return den > 0 ? sqrt(num / den) : sqrt(num);
-}
-
 /* Float64 reference of NS sampled rows of w (first, last, random) against x:
  * rows[], ref[] (+ res / bias where given) and the int8 bound[]. */
 enum { SOA_NS = 24 };
@@ -6776,7 +6775,7 @@ static void soa_check(const char *name, const float *y, int64_t n_out, const int
         if (bound)
             worst = fmax(worst, fabs((double)got[i] - ref[i]) / bound[i]);
     }
-    result(name, soa_rel(got, ref, ns), bound ? 3e-2 : 6e-2, count_nan(y, n_out), NULL);
+    result(name, rel_err(got, ref, ns), bound ? 3e-2 : 6e-2, count_nan(y, n_out), NULL);
     if (bound) {
         char sub[220], det[64];
         snprintf(sub, sizeof sub, "%s: int8 bound", name);
@@ -6939,7 +6938,7 @@ static void soa_fused(uint32_t t, int64_t n_in, int64_t n_out, bool swiglu, cuda
                     worst = fmax(worst, fabs((double)got[m] - r64[m]) / bound[k][i]);
                 }
             }
-            result(name, soa_rel(got, r64, 3 * SOA_NS), 3e-2, nan, NULL);
+            result(name, rel_err(got, r64, 3 * SOA_NS), 3e-2, nan, NULL);
             char sub[240], det[64];
             snprintf(sub, sizeof sub, "%s: int8 bound", name);
             snprintf(det, sizeof det, "worst |err| / bound %.3f", worst);
@@ -7268,6 +7267,20 @@ static void fq_wname(char *buf, size_t n, const fq_spec *s, const char *k) {
     snprintf(buf, n, "fq.%s.%lldx%lld.%s", mf_type_name(s->t), (long long)s->d, (long long)s->ff, k);
 }
 
+/* A case's weight names: gate, up, down, the two biases, the norm. */
+typedef struct fq_names {
+    char g[96], u[96], d[96], bg[96], bu[96], norm[64];
+} fq_names;
+
+static void fq_names_of(const fq_spec *s, fq_names *n) {
+    fq_wname(n->g, sizeof n->g, s, "g");
+    fq_wname(n->u, sizeof n->u, s, "u");
+    fq_wname(n->d, sizeof n->d, s, "d");
+    fq_wname(n->bg, sizeof n->bg, s, "bg");
+    fq_wname(n->bu, sizeof n->bu, s, "bu");
+    snprintf(n->norm, sizeof n->norm, "fq.norm.%lld", (long long)s->d);
+}
+
 static void ffnq8b_weights(void) {
     fq_spec c[16];
     const int n = fq_specs(c);
@@ -7363,19 +7376,6 @@ static size_t fq_q8_used(int64_t n) {
     return (size_t)n + (size_t)(n / 32) * 8;
 }
 
-/* rel_err's norm-wise error, under its own name: more call sites of
- * rel_err change gcc 12's inlining so that test_mmafuse_ffn's sampled
- * buffer trips -Wmaybe-uninitialized (a false positive; -Werror). */
-static double fq_rel_err(const float *out, const double *ref, int64_t n) {
-    double num = 0, den = 0;
-    for (int64_t i = 0; i < n; i++) {
-        const double e = (double)out[i] - ref[i];
-        num += e * e;
-        den += ref[i] * ref[i];
-    }
-    return den > 0 ? sqrt(num / den) : sqrt(num);
-}
-
 /* One case through the launchers at nt 1: run 0 today's chain (gate/up +
  * SwiGLU, then the quantize kernel on h, mf_cu_q8_quant_rows, and the down
  * GEMV + residual quantizing h itself), runs 1 / 2 the switch's chain
@@ -7389,13 +7389,9 @@ static double fq_rel_err(const float *out, const double *ref, int64_t n) {
 static void fq_test(const fq_spec *s, bool bias, bool norm) {
     const int64_t D = s->d, F = s->ff;
     const float eps = 1e-6f;
-    char gn[96], un[96], dn[96], bgn[96], bun[96], nn[64];
-    fq_wname(gn, sizeof gn, s, "g");
-    fq_wname(un, sizeof un, s, "u");
-    fq_wname(dn, sizeof dn, s, "d");
-    fq_wname(bgn, sizeof bgn, s, "bg");
-    fq_wname(bun, sizeof bun, s, "bu");
-    snprintf(nn, sizeof nn, "fq.norm.%lld", (long long)D);
+    fq_names names;
+    fq_names_of(s, &names);
+    const char *gn = names.g, *un = names.u, *dn = names.d, *bgn = names.bg, *bun = names.bu, *nn = names.norm;
     float *x = rand_vec(D, 1.0f), *r = rand_vec(D, 1.0f);
     for (int64_t i = 0; i < D; i += 97) /* a few large activations: units of mixed scale */
         x[i] *= 8.0f;
@@ -7462,9 +7458,9 @@ static void fq_test(const fq_spec *s, bool bias, bool norm) {
     mf_cu_set_pdl(pdl0);
     for (int run = 0; run < 3; run++) {
         snprintf(sub, sizeof sub, "%s [%s]: h vs float64", name, rn[run]);
-        result(sub, fq_rel_err(h[run], g, F), 6e-2, count_nan(h[run], F), NULL);
+        result(sub, rel_err(h[run], g, F), 6e-2, count_nan(h[run], F), NULL);
         snprintf(sub, sizeof sub, "%s [%s]: down + residual vs float64", name, rn[run]);
-        result(sub, fq_rel_err(z[run], zr, D), 3e-2, count_nan(z[run], D), NULL);
+        result(sub, rel_err(z[run], zr, D), 3e-2, count_nan(z[run], D), NULL);
         if (run == 0)
             continue;
         snprintf(sub, sizeof sub, "%s [%s == today]", name, rn[run]);
@@ -7634,42 +7630,18 @@ static void fq_backend(const fq_spec *s) {
     enum { STEPS = 4 };
     const int64_t D = s->d, F = s->ff;
     const float eps = 1e-6f;
-    char gn[96], un[96], dn[96], bgn[96], bun[96], nn[64];
-    fq_wname(gn, sizeof gn, s, "g");
-    fq_wname(un, sizeof un, s, "u");
-    fq_wname(dn, sizeof dn, s, "d");
-    fq_wname(bgn, sizeof bgn, s, "bg");
-    fq_wname(bun, sizeof bun, s, "bu");
-    snprintf(nn, sizeof nn, "fq.norm.%lld", (long long)D);
+    fq_names names;
+    fq_names_of(s, &names);
+    const char *gn = names.g, *un = names.u, *dn = names.d, *bgn = names.bg, *bun = names.bu, *nn = names.norm;
     mf_ffn_meta m = {.gate = {.weight = gn, .bias = bgn, .wtype = s->t, .n_in = D, .n_out = F},
                      .up = {.weight = un, .bias = bun, .wtype = s->t, .n_in = D, .n_out = F}};
     float *xs = rand_vec(D * STEPS, 2.0f), *rs = rand_vec(D * STEPS, 1.0f);
-    /* float64: norm, gate/up + SwiGLU, down, + residual (steps as tokens) */
-    double *xn = malloc((size_t)(D * STEPS) * sizeof *xn), *g = malloc((size_t)(F * STEPS) * sizeof *g);
-    double *u = malloc((size_t)(F * STEPS) * sizeof *u), *ref = malloc((size_t)(D * STEPS) * sizeof *ref);
-    ref_rmsnorm(xs, wf32(nn), xn, D, STEPS, eps);
-    float *xnf = malloc((size_t)(D * STEPS) * 4), *hf = malloc((size_t)(F * STEPS) * 4);
-    for (int64_t i = 0; i < D * STEPS; i++)
-        xnf[i] = (float)xn[i];
-    ref_matmul(gn, xnf, D, F, STEPS, bgn, g);
-    ref_matmul(un, xnf, D, F, STEPS, bun, u);
-    for (int64_t i = 0; i < F * STEPS; i++)
-        hf[i] = (float)(g[i] / (1 + exp(-g[i])) * u[i]);
-    ref_matmul(dn, hf, F, D, STEPS, NULL, ref);
-    for (int64_t i = 0; i < D * STEPS; i++)
-        ref[i] += rs[i];
+    double *ref = ffn_tail_ref(xs, rs, nn, eps, gn, bgn, un, bun, dn, D, F, STEPS);
     float *y[2], *h[2];
     int64_t quant[2], swq[2], ready[2], reps[2];
     for (int on = 0; on < 2; on++) {
-        mf_graph gr; /* one graph per run: a graph captured before would replay */
-        graph_new(&gr, 0, 0);
-        const int32_t xi = ext(&gr, D, 1), ri = ext(&gr, D, 1);
-        const int32_t ni = mf_g_rmsnorm(&gr, xi, nn, eps);
-        const int32_t fi = mf_g_fused_ffn(&gr, ni, &m);
-        const int32_t mi = mf_g_matmul(&gr, fi, dn, s->t, NULL, F, D);
-        const int32_t ai = mf_g_add(&gr, ri, mi);
-        const int32_t bx = dev_put(NULL, (size_t)D * 4), br = dev_put(NULL, (size_t)D * 4);
-        const int32_t bn = dev_poison((size_t)D * 4), bf = dev_poison((size_t)F * 4), bm = dev_poison((size_t)D * 4);
+        ffn_tail tl;
+        ffn_tail_new(&tl, D, F, nn, eps, &m, dn, s->t);
         y[on] = malloc((size_t)(D * STEPS) * 4);
         h[on] = malloc((size_t)(F * STEPS) * 4);
         mf_cuda_set_ffn_q8b(be, on);
@@ -7681,29 +7653,15 @@ static void fq_backend(const fq_spec *s) {
         mf_cuda_graph_stats(be, &c0, &r0);
         mf_cuda_q8_ready_stats(be, &q0);
         const int64_t k0 = mf_cu_q8_quant_count(), s0 = mf_cu_q8v4_swq8_count();
-        mf_error e;
-        for (int t = 0; t < STEPS; t++) {
-            mf_exec_args a = args(10 + t, 1, 64, MF_TYPE_F32);
-            if (be->ops->begin_forward(be, &gr, &a, &e) ||
-                be->ops->write_host(be, bx, 0, xs + t * D, (size_t)D * 4, &e) ||
-                be->ops->write_host(be, br, 0, rs + t * D, (size_t)D * 4, &e) ||
-                be->ops->execute_node(be, &gr, ni, &bx, bn, (mf_kv_pair){-1, -1}, &a, &e) ||
-                be->ops->execute_node(be, &gr, fi, &bn, bf, (mf_kv_pair){-1, -1}, &a, &e) ||
-                be->ops->execute_node(be, &gr, mi, &bf, bm, (mf_kv_pair){-1, -1}, &a, &e) ||
-                be->ops->execute_node(be, &gr, ai, (int32_t[]){br, bm}, br, (mf_kv_pair){-1, -1}, &a, &e) ||
-                be->ops->end_forward(be, &gr, &a, &e) || be->ops->synchronize(be, &e) ||
-                be->ops->read_host(be, br, 0, y[on] + t * D, (size_t)D * 4, &e) ||
-                be->ops->read_host(be, bf, 0, h[on] + t * F, (size_t)F * 4, &e))
-                die("ffnq8b backend step", &e);
-        }
+        for (int t = 0; t < STEPS; t++)
+            ffn_tail_step(&tl, 10 + t, xs + t * D, rs + t * D, y[on] + t * D, h[on] + t * F, "ffnq8b backend step");
         quant[on] = mf_cu_q8_quant_count() - k0;
         swq[on] = mf_cu_q8v4_swq8_count() - s0;
         mf_cuda_graph_stats(be, &c1, &r1);
         mf_cuda_q8_ready_stats(be, &q1);
         reps[on] = r1 - r0;
         ready[on] = q1 - q0;
-        dev_free(bx); dev_free(br); dev_free(bn); dev_free(bf); dev_free(bm);
-        mf_graph_free(&gr);
+        ffn_tail_free(&tl);
     }
     mf_cuda_set_ffn_q8b(be, -1);
     mf_cuda_set_fuse(be, mf_env_flag("MINFER_CUDA_FUSE_GEMV"));
@@ -7728,9 +7686,9 @@ static void fq_backend(const fq_spec *s) {
     check_true(name, swq[1] == plain1 && ready[1] == plain1 && quant[1] == 0 && swq[0] == 0 && ready[0] == 0 &&
                          quant[0] == plain0 && reps[1] >= STEPS - 3 && reps[0] >= STEPS - 3, det);
     snprintf(name, sizeof name, "ffnq8b backend %s %s: switch on vs float64", s->what, mf_type_name(s->t));
-    result(name, fq_rel_err(y[1], ref, D * STEPS), 3e-2, count_nan(y[1], D * STEPS), NULL);
+    result(name, rel_err(y[1], ref, D * STEPS), 3e-2, count_nan(y[1], D * STEPS), NULL);
     free(y[0]); free(y[1]); free(h[0]); free(h[1]);
-    free(xs); free(rs); free(xn); free(g); free(u); free(ref); free(xnf); free(hf);
+    free(xs); free(rs); free(ref);
 }
 
 /* MINFER_CUDA_TEST_BENCH=1: one line per shape, the FFN tail of a decode

@@ -700,14 +700,6 @@ static int upload_weights(cu_ctx *c, mf_cuda_progress_fn progress, void *user, m
     return rc;
 }
 
-/* MINFER_CUDA_SOA: a plane copy (soa.cu; layout in q8w_soa.cuh) of every
- * uploaded Q4_0 / Q5_0 / Q8_0 matrix of >= 2 rows, relaid out on the
- * device from the block copy into one allocation of its own, for the
- * one-token v4 GEMVs (the block copy stays: prefill, getrows, v1 / v3 read
- * it). Only while >= 1 GiB stays free after it; else, or when the
- * allocation or a relayout launch fails, one info line and no copies (the
- * load never fails for it). -1 only when the wait for the relayouts fails
- * (the device is gone). */
 /* MINFER_CUDA_SOA=2: a plane copy only where the H200 measured it faster
  * (session 6, device run 3, the v4 GEMV alone): Q4_0 (896 -> 9728 +11 %,
  * 3584 -> 37888 +5 %) and Q8_0 rows of >= 2048 (3584 -> 18944 +6 %, 4864 ->
@@ -717,6 +709,14 @@ static bool soa_wanted(int mode, uint32_t type, int64_t n_in) {
     return mode == 1 || type == MF_TYPE_Q4_0 || (type == MF_TYPE_Q8_0 && n_in >= 2048);
 }
 
+/* MINFER_CUDA_SOA: a plane copy (soa.cu; layout in q8w_soa.cuh) of every
+ * uploaded Q4_0 / Q5_0 / Q8_0 matrix of >= 2 rows soa_wanted picks, relaid out on the
+ * device from the block copy into one allocation of its own, for the
+ * one-token v4 GEMVs (the block copy stays: prefill, getrows, v1 / v3 read
+ * it). Only while >= 1 GiB stays free after it; else, or when the
+ * allocation or a relayout launch fails, one info line and no copies (the
+ * load never fails for it). -1 only when the wait for the relayouts fails
+ * (the device is gone). */
 static int build_soa(cu_ctx *c, mf_error *err) {
     if (!c->soa || c->n_w <= 0 || !c->wmem)
         return 0;

@@ -620,28 +620,30 @@ static int v4_inst(uint32_t wtype) {
     return wtype == MF_TYPE_Q6_K && v4_q6k ? V4_Q6K_SLICE : (int)wtype;
 }
 
-/* MINFER_CUDA_LOGITS_CHUNKS: the warps per row (ks) of a single-run,
- * non-SwiGLU launch of u slices over `rows` rows of wtype, the instance
- * mf_cu_q8v4_launch would take (a plane instance plans ks as its block-copy
- * type, so one answer covers both); 0: no v4 instance. A row's summation
- * order is fixed by (u, ks) alone, so row chunks of a launch whose ks and u
- * equal the whole launch's give every row the same bits. */
-int mf_cu_q8v4_ks(uint32_t wtype, int u, int64_t rows, int64_t n_in) {
-    if (rows <= 0 || n_in <= 0 || (u != 1 && u != 2))
-        return 0;
+/* The warps per row pair (ks) v4_plan gives a launch of u slices on
+ * instance inst over `rows` rows of one weight (swiglu false) or `rows`
+ * outputs of a gate/up pair (swiglu true); 0: no v4 instance. A row's
+ * summation order is fixed by (u, ks) alone. */
+static int v4_plan_ks(int inst, int u, bool swiglu, int64_t rows, int64_t n_in) {
     q8_multi p = {};
-    p.n_w = 1;
+    p.n_w = swiglu ? 2 : 1;
     p.n_out[0] = rows;
     p.start[1] = rows;
+    if (swiglu) {
+        p.n_out[1] = rows;
+        p.start[2] = 2 * rows;
+    }
     int ks = 0;
     int64_t n_grp;
-    switch (v4_inst(wtype)) {
-#define MF_CASE(I)                                                                                 \
-    case I:                                                                                        \
-        if (u == 1)                                                                                \
-            v4_plan<I, 1, false>(&p, n_in, &ks, &n_grp);                                           \
-        else                                                                                       \
-            v4_plan<I, 2, false>(&p, n_in, &ks, &n_grp);                                           \
+    switch (inst) {
+#define MF_CASE(I)                                                                         \
+    case I:                                                                                \
+        if (u == 1)                                                                        \
+            swiglu ? (void)v4_plan<I, 1, true>(&p, n_in, &ks, &n_grp)                      \
+                   : (void)v4_plan<I, 1, false>(&p, n_in, &ks, &n_grp);                    \
+        else                                                                               \
+            swiglu ? (void)v4_plan<I, 2, true>(&p, n_in, &ks, &n_grp)                      \
+                   : (void)v4_plan<I, 2, false>(&p, n_in, &ks, &n_grp);                    \
         break;
         V4_FOR_EACH_TYPE(MF_CASE)
         MF_CASE(V4_Q6K_SLICE)
@@ -650,6 +652,17 @@ int mf_cu_q8v4_ks(uint32_t wtype, int u, int64_t rows, int64_t n_in) {
         return 0;
     }
     return ks;
+}
+
+/* MINFER_CUDA_LOGITS_CHUNKS: the ks of a single-run, non-SwiGLU launch of
+ * u slices over `rows` rows of wtype, the instance mf_cu_q8v4_launch would
+ * take (a plane instance plans ks as its block-copy type, so one answer
+ * covers both). Row chunks of a launch whose ks and u equal the whole
+ * launch's give every row the same bits. */
+int mf_cu_q8v4_ks(uint32_t wtype, int u, int64_t rows, int64_t n_in) {
+    if (rows <= 0 || n_in <= 0 || (u != 1 && u != 2))
+        return 0;
+    return v4_plan_ks(v4_inst(wtype), u, false, rows, n_in);
 }
 
 /* The mixed instance of instances ia and ib in either order (*swap: ib is
@@ -681,10 +694,11 @@ cudaError_t mf_cu_q8v4_launch_mix(const q8_multi *pa, uint32_t ta, int ua, const
     q8_multi qa, qb; /* both runs on their plane copies (MINFER_CUDA_SOA) where both have them */
     const int sa = v4_soa(pa, ta, &qa), sb = v4_soa(pb, tb, &qb);
     int mi = -1;
+    bool planes = false;
     if (ua == 1 && ub == 1 && sa >= 0 && sb >= 0 && (mi = v4_mix_find(sa, sb, &swap)) >= 0) {
         pa = &qa;
         pb = &qb;
-        v4_soa_launches++;
+        planes = true;
     } else if (ua == 1 && ub == 1) {
         mi = v4_mix_find(v4_inst(ta), v4_inst(tb), &swap);
     }
@@ -693,15 +707,19 @@ cudaError_t mf_cu_q8v4_launch_mix(const q8_multi *pa, uint32_t ta, int ua, const
         pa = pb;
         pb = t;
     }
+    cudaError_t e = cudaErrorNotSupported;
     switch (mi) {
 #define MF_CASE(I, A, B) \
     case I:              \
-        return v4_go_mix<A, B>(pa, pb, I, xq, xd, xs, n_in, s);
+        e = v4_go_mix<A, B>(pa, pb, I, xq, xd, xs, n_in, s); \
+        break;
         V4_FOR_EACH_MIX(MF_CASE)
 #undef MF_CASE
     default:
-        return cudaErrorNotSupported;
+        break;
     }
+    v4_soa_launches += planes && e == cudaSuccess;
+    return e;
 }
 
 template <int T, int U> static void v4_occ() {
@@ -858,24 +876,8 @@ int mf_cu_q8v4_swq8_ok(uint32_t wtype, int u, int64_t n_out, int64_t n_in) {
     if (u != 1 || n_out <= 0 || n_out % 32 != 0 || n_out / 32 > 0x7fffffff || n_in <= 0 || n_in % 32 != 0 ||
         n_in > SWQ_MAX_IN)
         return 0;
-    q8_multi p = {}; /* the v4 SwiGLU launch's plan of these rows: one warp per output (ks 1) */
-    p.n_w = 2;
-    p.n_out[0] = p.n_out[1] = n_out;
-    p.start[1] = n_out;
-    p.start[2] = 2 * n_out;
-    int ks = 0;
-    int64_t n_grp;
-    switch (v4_inst(wtype)) {
-#define MF_CASE(I)                                 \
-    case I:                                        \
-        v4_plan<I, 1, true>(&p, n_in, &ks, &n_grp); \
-        break;
-        SWQ_FOR_EACH_INST(MF_CASE)
-#undef MF_CASE
-    default:
-        return 0;
-    }
-    return ks == 1;
+    /* the v4 SwiGLU launch's plan of these rows: one warp per output (ks 1) */
+    return v4_plan_ks(v4_inst(wtype), 1, true, n_out, n_in) == 1;
 }
 
 cudaError_t mf_cu_q8v4_swq8_launch(const q8_multi *p, uint32_t wtype, const int8_t *xq, const float *xd,
