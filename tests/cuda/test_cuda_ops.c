@@ -191,25 +191,27 @@
  * on. MINFER_CUDA_TEST_BENCH=1: separate vs mixed us per norm-quant +
  * QKV call at the four model shapes (PDL chain, weights from HBM).
  * Family ffnq8b: MINFER_CUDA_FFN_Q8B (gemv_q8v4.cu: the SwiGLU GEMV with a
- * block per 32 outputs also writes the down GEMV's int8 input; args field
- * q8out) at nt 1: 896 -> 4864 -> 896 (0.5B) Q4_0 / Q5_0 / Q8_0, 1536 ->
- * 8960 (1.5B) Q4_0 / Q4_K / Q5_0 / Q8_0 / Q6_K, 2048 -> 8192 Q4_0 / Q5_0 /
- * Q8_0 / Q4_K, bias and
- * the folded norm on / off: today's chain (gate/up, quantize kernel, down +
- * residual) vs the switch's (gate/up writing the int8 h, down reading it)
- * with PDL on and off, outputs poisoned per run: h, the int8 h and the down
- * output bitwise, h (6e-2) and the down output (3e-2) vs float64, no
- * quantize launch for the down GEMV (mf_cu_q8_quant_count) and one
- * block-local launch (mf_cu_q8v4_swq8_count); the rule
- * (mf_cu_gemv_q8_ffn_q8b_ok) and the refused launch where it says no (v4
- * u2 / off, prologue, n_out % 32, the 7B gate/up, nt 2, mixed types); a
- * CUDA graph of the chain (PDL on, off) replayed 4 steps bitwise today's
- * chain; through the backend (hook mf_cuda_set_ffn_q8b) RMSNORM ->
- * FUSED_FFN -> MATMUL -> ADD over 4 graph-replayed steps, switch on == off
- * bitwise, the quantize launch gone, the down GEMV reading the int8 h
+ * block per 32 outputs also writes the down GEMV's int8 input; args fields
+ * q8out and q8b_form, the block form 1 .. MF_CU_Q8B_FORMS; every check
+ * below runs for every form, each form's launches counted apart by
+ * mf_cu_q8v4_swq8_form_count) at nt 1: 896 -> 4864 -> 896 (0.5B) Q4_0 /
+ * Q5_0 / Q8_0, 1536 -> 8960 (1.5B) Q4_0 / Q4_K / Q5_0 / Q8_0 / Q6_K, 2048
+ * -> 8192 Q4_0 / Q5_0 / Q8_0 / Q4_K, bias and the folded norm on / off:
+ * today's chain (gate/up, quantize kernel, down + residual) vs the switch's
+ * (gate/up writing the int8 h, down reading it) with PDL on and off,
+ * outputs poisoned per run: h, the int8 h and the down output bitwise, h
+ * (6e-2) and the down output (3e-2) vs float64, no quantize launch for the
+ * down GEMV (mf_cu_q8_quant_count) and one block-local launch
+ * (mf_cu_q8v4_swq8_count); the rule (mf_cu_gemv_q8_ffn_q8b_ok) and the
+ * refused launch where it says no (v4 u2 / off, prologue, n_out % 32, the
+ * 7B gate/up, nt 2, mixed types) or the form does not exist; a CUDA graph
+ * of the chain (PDL on, off) replayed 4 steps bitwise today's chain;
+ * through the backend (hook mf_cuda_set_ffn_q8b) RMSNORM -> FUSED_FFN ->
+ * MATMUL -> ADD over 4 graph-replayed steps, switch =f == off bitwise, the
+ * quantize launch gone, the down GEMV reading the int8 h
  * (mf_cuda_q8_ready_stats), vs float64. MINFER_CUDA_TEST_BENCH=1: today vs
- * q8b us per FFN tail (norm-quant, gate/up, [quantize], down + residual;
- * PDL chain, weights from HBM) at 0.5B Q4_0 / Q5_0 and 1.5B Q4_K.
+ * q8b=1 .. 5 us per FFN tail (norm-quant, gate/up, [quantize], down +
+ * residual; PDL chain, weights from HBM) at 0.5B Q4_0 / Q5_0 and 1.5B Q4_K.
  * Family soa: MINFER_CUDA_SOA (soa.cu: plane copies of Q4_0 / Q5_0 / Q8_0
  * weights; q8w_soa.cuh: their v4 decoders; args fields w_soa / soa_stride)
  * for each of the three types at 896 -> 896 / 128 / 4864 / 151936 (the
@@ -7329,11 +7331,13 @@ static void fq_dev_free(fq_dev *d) {
 }
 
 /* gate/up + SwiGLU at nt 1 as the FUSED_FFN node launches it (norm folded
- * or not), writing the int8 h into q8out when that is set */
-static mf_cu_q8_multi_args fq_ffn_args(const fq_spec *s, const fq_dev *d, bool bias, bool norm, void *q8out) {
+ * or not), writing the int8 h into q8out when that is set, with block form
+ * `form` of the kernel (MINFER_CUDA_FFN_Q8B's value) */
+static mf_cu_q8_multi_args fq_ffn_args(const fq_spec *s, const fq_dev *d, bool bias, bool norm, void *q8out,
+                                       int form) {
     mf_cu_q8_multi_args a = {.n_w = 2, .swiglu = 1, .x = d->x, .n_in = s->d, .nt = 1, .q8 = d->q8, .norm = norm,
                              .norm_w = norm ? d->nw : NULL, .norm_eps = 1e-6f, .gemv_auto = 1, .gemv_v4 = -1,
-                             .q8out = q8out};
+                             .q8out = q8out, .q8b_form = form};
     for (int k = 0; k < 2; k++) {
         a.wtype[k] = s->t;
         a.w[k] = k ? d->wu : d->wg;
@@ -7378,14 +7382,15 @@ static double fq_rel_err(const float *out, const double *ref, int64_t n) {
 
 /* One case through the launchers at nt 1: run 0 today's chain (gate/up +
  * SwiGLU, then the quantize kernel on h, mf_cu_q8_quant_rows, and the down
- * GEMV + residual quantizing h itself), runs 1 / 2 the switch's chain
- * (gate/up writing the int8 h, the down GEMV reading it: x_q8_ready) with
- * PDL on / off. Every run on outputs poisoned with another pattern (h, the
- * int8 h, the down output). h vs float64 (6e-2, gemvfuse's SwiGLU norm
- * tolerance), the down output vs float64 (3e-2, the layer tail's); runs 1
- * and 2: h, the int8 h (values, scales, half sums) and the down output
- * bitwise run 0's; the block-local kernel launched once, and no quantize
- * launch beyond the input's (none with the norm folded). */
+ * GEMV + residual quantizing h itself), runs 2f - 1 / 2f the switch's chain
+ * with block form f (1 .. MF_CU_Q8B_FORMS; gate/up writing the int8 h, the
+ * down GEMV reading it: x_q8_ready) with PDL on / off. Every run on
+ * outputs poisoned with another pattern (h, the int8 h, the down output).
+ * h vs float64 (6e-2, gemvfuse's SwiGLU norm tolerance), the down output
+ * vs float64 (3e-2, the layer tail's); runs >= 1: h, the int8 h (values,
+ * scales, half sums) and the down output bitwise run 0's; the block-local
+ * kernel launched once, of that run's form (mf_cu_q8v4_swq8_form_count),
+ * and no quantize launch beyond the input's (none with the norm folded). */
 static void fq_test(const fq_spec *s, bool bias, bool norm) {
     const int64_t D = s->d, F = s->ff;
     const float eps = 1e-6f;
@@ -7426,26 +7431,32 @@ static void fq_test(const fq_spec *s, bool bias, bool norm) {
     char name[200], sub[260], det[160];
     snprintf(name, sizeof name, "ffnq8b %s %-5s %lld->%lld->%lld%s%s", s->what, mf_type_name(s->t), (long long)D,
              (long long)F, (long long)D, bias ? " +bias" : "", norm ? " +norm" : "");
-    const mf_cu_q8_multi_args rule = fq_ffn_args(s, &d, bias, norm, NULL);
+    const mf_cu_q8_multi_args rule = fq_ffn_args(s, &d, bias, norm, NULL, 0);
     snprintf(sub, sizeof sub, "%s: taken by the rule", name);
     check_true(sub, mf_cu_gemv_q8_ffn_q8b_ok(&rule) == 1, "(mf_cu_gemv_q8_ffn_q8b_ok)");
     const bool pdl0 = mf_env_int("MINFER_CUDA_PDL", MF_CU_PDL_DEFAULT) != 0;
-    static const int poison[3] = {0xff, 0xfe, 0xff};
-    static const char *const rn[3] = {"today", "q8b", "q8b pdl0"};
+    enum { RUNS = 1 + 2 * MF_CU_Q8B_FORMS };
+    char rn[RUNS][32];
     cudaStream_t st;
     cudaStreamCreate(&st);
-    float *h[3], *z[3];
-    uint8_t *q[3];
-    int64_t quant[3], swq[3];
+    float *h[RUNS], *z[RUNS];
+    uint8_t *q[RUNS];
+    int64_t quant[RUNS], swq[RUNS], swf[RUNS];
     const size_t qb = fq_q8_used(F);
-    for (int run = 0; run < 3; run++) {
-        cudaMemset(d.y, poison[run], (size_t)F * 4);
-        cudaMemset(d.z, poison[run], (size_t)D * 4);
-        cudaMemset(d.q8o, run == 1 ? 0xa5 : 0x5a, qb);
+    for (int run = 0; run < RUNS; run++) {
+        const int form = (run + 1) / 2; /* 0: today's chain */
+        if (run)
+            snprintf(rn[run], sizeof rn[run], "q8b=%d%s", form, run % 2 ? "" : " pdl0");
+        else
+            snprintf(rn[run], sizeof rn[run], "today");
+        cudaMemset(d.y, run % 2 ? 0xfe : 0xff, (size_t)F * 4);
+        cudaMemset(d.z, run % 2 ? 0xfe : 0xff, (size_t)D * 4);
+        cudaMemset(d.q8o, run % 2 ? 0xa5 : 0x5a, qb);
         cudaMemset(d.q8r, 0x33, qb);
-        mf_cu_set_pdl(run == 2 ? 0 : 1);
+        mf_cu_set_pdl(run && run % 2 == 0 ? 0 : 1);
         const int64_t c0 = mf_cu_q8_quant_count(), s0 = mf_cu_q8v4_swq8_count();
-        const mf_cu_q8_multi_args fa = fq_ffn_args(s, &d, bias, norm, run ? d.q8o : NULL);
+        const int64_t f0 = mf_cu_q8v4_swq8_form_count(form);
+        const mf_cu_q8_multi_args fa = fq_ffn_args(s, &d, bias, norm, run ? d.q8o : NULL, form);
         const mf_cu_q8_multi_args da = fq_down_args(s, &d, run ? d.q8o : d.q8, run != 0);
         cudaError_t e = mf_cu_gemv_q8_multi(&fa, st);
         if (e == cudaSuccess && run == 0)
@@ -7455,12 +7466,13 @@ static void fq_test(const fq_spec *s, bool bias, bool norm) {
         ds_sync("ffnq8b chain", e, st);
         quant[run] = mf_cu_q8_quant_count() - c0;
         swq[run] = mf_cu_q8v4_swq8_count() - s0;
+        swf[run] = mf_cu_q8v4_swq8_form_count(form) - f0;
         h[run] = ds_get(d.y, (size_t)F * 4);
         z[run] = ds_get(d.z, (size_t)D * 4);
         q[run] = ds_get(run ? d.q8o : d.q8r, qb);
     }
     mf_cu_set_pdl(pdl0);
-    for (int run = 0; run < 3; run++) {
+    for (int run = 0; run < RUNS; run++) {
         snprintf(sub, sizeof sub, "%s [%s]: h vs float64", name, rn[run]);
         result(sub, fq_rel_err(h[run], g, F), 6e-2, count_nan(h[run], F), NULL);
         snprintf(sub, sizeof sub, "%s [%s]: down + residual vs float64", name, rn[run]);
@@ -7474,14 +7486,16 @@ static void fq_test(const fq_spec *s, bool bias, bool norm) {
                  sq ? "same" : "DIFFERS", sz ? "same" : "DIFFERS");
         check_true(sub, sh && sq && sz, det);
     }
-    snprintf(sub, sizeof sub, "%s: no quantize launch for the down GEMV", name);
-    snprintf(det, sizeof det, "(quantize launches today %lld, q8b %lld / %lld; q8b kernel %lld, %lld / %lld)",
-             (long long)quant[0], (long long)quant[1], (long long)quant[2], (long long)swq[0], (long long)swq[1],
-             (long long)swq[2]);
     const int64_t qin = norm ? 0 : 1; /* the gate/up input's own quantization */
-    check_true(sub, quant[0] == qin + 2 && quant[1] == qin && quant[2] == qin && swq[0] == 0 && swq[1] == 1 &&
-                        swq[2] == 1, det);
-    for (int run = 0; run < 3; run++) {
+    for (int run = 1; run < RUNS; run++) {
+        snprintf(sub, sizeof sub, "%s [%s]: no quantize launch for the down GEMV, its form launched", name, rn[run]);
+        snprintf(det, sizeof det, "(quantize launches today %lld, here %lld; block-local kernel today %lld, here "
+                 "%lld, of this form %lld)", (long long)quant[0], (long long)quant[run], (long long)swq[0],
+                 (long long)swq[run], (long long)swf[run]);
+        check_true(sub, quant[0] == qin + 2 && quant[run] == qin && swq[0] == 0 && swq[run] == 1 && swf[run] == 1,
+                   det);
+    }
+    for (int run = 0; run < RUNS; run++) {
         free(h[run]); free(z[run]); free(q[run]);
     }
     cudaStreamDestroy(st);
@@ -7493,7 +7507,10 @@ static void fq_test(const fq_spec *s, bool bias, bool norm) {
  * anything is launched (cudaErrorInvalidValue) and mf_cu_gemv_q8_ffn_q8b_ok
  * says 0: two slices in flight forced (MINFER_CUDA_GEMV_V4=2), v4 off,
  * the prologue, n_out % 32 != 0, n_in over the size rule (the 7B gate/up,
- * 3584 -> 18944), nt 2, gate and up of two types; the 0.5B shape is taken. */
+ * 3584 -> 18944), nt 2, gate and up of two types, each with every block
+ * form (q8b_form 0 .. MF_CU_Q8B_FORMS); the 0.5B shape is taken; a taken
+ * shape (256 -> 256) with a form that does not exist (-1, FORMS + 2) is
+ * refused the same way although the rule says yes. */
 static void fq_rule(void) {
     static const struct {
         const char *why;
@@ -7532,12 +7549,28 @@ static void fq_rule(void) {
             check_true(name, ok == 1, det);
             continue;
         }
-        const int64_t s0 = mf_cu_q8v4_swq8_count();
-        const cudaError_t e = mf_cu_gemv_q8_multi(&a, st);
-        cudaGetLastError();
-        snprintf(det, sizeof det, "(ok %d, launch %s, q8b launches %lld)", ok, cudaGetErrorName(e),
-                 (long long)(mf_cu_q8v4_swq8_count() - s0));
-        check_true(name, ok == 0 && e == cudaErrorInvalidValue && mf_cu_q8v4_swq8_count() == s0, det);
+        for (int f = 0; f <= MF_CU_Q8B_FORMS + 2; f++) { /* the forms, then -1 and FORMS + 2 on 256 -> 256 */
+            const bool bad = f > MF_CU_Q8B_FORMS;
+            if (bad && i > 1)
+                break;
+            if (bad) {
+                a.n_in = 256;
+                a.n_out[0] = a.n_out[1] = 256;
+                for (int k = 0; k < 2; k++)
+                    a.row_bytes[k] = mf_type_row_size(a.wtype[k], 256);
+                a.gemv_v4 = -1;
+            }
+            a.q8b_form = f == MF_CU_Q8B_FORMS + 1 ? -1 : f;
+            const int okf = mf_cu_gemv_q8_ffn_q8b_ok(&a);
+            const int64_t s0 = mf_cu_q8v4_swq8_count();
+            const cudaError_t e = mf_cu_gemv_q8_multi(&a, st);
+            cudaGetLastError();
+            char sub[200];
+            snprintf(sub, sizeof sub, "%s%s, q8b form %d", name, bad ? " (256 -> 256 taken)" : "", a.q8b_form);
+            snprintf(det, sizeof det, "(ok %d, launch %s, q8b launches %lld)", okf, cudaGetErrorName(e),
+                     (long long)(mf_cu_q8v4_swq8_count() - s0));
+            check_true(sub, okf == (bad ? 1 : 0) && e == cudaErrorInvalidValue && mf_cu_q8v4_swq8_count() == s0, det);
+        }
     }
     cudaStreamSynchronize(st);
     cudaStreamDestroy(st);
@@ -7545,11 +7578,11 @@ static void fq_rule(void) {
 }
 
 /* The chain in a CUDA graph: norm-quant + gate/up writing the int8 h +
- * down reading it, captured once with PDL on, then with PDL off; replayed 4
- * steps with a new x and poisoned h / down output / int8 h each; every step
- * bitwise today's chain (norm-quant, gate/up, quantize, down) run plainly
- * on that x; the block-local kernel counted once (the capture) and no
- * quantize launch in it. */
+ * down reading it, captured once per block form (1 .. MF_CU_Q8B_FORMS) with
+ * PDL on, then with PDL off; replayed 4 steps with a new x and poisoned h /
+ * down output / int8 h each; every step bitwise today's chain (norm-quant,
+ * gate/up, quantize, down) run plainly on that x; the block-local kernel of
+ * that form counted once (the capture) and no quantize launch in it. */
 static void fq_graph(const fq_spec *s) {
     enum { STEPS = 4 };
     const int64_t D = s->d, F = s->ff;
@@ -7560,12 +7593,13 @@ static void fq_graph(const fq_spec *s) {
     const bool pdl0 = mf_env_int("MINFER_CUDA_PDL", MF_CU_PDL_DEFAULT) != 0;
     cudaStream_t st;
     cudaStreamCreate(&st);
-    for (int pdl = 1; pdl >= 0; pdl--) {
+    for (int pf = 0; pf < 2 * MF_CU_Q8B_FORMS; pf++) {
+        const int pdl = pf % 2 == 0, form = 1 + pf / 2;
         mf_cu_set_pdl(pdl);
         float *hr[STEPS], *zr[STEPS];
         for (int t = 0; t < STEPS; t++) { /* today's chain, plain */
             cudaMemcpy(d.x, xs + t * D, (size_t)D * 4, cudaMemcpyHostToDevice);
-            const mf_cu_q8_multi_args fa = fq_ffn_args(s, &d, true, true, NULL);
+            const mf_cu_q8_multi_args fa = fq_ffn_args(s, &d, true, true, NULL, 0);
             const mf_cu_q8_multi_args da = fq_down_args(s, &d, d.q8, 0);
             cudaError_t e = mf_cu_gemv_q8_multi(&fa, st);
             if (e == cudaSuccess)
@@ -7574,9 +7608,10 @@ static void fq_graph(const fq_spec *s) {
             hr[t] = ds_get(d.y, (size_t)F * 4);
             zr[t] = ds_get(d.z, (size_t)D * 4);
         }
-        const mf_cu_q8_multi_args fa = fq_ffn_args(s, &d, true, true, d.q8o);
+        const mf_cu_q8_multi_args fa = fq_ffn_args(s, &d, true, true, d.q8o, form);
         const mf_cu_q8_multi_args da = fq_down_args(s, &d, d.q8o, 1);
         const int64_t s0 = mf_cu_q8v4_swq8_count(), c0 = mf_cu_q8_quant_count();
+        const int64_t f0 = mf_cu_q8v4_swq8_form_count(form);
         cudaGraph_t gr = NULL;
         cudaGraphExec_t ge = NULL;
         cudaError_t e = cudaStreamBeginCapture(st, cudaStreamCaptureModeThreadLocal);
@@ -7591,6 +7626,7 @@ static void fq_graph(const fq_spec *s) {
             e = cudaGraphInstantiate(&ge, gr, 0);
         ds_sync("ffnq8b graph capture", e, st);
         const int64_t captured = mf_cu_q8v4_swq8_count() - s0, quant = mf_cu_q8_quant_count() - c0;
+        const int64_t of_form = mf_cu_q8v4_swq8_form_count(form) - f0;
         bool same = true;
         int64_t nan = 0;
         for (int t = 0; t < STEPS; t++) {
@@ -7606,12 +7642,12 @@ static void fq_graph(const fq_spec *s) {
         }
         const int64_t replayed = mf_cu_q8v4_swq8_count() - s0 - captured;
         char name[160], det[160];
-        snprintf(name, sizeof name, "ffnq8b graph %s %s pdl %d: %d replays == today's chain", s->what,
-                 mf_type_name(s->t), pdl, STEPS);
-        snprintf(det, sizeof det, "(q8b kernel captured %lld, launched in replays %lld, quantize launches %lld, "
-                 "NaN %lld; h and down output bitwise)", (long long)captured, (long long)replayed, (long long)quant,
-                 (long long)nan);
-        check_true(name, same && captured == 1 && replayed == 0 && quant == 0 && nan == 0, det);
+        snprintf(name, sizeof name, "ffnq8b graph %s %s q8b=%d pdl %d: %d replays == today's chain", s->what,
+                 mf_type_name(s->t), form, pdl, STEPS);
+        snprintf(det, sizeof det, "(q8b kernel captured %lld, of this form %lld, launched in replays %lld, quantize "
+                 "launches %lld, NaN %lld; h and down output bitwise)", (long long)captured, (long long)of_form,
+                 (long long)replayed, (long long)quant, (long long)nan);
+        check_true(name, same && captured == 1 && of_form == 1 && replayed == 0 && quant == 0 && nan == 0, det);
         cudaGraphExecDestroy(ge);
         cudaGraphDestroy(gr);
     }
@@ -7624,12 +7660,13 @@ static void fq_graph(const fq_spec *s) {
 /* Through the backend: RMSNORM -> FUSED_FFN -> MATMUL (down) -> ADD (the
  * residual, in place) over 4 decode steps with CUDA graphs (plain, capture,
  * replays), FUSE_NORM / FUSE_ADD / FUSE_GEMV on, the switch (hook
- * mf_cuda_set_ffn_q8b) off then on, one graph each. On == off bitwise (h
- * and the layer output of every step, NaN-free; outputs poisoned); on: the
- * block-local kernel launched and the down GEMV read its int8 h
+ * mf_cuda_set_ffn_q8b) off, then on with each block form 1 ..
+ * MF_CU_Q8B_FORMS, one graph each. Each on == off bitwise (h and the layer
+ * output of every step, NaN-free; outputs poisoned); on: the block-local
+ * kernel of that form launched and the down GEMV read its int8 h
  * (mf_cuda_q8_ready_stats) once per host-launched step, no quantize
  * launch; off: none of that, one quantize a host-launched step; replays
- * both ways; the layer output vs float64 (3e-2). */
+ * every way; the layer output vs float64 (3e-2). */
 static void fq_backend(const fq_spec *s) {
     enum { STEPS = 4 };
     const int64_t D = s->d, F = s->ff;
@@ -7658,9 +7695,10 @@ static void fq_backend(const fq_spec *s) {
     ref_matmul(dn, hf, F, D, STEPS, NULL, ref);
     for (int64_t i = 0; i < D * STEPS; i++)
         ref[i] += rs[i];
-    float *y[2], *h[2];
-    int64_t quant[2], swq[2], ready[2], reps[2];
-    for (int on = 0; on < 2; on++) {
+    enum { RUNS = 1 + MF_CU_Q8B_FORMS };
+    float *y[RUNS], *h[RUNS];
+    int64_t quant[RUNS], swq[RUNS], swf[RUNS], ready[RUNS], reps[RUNS];
+    for (int on = 0; on < RUNS; on++) { /* on: the block form, 0 the switch off */
         mf_graph gr; /* one graph per run: a graph captured before would replay */
         graph_new(&gr, 0, 0);
         const int32_t xi = ext(&gr, D, 1), ri = ext(&gr, D, 1);
@@ -7681,6 +7719,7 @@ static void fq_backend(const fq_spec *s) {
         mf_cuda_graph_stats(be, &c0, &r0);
         mf_cuda_q8_ready_stats(be, &q0);
         const int64_t k0 = mf_cu_q8_quant_count(), s0 = mf_cu_q8v4_swq8_count();
+        const int64_t f0 = mf_cu_q8v4_swq8_form_count(on);
         mf_error e;
         for (int t = 0; t < STEPS; t++) {
             mf_exec_args a = args(10 + t, 1, 64, MF_TYPE_F32);
@@ -7698,6 +7737,7 @@ static void fq_backend(const fq_spec *s) {
         }
         quant[on] = mf_cu_q8_quant_count() - k0;
         swq[on] = mf_cu_q8v4_swq8_count() - s0;
+        swf[on] = mf_cu_q8v4_swq8_form_count(on) - f0;
         mf_cuda_graph_stats(be, &c1, &r1);
         mf_cuda_q8_ready_stats(be, &q1);
         reps[on] = r1 - r0;
@@ -7711,32 +7751,40 @@ static void fq_backend(const fq_spec *s) {
     mf_cuda_set_fuse_add(be, mf_env_int("MINFER_CUDA_FUSE_ADD", 1) != 0);
     mf_cuda_set_graphs(be, !mf_env_flag("MINFER_NO_CUDA_GRAPH"));
     char name[160], det[240];
-    snprintf(name, sizeof name, "ffnq8b backend %s %s: %d graph steps, switch on == off", s->what,
-             mf_type_name(s->t), STEPS);
-    const int64_t nan = count_nan(y[0], D * STEPS) + count_nan(y[1], D * STEPS) + count_nan(h[0], F * STEPS) +
-                        count_nan(h[1], F * STEPS);
-    const bool same = memcmp(y[1], y[0], (size_t)(D * STEPS) * 4) == 0 &&
-                      memcmp(h[1], h[0], (size_t)(F * STEPS) * 4) == 0;
-    snprintf(det, sizeof det, "(h and output bitwise; NaN %lld)", (long long)nan);
-    check_true(name, same && nan == 0, det);
-    const int64_t plain1 = STEPS - reps[1], plain0 = STEPS - reps[0]; /* host-launched steps */
-    snprintf(name, sizeof name, "ffnq8b backend %s %s: the down GEMV's quantize launch gone", s->what,
-             mf_type_name(s->t));
-    snprintf(det, sizeof det, "(on: q8b %lld, int8 h read %lld, quantize %lld, replays %lld; off: %lld, %lld, %lld, "
-             "%lld)", (long long)swq[1], (long long)ready[1], (long long)quant[1], (long long)reps[1],
-             (long long)swq[0], (long long)ready[0], (long long)quant[0], (long long)reps[0]);
-    check_true(name, swq[1] == plain1 && ready[1] == plain1 && quant[1] == 0 && swq[0] == 0 && ready[0] == 0 &&
-                         quant[0] == plain0 && reps[1] >= STEPS - 3 && reps[0] >= STEPS - 3, det);
-    snprintf(name, sizeof name, "ffnq8b backend %s %s: switch on vs float64", s->what, mf_type_name(s->t));
-    result(name, fq_rel_err(y[1], ref, D * STEPS), 3e-2, count_nan(y[1], D * STEPS), NULL);
-    free(y[0]); free(y[1]); free(h[0]); free(h[1]);
+    const int64_t plain0 = STEPS - reps[0]; /* host-launched steps */
+    for (int on = 1; on < RUNS; on++) {
+        snprintf(name, sizeof name, "ffnq8b backend %s %s: %d graph steps, switch =%d == off", s->what,
+                 mf_type_name(s->t), STEPS, on);
+        const int64_t nan = count_nan(y[0], D * STEPS) + count_nan(y[on], D * STEPS) +
+                            count_nan(h[0], F * STEPS) + count_nan(h[on], F * STEPS);
+        const bool same = memcmp(y[on], y[0], (size_t)(D * STEPS) * 4) == 0 &&
+                          memcmp(h[on], h[0], (size_t)(F * STEPS) * 4) == 0;
+        snprintf(det, sizeof det, "(h and output bitwise; NaN %lld)", (long long)nan);
+        check_true(name, same && nan == 0, det);
+        const int64_t plain1 = STEPS - reps[on];
+        snprintf(name, sizeof name, "ffnq8b backend %s %s =%d: the down GEMV's quantize launch gone", s->what,
+                 mf_type_name(s->t), on);
+        snprintf(det, sizeof det, "(on: q8b %lld, of this form %lld, int8 h read %lld, quantize %lld, replays %lld; "
+                 "off: %lld, %lld, %lld, %lld)", (long long)swq[on], (long long)swf[on], (long long)ready[on],
+                 (long long)quant[on], (long long)reps[on], (long long)swq[0], (long long)ready[0],
+                 (long long)quant[0], (long long)reps[0]);
+        check_true(name, swq[on] == plain1 && swf[on] == plain1 && ready[on] == plain1 && quant[on] == 0 &&
+                             swq[0] == 0 && ready[0] == 0 && quant[0] == plain0 && reps[on] >= STEPS - 3 &&
+                             reps[0] >= STEPS - 3, det);
+        snprintf(name, sizeof name, "ffnq8b backend %s %s: switch =%d vs float64", s->what, mf_type_name(s->t), on);
+        result(name, fq_rel_err(y[on], ref, D * STEPS), 3e-2, count_nan(y[on], D * STEPS), NULL);
+    }
+    for (int on = 0; on < RUNS; on++) {
+        free(y[on]); free(h[on]);
+    }
     free(xs); free(rs); free(xn); free(g); free(u); free(ref); free(xnf); free(hf);
 }
 
 /* MINFER_CUDA_TEST_BENCH=1: one line per shape, the FFN tail of a decode
  * layer as the replayed graph launches it, PDL as MINFER_CUDA_PDL:
  * norm-quant -> gate/up + SwiGLU -> quantize -> down + residual (today) vs
- * norm-quant -> gate/up writing the int8 h -> down + residual (q8b), each
+ * norm-quant -> gate/up writing the int8 h -> down + residual (q8b, each
+ * block form 1 .. MF_CU_Q8B_FORMS: "=1" is the default), each
  * call on the next of `copies` weight sets (>= 256 MB in all: weights from
  * HBM, not L2), batches of 20 calls back to back, median of 7 batches
  * after one warm-up; us per call and GB/s over the three weights' bytes. */
@@ -7757,8 +7805,8 @@ static bool fq_bench_call(void *p, int rep, int i, cudaStream_t st) {
     d->wg = ws;
     d->wu = ws + c->og;
     d->wd = ws + 2 * c->og;
-    const mf_cu_q8_multi_args fa = fq_ffn_args(c->s, d, false, true, c->q8b ? d->q8o : NULL);
-    const mf_cu_q8_multi_args da = fq_down_args(c->s, d, c->q8b ? d->q8o : d->q8, c->q8b);
+    const mf_cu_q8_multi_args fa = fq_ffn_args(c->s, d, false, true, c->q8b ? d->q8o : NULL, c->q8b);
+    const mf_cu_q8_multi_args da = fq_down_args(c->s, d, c->q8b ? d->q8o : d->q8, c->q8b != 0);
     return mf_cu_gemv_q8_multi(&fa, st) == cudaSuccess && mf_cu_gemv_q8_multi(&da, st) == cudaSuccess;
 }
 
@@ -7781,14 +7829,16 @@ static void fq_bench(const fq_spec *s) {
               cudaMalloc((void **)&d.r, (size_t)D * 4) == cudaSuccess &&
               cudaMalloc((void **)&d.z, (size_t)D * 4) == cudaSuccess &&
               cudaMalloc((void **)&d.y, (size_t)F * 4) == cudaSuccess && cudaStreamCreate(&st) == cudaSuccess;
-    float us[2] = {-1.0f, -1.0f};
+    float us[1 + MF_CU_Q8B_FORMS];
+    for (int q8b = 0; q8b <= MF_CU_Q8B_FORMS; q8b++)
+        us[q8b] = -1.0f;
     if (ok) {
         cudaMemset(w, 0x3c, set * (uint64_t)copies);
         cudaMemset(d.x, 0x3c, (size_t)D * 4);
         cudaMemset(d.nw, 0x3c, (size_t)D * 4);
         cudaMemset(d.r, 0, (size_t)D * 4);
         fq_bench_ctx c = {.s = s, .d = &d, .w = w, .set = set, .og = og, .copies = copies};
-        for (int q8b = 0; q8b < 2; q8b++) {
+        for (int q8b = 0; q8b <= MF_CU_Q8B_FORMS; q8b++) { /* 0: today's chain, else the block form */
             c.q8b = q8b;
             us[q8b] = batch_time(fq_bench_call, &c, st, 1, BATCH, REPS);
         }
@@ -7796,11 +7846,14 @@ static void fq_bench(const fq_spec *s) {
     const double bytes = 2.0 * (double)rg * (double)F + (double)rd * (double)D;
     if (!ok)
         printf("ffnq8b bench %s %s: allocation failed\n", s->what, mf_type_name(s->t));
-    else
+    else {
         printf("ffnq8b bench %-4s %-5s %lld->%lld->%lld (norm-quant, gate/up, [quantize], down + res; %d weight "
-               "sets): today %.2f us | q8b %.2f us (%+.2f us; %.0f / %.0f GB/s)\n",
-               s->what, mf_type_name(s->t), (long long)D, (long long)F, (long long)D, copies, us[0], us[1],
-               us[1] - us[0], bytes / (us[0] * 1e3), bytes / (us[1] * 1e3));
+               "sets): today %.2f us (%.0f GB/s)", s->what, mf_type_name(s->t), (long long)D, (long long)F,
+               (long long)D, copies, us[0], bytes / (us[0] * 1e3));
+        for (int q8b = 1; q8b <= MF_CU_Q8B_FORMS; q8b++)
+            printf(" | q8b=%d %.2f us (%+.2f; %.0f GB/s)", q8b, us[q8b], us[q8b] - us[0], bytes / (us[q8b] * 1e3));
+        printf("\n");
+    }
     if (st)
         cudaStreamDestroy(st);
     cudaFree(w); cudaFree(d.q8); cudaFree(d.q8o); cudaFree(d.x); cudaFree(d.nw); cudaFree(d.r); cudaFree(d.z);

@@ -152,7 +152,13 @@ typedef struct mf_cu_q8_multi_args {
                              (mf_cu_q8_bytes(n_out[0], 1), bitwise the quantize kernel's; must not overlap
                              q8), by the block-local SwiGLU GEMV; only where mf_cu_gemv_q8_ffn_q8b_ok says
                              so (else the launch fails); NULL: today's launches */
+    int32_t q8b_form;     /* with q8out: the block-local kernel's form (MINFER_CUDA_FFN_Q8B's value): 0 or 1
+                             8 warps x 4 outputs, 2: 16 warps x 2, 3: form 1 capped at 80 registers (3 blocks
+                             a SM), 4: form 3 with 2 of a warp's 4 outputs in flight at a time, 5: form 1
+                             letting the next kernel launch only after its stores (gemv_q8v4.cu); same bits;
+                             another value: the launch fails (cudaErrorInvalidValue) */
 } mf_cu_q8_multi_args;
+#define MF_CU_Q8B_FORMS 5 /* q8b_form 1 .. this */
 cudaError_t mf_cu_gemv_q8_multi(const mf_cu_q8_multi_args *a, cudaStream_t s);
 /* Whether mf_cu_gemv_q8_multi(a) can also write the int8 h into a->q8out
  * (a->q8out itself not looked at): swiglu, nt 1, no prologue, gate/up of
@@ -165,6 +171,8 @@ int mf_cu_gemv_q8_ffn_q8b_ok(const mf_cu_q8_multi_args *a);
  * norm-quant) and the block-local SwiGLU GEMV launches (FFN_Q8B). */
 int64_t mf_cu_q8_quant_count(void);
 int64_t mf_cu_q8v4_swq8_count(void);
+/* ... of those, the launches of block form `form` (1 .. MF_CU_Q8B_FORMS; a form 0 launch counts as 1). */
+int64_t mf_cu_q8v4_swq8_form_count(int form);
 /* MINFER_CUDA_SOA (soa.cu; layout in q8w_soa.cuh): the row stride of the
  * plane copy of a Q4_0 / Q5_0 / Q8_0 weight with rows of n_in (the planes
  * rounded up to 16 bytes), 0 for other types or n_in % 32 != 0; and the

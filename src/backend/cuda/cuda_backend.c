@@ -168,7 +168,8 @@ typedef struct cu_ctx {
     int qkv_mix;   /* MINFER_CUDA_QKV_MIX (default 1): a fused QKV whose V is another type than Q/K (K-quant
                       mixes) as one v4 GEMV launch (mf_cu_q8v4_launch_mix); 0: one launch per type */
     int ffn_q8b;   /* MINFER_CUDA_FFN_Q8B (default 1): the decode FUSED_FFN's SwiGLU GEMV also writes the down
-                      GEMV's int8 input (block-local kernel, gemv_q8v4.cu; mf_cu_gemv_q8_ffn_q8b_ok) */
+                      GEMV's int8 input (block-local kernel, gemv_q8v4.cu; mf_cu_gemv_q8_ffn_q8b_ok); the value
+                      is the kernel's block form (1 .. MF_CU_Q8B_FORMS, args field q8b_form), 0 off */
     int gemv_pro;  /* int8 GEMV quantizes x in its prologue: 1 auto rule, 2 always (tests), 0 the separate
                       quantize kernels (opt-in MINFER_CUDA_GEMV_PROLOGUE=1) */
     int64_t n_q8_ready; /* int8 GEMVs that read an input a kernel before wrote (q8_produced; tests) */
@@ -1172,6 +1173,7 @@ static int run_multi(exec *x, const mf_matmul_meta *const *mm, int n, bool swigl
     if (x->q8b && swiglu && !a.x_q8_ready && mf_cu_gemv_q8_ffn_q8b_ok(&a)) {
         if (!(a.q8out = scratch(x, Q8OUT_SLOT, mf_cu_q8_bytes(a.n_out[0], nt))))
             return -1;
+        a.q8b_form = c->ffn_q8b;
         if (launched(x, "gemv_q8_multi(swiglu, q8 out)", a.n_out[0] * n, nt, mf_cu_gemv_q8_multi(&a, x->c->stream)))
             return -1;
         q8_produced(x, y[0], a.n_out[0], nt, a.q8out);
@@ -2458,6 +2460,12 @@ static int mma_cfg_from_env(void) {
     return c >= 0 && c < MF_CU_MMA_N_CFG ? (int)c : 2;
 }
 
+/* MINFER_CUDA_FFN_Q8B's value as the block form it names: 0 off, 1 ..
+ * MF_CU_Q8B_FORMS that form, anything else form 1 (on, today's kernel). */
+static int ffn_q8b_form(int64_t v) {
+    return v >= 0 && v <= MF_CU_Q8B_FORMS ? (int)v : 1;
+}
+
 /* The int8 GEMV's kernel choice as the environment asks (at creation, and
  * when a test hands the choice back). */
 static void gemv_from_env(cu_ctx *c) {
@@ -2468,7 +2476,7 @@ static void gemv_from_env(cu_ctx *c) {
     const int64_t u = mf_env_int("MINFER_CUDA_GEMV_V4", c->gemv_v1 || !c->gemv_auto ? 0 : -1);
     c->gemv_v4 = u >= -1 && u <= 2 ? (int)u : -1;
     c->qkv_mix = mf_env_int("MINFER_CUDA_QKV_MIX", 1) != 0; /* on: H200 device run 2 of session 6 (PERF.md entry 16) */
-    c->ffn_q8b = mf_env_int("MINFER_CUDA_FFN_Q8B", 1) != 0; /* on: likewise */
+    c->ffn_q8b = ffn_q8b_form(mf_env_int("MINFER_CUDA_FFN_Q8B", 1)); /* on: likewise; 2 .. 5 opt-in forms */
 }
 
 int mf_backend_cuda_new_progress(const mf_weights *w, mf_cuda_progress_fn progress, void *user,
@@ -2623,7 +2631,7 @@ void mf_cuda_set_gemv_v4(mf_backend *b, int u) {
 }
 
 void mf_cuda_set_ffn_q8b(mf_backend *b, int mode) {
-    CX(b)->ffn_q8b = mode < 0 ? mf_env_int("MINFER_CUDA_FFN_Q8B", 1) != 0 : mode != 0;
+    CX(b)->ffn_q8b = ffn_q8b_form(mode < 0 ? mf_env_int("MINFER_CUDA_FFN_Q8B", 1) : mode);
 }
 
 void mf_cuda_q8_ready_stats(const mf_backend *b, int64_t *read) {

@@ -1101,7 +1101,7 @@ extern "C" cudaError_t mf_cu_gemv_q8_multi(const mf_cu_q8_multi_args *a, cudaStr
     in.xd = (float *)(in.xq + a->nt * a->n_in);
     in.xs = (int32_t *)(in.xd + a->nt * (a->n_in / 32));
     if (a->q8out) { /* MINFER_CUDA_FFN_Q8B: the SwiGLU GEMV that also writes the down GEMV's int8 input */
-        if (!mf_cu_gemv_q8_ffn_q8b_ok(a) ||
+        if (!mf_cu_gemv_q8_ffn_q8b_ok(a) || a->q8b_form < 0 || a->q8b_form > MF_CU_Q8B_FORMS ||
             q8_overlap(a->q8out, mf_cu_q8_bytes(a->n_out[0], 1), a->q8, mf_cu_q8_bytes(a->n_in, 1)))
             return cudaErrorInvalidValue;
         q8_multi p;
@@ -1111,7 +1111,7 @@ extern "C" cudaError_t mf_cu_gemv_q8_multi(const mf_cu_q8_multi_args *a, cudaStr
         size_t smem;
         cudaError_t e = q8_src_for(&in, 1, 1, &pro, &smem, s); /* no prologue: the quantize kernel, if any */
         if (e == cudaSuccess)
-            e = mf_cu_q8v4_swq8_launch(&p, a->wtype[0], in.xq, in.xd, in.xs, a->n_in, a->q8out, s);
+            e = mf_cu_q8v4_swq8_launch(&p, a->wtype[0], a->q8b_form, in.xq, in.xd, in.xs, a->n_in, a->q8out, s);
         return e != cudaSuccess ? e : cudaGetLastError();
     }
     bool mixed;

@@ -220,9 +220,13 @@ int mf_cu_q8v4_supported(uint32_t wtype);
  * type wtype) with one slice in flight, a block per 32 consecutive outputs,
  * writing y[0] bitwise as mf_cu_q8v4_launch(p, wtype, true, 1) does and its
  * int8 quantization into q8out (mf_cu_q8_bytes(n_out, 1) layout, bitwise
- * q8_quant_kernel's). cudaErrorNotSupported where mf_cu_q8v4_swq8_ok
- * (cuda_args.h) says no. */
-cudaError_t mf_cu_q8v4_swq8_launch(const q8_multi *p, uint32_t wtype, const int8_t *xq, const float *xd,
+ * q8_quant_kernel's). form: the block form (0 or 1: 8 warps x 4 outputs;
+ * 2: 16 x 2; 3: 8 x 4 with a lower register cap; 4: 3 with two outputs a
+ * warp in flight at a time; 5: 1 with the PDL trigger after the stores;
+ * same bits every form).
+ * cudaErrorNotSupported where mf_cu_q8v4_swq8_ok (cuda_args.h) says no or
+ * form is none of those. */
+cudaError_t mf_cu_q8v4_swq8_launch(const q8_multi *p, uint32_t wtype, int form, const int8_t *xq, const float *xd,
                                    const int32_t *xs, int64_t n_in, void *q8out, cudaStream_t s);
 
 #endif

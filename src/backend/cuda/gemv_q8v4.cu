@@ -767,59 +767,92 @@ void mf_cu_q8v4_probe(int sms) {
  * computed: 8 slices a lane in flight (the v4 kernel keeps 2 a warp and
  * relies on more warps). n_out / 32 blocks of 256 threads: 152 for the
  * 0.5B's 4864, one wave on 132 SMs at 2 blocks a SM. */
-#define SWQ_WARPS 8
-#define SWQ_OPW 4        /* consecutive outputs a warp: SWQ_WARPS * SWQ_OPW = 32, one int8 unit */
 #define SWQ_MAX_IN 2048  /* the size rule: n_in up to this (0.5B / 1.5B gate/up: latency-bound) */
 
-template <int T>
-static __global__ void __launch_bounds__(32 * SWQ_WARPS, 2)
+/* The block forms (MINFER_CUDA_FFN_Q8B=1 .. 5, args field q8b_form; session
+ * 7 prep, none measured yet). Form 1 made the down GEMV after it slower in
+ * the H200 timeline (PERF.md entry 16), likeliest through residency: the
+ * down GEMV's blocks are launched (PDL) while this kernel runs and become
+ * resident, and issue their pre-wait L2 prefetch, only in the registers it
+ * leaves free. The other forms keep a block per int8 unit and each
+ * output's arithmetic (so every bit) and change only the footprint
+ * (registers a thread from ptxas -v, nvcc 13.0 sm_90, Q4_0 / Q5_0 / Q4_K /
+ * Q6_K slice; a block's registers = threads x that rounded up to 8):
+ *   1: 8 warps x 4 outputs, 8 rows in flight a warp, (256, 2): 96 / 95 /
+ *      100 / 128 (today's);
+ *   2: 16 warps x 2 outputs, 4 rows in flight, (512, 2): 56 / 64 / 63 / 64;
+ *      lighter a thread but not a block (512 x 56 = 28672 > 256 x 96);
+ *   3: form 1 under (256, 3): 80 everywhere (65536 / 768 down to the
+ *      allocation unit); Q4_K spills 56 bytes; 3 blocks a SM, so the 1.5B's
+ *      280 blocks are one wave on 132 SMs (form 1: 264 + a 16-block tail);
+ *   4: form 3 with a warp's 4 outputs in two rounds of 2 (4 rows in flight,
+ *      one more load round): 64 / 76 / 68 / 80, the lightest block;
+ *   5: form 1 triggering the next kernel after its stores, not at its top
+ *      (a diagnostic: the down GEMV's blocks then land on a GPU this kernel
+ *      is leaving, as they did after the 19-block quantize kernel, at the
+ *      price of their pre-wait prefetch's head start).
+ * The residency arithmetic and the predictions: /work/briefs/
+ * cuda-perf-notes.md ("Session 7 prep, swq8lite"). */
+#define SWQ_WARPS 8
+#define SWQ_OPW 4        /* form 1: consecutive outputs a warp: SWQ_WARPS * SWQ_OPW = 32, one int8 unit */
+
+/* NW warps x OPW consecutive outputs (NW * OPW = 32: the block's int8
+ * unit), G of them (2 G rows) loaded before any is computed (OPW / G
+ * rounds a warp); MINB: the resident blocks a SM __launch_bounds__ asks
+ * for (the register cap); LATE: mf_pdl_trigger() after the stores. */
+template <int T, int NW, int OPW, int G, int MINB, bool LATE>
+static __global__ void __launch_bounds__(32 * NW, MINB)
 gemv_q8v4_swq8_kernel(q8_multi p, const int8_t *__restrict__ xq, const float *__restrict__ xd,
                       const int32_t *__restrict__ xs, int64_t n_in, int pf, int8_t *__restrict__ oq,
                       float *__restrict__ od, int32_t *__restrict__ os) {
+    static_assert(NW * OPW == 32 && OPW % G == 0, "a block owns one 32-value int8 unit");
     typedef typename v4s<T>::raw raw;
     __shared__ float hs[32];
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
     const int64_t n_units = n_in / 32;
-    const int64_t o0 = (int64_t)blockIdx.x * 32 + warp * SWQ_OPW; /* n_out % 32 == 0: every row exists */
-    const uint8_t *row[SWQ_OPW][2];
+    const int64_t o0 = (int64_t)blockIdx.x * 32 + warp * OPW; /* n_out % 32 == 0: every row exists */
+    const uint8_t *row[OPW][2];
 #pragma unroll
-    for (int i = 0; i < SWQ_OPW; i++)
+    for (int i = 0; i < OPW; i++)
 #pragma unroll
         for (int r = 0; r < 2; r++)
             row[i][r] = p.w[r] + (uint64_t)(o0 + i) * p.row_bytes[r];
     if (pf && lane < n_units) /* the first batch's lines into L2 only (see the note in v4_rows) */
 #pragma unroll
-        for (int i = 0; i < SWQ_OPW; i++)
+        for (int i = 0; i < OPW; i++)
 #pragma unroll
             for (int r = 0; r < 2; r++)
                 asm volatile("prefetch.global.L2 [%0];" ::"l"(
                     __cvta_generic_to_global(row[i][r] + v4_pf_off<T>(p.row_bytes[r], lane, n_units))));
     mf_pdl_wait();
-    mf_pdl_trigger();
-    float acc[SWQ_OPW][2] = {};
-    for (int64_t base = 0; base < n_units; base += 32) { /* warp-uniform */
-        const int64_t k = base + lane;
-        const int64_t kk = k < n_units ? k : n_units - 1; /* read again, not added */
-        raw wr[SWQ_OPW][2];
+    if (!LATE)
+        mf_pdl_trigger();
+    float acc[OPW][2] = {};
 #pragma unroll
-        for (int i = 0; i < SWQ_OPW; i++)
+    for (int g0 = 0; g0 < OPW; g0 += G) /* an output's sum runs over its slices in the same order every form */
+        for (int64_t base = 0; base < n_units; base += 32) { /* warp-uniform */
+            const int64_t k = base + lane;
+            const int64_t kk = k < n_units ? k : n_units - 1; /* read again, not added */
+            raw wr[G][2];
 #pragma unroll
-            for (int r = 0; r < 2; r++) {
-                if constexpr (V4_IS_SOA(T))
-                    v4s<T>::fetch(row[i][r], kk, n_units, wr[i][r]);
-                else
-                    v4s<T>::fetch(row[i][r], kk, wr[i][r]);
-            }
+            for (int i = 0; i < G; i++)
 #pragma unroll
-        for (int i = 0; i < SWQ_OPW; i++)
+                for (int r = 0; r < 2; r++) {
+                    if constexpr (V4_IS_SOA(T))
+                        v4s<T>::fetch(row[g0 + i][r], kk, n_units, wr[i][r]);
+                    else
+                        v4s<T>::fetch(row[g0 + i][r], kk, wr[i][r]);
+                }
 #pragma unroll
-            for (int r = 0; r < 2; r++) {
-                const float v = v4s<T>::dot(wr[i][r], kk, xq, xd, xs);
-                acc[i][r] += k < n_units ? v : 0.0f;
-            }
-    }
+            for (int i = 0; i < G; i++)
 #pragma unroll
-    for (int i = 0; i < SWQ_OPW; i++)
+                for (int r = 0; r < 2; r++) {
+                    const float v = v4s<T>::dot(wr[i][r], kk, xq, xd, xs);
+                    acc[g0 + i][r] += k < n_units ? v : 0.0f;
+                }
+        }
+#pragma unroll
+    for (int i = 0; i < OPW; i++)
 #pragma unroll
         for (int r = 0; r < 2; r++) { /* q8_reduce's butterfly: every lane ends with the same bits */
             float s = acc[i][r];
@@ -828,24 +861,26 @@ gemv_q8v4_swq8_kernel(q8_multi p, const int8_t *__restrict__ xq, const float *__
                 s += __shfl_xor_sync(0xffffffffu, s, off);
             acc[i][r] = s;
         }
-    float g = acc[0][0], u = acc[0][1]; /* lane i < SWQ_OPW stores output o0 + i */
+    float g = acc[0][0], u = acc[0][1]; /* lane i < OPW stores output o0 + i */
 #pragma unroll
-    for (int i = 1; i < SWQ_OPW; i++)
+    for (int i = 1; i < OPW; i++)
         if (lane == i) {
             g = acc[i][0];
             u = acc[i][1];
         }
-    if (lane < SWQ_OPW) { /* q8_swiglu_store's expression */
+    if (lane < OPW) { /* q8_swiglu_store's expression */
         const int64_t o = o0 + lane;
         const float bg = p.bias[0] ? p.bias[0][o] : 0.0f, bu = p.bias[1] ? p.bias[1][o] : 0.0f;
         const float gt = g + bg;
         const float h = gt / (1.0f + expf(-gt)) * (u + bu);
         p.y[0][o] = h;
-        hs[warp * SWQ_OPW + lane] = h;
+        hs[warp * OPW + lane] = h;
     }
     __syncthreads();
     if (warp == 0) /* q8_quant_kernel's unit blockIdx.x of h */
         q8_unit(hs[lane], lane, true, oq + (int64_t)blockIdx.x * 32, od + blockIdx.x, os + blockIdx.x);
+    if (LATE)
+        mf_pdl_trigger();
 }
 
 #define SWQ_FOR_EACH_INST(X) \
@@ -878,10 +913,39 @@ int mf_cu_q8v4_swq8_ok(uint32_t wtype, int u, int64_t n_out, int64_t n_in) {
     return ks == 1;
 }
 
-cudaError_t mf_cu_q8v4_swq8_launch(const q8_multi *p, uint32_t wtype, const int8_t *xq, const float *xd,
+/* Instance I of block form f (1 .. MF_CU_Q8B_FORMS) over nb blocks. */
+template <int I>
+static cudaError_t swq8_go(int form, const q8_multi &p, const int8_t *xq, const float *xd, const int32_t *xs,
+                           int64_t n_in, int8_t *oq, float *od, int32_t *os, int64_t nb, cudaStream_t s) {
+    switch (form) {
+    case 1:
+        return mf_launch(gemv_q8v4_swq8_kernel<I, SWQ_WARPS, SWQ_OPW, SWQ_OPW, 2, false>, dim3((unsigned)nb),
+                         dim3(32 * SWQ_WARPS), 0, s, p, xq, xd, xs, n_in, v4_pf, oq, od, os);
+    case 2:
+        return mf_launch(gemv_q8v4_swq8_kernel<I, 16, 2, 2, 2, false>, dim3((unsigned)nb), dim3(32 * 16), 0, s, p, xq,
+                         xd, xs, n_in, v4_pf, oq, od, os);
+    case 3:
+        return mf_launch(gemv_q8v4_swq8_kernel<I, SWQ_WARPS, SWQ_OPW, SWQ_OPW, 3, false>, dim3((unsigned)nb),
+                         dim3(32 * SWQ_WARPS), 0, s, p, xq, xd, xs, n_in, v4_pf, oq, od, os);
+    case 4:
+        return mf_launch(gemv_q8v4_swq8_kernel<I, SWQ_WARPS, SWQ_OPW, 2, 3, false>, dim3((unsigned)nb),
+                         dim3(32 * SWQ_WARPS), 0, s, p, xq, xd, xs, n_in, v4_pf, oq, od, os);
+    case 5:
+        return mf_launch(gemv_q8v4_swq8_kernel<I, SWQ_WARPS, SWQ_OPW, SWQ_OPW, 2, true>, dim3((unsigned)nb),
+                         dim3(32 * SWQ_WARPS), 0, s, p, xq, xd, xs, n_in, v4_pf, oq, od, os);
+    default:
+        return cudaErrorNotSupported;
+    }
+}
+
+static int64_t v4_swq8_form_launches[MF_CU_Q8B_FORMS + 1]; /* mf_cu_q8v4_swq8_form_count */
+
+cudaError_t mf_cu_q8v4_swq8_launch(const q8_multi *p, uint32_t wtype, int form, const int8_t *xq, const float *xd,
                                    const int32_t *xs, int64_t n_in, void *q8out, cudaStream_t s) {
     const int64_t n_out = p->n_out[0], nb = n_out / 32;
-    if (p->n_w != 2 || p->n_out[1] != n_out || !q8out || !mf_cu_q8v4_swq8_ok(wtype, 1, n_out, n_in))
+    form = form == 0 ? 1 : form;
+    if (form < 1 || form > MF_CU_Q8B_FORMS || p->n_w != 2 || p->n_out[1] != n_out || !q8out ||
+        !mf_cu_q8v4_swq8_ok(wtype, 1, n_out, n_in))
         return cudaErrorNotSupported;
     int8_t *oq = (int8_t *)q8out; /* mf_cu_q8_bytes(n_out, 1) layout */
     float *od = (float *)(oq + n_out);
@@ -890,10 +954,9 @@ cudaError_t mf_cu_q8v4_swq8_launch(const q8_multi *p, uint32_t wtype, const int8
     q8_multi q; /* MINFER_CUDA_SOA: the plane copies when both weights have one (same bits) */
     const int si = v4_soa(p, wtype, &q);
     switch (si >= 0 ? si : v4_inst(wtype)) {
-#define MF_CASE(I)                                                                                               \
-    case I:                                                                                                      \
-        e = mf_launch(gemv_q8v4_swq8_kernel<I>, dim3((unsigned)nb), dim3(32 * SWQ_WARPS), 0, s, si >= 0 ? q : *p, \
-                      xq, xd, xs, n_in, v4_pf, oq, od, os);                                                      \
+#define MF_CASE(I)                                                                   \
+    case I:                                                                          \
+        e = swq8_go<I>(form, si >= 0 ? q : *p, xq, xd, xs, n_in, oq, od, os, nb, s); \
         break;
         SWQ_FOR_EACH_INST(MF_CASE)
         SWQ_FOR_EACH_SOA(MF_CASE)
@@ -902,10 +965,15 @@ cudaError_t mf_cu_q8v4_swq8_launch(const q8_multi *p, uint32_t wtype, const int8
         break;
     }
     v4_swq8_launches += e == cudaSuccess;
+    v4_swq8_form_launches[form] += e == cudaSuccess;
     v4_soa_launches += si >= 0 && e == cudaSuccess;
     return e;
 }
 
 int64_t mf_cu_q8v4_swq8_count(void) {
     return v4_swq8_launches;
+}
+
+int64_t mf_cu_q8v4_swq8_form_count(int form) {
+    return form >= 1 && form <= MF_CU_Q8B_FORMS ? v4_swq8_form_launches[form] : 0;
 }
