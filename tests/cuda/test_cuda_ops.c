@@ -22,7 +22,7 @@
  * MINFER_CUDA_TEST_ONLY=matmul,norm,...: run only these families (matmul,
  * getrows, norm, rope, elementwise, attn, qkv, ffn, fuse_add, fuse_norm,
  * gemv_v2, graph, misc, mma, mmafuse, decattn, preattn, gemv, decsmall,
- * gemvfuse, lat, attnone, attnshort, q6k, normmm, qkvmix, ffnq8b, soa, shortrope, d2h); racecheck runs the shared-memory families this way.
+ * gemvfuse, lat, attnone, attnshort, q6k, normmm, qkvmix, ffnq8b, soa, shortrope, d2h, zc); racecheck runs the shared-memory families this way.
  * The fusion levers (MINFER_CUDA_FUSE_GEMV / _ROPE / _ADD / _NORM,
  * MINFER_CUDA_GEMV_V2, MINFER_CUDA_FLASH_PREFILL; docs/ENV.md says which are
  * on by default) are run on and off through their test hooks
@@ -245,7 +245,19 @@
  * buffers alternating on one graph (each read its own step's logits, the
  * other buffer untouched, <= 2 captures and replays); reads into a heap
  * buffer and of half the bytes (the plain path, bitwise). No bench lines:
- * the lead measures tg128 and the MINFER_CUDA_HOST_TIMES line. */
+ * the lead measures tg128 and the MINFER_CUDA_HOST_TIMES line.
+ * Family zc: MINFER_CUDA_LOGITS_ZC (the lm_head's v4 GEMV also stores the
+ * logits into the engine's pinned block through its device alias, 32-byte
+ * lines; hook mf_cuda_set_logits_zc): family d2h's norm -> lm_head steps,
+ * ZC on vs off bitwise at Q8_0 896 x 151936, Q6_K 3584 x 152064 and Q8_0
+ * 896 x 3003 (ragged last row group), graphs on / off, norm folded /
+ * separate, ZC on every step with every read only waiting
+ * (mf_cuda_zc_count, mf_cuda_d2h_stats); two logits buffers alternating;
+ * reads elsewhere / of half the bytes (plain copy, the hint still holds
+ * the logits); a hint not 32-byte aligned (no ZC); ZC with the chunks on
+ * (ZC wins); the switch flipped every step on one graph.
+ * MINFER_CUDA_TEST_BENCH=1: host us of a replayed step, copy vs ZC vs
+ * chunks K 4, per head. */
 #include <math.h>
 #include <stddef.h>
 #include <stdio.h>
@@ -8095,6 +8107,282 @@ static void d2h_family(void) {
     d2h_case_run(&(d2h_case){"d2h.q8_0.896x3000", MF_TYPE_Q8_0, 896, 3000}, false);
 }
 
+/* ---- family zc: the lm_head GEMV writes the logits into the pinned block --------------- */
+
+/* Family zc: MINFER_CUDA_LOGITS_ZC (hook mf_cuda_set_logits_zc): the same
+ * norm -> lm_head decode step as family d2h (the contract's order, the
+ * out_host hint on a host_alloc block, every read buffer and hint poisoned
+ * before its step, 5 steps of new inputs), ZC on vs the switch off: logits
+ * bitwise, the ZC path taken on every step (mf_cuda_zc_count: capture and
+ * replays count) and every read served without a copy (mf_cuda_d2h_stats'
+ * early reads), graphs on / off, norm folded / separate, at the Q8_0 896 x
+ * 151936 (0.5B) and Q6_K 3584 x 152064 (7B) heads and a Q8_0 896 x 3003
+ * head (a ragged last row group); the hint block holds the logits even
+ * when the read goes elsewhere (a heap buffer: the plain copy, no early
+ * read) or reads half the bytes (the plain copy); two logits buffers
+ * alternating on one graph (each read its own step's logits, the other
+ * buffer untouched, <= 2 captures); a hint not 32-byte aligned and ZC with
+ * the chunks on (ZC taken, no chunk) and the switch flipped every step on
+ * one graph (graphs keyed on it: ZC exactly on the steps it is on).
+ * MINFER_CUDA_TEST_BENCH=1: one line per head, host us of a replayed step
+ * (begin_forward .. read_host) with ZC off, on and the chunks (K 4). */
+static void zc_weights(void) {
+    add_weight("mm.q8_0.896x151936", MF_TYPE_Q8_0, 896, 151936);
+    add_weight("zc.q8_0.896x3003", MF_TYPE_Q8_0, 896, 3003);
+    if (!small)
+        add_weight("zc.q6_k.3584x152064", MF_TYPE_Q6_K, 3584, 152064);
+}
+
+typedef struct zc_run {
+    int zc;          /* 1 on, 0 off, 2: on at odd steps only */
+    int k;           /* MINFER_CUDA_LOGITS_CHUNKS as well */
+    bool graphs, norm_mm;
+    int64_t n_read;  /* floats read (nv: all) */
+} zc_run;
+
+typedef struct zc_stats {
+    int64_t zc, chunked, early, caps, reps, clobbered, hint_bad, launches;
+} zc_stats;
+
+/* steps forwards of norm -> head on a fresh graph under r: step s hints
+ * hint[s] and reads r->n_read floats into dst[s] (copied into res + s *
+ * nv). clobbered: floats of the previous step's read buffer (when another
+ * one) that changed during step s; hint_bad: floats of a hint other than
+ * the read buffer that differ from the read after a ZC step. */
+static void zc_forwards(const d2h_case *c, const zc_run *r, const float *xs, int steps, float *const *hint,
+                        float *const *dst, float *res, zc_stats *st) {
+    const int64_t d = c->d, nv = c->nv;
+    char nn[32];
+    snprintf(nn, sizeof nn, "norm.%lld", (long long)d);
+    mf_graph gr;
+    graph_new(&gr, 0, 0);
+    const int32_t xi = ext(&gr, d, 1);
+    const int32_t ni = mf_g_rmsnorm(&gr, xi, nn, 1e-6f);
+    const int32_t mi = mf_g_matmul(&gr, ni, c->wn, c->t, NULL, d, nv);
+    gr.nodes[mi].flags |= MF_NODE_OUTPUT;
+    static int run_no; /* a name of its own: no graph of an earlier run replays */
+    snprintf(gr.nodes[mi].name, sizeof gr.nodes[mi].name, "zc.head.%d", run_no++);
+    const int32_t bx = dev_put(NULL, (size_t)d * 4), bn = dev_poison((size_t)d * 4);
+    const int32_t by = dev_poison((size_t)nv * 4);
+    mf_cuda_set_fuse_norm(be, true);
+    mf_cuda_set_norm_mm(be, r->norm_mm);
+    mf_cuda_set_graphs(be, r->graphs);
+    mf_cuda_set_logits_chunks(be, r->k);
+    int64_t c0, r0, k0, e0;
+    mf_cuda_graph_stats(be, &c0, &r0);
+    mf_cuda_d2h_stats(be, &k0, &e0);
+    const int64_t z0 = mf_cuda_zc_count(be), l0 = mf_cu_q8v4_zc_count();
+    st->clobbered = st->hint_bad = 0;
+    mf_error e;
+    for (int s = 0; s < steps; s++) {
+        const bool on = r->zc == 1 || (r->zc == 2 && s % 2);
+        mf_cuda_set_logits_zc(be, on);
+        const int64_t zs = mf_cuda_zc_count(be);
+        for (int64_t i = 0; i < nv; i++)
+            hint[s][i] = dst[s][i] = NAN;
+        mf_exec_args a = args(10 + s, 1, 64, MF_TYPE_F32);
+        a.out_host = hint[s];
+        a.out_node = mi;
+        a.out_bytes = (size_t)nv * 4;
+        if (be->ops->begin_forward(be, &gr, &a, &e) ||
+            be->ops->write_host(be, bx, 0, xs + s * d, (size_t)d * 4, &e) ||
+            be->ops->execute_node(be, &gr, ni, &bx, bn, (mf_kv_pair){-1, -1}, &a, &e) ||
+            be->ops->execute_node(be, &gr, mi, &bn, by, (mf_kv_pair){-1, -1}, &a, &e) ||
+            be->ops->end_forward(be, &gr, &a, &e) ||
+            be->ops->read_host(be, by, 0, dst[s], (size_t)r->n_read * 4, &e))
+            die("zc step", &e);
+        memcpy(res + s * nv, dst[s], (size_t)nv * 4);
+        if (hint[s] != dst[s] && mf_cuda_zc_count(be) > zs)
+            for (int64_t i = 0; i < r->n_read; i++)
+                st->hint_bad += memcmp(&hint[s][i], &dst[s][i], 4) != 0;
+        if (s > 0 && dst[s - 1] != dst[s] && dst[s - 1] != hint[s])
+            for (int64_t i = 0; i < r->n_read; i++)
+                st->clobbered += memcmp(&dst[s - 1][i], res + (s - 1) * nv + i, 4) != 0;
+    }
+    int64_t c1, r1, k1, e1;
+    mf_cuda_graph_stats(be, &c1, &r1);
+    mf_cuda_d2h_stats(be, &k1, &e1);
+    st->caps = c1 - c0;
+    st->reps = r1 - r0;
+    st->chunked = k1 - k0;
+    st->early = e1 - e0;
+    st->zc = mf_cuda_zc_count(be) - z0;
+    st->launches = mf_cu_q8v4_zc_count() - l0;
+    dev_free(bx); dev_free(bn); dev_free(by);
+    mf_graph_free(&gr);
+    mf_cuda_set_logits_zc(be, mf_env_int("MINFER_CUDA_LOGITS_ZC", 0) == 1);
+    mf_cuda_set_logits_chunks(be, (int)mf_env_int("MINFER_CUDA_LOGITS_CHUNKS", 0));
+    mf_cuda_set_fuse_norm(be, mf_env_int("MINFER_CUDA_FUSE_NORM", 1) != 0);
+    mf_cuda_set_norm_mm(be, mf_env_int("MINFER_CUDA_NORM_MM", 1) != 0);
+    mf_cuda_set_graphs(be, !mf_env_flag("MINFER_NO_CUDA_GRAPH"));
+}
+
+/* MINFER_CUDA_TEST_BENCH=1: host us of one replayed step (begin_forward ..
+ * read_host into the hint, the engine's order), median of 30 after 5
+ * warm-ups, under r (graphs on). */
+static double zc_step_us(const d2h_case *c, const zc_run *r, const float *xs, float *hint) {
+    enum { WARM = 5, REPS = 30 };
+    const int64_t d = c->d, nv = c->nv;
+    char nn[32];
+    snprintf(nn, sizeof nn, "norm.%lld", (long long)d);
+    mf_graph gr;
+    graph_new(&gr, 0, 0);
+    const int32_t xi = ext(&gr, d, 1);
+    const int32_t ni = mf_g_rmsnorm(&gr, xi, nn, 1e-6f);
+    const int32_t mi = mf_g_matmul(&gr, ni, c->wn, c->t, NULL, d, nv);
+    gr.nodes[mi].flags |= MF_NODE_OUTPUT;
+    static int run_no;
+    snprintf(gr.nodes[mi].name, sizeof gr.nodes[mi].name, "zc.bench.%d", run_no++);
+    const int32_t bx = dev_put(xs, (size_t)d * 4), bn = dev_poison((size_t)d * 4);
+    const int32_t by = dev_poison((size_t)nv * 4);
+    mf_cuda_set_graphs(be, true);
+    mf_cuda_set_logits_chunks(be, r->k);
+    mf_cuda_set_logits_zc(be, r->zc == 1);
+    float us[REPS];
+    mf_error e;
+    for (int s = 0; s < WARM + REPS; s++) {
+        mf_exec_args a = args(10, 1, 64, MF_TYPE_F32);
+        a.out_host = hint;
+        a.out_node = mi;
+        a.out_bytes = (size_t)nv * 4;
+        const uint64_t t0 = mf_time_ns();
+        if (be->ops->begin_forward(be, &gr, &a, &e) ||
+            be->ops->execute_node(be, &gr, ni, &bx, bn, (mf_kv_pair){-1, -1}, &a, &e) ||
+            be->ops->execute_node(be, &gr, mi, &bn, by, (mf_kv_pair){-1, -1}, &a, &e) ||
+            be->ops->end_forward(be, &gr, &a, &e) || be->ops->read_host(be, by, 0, hint, (size_t)nv * 4, &e))
+            die("zc bench step", &e);
+        if (s >= WARM)
+            us[s - WARM] = (float)((double)(mf_time_ns() - t0) / 1e3);
+    }
+    dev_free(bx); dev_free(bn); dev_free(by);
+    mf_graph_free(&gr);
+    mf_cuda_set_logits_zc(be, mf_env_int("MINFER_CUDA_LOGITS_ZC", 0) == 1);
+    mf_cuda_set_logits_chunks(be, (int)mf_env_int("MINFER_CUDA_LOGITS_CHUNKS", 0));
+    mf_cuda_set_graphs(be, !mf_env_flag("MINFER_NO_CUDA_GRAPH"));
+    qsort(us, REPS, sizeof us[0], cmp_f);
+    return us[REPS / 2];
+}
+
+static void zc_case_run(const d2h_case *c, bool full) {
+    const int64_t d = c->d, nv = c->nv;
+    const int steps = D2H_STEPS;
+    float *xs = rand_vec(d * steps, 2.0f);
+    /* the ZC switch on before the blocks exist: host_alloc maps them */
+    mf_cuda_set_logits_zc(be, true);
+    float *pa = be->ops->host_alloc(be, (size_t)nv * 4), *pb = be->ops->host_alloc(be, (size_t)nv * 4 + 64);
+    mf_cuda_set_logits_zc(be, mf_env_int("MINFER_CUDA_LOGITS_ZC", 0) == 1);
+    float *heap = malloc((size_t)nv * 4 + 4);
+    float *base[2] = {malloc((size_t)(nv * steps) * 4), malloc((size_t)(nv * steps) * 4)};
+    float *res = malloc((size_t)(nv * steps) * 4);
+    if (!pa || !pb) {
+        check_true("zc: host_alloc gave pinned blocks", false, NULL);
+        return;
+    }
+    float *ha[D2H_STEPS], *hh[D2H_STEPS], *hab[D2H_STEPS], *hm[D2H_STEPS];
+    for (int s = 0; s < steps; s++) {
+        ha[s] = pa;
+        hh[s] = heap;
+        hab[s] = s % 2 ? pb : pa;
+        hm[s] = pb + 1; /* 4 bytes into a block: not 32-byte aligned */
+    }
+    const bool want = mf_cu_q8v4_zc_ok(c->t, mf_cu_q8v4_u(-1, c->t, nv, d), nv, d) != 0;
+    char name[160], det[240];
+    snprintf(name, sizeof name, "zc %s %lld x %lld: the head has a ZC instance", mf_type_name(c->t), (long long)d,
+             (long long)nv);
+    check_true(name, want, NULL);
+    zc_stats st;
+    for (int nm = 1; nm >= (full ? 0 : 1); nm--) {
+        const zc_run off = {.zc = 0, .graphs = false, .norm_mm = nm, .n_read = nv};
+        zc_forwards(c, &off, xs, steps, ha, ha, base[nm], &st);
+        snprintf(name, sizeof name, "zc %s %lld: switch off baseline (norm %s)", mf_type_name(c->t), (long long)nv,
+                 nm ? "folded" : "separate");
+        check_true(name, d2h_diff(base[nm], base[nm], nv * steps) == 0 && st.zc == 0 && st.early == 0 &&
+                             st.launches == 0, "(no NaN, no ZC launch)");
+        for (int gon = 1; gon >= 0; gon--) {
+            if (!full && !gon)
+                continue;
+            const zc_run on = {.zc = 1, .graphs = gon, .norm_mm = nm, .n_read = nv};
+            zc_forwards(c, &on, xs, steps, ha, ha, res, &st);
+            snprintf(name, sizeof name, "zc %s %lld graphs %s norm %s", mf_type_name(c->t), (long long)nv,
+                     gon ? "on" : "off", nm ? "folded" : "separate");
+            snprintf(det, sizeof det, "(%lld floats differ; zc %lld early reads %lld of %d, launches %lld; "
+                     "captures %lld replays %lld)", (long long)d2h_diff(res, base[nm], nv * steps), (long long)st.zc,
+                     (long long)st.early, steps, (long long)st.launches, (long long)st.caps, (long long)st.reps);
+            check_true(name, d2h_diff(res, base[nm], nv * steps) == 0 && st.zc == steps && st.early == steps &&
+                                 st.chunked == 0 && st.launches >= 1 && (gon || st.launches == steps) &&
+                                 (!gon || st.reps >= steps - 2), det);
+        }
+    }
+    if (full) {
+        /* two sessions' logits buffers alternating on one graph */
+        zc_run r = {.zc = 1, .graphs = true, .norm_mm = true, .n_read = nv};
+        zc_forwards(c, &r, xs, steps, hab, hab, res, &st);
+        snprintf(det, sizeof det, "(%lld floats differ, %lld of the other buffer changed; captures %lld replays "
+                 "%lld, zc %lld early %lld)", (long long)d2h_diff(res, base[1], nv * steps), (long long)st.clobbered,
+                 (long long)st.caps, (long long)st.reps, (long long)st.zc, (long long)st.early);
+        check_true("zc two buffers alternating: own logits, other kept, replayed",
+                   d2h_diff(res, base[1], nv * steps) == 0 && st.clobbered == 0 && st.caps <= 2 &&
+                       st.reps >= steps - 4 && st.zc == steps && st.early == steps, det);
+        /* a read into another buffer than the hint: the plain copy, the hint written all the same */
+        zc_forwards(c, &r, xs, steps, ha, hh, res, &st);
+        snprintf(det, sizeof det, "(%lld floats differ, %lld hint floats differ; zc %lld early %lld)",
+                 (long long)d2h_diff(res, base[1], nv * steps), (long long)st.hint_bad, (long long)st.zc,
+                 (long long)st.early);
+        check_true("zc read into a heap buffer, not the hint", d2h_diff(res, base[1], nv * steps) == 0 &&
+                                                                  st.hint_bad == 0 && st.zc == steps && st.early == 0,
+                   det);
+        /* half the bytes into the hint buffer: the plain copy */
+        r.n_read = nv / 2;
+        zc_forwards(c, &r, xs, steps, ha, ha, res, &st);
+        int64_t bad = 0;
+        for (int s = 0; s < steps; s++)
+            bad += d2h_diff(res + s * nv, base[1] + s * nv, nv / 2);
+        snprintf(det, sizeof det, "(%lld floats differ; early %lld)", (long long)bad, (long long)st.early);
+        check_true("zc read of half the hinted bytes", bad == 0 && st.early == 0, det);
+        /* a hint 4 bytes into a block: no ZC, the plain copy */
+        r.n_read = nv;
+        zc_forwards(c, &r, xs, steps, hm, hm, res, &st);
+        snprintf(det, sizeof det, "(%lld floats differ; zc %lld early %lld)", (long long)d2h_diff(res, base[1], nv * steps),
+                 (long long)st.zc, (long long)st.early);
+        check_true("zc hint not 32-byte aligned: plain read", d2h_diff(res, base[1], nv * steps) == 0 && st.zc == 0 &&
+                                                                  st.early == 0 && st.launches == 0, det);
+        /* ZC and the chunks both on: ZC */
+        r.k = 4;
+        zc_forwards(c, &r, xs, steps, ha, ha, res, &st);
+        snprintf(det, sizeof det, "(%lld floats differ; zc %lld chunked %lld early %lld)",
+                 (long long)d2h_diff(res, base[1], nv * steps), (long long)st.zc, (long long)st.chunked,
+                 (long long)st.early);
+        check_true("zc with the chunks on: ZC taken", d2h_diff(res, base[1], nv * steps) == 0 && st.zc == steps &&
+                                                          st.chunked == 0 && st.early == steps, det);
+        /* the switch flipped every step on one graph: graphs keyed on it */
+        r.k = 0;
+        r.zc = 2;
+        zc_forwards(c, &r, xs, steps, ha, ha, res, &st);
+        snprintf(det, sizeof det, "(%lld floats differ; zc %lld early %lld, want %d)",
+                 (long long)d2h_diff(res, base[1], nv * steps), (long long)st.zc, (long long)st.early, steps / 2);
+        check_true("zc switch flipped every step, graphs on", d2h_diff(res, base[1], nv * steps) == 0 &&
+                                                                  st.zc == steps / 2 && st.early == steps / 2, det);
+    }
+    if (mf_env_flag("MINFER_CUDA_TEST_BENCH")) {
+        const zc_run b_off = {.zc = 0}, b_on = {.zc = 1}, b_k4 = {.k = 4};
+        const double t_off = zc_step_us(c, &b_off, xs, pa), t_on = zc_step_us(c, &b_on, xs, pa);
+        const double t_k4 = zc_step_us(c, &b_k4, xs, pa);
+        printf("bench zc %s %lld x %lld: replayed norm + head + logits read, host us: copy %.1f, ZC %.1f, "
+               "chunks K 4 %.1f (%.0f KB of logits)\n", mf_type_name(c->t), (long long)d, (long long)nv, t_off, t_on,
+               t_k4, (double)nv * 4 / 1024);
+    }
+    be->ops->host_free(be, pa);
+    be->ops->host_free(be, pb);
+    free(heap); free(base[0]); free(base[1]); free(res); free(xs);
+}
+
+static void zc_family(void) {
+    zc_case_run(&(d2h_case){"mm.q8_0.896x151936", MF_TYPE_Q8_0, 896, 151936}, !small);
+    if (!small)
+        zc_case_run(&(d2h_case){"zc.q6_k.3584x152064", MF_TYPE_Q6_K, 3584, 152064}, false);
+    zc_case_run(&(d2h_case){"zc.q8_0.896x3003", MF_TYPE_Q8_0, 896, 3003}, true);
+}
+
 int main(void) {
     small = mf_env_flag("MINFER_CUDA_TEST_SMALL");
     only = getenv("MINFER_CUDA_TEST_ONLY");
@@ -8186,6 +8474,8 @@ int main(void) {
         ffnq8b_weights();
     if (fam("d2h"))
         d2h_weights();
+    if (fam("zc"))
+        zc_weights();
     /* family soa: the backend builds its plane copies only when
      * MINFER_CUDA_SOA is set at creation; the other families keep the
      * block copies (mf_cuda_set_soa off below) */
@@ -8356,6 +8646,8 @@ int main(void) {
         soa_family();
     if (fam("d2h"))
         d2h_family();
+    if (fam("zc"))
+        zc_family();
     if (fam("misc")) {
         test_refusals();
         test_pool();

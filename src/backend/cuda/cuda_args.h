@@ -157,6 +157,10 @@ typedef struct mf_cu_q8_multi_args {
                              a SM), 4: form 3 with 2 of a warp's 4 outputs in flight at a time, 5: form 1
                              letting the next kernel launch only after its stores (gemv_q8v4.cu); same bits;
                              another value: the launch fails (cudaErrorInvalidValue) */
+    float *y_host;        /* MINFER_CUDA_LOGITS_ZC: a device alias of mapped pinned host memory (32-byte
+                             aligned) that also receives y[0], written by the v4 GEMV's epilogue in whole
+                             32-byte lines; only where mf_cu_gemv_q8_zc_ok says so (else the launch fails);
+                             NULL: today's launches */
 } mf_cu_q8_multi_args;
 #define MF_CU_Q8B_FORMS 5 /* q8b_form 1 .. this */
 cudaError_t mf_cu_gemv_q8_multi(const mf_cu_q8_multi_args *a, cudaStream_t s);
@@ -166,6 +170,12 @@ cudaError_t mf_cu_gemv_q8_multi(const mf_cu_q8_multi_args *a, cudaStream_t s);
  * (mf_cu_q8v4_swq8_ok: Q4_0 / Q5_0 / Q8_0 / Q4_K / Q6_K, n_out % 32 == 0,
  * n_in <= 2048). */
 int mf_cu_gemv_q8_ffn_q8b_ok(const mf_cu_q8_multi_args *a);
+/* Whether mf_cu_gemv_q8_multi(a) can also write y[0] into a->y_host
+ * (a->y_host itself not looked at): one weight, nt 1, no swiglu, residual
+ * or prologue, the v4 GEMV with one slice in flight and one warp per row
+ * pair (mf_cu_q8v4_zc_ok: Q4_0 / Q5_0 / Q8_0, their plane copies, Q6_K on
+ * the slice decoder). */
+int mf_cu_gemv_q8_zc_ok(const mf_cu_q8_multi_args *a);
 /* Host counts for tests (a captured launch counts once, replays not): the
  * quantize kernel launches of the int8 GEMVs (q8_quant_kernel, not the
  * norm-quant) and the block-local SwiGLU GEMV launches (FFN_Q8B). */
@@ -393,6 +403,13 @@ int mf_cu_q8v4_u(int mode, uint32_t wtype, int64_t rows, int64_t n_in);
  * lm_head only where every chunk's ks and u equal the whole's (same bits;
  * gemv_q8v4.cu). */
 int mf_cu_q8v4_ks(uint32_t wtype, int u, int64_t rows, int64_t n_in);
+/* MINFER_CUDA_LOGITS_ZC: whether a single-weight, non-SwiGLU v4 launch of
+ * u slices over `rows` rows of wtype has a ZC instance (the epilogue that
+ * also stores the rows into mapped host memory) with the plain launch's
+ * plan: u 1, ks 1, an instance of ZC_FOR_EACH_INST (gemv_q8v4.cu). _count:
+ * ZC launches so far (host count; a captured launch counts once). */
+int mf_cu_q8v4_zc_ok(uint32_t wtype, int u, int64_t rows, int64_t n_in);
+int64_t mf_cu_q8v4_zc_count(void);
 /* Launches of the mixed-type v4 GEMV so far (MINFER_CUDA_QKV_MIX; host
  * count, for tests: a captured launch counts once, its replays not). */
 int64_t mf_cu_q8v4_mix_count(void);

@@ -82,6 +82,8 @@ typedef struct cu_gentry {
                            NULL): the graph may copy into it, so entries are found by (g, out_host) */
     int32_t d2h_id;     /* the early logits copy the graph makes (d2h_bytes 0: none; cu_ctx.d2h_*) */
     size_t d2h_bytes;
+    bool d2h_zc;        /* ... made by the lm_head GEMV itself (MINFER_CUDA_LOGITS_ZC), not by chunk copies */
+    int32_t zc;         /* captured with MINFER_CUDA_LOGITS_ZC as it was (cu_ctx.logits_zc; tests flip it) */
     uint64_t used;
 } cu_gentry;
 
@@ -201,6 +203,11 @@ typedef struct cu_ctx {
     void *d2h_host;
     size_t d2h_bytes;
     int64_t n_d2h_chunked, n_d2h_early; /* mf_cuda_d2h_stats */
+    int logits_zc; /* MINFER_CUDA_LOGITS_ZC=1 (opt-in): that lm_head's v4 GEMV also stores the logits into the
+                      engine's pinned block through its device alias (zc_alias, run_head_zc): the read only
+                      waits. Takes precedence over logits_chunks where both apply */
+    bool d2h_zc;   /* the early bytes (d2h_*) are the ZC epilogue's, not chunk copies' */
+    int64_t n_zc;  /* mf_cuda_zc_count */
     /* the deferred MATMUL of fuse_add or RMSNORM of fuse_norm (see exec_now);
      * pend_node < 0: none */
     const mf_graph *pend_g;
@@ -225,6 +232,7 @@ typedef struct cu_ctx {
     struct {                 /* cu_host_alloc's pinned blocks (read_host copies into them directly) */
         void *p;
         size_t n;
+        void *dev;           /* its device alias once zc_alias asked for it (NULL: not yet) */
     } pinned[PINNED_N];
 } cu_ctx;
 
@@ -496,12 +504,19 @@ static void *cu_host_alloc(mf_backend *b, size_t nbytes) {
         if (c->pinned[i].p)
             continue;
         void *p = NULL;
-        if (cudaHostAlloc(&p, nbytes, cudaHostAllocDefault) != cudaSuccess) {
+        /* MINFER_CUDA_LOGITS_ZC: kernels write the block (mapped; with UVA every
+         * cudaHostAlloc block is, so a block from before the switch works too) */
+        if (cudaHostAlloc(&p, nbytes, c->logits_zc ? cudaHostAllocMapped : cudaHostAllocDefault) != cudaSuccess) {
             cudaGetLastError();
             return NULL;
         }
         c->pinned[i].p = p;
         c->pinned[i].n = nbytes;
+        c->pinned[i].dev = NULL;
+        if (c->logits_zc && cudaHostGetDevicePointer(&c->pinned[i].dev, p, 0) != cudaSuccess) {
+            cudaGetLastError(); /* zc_alias asks again; no alias: no ZC into this block */
+            c->pinned[i].dev = NULL;
+        }
         return p;
     }
     return NULL;
@@ -522,6 +537,7 @@ static void cu_host_free(mf_backend *b, void *p) {
                 c->d2h_bytes = 0;
             cudaFreeHost(p);
             c->pinned[i].p = NULL;
+            c->pinned[i].dev = NULL;
         }
 }
 
@@ -864,6 +880,9 @@ typedef struct exec {
      * copy run_multi's launch read */
     int64_t win0, win1;
     void *q8_in, *q8_used;
+    /* MINFER_CUDA_LOGITS_ZC (run_head_zc): run_multi of one weight also
+     * stores y into this device alias of host memory (NULL: no) */
+    float *zc_host;
 } exec;
 
 #define NODE_ERR(x, fmt, ...)                                                                   \
@@ -1169,6 +1188,8 @@ static int run_multi(exec *x, const mf_matmul_meta *const *mm, int n, bool swigl
         return -1;
     x->q8_used = a.q8;
     x->c->n_q8_ready += a.x_q8_ready && !x->q8_in;
+    if (n == 1)
+        a.y_host = x->zc_host; /* MINFER_CUDA_LOGITS_ZC: checked by zc_alias with mf_cu_gemv_q8_zc_ok's rule */
     /* MINFER_CUDA_FFN_Q8B: h's int8 copy into Q8OUT_SLOT (the GEMV reads Q8_SLOT), for the down GEMV */
     if (x->q8b && swiglu && !a.x_q8_ready && mf_cu_gemv_q8_ffn_q8b_ok(&a)) {
         if (!(a.q8out = scratch(x, Q8OUT_SLOT, mf_cu_q8_bytes(a.n_out[0], nt))))
@@ -1199,10 +1220,11 @@ static int64_t lc_bound(int64_t n, int k, int i) {
     return i >= k ? n : (n * i / k) & ~(int64_t)63;
 }
 
-/* The hint as the CUDA graph cache keys it: out_host while the switch is on
- * (a captured chunked lm_head copies into it), else NULL (the old keys). */
+/* The hint as the CUDA graph cache keys it: out_host while either switch is
+ * on (a captured chunked lm_head copies into it, a captured ZC lm_head
+ * embeds its device alias), else NULL (the old keys). */
 static void *lc_key(const cu_ctx *c, const mf_exec_args *a) {
-    return c->logits_chunks ? a->out_host : NULL;
+    return c->logits_chunks || c->logits_zc ? a->out_host : NULL;
 }
 
 /* How many chunks MATMUL node `node` (input buffer in, output out) runs as:
@@ -1280,7 +1302,82 @@ static int run_head_chunks(exec *x, const mf_matmul_meta *m, const float *in, fl
     c->d2h_id = out;
     c->d2h_host = ea->out_host;
     c->d2h_bytes = ea->out_bytes;
+    c->d2h_zc = false;
     c->n_d2h_chunked++;
+    return 0;
+}
+
+/* ---- MINFER_CUDA_LOGITS_ZC: the lm_head GEMV writes the logits into the pinned block ---- */
+
+/* Why. The chunked copy (above) did not pay: each chunk boundary cost what
+ * its copy saved. Here nothing is copied: the lm_head's v4 GEMV stores
+ * every row also into the engine's pinned logits block through its device
+ * alias, a 32-byte line per row group (v4_zc_store, gemv_q8v4.cu), while
+ * it streams the weight (~47 us on the 0.5B); the writes cross PCIe under
+ * the GEMV and the read after the forward only waits. y on the device is
+ * still written (the same stores as today), so every other read of the
+ * buffer and every later kernel see it as before. */
+
+/* The device alias of the host_alloc block bytes [p, p + n) lie in, or
+ * NULL (not such a block, or the runtime gives no alias). */
+static float *zc_alias(cu_ctx *c, void *p, size_t n) {
+    const uint8_t *q = p;
+    for (int i = 0; i < PINNED_N; i++) {
+        uint8_t *b0 = c->pinned[i].p;
+        if (!b0 || q < b0 || q > b0 + c->pinned[i].n || n > (size_t)(b0 + c->pinned[i].n - q))
+            continue;
+        if (!c->pinned[i].dev && cudaHostGetDevicePointer(&c->pinned[i].dev, b0, 0) != cudaSuccess) {
+            cudaGetLastError();
+            c->pinned[i].dev = NULL;
+            return NULL;
+        }
+        return (float *)((uint8_t *)c->pinned[i].dev + (q - b0));
+    }
+    return NULL;
+}
+
+/* The device alias the ZC lm_head writes for MATMUL node `node` (input
+ * buffer in, output out), or NULL: the switch is on, the node is the output
+ * the engine reads right after into a host_alloc block (ea's hint, exact
+ * byte count, 32-byte aligned), and the launch
+ * is one token on the v4 int8 GEMV that has a ZC instance with the plain
+ * launch's plan (mf_cu_gemv_q8_zc_ok's rule: every logit keeps its bits). */
+static float *zc_head(cu_ctx *c, const mf_graph *g, int32_t node, int32_t in, int32_t out, const mf_exec_args *ea) {
+    if (!c->logits_zc || !ea->out_host || ea->out_node != node || in == out || out < 0 || out >= c->n_bufs ||
+        ((uintptr_t)ea->out_host & 31))
+        return NULL;
+    const mf_node *n = &g->nodes[node];
+    const mf_matmul_meta *m = &n->meta.matmul;
+    const int mode = c->matmul_mode;
+    if (n->op != MF_OP_MATMUL || n->ne[1] != 1 || ea->out_bytes != f32b(m->n_out) ||
+        c->bufs[out].size < ea->out_bytes || !mm_ok(m) || !mf_cu_q8_supported(m->wtype, m->n_in) ||
+        !(mode == -2 || (mode == 0 && !c->no_q8)) || c->gemv_pro)
+        return NULL;
+    const int u = mf_cu_q8v4_u(c->gemv_v4, m->wtype, m->n_out, m->n_in);
+    if (u <= 0 || !mf_cu_q8v4_zc_ok(m->wtype, u, m->n_out, m->n_in))
+        return NULL;
+    return zc_alias(c, ea->out_host, ea->out_bytes);
+}
+
+/* The lm_head through run_multi with the ZC epilogue into yh (zc_head);
+ * remembers the logits as already on the host for read_host, like the
+ * chunked copy does. */
+static int run_head_zc(exec *x, const mf_matmul_meta *m, const float *in, float *y, int32_t out,
+                       const mf_exec_args *ea, float *yh) {
+    cu_ctx *c = x->c;
+    const mf_matmul_meta *mm[1] = {m};
+    float *const ys[1] = {y};
+    c->d2h_bytes = 0;
+    x->zc_host = yh;
+    const int rc = run_multi(x, mm, 1, false, in, ys, NULL, 1);
+    x->zc_host = NULL;
+    if (rc)
+        return rc;
+    c->d2h_id = out;
+    c->d2h_host = ea->out_host;
+    c->d2h_bytes = ea->out_bytes;
+    c->d2h_zc = true;
+    c->n_zc++;
     return 0;
 }
 
@@ -1809,6 +1906,9 @@ static int exec_node(mf_backend *b, const mf_graph *g, int32_t node, const int32
             c->pend_ea = *ea;
             return 0;
         }
+        float *const zc = zc_head(c, g, node, in[0], out, ea);
+        if (zc) /* MINFER_CUDA_LOGITS_ZC: the GEMV writes the logits where the engine reads them */
+            return run_head_zc(x, m, a, y, out, ea, zc);
         const int lc = lc_chunks(c, g, node, in[0], out, ea);
         if (lc) /* MINFER_CUDA_LOGITS_CHUNKS: the engine reads y right after; copy it while it is computed */
             return run_head_chunks(x, m, a, y, out, ea, lc);
@@ -2154,7 +2254,7 @@ static bool gentry_matches(const cu_ctx *c, const cu_gentry *e) {
            e->n_calls == c->n_rec && e->n_tokens == c->rec_a.n_tokens &&
            e->n_ctx == c->rec_a.n_ctx && e->kv_type == c->rec_a.kv_type &&
            e->attn_one == attn_one_now(c, &c->rec_a) && e->attn_short == c->attn_short &&
-           e->short_rope == c->short_rope && e->out_host == lc_key(c, &c->rec_a) &&
+           e->short_rope == c->short_rope && e->out_host == lc_key(c, &c->rec_a) && e->zc == c->logits_zc &&
            memcmp(e->scr, c->scr, sizeof e->scr) == 0 &&
            memcmp(e->calls, c->rec, (size_t)c->n_rec * sizeof *c->rec) == 0 &&
            ((g->stamp != 0 && e->stamp == g->stamp) ||
@@ -2246,7 +2346,9 @@ static int cu_end_forward(mf_backend *b, const mf_graph *g, const mf_exec_args *
         c->d2h_id = e->d2h_id; /* the graph made the early logits copy (if it captured one) */
         c->d2h_host = e->out_host;
         c->d2h_bytes = e->d2h_bytes;
-        c->n_d2h_chunked += e->d2h_bytes != 0;
+        c->d2h_zc = e->d2h_zc;
+        c->n_d2h_chunked += e->d2h_bytes != 0 && !e->d2h_zc;
+        c->n_zc += e->d2h_bytes != 0 && e->d2h_zc;
         c->fruitless = 0;
         return 0;
     }
@@ -2258,6 +2360,7 @@ static int cu_end_forward(mf_backend *b, const mf_graph *g, const mf_exec_args *
             trace_graph(c, "cudaGraphLaunch(first)", c->n_rec);
             e->d2h_id = c->d2h_id; /* what the captured calls copied early (run_head_chunks) */
             e->d2h_bytes = c->d2h_host == e->out_host ? c->d2h_bytes : 0;
+            e->d2h_zc = c->d2h_zc;
             CU_TRY(cudaGraphLaunch(e->exec, c->stream));
             c->n_captures++;
             if (++c->fruitless >= FRUITLESS_MAX) {
@@ -2302,6 +2405,7 @@ static int cu_end_forward(mf_backend *b, const mf_graph *g, const mf_exec_args *
     e->attn_short = c->attn_short;
     e->short_rope = c->short_rope;
     e->out_host = lc_key(c, a);
+    e->zc = c->logits_zc;
     memcpy(e->scr, c->scr, sizeof e->scr);
     e->used = ++c->ge_clock;
     return 0;
@@ -2572,6 +2676,8 @@ int mf_backend_cuda_new_progress(const mf_weights *w, mf_cuda_progress_fn progre
     memset(c->fault, 0, sizeof *c->fault);
     /* opt-in until measured on the H200 (docs/ENV.md): the logits copy overlapped with the lm_head */
     lc_set(c, mf_env_int("MINFER_CUDA_LOGITS_CHUNKS", 0));
+    /* opt-in until measured on the H200 (docs/ENV.md): the lm_head GEMV writes the logits to the host itself */
+    c->logits_zc = mf_env_int("MINFER_CUDA_LOGITS_ZC", 0) == 1;
     if (upload_weights(c, progress, user, err) || build_soa(c, err))
         goto fail;
     mf_log(MF_LOG_INFO, "cuda: using device %d: %s; %llu bytes of weights uploaded", c->device, c->desc,
@@ -2713,6 +2819,15 @@ void mf_cuda_fuse_stats(const mf_backend *b, int64_t *adds, int64_t *norms) {
 
 void mf_cuda_set_logits_chunks(mf_backend *b, int k) {
     lc_set(CX(b), k);
+}
+
+void mf_cuda_set_logits_zc(mf_backend *b, bool on) {
+    CX(b)->logits_zc = on;
+    CX(b)->d2h_bytes = 0;
+}
+
+int64_t mf_cuda_zc_count(const mf_backend *b) {
+    return CX(b)->n_zc;
 }
 
 void mf_cuda_d2h_stats(const mf_backend *b, int64_t *chunked, int64_t *early_reads) {

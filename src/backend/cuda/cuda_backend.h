@@ -142,5 +142,15 @@ void mf_cuda_set_logits_chunks(mf_backend *b, int k);
  * graph counts at its capture and at each replay) and read_host calls that
  * found their bytes already copied (only waited) since creation. */
 void mf_cuda_d2h_stats(const mf_backend *b, int64_t *chunked, int64_t *early_reads);
+/* Tests: MINFER_CUDA_LOGITS_ZC=1 as at creation (false: exactly the old
+ * launches and copies): that one-token lm_head, where its v4 GEMV has a ZC
+ * instance, also stores the logits into the hinted host_alloc block itself
+ * (32-byte lines through the block's device alias), so the read only
+ * waits (counted in mf_cuda_d2h_stats' early reads). Takes precedence over
+ * the chunks where both apply. Graphs are keyed on it. _count: forwards
+ * whose lm_head did so (a captured graph counts at its capture and at
+ * each replay). */
+void mf_cuda_set_logits_zc(mf_backend *b, bool on);
+int64_t mf_cuda_zc_count(const mf_backend *b);
 
 #endif

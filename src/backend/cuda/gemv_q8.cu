@@ -1069,6 +1069,18 @@ extern "C" int mf_cu_gemv_q8_ffn_q8b_ok(const mf_cu_q8_multi_args *a) {
     return u > 0 && mf_cu_q8v4_swq8_ok(a->wtype[0], u, a->n_out[0], a->n_in);
 }
 
+/* MINFER_CUDA_LOGITS_ZC's rule: the launch mf_cu_gemv_q8_multi would make
+ * is the v4 GEMV of one weight, one token, one slice in flight and one
+ * warp per row pair, which the ZC instance runs with the same plan (so the
+ * same bits); mf_cu_q8v4_zc_ok adds the types. */
+extern "C" int mf_cu_gemv_q8_zc_ok(const mf_cu_q8_multi_args *a) {
+    if (a->swiglu || a->n_w != 1 || a->nt != 1 || a->prologue || a->res[0] ||
+        !mf_cu_q8_supported(a->wtype[0], a->n_in))
+        return 0;
+    const int u = mf_cu_q8v4_u(a->gemv_v4, a->wtype[0], a->n_out[0], a->n_in);
+    return u > 0 && mf_cu_q8v4_zc_ok(a->wtype[0], u, a->n_out[0], a->n_in);
+}
+
 /* The fused path: one quantization of x, then one launch over every weight
  * when they share a type (else one launch per weight on the same quantized
  * activations; or one for two runs of types, q8_mix_launch). */
@@ -1112,6 +1124,19 @@ extern "C" cudaError_t mf_cu_gemv_q8_multi(const mf_cu_q8_multi_args *a, cudaStr
         cudaError_t e = q8_src_for(&in, 1, 1, &pro, &smem, s); /* no prologue: the quantize kernel, if any */
         if (e == cudaSuccess)
             e = mf_cu_q8v4_swq8_launch(&p, a->wtype[0], a->q8b_form, in.xq, in.xd, in.xs, a->n_in, a->q8out, s);
+        return e != cudaSuccess ? e : cudaGetLastError();
+    }
+    if (a->y_host) { /* MINFER_CUDA_LOGITS_ZC: y also into mapped host memory, by the v4 epilogue */
+        if (!mf_cu_gemv_q8_zc_ok(a) || ((uintptr_t)a->y_host & 31))
+            return cudaErrorInvalidValue;
+        q8_multi p;
+        memset(&p, 0, sizeof p);
+        q8_run(a, 0, 1, &p);
+        q8_pro pro;
+        size_t smem;
+        cudaError_t e = q8_src_for(&in, 1, 1, &pro, &smem, s); /* as the plain v4 launch quantizes x */
+        if (e == cudaSuccess)
+            e = mf_cu_q8v4_launch_zc(&p, a->wtype[0], in.xq, in.xd, in.xs, a->n_in, a->y_host, s);
         return e != cudaSuccess ? e : cudaGetLastError();
     }
     bool mixed;

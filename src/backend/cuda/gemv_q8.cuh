@@ -213,6 +213,14 @@ int mf_cu_q8v4_mix_supported(uint32_t ta, int ua, uint32_t tb, int ub);
 cudaError_t mf_cu_q8v4_launch_mix(const q8_multi *pa, uint32_t ta, int ua, const q8_multi *pb, uint32_t tb, int ub,
                                   const int8_t *xq, const float *xd, const int32_t *xs, int64_t n_in,
                                   cudaStream_t s);
+/* MINFER_CUDA_LOGITS_ZC: the v4 GEMV of p (one weight of wtype, one token,
+ * one slice in flight, no residual) whose epilogue also stores every row
+ * into yh, a device alias of mapped pinned host memory (32-byte aligned),
+ * in whole 32-byte lines; y bitwise what mf_cu_q8v4_launch(p, wtype, false,
+ * 1) writes, and yh the same floats once the launch has completed.
+ * cudaErrorNotSupported where mf_cu_q8v4_zc_ok (cuda_args.h) says no. */
+cudaError_t mf_cu_q8v4_launch_zc(const q8_multi *p, uint32_t wtype, const int8_t *xq, const float *xd,
+                                 const int32_t *xs, int64_t n_in, float *yh, cudaStream_t s);
 /* Fills the v4 occupancy table (from mf_cu_probe_gemv_q8). */
 void mf_cu_q8v4_probe(int sms);
 int mf_cu_q8v4_supported(uint32_t wtype);

@@ -234,6 +234,43 @@ template <int T> static __device__ __forceinline__ uint64_t v4_pf_off(uint64_t r
         return row_bytes * (uint64_t)k / (uint64_t)n;
 }
 
+/* MINFER_CUDA_LOGITS_ZC: the epilogue of row group g of a launch of one
+ * weight with one warp per row pair (ks 1, so the group is rows 8g ..
+ * 8g + 7): each warp stores its pair's rows into y as q8_row_store does for
+ * one token without a residual (acc + bias: the same expression, so the
+ * same bits) and stages them in zs; after one __syncthreads lanes 0 and 1
+ * of warp 0 store the group's 32 bytes into yh (mapped pinned host memory,
+ * 32-byte aligned) with one 16-byte store each, one instruction, so a whole
+ * line crosses PCIe as one write rather than eight 4-byte ones. A ragged
+ * last group goes row by row. zs alternates between two slots: the slot
+ * written for group g + 2 is only written after every warp has passed
+ * group g + 1's barrier, which warp 0 reaches after reading group g's. */
+static __device__ __forceinline__ void v4_zc_store(const q8_multi &p, int64_t g, int64_t total, const float *acc,
+                                                   int lane, int warp, float *__restrict__ yh, float *zs) {
+    constexpr int GR = Q8_WARPS * V4_R; /* rows a group */
+    if (lane == 0)
+#pragma unroll
+        for (int r = 0; r < V4_R; r++) {
+            const int64_t o = (g * Q8_WARPS + warp) * V4_R + r;
+            if (o < total) {
+                const float b = p.bias[0] ? p.bias[0][o] : 0.0f;
+                const float v = acc[r] + b;
+                p.y[0][o] = v;
+                zs[warp * V4_R + r] = v;
+            }
+        }
+    __syncthreads();
+    const int64_t o0 = g * GR, n = total - o0;
+    if (warp == 0) {
+        if (n >= GR) {
+            if (lane < GR / 4)
+                reinterpret_cast<float4 *>(yh + o0)[lane] = reinterpret_cast<const float4 *>(zs)[lane];
+        } else if (lane < n) {
+            yh[o0 + lane] = zs[lane];
+        }
+    }
+}
+
 /* Grid: x = blocks looping over groups of (Q8_WARPS / ks) row pairs (n_grp
  * groups; block-uniform trip count, so every warp reaches q8_reduce's
  * barrier once per group); ks warps share a row pair, warp kp taking slice
@@ -247,11 +284,12 @@ template <int T> static __device__ __forceinline__ uint64_t v4_pf_off(uint64_t r
  * v4_rows is that loop for block bx of a grid of gx blocks (the single-type
  * kernel: blockIdx.x of gridDim.x; the mixed-type kernel: its blocks split
  * into one such grid per weight type); part is the block's reduction buffer. */
-template <int T, int U, bool SWIGLU>
+template <int T, int U, bool SWIGLU, bool ZC = false>
 static __device__ __forceinline__ void v4_rows(const q8_multi &p, const int8_t *__restrict__ xq,
                                                const float *__restrict__ xd, const int32_t *__restrict__ xs,
                                                int64_t n_in, int ks, int64_t n_grp, int pf, float (*part)[V4_R],
-                                               unsigned bx, unsigned gx) {
+                                               unsigned bx, unsigned gx, float *yh = nullptr,
+                                               float (*zst)[Q8_WARPS * V4_R] = nullptr) {
     constexpr int R = V4_R;
     typedef typename v4s<T>::raw raw;
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
@@ -294,9 +332,12 @@ static __device__ __forceinline__ void v4_rows(const q8_multi &p, const int8_t *
         }
     };
     /* the row pair's sums across its ks warps, then bias / residual / SwiGLU and the store */
+    [[maybe_unused]] int zslot = 0; /* ZC: the staging slot of this group (two, alternating) */
     auto finish = [&](int64_t bg, float *acc) {
         q8_reduce<R>(acc, part, lane, warp, ks);
-        if (lane == 0 && kp == 0)
+        if constexpr (ZC)
+            v4_zc_store(p, bg, total, acc, lane, warp, yh, zst[zslot ^= 1]);
+        else if (lane == 0 && kp == 0)
             q8_pair_store<SWIGLU, 1>(p, bg * ppb + warp / ks, total, acc, 0, 1);
         if (ks > 1) /* part[] is rewritten by the next group's reduction */
             __syncthreads();
@@ -388,6 +429,18 @@ gemv_q8v4_kernel(q8_multi p, const int8_t *__restrict__ xq, const float *__restr
                  const int32_t *__restrict__ xs, int64_t n_in, int ks, int64_t n_grp, int pf) {
     __shared__ float part[Q8_WARPS][V4_R];
     v4_rows<T, U, SWIGLU>(p, xq, xd, xs, n_in, ks, n_grp, pf, part, blockIdx.x, gridDim.x);
+}
+
+/* MINFER_CUDA_LOGITS_ZC: the single-weight, one-slice, one-warp-per-row-pair
+ * instance whose epilogue also writes the rows into yh (v4_zc_store). */
+template <int T>
+static __global__ void __launch_bounds__(32 * Q8_WARPS)
+gemv_q8v4_zc_kernel(q8_multi p, const int8_t *__restrict__ xq, const float *__restrict__ xd,
+                    const int32_t *__restrict__ xs, int64_t n_in, int ks, int64_t n_grp, int pf,
+                    float *__restrict__ yh) {
+    __shared__ float part[Q8_WARPS][V4_R];
+    __shared__ __align__(16) float zst[2][Q8_WARPS * V4_R];
+    v4_rows<T, 1, false, true>(p, xq, xd, xs, n_in, ks, n_grp, pf, part, blockIdx.x, gridDim.x, yh, zst);
 }
 
 /* Two runs of weights of different types sharing the input (Q/K of one
@@ -652,6 +705,80 @@ int mf_cu_q8v4_ks(uint32_t wtype, int u, int64_t rows, int64_t n_in) {
     return ks;
 }
 
+/* ---- MINFER_CUDA_LOGITS_ZC: the lm_head GEMV also writes the logits into host memory ---- */
+
+/* The instances with a ZC kernel: the block and plane decoders of the
+ * types a vocab-wide head takes at one slice in flight under the auto rule
+ * (Q8_0, Q4_0, Q5_0; Q6_K on the slice decoder). A Q4_K head (two slices
+ * from 32 MiB) or Q6_K on the unit decoder keeps the copy. */
+#define ZC_FOR_EACH_INST(X) X(MF_TYPE_Q4_0) X(MF_TYPE_Q5_0) X(MF_TYPE_Q8_0) X(V4_Q6K_SLICE)
+#define ZC_FOR_EACH_SOA(X) X(V4_SOA_Q4_0) X(V4_SOA_Q5_0) X(V4_SOA_Q8_0)
+
+static int v4_zc_bps[V4_N_INST]; /* resident blocks per SM of each ZC instance (mf_cu_q8v4_probe) */
+static int64_t v4_zc_launches;   /* mf_cu_q8v4_zc_count */
+
+static bool v4_zc_inst(int i) {
+    switch (i) {
+#define MF_CASE(I) case I:
+        ZC_FOR_EACH_INST(MF_CASE)
+        ZC_FOR_EACH_SOA(MF_CASE)
+#undef MF_CASE
+        return true;
+    default:
+        return false;
+    }
+}
+
+int mf_cu_q8v4_zc_ok(uint32_t wtype, int u, int64_t rows, int64_t n_in) {
+    return u == 1 && v4_zc_inst(v4_inst(wtype)) && mf_cu_q8v4_ks(wtype, 1, rows, n_in) == 1;
+}
+
+int64_t mf_cu_q8v4_zc_count(void) {
+    return v4_zc_launches;
+}
+
+/* The ZC launch of p (one weight, no residual): the plan of the plain
+ * one-slice launch (ks 1, the same row groups; only the wave is the ZC
+ * instance's own), on the plane copies where p has them (MINFER_CUDA_SOA,
+ * the same choice mf_cu_q8v4_launch makes). */
+template <int T>
+static cudaError_t v4_go_zc(const q8_multi *p, const int8_t *xq, const float *xd, const int32_t *xs, int64_t n_in,
+                            float *yh, cudaStream_t s) {
+    int ks;
+    int64_t n_grp;
+    int64_t blocks = v4_plan<T, 1, false>(p, n_in, &ks, &n_grp);
+    if (ks != 1)
+        return cudaErrorNotSupported;
+    const int64_t wave = (int64_t)v4_sms * (v4_zc_bps[T] > 0 ? v4_zc_bps[T] : 4);
+    blocks = n_grp < wave ? n_grp : wave;
+    return mf_launch(gemv_q8v4_zc_kernel<T>, dim3((unsigned)blocks), dim3(32 * Q8_WARPS), 0, s, *p, xq, xd, xs, n_in,
+                     ks, n_grp, v4_pf, yh);
+}
+
+cudaError_t mf_cu_q8v4_launch_zc(const q8_multi *p, uint32_t wtype, const int8_t *xq, const float *xd,
+                                 const int32_t *xs, int64_t n_in, float *yh, cudaStream_t s) {
+    const int64_t rows = p->start[1];
+    if (p->n_w != 1 || p->res[0] || !yh || ((uintptr_t)yh & 31) || !mf_cu_q8v4_zc_ok(wtype, 1, rows, n_in))
+        return cudaErrorNotSupported;
+    q8_multi q;
+    const int si = v4_soa(p, wtype, &q);
+    cudaError_t e = cudaErrorNotSupported;
+    switch (si >= 0 ? si : v4_inst(wtype)) {
+#define MF_CASE(I)                                                                 \
+    case I:                                                                        \
+        e = v4_go_zc<I>(si >= 0 ? &q : p, xq, xd, xs, n_in, yh, s);                \
+        break;
+        ZC_FOR_EACH_INST(MF_CASE)
+        ZC_FOR_EACH_SOA(MF_CASE)
+#undef MF_CASE
+    default:
+        break;
+    }
+    v4_zc_launches += e == cudaSuccess;
+    v4_soa_launches += si >= 0 && e == cudaSuccess;
+    return e;
+}
+
 /* The mixed instance of instances ia and ib in either order (*swap: ib is
  * its first type), or -1. */
 static int v4_mix_find(int ia, int ib, bool *swap) {
@@ -740,6 +867,12 @@ void mf_cu_q8v4_probe(int sms) {
         cudaSuccess)                                                                                     \
         v4_mix_bps[I] = n;
     V4_FOR_EACH_MIX(MF_CASE)
+#undef MF_CASE
+#define MF_CASE(I)                                                                                          \
+    if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&n, gemv_q8v4_zc_kernel<I>, 32 * Q8_WARPS, 0) == cudaSuccess) \
+        v4_zc_bps[I] = n;
+    ZC_FOR_EACH_INST(MF_CASE)
+    ZC_FOR_EACH_SOA(MF_CASE)
 #undef MF_CASE
 }
 
