@@ -211,23 +211,27 @@
  * q8b us per FFN tail (norm-quant, gate/up, [quantize], down + residual;
  * PDL chain, weights from HBM) at 0.5B Q4_0 / Q5_0 and 1.5B Q4_K.
  * Family normlane: MINFER_CUDA_NORM_LANE (opt-in; gemv_q8v4.cu: the
- * residual GEMV writes per-block double sums of squares, the QKV GEMV after
+ * residual GEMV writes per-block double sums of squares, the GEMV after
  * the folded RMSNorm sums them and norms + quantizes its input per lane;
  * args fields nl_part_out / nl_part_in / nl_n_part) at nt 1: residual
  * GEMV 4864 -> 896 (Q4_0 / Q4_K / Q8_0), 8960 -> 1536 (Q6_K), 8192 ->
- * 2048 (Q4_0), odd row counts, then a QKV of Q4_0 / Q5_0 + Q8_0 / Q8_0:
+ * 2048 (Q4_0), odd row counts, then a QKV of Q4_0 / Q5_0 + Q8_0 (one mixed
+ * launch) / Q8_0; o GEMV 896 / 1536 then gate/up + SwiGLU (FFN_Q8B's
+ * block-local form Q4_0 / Q8_0 with the int8 h, the v4 form Q5_0):
  * the residual output bitwise today's, the partials' sum vs a host double
- * sum (1e-12), the QKV vs float64 (3e-2) and vs today's chain (1e-2), three
- * runs with PDL on and one off bitwise equal (outputs, partials poisoned),
- * no norm-quant launch (mf_cu_q8_norm_quant_count); the rules and refused
- * launches (u2, v4 off, prologue, no residual, nt 2; n_in 3584, SwiGLU,
- * an output over x, Q4_K); a CUDA graph of the chain (PDL on, off) replayed
+ * sum (1e-12), the QKV (h) vs float64 (3e-2, 6e-2) and vs today's chain
+ * (1e-2, 2e-2), three runs with PDL on and one off bitwise equal (outputs,
+ * partials, int8 h poisoned), no norm-quant launch
+ * (mf_cu_q8_norm_quant_count); the rules and refused launches (u2, v4 off,
+ * prologue, no residual, nt 2; n_in 3584, gate / up types differ, an
+ * output over x, Q4_K); a CUDA graph of the chain (PDL on, off) replayed
  * 4 steps bitwise the plain chain; through the backend (hook
- * mf_cuda_set_norm_lane) MATMUL -> ADD -> RMSNORM -> FUSED_QKV over 4
- * steps: graphs == plain bitwise, on vs off (1e-2), the norm-quant launch
+ * mf_cuda_set_norm_lane) MATMUL -> ADD -> RMSNORM -> FUSED_QKV and
+ * MATMUL -> ADD -> RMSNORM -> FUSED_FFN -> MATMUL -> ADD over 4 steps:
+ * graphs == plain bitwise, on vs off (1e-2, 2e-2), the norm-quant launch
  * gone (mf_cuda_norm_lane_stats). MINFER_CUDA_TEST_BENCH=1: today vs lane
- * us per residual GEMV + [norm-quant] + QKV (PDL chain, weights from HBM).
- * Only the QKV side: gate/up (FUSED_FFN) keeps today's path.
+ * us per residual GEMV + [norm-quant] + consumer (PDL chain, weights from
+ * HBM) at 0.5B Q4_0 / Q4_K_M / 1.5B QKV and 0.5B gate/up (both forms).
  * Family soa: MINFER_CUDA_SOA (soa.cu: plane copies of Q4_0 / Q5_0 / Q8_0
  * weights; q8w_soa.cuh: their v4 decoders; args fields w_soa / soa_stride)
  * for each of the three types at 896 -> 896 / 128 / 4864 / 151936 (the
@@ -7863,25 +7867,30 @@ typedef struct nl_spec {
     int n_w;
     uint32_t t[3];
     int64_t n_out[3];
+    int ffn; /* 0: a QKV; 1: gate/up + SwiGLU on the v4 instance; 2: ... FFN_Q8B's block-local form (q8out) */
 } nl_spec;
 
 static int nl_specs(nl_spec *c) {
     int n = 0;
     c[n++] = (nl_spec){"0.5B-q4_0", MF_TYPE_Q4_0, 4864, 896, 3, {MF_TYPE_Q4_0, MF_TYPE_Q4_0, MF_TYPE_Q4_0},
-                       {896, 128, 128}};
+                       {896, 128, 128}, 0};
     /* the Q4_K_M mix: Q5_0 Q/K, Q8_0 V (two consumer launches), a Q4_K producer */
     c[n++] = (nl_spec){"0.5B-q4_k_m", MF_TYPE_Q4_K, 4864, 896, 3, {MF_TYPE_Q5_0, MF_TYPE_Q5_0, MF_TYPE_Q8_0},
-                       {896, 128, 128}};
+                       {896, 128, 128}, 0};
     c[n++] = (nl_spec){"0.5B-q8_0", MF_TYPE_Q8_0, 4864, 896, 3, {MF_TYPE_Q8_0, MF_TYPE_Q8_0, MF_TYPE_Q8_0},
-                       {896, 128, 128}};
+                       {896, 128, 128}, 0};
     c[n++] = (nl_spec){"1.5B-q6_k", MF_TYPE_Q6_K, 8960, 1536, 3, {MF_TYPE_Q5_0, MF_TYPE_Q5_0, MF_TYPE_Q8_0},
-                       {1536, 256, 256}};
+                       {1536, 256, 256}, 0};
     /* 64 units: two warps a row pair where the plan gives them (ks 2) */
     c[n++] = (nl_spec){"2048-q4_0", MF_TYPE_Q4_0, 8192, 2048, 3, {MF_TYPE_Q4_0, MF_TYPE_Q4_0, MF_TYPE_Q4_0},
-                       {2048, 256, 256}};
+                       {2048, 256, 256}, 0};
     /* odd run lengths: half-empty last row pairs in producer and consumer */
     c[n++] = (nl_spec){"odd-rows", MF_TYPE_Q5_0, 4864, 896, 3, {MF_TYPE_Q4_0, MF_TYPE_Q4_0, MF_TYPE_Q8_0},
-                       {97, 32, 65}};
+                       {97, 32, 65}, 0};
+    /* the FFN side: o GEMV + residual, then gate/up + SwiGLU (FFN_Q8B's form and the v4 one) */
+    c[n++] = (nl_spec){"0.5B-ffn-q8b", MF_TYPE_Q4_0, 896, 896, 2, {MF_TYPE_Q4_0, MF_TYPE_Q4_0}, {4864, 4864}, 2};
+    c[n++] = (nl_spec){"0.5B-ffn-v4", MF_TYPE_Q5_0, 896, 896, 2, {MF_TYPE_Q5_0, MF_TYPE_Q5_0}, {4864, 4864}, 1};
+    c[n++] = (nl_spec){"1.5B-ffn-q8b", MF_TYPE_Q8_0, 1536, 1536, 2, {MF_TYPE_Q8_0, MF_TYPE_Q8_0}, {8960, 8960}, 2};
     return n;
 }
 
@@ -7912,6 +7921,9 @@ static void normlane_weights(void) {
     }
     qkv_weights(&nl_qkv);
     add_weight("nl.down.q4_0.4864x896", MF_TYPE_Q4_0, 4864, 896);
+    add_weight("nl.o.q4_0.896x896", MF_TYPE_Q4_0, 896, 896);
+    add_weight("nl.gate.q4_0.896x4864", MF_TYPE_Q4_0, 896, 4864);
+    add_weight("nl.up.q4_0.896x4864", MF_TYPE_Q4_0, 896, 4864);
     add_f32("nl.norm.896", 896, 0.5f, 1.0f);
 }
 
@@ -7920,7 +7932,7 @@ static void normlane_weights(void) {
  * the QKV outputs y, the q8 scratch (room for either input) and the
  * partials. */
 typedef struct nl_dev {
-    void *wp, *w[3], *q8;
+    void *wp, *w[3], *q8, *q8o;
     float *b[3], *nw, *h, *r, *z, *y[3];
     double *part;
 } nl_dev;
@@ -7941,7 +7953,8 @@ static void nl_dev_new(const nl_spec *s, nl_dev *d) {
     }
     nl_wname(wn, sizeof wn, s, "norm");
     d->nw = ds_put(wf32(wn), (size_t)s->d * 4);
-    d->q8 = ds_alloc(mf_cu_q8_bytes(s->ff, 1), 0x5a);
+    d->q8 = ds_alloc(mf_cu_q8_bytes(s->ff > s->d ? s->ff : s->d, 1), 0x5a);
+    d->q8o = ds_alloc(mf_cu_q8_bytes(s->n_out[0], 1), 0x5a);
     d->h = ds_alloc((size_t)s->ff * 4, 0);
     d->r = ds_alloc((size_t)s->d * 4, 0);
     d->z = ds_alloc((size_t)s->d * 4, 0xff);
@@ -7949,7 +7962,7 @@ static void nl_dev_new(const nl_spec *s, nl_dev *d) {
 }
 
 static void nl_dev_free(const nl_spec *s, nl_dev *d) {
-    cudaFree(d->wp); cudaFree(d->q8); cudaFree(d->nw); cudaFree(d->h); cudaFree(d->r); cudaFree(d->z);
+    cudaFree(d->wp); cudaFree(d->q8); cudaFree(d->q8o); cudaFree(d->nw); cudaFree(d->h); cudaFree(d->r); cudaFree(d->z);
     cudaFree(d->part);
     for (int j = 0; j < s->n_w; j++) {
         cudaFree(d->w[j]); cudaFree(d->b[j]); cudaFree(d->y[j]);
@@ -7969,11 +7982,12 @@ static mf_cu_q8_multi_args nl_prod_args(const nl_spec *s, const nl_dev *d, doubl
     return a;
 }
 
-/* the QKV on RMSNorm(z) (FUSE_NORM's form), from np partials when part is set */
+/* the QKV (or gate/up + SwiGLU) on RMSNorm(z) (FUSE_NORM's form), from np partials when part is set */
 static mf_cu_q8_multi_args nl_cons_args(const nl_spec *s, const nl_dev *d, const double *part, int64_t np) {
-    mf_cu_q8_multi_args a = {.n_w = s->n_w, .x = d->z, .n_in = s->d, .nt = 1, .q8 = d->q8, .norm = 1,
-                             .norm_w = d->nw, .norm_eps = 1e-6f, .gemv_auto = 1, .gemv_v4 = -1, .qkv_mix = 1,
-                             .nl_part_in = part, .nl_n_part = (int32_t)np};
+    mf_cu_q8_multi_args a = {.n_w = s->n_w, .swiglu = s->ffn != 0, .x = d->z, .n_in = s->d, .nt = 1, .q8 = d->q8,
+                             .norm = 1, .norm_w = d->nw, .norm_eps = 1e-6f, .gemv_auto = 1, .gemv_v4 = -1,
+                             .qkv_mix = 1, .q8out = s->ffn == 2 ? d->q8o : NULL, .nl_part_in = part,
+                             .nl_n_part = (int32_t)np};
     for (int k = 0; k < s->n_w; k++) {
         a.wtype[k] = s->t[k];
         a.w[k] = d->w[k];
@@ -7985,40 +7999,55 @@ static mf_cu_q8_multi_args nl_cons_args(const nl_spec *s, const nl_dev *d, const
     return a;
 }
 
-/* Consumer launches a lane QKV makes: one per run of equal types. */
+/* Consumer launches a lane chain makes: one (SwiGLU; a QKV of two type runs
+ * with a mixed instance: Q5_0 + Q8_0, Q4_0 + Q5_0), else one per type run. */
 static int64_t nl_runs(const nl_spec *s) {
+    if (s->ffn)
+        return 1;
     int64_t r = 1;
     for (int k = 1; k < s->n_w; k++)
         r += s->t[k] != s->t[k - 1];
-    return r;
+    const bool mix = r == 2 && ((s->t[0] == MF_TYPE_Q5_0 && s->t[s->n_w - 1] == MF_TYPE_Q8_0) ||
+                                (s->t[0] == MF_TYPE_Q4_0 && s->t[s->n_w - 1] == MF_TYPE_Q5_0) ||
+                                (s->t[0] == MF_TYPE_Q8_0 && s->t[s->n_w - 1] == MF_TYPE_Q5_0) ||
+                                (s->t[0] == MF_TYPE_Q5_0 && s->t[s->n_w - 1] == MF_TYPE_Q4_0));
+    return mix ? 1 : r;
+}
+
+/* output arrays of a chain: the QKV's three, SwiGLU's h */
+static int nl_ny(const nl_spec *s) {
+    return s->ffn ? 1 : s->n_w;
 }
 
 static int64_t nl_outs(const nl_spec *s) {
     int64_t n = 0;
-    for (int k = 0; k < s->n_w; k++)
+    for (int k = 0; k < nl_ny(s); k++)
         n += s->n_out[k];
     return n;
 }
 
-/* The outputs of one chain (the QKV's, concatenated), z and the partials. */
+/* The outputs of one chain (the QKV's concatenated, or h), z, the
+ * partials and (FFN_Q8B form) the int8 h. */
 typedef struct nl_out {
     float *y, *z;
     double *part;
+    uint8_t *q;
 } nl_out;
 
 static void nl_read(const nl_spec *s, const nl_dev *d, int64_t np, nl_out *o) {
     o->y = malloc((size_t)nl_outs(s) * 4);
     int64_t at = 0;
-    for (int k = 0; k < s->n_w; k++) {
+    for (int k = 0; k < nl_ny(s); k++) {
         cudaMemcpy(o->y + at, d->y[k], (size_t)s->n_out[k] * 4, cudaMemcpyDeviceToHost);
         at += s->n_out[k];
     }
     o->z = ds_get(d->z, (size_t)s->d * 4);
     o->part = np > 0 ? ds_get(d->part, (size_t)np * sizeof(double)) : NULL;
+    o->q = s->ffn == 2 ? ds_get(d->q8o, fq_q8_used(s->n_out[0])) : NULL;
 }
 
 static void nl_out_free(nl_out *o) {
-    free(o->y); free(o->z); free(o->part);
+    free(o->y); free(o->z); free(o->part); free(o->q);
 }
 
 /* Runs one chain on fresh poison: lane (partials + per-lane norm) or
@@ -8028,6 +8057,7 @@ static void nl_chain(const nl_spec *s, nl_dev *d, bool lane, int64_t np, int poi
         cudaMemset(d->y[k], poison, (size_t)s->n_out[k] * 4);
     cudaMemset(d->z, poison, (size_t)s->d * 4);
     cudaMemset(d->part, poison, 8192 * sizeof(double));
+    cudaMemset(d->q8o, poison ^ 0x5a, fq_q8_used(s->n_out[0]));
     const mf_cu_q8_multi_args pa = nl_prod_args(s, d, lane ? d->part : NULL);
     const mf_cu_q8_multi_args ca = nl_cons_args(s, d, lane ? d->part : NULL, np);
     cudaError_t e = mf_cu_gemv_q8_multi(&pa, st);
@@ -8057,8 +8087,8 @@ static void nl_test(const nl_spec *s) {
     nl_dev d;
     nl_dev_new(s, &d);
     cudaMemcpy(d.h, h, (size_t)F * 4, cudaMemcpyHostToDevice);
-    snprintf(name, sizeof name, "normlane %-11s %s %lld->%lld, qkv", s->what, mf_type_name(s->tp), (long long)F,
-             (long long)D);
+    snprintf(name, sizeof name, "normlane %-12s %s %lld->%lld, %s", s->what, mf_type_name(s->tp), (long long)F,
+             (long long)D, s->ffn ? "gate/up" : "qkv");
     const mf_cu_q8_multi_args rule = nl_prod_args(s, &d, NULL);
     const int64_t np = mf_cu_gemv_q8_nl_parts(&rule);
     const mf_cu_q8_multi_args crule = nl_cons_args(s, &d, NULL, 0);
@@ -8093,15 +8123,22 @@ static void nl_test(const nl_spec *s) {
     for (int64_t i = 0; i < D; i++)
         xnf[i] = (float)xn[i];
     int64_t at = 0;
+    double *up = s->ffn ? malloc((size_t)s->n_out[1] * sizeof *up) : NULL;
     for (int k = 0; k < s->n_w; k++) {
         char key[8], bn[96];
         snprintf(key, sizeof key, "%d", k);
         nl_wname(wn, sizeof wn, s, key);
         snprintf(key, sizeof key, "b%d", k);
         nl_wname(bn, sizeof bn, s, key);
-        ref_matmul(wn, xnf, D, s->n_out[k], 1, bn, ref + at);
-        at += s->n_out[k];
+        ref_matmul(wn, xnf, D, s->n_out[k], 1, bn, s->ffn && k == 1 ? up : ref + at);
+        at += s->ffn ? 0 : s->n_out[k];
     }
+    if (s->ffn) { /* h = silu(gate) * up */
+        for (int64_t i = 0; i < N; i++)
+            ref[i] = ref[i] / (1 + exp(-ref[i])) * up[i];
+        free(up);
+    }
+    const double tol = s->ffn ? 6e-2 : 3e-2, tol_today = s->ffn ? 2e-2 : 1e-2;
     double ss = 0.0;
     for (int64_t i = 0; i < D; i++)
         ss += (double)o[0].z[i] * (double)o[0].z[i];
@@ -8110,8 +8147,8 @@ static void nl_test(const nl_spec *s) {
         yt[i] = o[0].y[i];
     static const char *const rn[5] = {"today", "lane", "lane #2", "lane #3", "lane pdl0"};
     for (int run = 0; run < 5; run++) {
-        snprintf(sub, sizeof sub, "%s [%s]: qkv vs float64", name, rn[run]);
-        result(sub, fq_rel_err(o[run].y, ref, N), 3e-2, count_nan(o[run].y, N), NULL);
+        snprintf(sub, sizeof sub, "%s [%s]: %s vs float64", name, rn[run], s->ffn ? "h" : "qkv");
+        result(sub, fq_rel_err(o[run].y, ref, N), tol, count_nan(o[run].y, N), NULL);
         snprintf(sub, sizeof sub, "%s [%s]: residual output == today's", name, rn[run]);
         check_true(sub, memcmp(o[run].z, o[0].z, (size_t)D * 4) == 0, "(bitwise)");
         if (run == 0)
@@ -8124,15 +8161,17 @@ static void nl_test(const nl_spec *s) {
         }
         snprintf(sub, sizeof sub, "%s [%s]: %lld partials vs host double sum", name, rn[run], (long long)np);
         result(sub, fabs(ps - ss) / (ss > 0 ? ss : 1.0), 1e-12, pos ? 0 : 1, NULL);
-        snprintf(sub, sizeof sub, "%s [%s]: qkv vs today's", name, rn[run]);
-        result(sub, fq_rel_err(o[run].y, yt, N), 1e-2, count_nan(o[run].y, N), NULL);
+        snprintf(sub, sizeof sub, "%s [%s]: %s vs today's", name, rn[run], s->ffn ? "h" : "qkv");
+        result(sub, fq_rel_err(o[run].y, yt, N), tol_today, count_nan(o[run].y, N), NULL);
         if (run == 1)
             continue;
         snprintf(sub, sizeof sub, "%s [%s] == [lane]", name, rn[run]);
         const bool sy = memcmp(o[run].y, o[1].y, (size_t)N * 4) == 0,
-                   sp = memcmp(o[run].part, o[1].part, (size_t)np * sizeof(double)) == 0;
-        snprintf(det, sizeof det, "(bitwise: qkv %s, partials %s)", sy ? "same" : "DIFFERS", sp ? "same" : "DIFFERS");
-        check_true(sub, sy && sp, det);
+                   sp = memcmp(o[run].part, o[1].part, (size_t)np * sizeof(double)) == 0,
+                   sq = s->ffn != 2 || memcmp(o[run].q, o[1].q, fq_q8_used(s->n_out[0])) == 0;
+        snprintf(det, sizeof det, "(bitwise: %s %s, partials %s, int8 h %s)", s->ffn ? "h" : "qkv",
+                 sy ? "same" : "DIFFERS", sp ? "same" : "DIFFERS", s->ffn != 2 ? "-" : sq ? "same" : "DIFFERS");
+        check_true(sub, sy && sp && sq, det);
     }
     snprintf(sub, sizeof sub, "%s: norm-quant launch gone", name);
     snprintf(det, sizeof det, "(norm-quant today %lld, lane %lld %lld %lld %lld; producer %lld, consumer %lld "
@@ -8176,9 +8215,9 @@ static void nl_rule(const nl_spec *s) {
     }
     for (int c = 0; c < 4; c++) {
         mf_cu_q8_multi_args a = nl_cons_args(s, &d, d.part, 4);
-        static const char *const why[4] = {"n_in 3584", "swiglu", "v4 off", "output overlapping x"};
+        static const char *const why[4] = {"n_in 3584", "gate / up types differ", "v4 off", "output overlapping x"};
         if (c == 0) a.n_in = 3584;
-        if (c == 1) { a.swiglu = 1; a.n_w = 2; a.n_out[1] = a.n_out[0]; a.wtype[1] = a.wtype[0]; }
+        if (c == 1) { a.swiglu = 1; a.n_w = 2; a.n_out[1] = a.n_out[0]; a.wtype[1] = MF_TYPE_Q8_0; }
         if (c == 2) a.gemv_v4 = 0;
         if (c == 3) a.y[0] = (float *)a.x;
         const int ok = mf_cu_gemv_q8_nl_consume_ok(&a);
@@ -8244,11 +8283,13 @@ static void nl_graph(const nl_spec *s) {
                 cudaMemsetAsync(d.y[k], t & 1 ? 0xfe : 0xff, (size_t)s->n_out[k] * 4, st);
             cudaMemsetAsync(d.z, t & 1 ? 0xfe : 0xff, (size_t)D * 4, st);
             cudaMemsetAsync(d.part, t & 1 ? 0xfe : 0xff, 8192 * sizeof(double), st);
+            cudaMemsetAsync(d.q8o, t & 1 ? 0xa5 : 0x5a, fq_q8_used(s->n_out[0]), st);
             ds_sync("normlane graph replay", cudaGraphLaunch(ge, st), st);
             nl_out o;
             nl_read(s, &d, np, &o);
             same = same && memcmp(o.y, ref[t].y, (size_t)N * 4) == 0 && memcmp(o.z, ref[t].z, (size_t)D * 4) == 0 &&
-                   memcmp(o.part, ref[t].part, (size_t)np * sizeof(double)) == 0;
+                   memcmp(o.part, ref[t].part, (size_t)np * sizeof(double)) == 0 &&
+                   (s->ffn != 2 || memcmp(o.q, ref[t].q, fq_q8_used(s->n_out[0])) == 0);
             nan += count_nan(o.y, N) + count_nan(o.z, D);
             nl_out_free(&o);
             nl_out_free(&ref[t]);
@@ -8268,61 +8309,77 @@ static void nl_graph(const nl_spec *s) {
     free(h); free(rs);
 }
 
-/* Through the backend: MATMUL (down) -> ADD (the residual, in place) ->
- * RMSNORM -> FUSED_QKV (qwen2 0.5B heads, rope, f32 cache) over 4 decode
- * steps, FUSE_ADD / FUSE_NORM on, switch (hook mf_cuda_set_norm_lane) off
- * with graphs, on with graphs, on without graphs. On with graphs == on
- * plain bitwise (q, K, V rows; the replays are deterministic); on vs off
- * within 1e-2 (only the scale's rounding differs; off is float64-checked
- * by the qkv families); on: no norm-quant launch, one producer and one
+/* Through the backend, 4 decode steps, FUSE_ADD / FUSE_NORM on (and
+ * FFN_Q8B), switch (hook mf_cuda_set_norm_lane) off with graphs, on with
+ * graphs, on without graphs. QKV: MATMUL (down) -> ADD (the residual, in
+ * place) -> RMSNORM -> FUSED_QKV (qwen2 0.5B heads, rope, f32 cache); FFN:
+ * MATMUL (o) -> ADD -> RMSNORM -> FUSED_FFN -> MATMUL (down) -> ADD. On
+ * with graphs == on plain bitwise (q, K, V rows / h and the layer output;
+ * the replays are deterministic); on vs off within 1e-2 / 2e-2 (only the
+ * scale's rounding differs; off is float64-checked by the qkv / ffnq8b
+ * families); on: no norm-quant launch, the producers (1 / 2) and one
  * consumer per host-launched step (mf_cuda_norm_lane_stats); off: one
  * norm-quant a host-launched step and no lane launch; replays both ways. */
-static void nl_backend(void) {
+static void nl_backend(bool ffn) {
     enum { STEPS = 4, RUNS = 3 };
     const qkv_spec *s = &nl_qkv;
     char nm[6][64];
     const mf_qkv_meta m = qkv_meta(s, nm);
+    const mf_ffn_meta fm = {
+        .gate = {.weight = "nl.gate.q4_0.896x4864", .wtype = MF_TYPE_Q4_0, .n_in = 896, .n_out = 4864},
+        .up = {.weight = "nl.up.q4_0.896x4864", .wtype = MF_TYPE_Q4_0, .n_in = 896, .n_out = 4864}};
     const int64_t D = s->d, F = 4864, qd = (int64_t)s->n_head * s->hd, kvd = (int64_t)s->n_head_kv * s->hd;
+    const int64_t IN = ffn ? D : F, NO = ffn ? F : qd; /* the first GEMV's input; the consumer's output read */
     const int32_t n_ctx = 64;
     const size_t region = (size_t)(kvd * n_ctx) * 4;
-    float *hs = rand_vec(F * STEPS, 1.0f), *rs = rand_vec(D * STEPS, 2.0f);
+    float *hs = rand_vec(IN * STEPS, 1.0f), *rs = rand_vec(D * STEPS, 2.0f);
     float *q[RUNS], *kc[RUNS], *vc[RUNS];
     int64_t nq[RUNS], prod[RUNS], cons[RUNS], reps[RUNS];
     for (int run = 0; run < RUNS; run++) { /* 0: off, graphs; 1: on, graphs; 2: on, plain */
         mf_graph g; /* one graph per run: a graph captured before would replay */
         graph_new(&g, 1, kvd);
-        const int32_t hi = ext(&g, F, 1), ri = ext(&g, D, 1);
+        const int32_t hi = ext(&g, IN, 1), ri = ext(&g, D, 1);
         const int32_t pi = mf_g_input(&g, MF_INPUT_POSITIONS, MF_DTYPE_I32, 1, 1);
-        const int32_t mi = mf_g_matmul(&g, hi, "nl.down.q4_0.4864x896", MF_TYPE_Q4_0, NULL, F, D);
+        const int32_t mi = ffn ? mf_g_matmul(&g, hi, "nl.o.q4_0.896x896", MF_TYPE_Q4_0, NULL, D, D)
+                               : mf_g_matmul(&g, hi, "nl.down.q4_0.4864x896", MF_TYPE_Q4_0, NULL, F, D);
         const int32_t ai = mf_g_add(&g, ri, mi);
         const int32_t ni = mf_g_rmsnorm(&g, ai, "nl.norm.896", 1e-6f);
-        const int32_t qi = mf_g_fused_qkv(&g, ni, pi, &m);
-        const int32_t bh = dev_put(NULL, (size_t)F * 4), br = dev_put(NULL, (size_t)D * 4), bp = dev_put(NULL, 4);
-        const int32_t bm = dev_poison((size_t)D * 4), bn = dev_poison((size_t)D * 4), bo = dev_poison((size_t)qd * 4);
+        const int32_t qi = ffn ? mf_g_fused_ffn(&g, ni, &fm) : mf_g_fused_qkv(&g, ni, pi, &m);
+        const int32_t di = ffn ? mf_g_matmul(&g, qi, "nl.down.q4_0.4864x896", MF_TYPE_Q4_0, NULL, F, D) : -1;
+        const int32_t a2 = ffn ? mf_g_add(&g, ai, di) : -1;
+        const int32_t bh = dev_put(NULL, (size_t)IN * 4), br = dev_put(NULL, (size_t)D * 4), bp = dev_put(NULL, 4);
+        const int32_t bm = dev_poison((size_t)D * 4), bn = dev_poison((size_t)D * 4), bo = dev_poison((size_t)NO * 4);
+        const int32_t bd = dev_poison((size_t)D * 4);
         mf_kv_pair kv = {dev_poison(region), dev_poison(region)};
         mf_cuda_set_norm_lane(be, run > 0);
         mf_cuda_set_fuse_norm(be, true);
         mf_cuda_set_fuse_add(be, true);
+        mf_cuda_set_ffn_q8b(be, 1);
         mf_cuda_set_graphs(be, run < 2);
         int64_t c0, r0, c1, r1, p0, p1, k0, k1;
         mf_cuda_graph_stats(be, &c0, &r0);
         mf_cuda_norm_lane_stats(be, &p0, &k0);
         const int64_t q0 = mf_cu_q8_norm_quant_count();
-        q[run] = malloc((size_t)(qd * STEPS) * 4);
+        q[run] = malloc((size_t)(NO * STEPS) * 4);
+        kc[run] = malloc(ffn ? (size_t)(D * STEPS) * 4 : region); /* FFN: the layer output */
         mf_error e;
         for (int t = 0; t < STEPS; t++) {
             const int32_t pos = 10 + t;
             mf_exec_args a = args(pos, 1, n_ctx, MF_TYPE_F32);
             if (be->ops->begin_forward(be, &g, &a, &e) ||
-                be->ops->write_host(be, bh, 0, hs + t * F, (size_t)F * 4, &e) ||
+                be->ops->write_host(be, bh, 0, hs + t * IN, (size_t)IN * 4, &e) ||
                 be->ops->write_host(be, br, 0, rs + t * D, (size_t)D * 4, &e) ||
                 be->ops->write_host(be, bp, 0, &pos, 4, &e) ||
                 be->ops->execute_node(be, &g, mi, &bh, bm, (mf_kv_pair){-1, -1}, &a, &e) ||
                 be->ops->execute_node(be, &g, ai, (int32_t[]){br, bm}, br, (mf_kv_pair){-1, -1}, &a, &e) ||
                 be->ops->execute_node(be, &g, ni, &br, bn, (mf_kv_pair){-1, -1}, &a, &e) ||
-                be->ops->execute_node(be, &g, qi, (int32_t[]){bn, bp}, bo, kv, &a, &e) ||
+                (ffn ? be->ops->execute_node(be, &g, qi, &bn, bo, (mf_kv_pair){-1, -1}, &a, &e) ||
+                           be->ops->execute_node(be, &g, di, &bo, bd, (mf_kv_pair){-1, -1}, &a, &e) ||
+                           be->ops->execute_node(be, &g, a2, (int32_t[]){br, bd}, br, (mf_kv_pair){-1, -1}, &a, &e)
+                     : be->ops->execute_node(be, &g, qi, (int32_t[]){bn, bp}, bo, kv, &a, &e)) ||
                 be->ops->end_forward(be, &g, &a, &e) || be->ops->synchronize(be, &e) ||
-                be->ops->read_host(be, bo, 0, q[run] + t * qd, (size_t)qd * 4, &e))
+                be->ops->read_host(be, bo, 0, q[run] + t * NO, (size_t)NO * 4, &e) ||
+                (ffn && be->ops->read_host(be, br, 0, kc[run] + t * D, (size_t)D * 4, &e)))
                 die("normlane backend step", &e);
         }
         nq[run] = mf_cu_q8_norm_quant_count() - q0;
@@ -8331,43 +8388,53 @@ static void nl_backend(void) {
         reps[run] = r1 - r0;
         prod[run] = p1 - p0;
         cons[run] = k1 - k0;
-        kc[run] = dev_get(kv.k, region);
+        if (!ffn) {
+            free(kc[run]);
+            kc[run] = dev_get(kv.k, region);
+        }
         vc[run] = dev_get(kv.v, region);
-        dev_free(bh); dev_free(br); dev_free(bp); dev_free(bm); dev_free(bn); dev_free(bo);
+        dev_free(bh); dev_free(br); dev_free(bp); dev_free(bm); dev_free(bn); dev_free(bo); dev_free(bd);
         dev_free(kv.k); dev_free(kv.v);
         mf_graph_free(&g);
     }
     mf_cuda_set_norm_lane(be, -1);
+    mf_cuda_set_ffn_q8b(be, -1);
     mf_cuda_set_fuse_norm(be, mf_env_int("MINFER_CUDA_FUSE_NORM", 1) != 0);
     mf_cuda_set_fuse_add(be, mf_env_int("MINFER_CUDA_FUSE_ADD", 1) != 0);
     mf_cuda_set_graphs(be, !mf_env_flag("MINFER_NO_CUDA_GRAPH"));
-    const size_t rows = (size_t)(kvd * STEPS) * 4, at = (size_t)(kvd * 10); /* the rows stored: n_past 10..13 */
+    const char *what = ffn ? "ffn" : "qkv";
+    /* QKV: the K / V rows stored (n_past 10..13); FFN: the layer output (kc) */
+    const size_t at = ffn ? 0 : (size_t)(kvd * 10);
+    const int64_t nk = ffn ? D * STEPS : kvd * STEPS;
     char name[160], det[240];
-    const bool same = memcmp(q[1], q[2], (size_t)(qd * STEPS) * 4) == 0 && memcmp(kc[1] + at, kc[2] + at, rows) == 0 &&
-                      memcmp(vc[1] + at, vc[2] + at, rows) == 0;
+    const bool same = memcmp(q[1], q[2], (size_t)(NO * STEPS) * 4) == 0 &&
+                      memcmp(kc[1] + at, kc[2] + at, (size_t)nk * 4) == 0 &&
+                      (ffn || memcmp(vc[1] + at, vc[2] + at, (size_t)nk * 4) == 0);
     int64_t nan = 0;
     for (int run = 0; run < RUNS; run++)
-        nan += count_nan(q[run], qd * STEPS) + count_nan(kc[run] + at, kvd * STEPS) + count_nan(vc[run] + at, kvd * STEPS);
-    snprintf(name, sizeof name, "normlane backend: %d steps, graphs == plain (lane on)", STEPS);
-    snprintf(det, sizeof det, "(q, K, V bitwise; NaN %lld; replays %lld)", (long long)nan, (long long)reps[1]);
+        nan += count_nan(q[run], NO * STEPS) + count_nan(kc[run] + at, nk) + (ffn ? 0 : count_nan(vc[run] + at, nk));
+    snprintf(name, sizeof name, "normlane backend %s: %d steps, graphs == plain (lane on)", what, STEPS);
+    snprintf(det, sizeof det, "(%s bitwise; NaN %lld; replays %lld)", ffn ? "h, layer output" : "q, K, V",
+             (long long)nan, (long long)reps[1]);
     check_true(name, same && nan == 0 && reps[1] >= STEPS - 3, det);
-    double *qo = malloc((size_t)(qd * STEPS) * sizeof *qo);
-    for (int64_t i = 0; i < qd * STEPS; i++)
+    double *qo = malloc((size_t)((NO > D ? NO : D) * STEPS) * sizeof *qo);
+    for (int64_t i = 0; i < NO * STEPS; i++)
         qo[i] = q[0][i];
-    snprintf(name, sizeof name, "normlane backend: q on vs off");
-    result(name, fq_rel_err(q[1], qo, qd * STEPS), 1e-2, count_nan(q[1], qd * STEPS), NULL);
-    for (int64_t i = 0; i < kvd * STEPS; i++)
-        qo[i] = vc[0][at + i];
-    snprintf(name, sizeof name, "normlane backend: V rows on vs off");
-    result(name, fq_rel_err(vc[1] + at, qo, kvd * STEPS), 1e-2, count_nan(vc[1] + at, kvd * STEPS), NULL);
-    const int64_t plain0 = STEPS - reps[0], plain1 = STEPS - reps[1];
-    snprintf(name, sizeof name, "normlane backend: the norm-quant launch gone");
+    snprintf(name, sizeof name, "normlane backend %s: %s on vs off", what, ffn ? "h" : "q");
+    result(name, fq_rel_err(q[1], qo, NO * STEPS), ffn ? 2e-2 : 1e-2, count_nan(q[1], NO * STEPS), NULL);
+    for (int64_t i = 0; i < nk; i++)
+        qo[i] = kc[0][at + i];
+    snprintf(name, sizeof name, "normlane backend %s: %s on vs off", what, ffn ? "layer output" : "K rows");
+    result(name, fq_rel_err(kc[1] + at, qo, nk), ffn ? 2e-2 : 1e-2, count_nan(kc[1] + at, nk), NULL);
+    const int64_t plain0 = STEPS - reps[0], plain1 = STEPS - reps[1], np1 = ffn ? 2 : 1;
+    snprintf(name, sizeof name, "normlane backend %s: the norm-quant launch gone", what);
     snprintf(det, sizeof det, "(on: norm-quant %lld / %lld, producer %lld / %lld, consumer %lld / %lld, replays "
              "%lld; off: %lld, %lld, %lld, replays %lld)", (long long)nq[1], (long long)nq[2], (long long)prod[1],
              (long long)prod[2], (long long)cons[1], (long long)cons[2], (long long)reps[1], (long long)nq[0],
              (long long)prod[0], (long long)cons[0], (long long)reps[0]);
-    check_true(name, nq[1] == 0 && nq[2] == 0 && prod[1] == plain1 && cons[1] == plain1 && prod[2] == STEPS &&
-                         cons[2] == STEPS && nq[0] == plain0 && prod[0] == 0 && cons[0] == 0 && reps[0] >= STEPS - 3,
+    check_true(name, nq[1] == 0 && nq[2] == 0 && prod[1] == np1 * plain1 && cons[1] == plain1 &&
+                         prod[2] == np1 * STEPS && cons[2] == STEPS && nq[0] == plain0 && prod[0] == 0 &&
+                         cons[0] == 0 && reps[0] >= STEPS - 3,
                det);
     for (int run = 0; run < RUNS; run++) {
         free(q[run]); free(kc[run]); free(vc[run]);
@@ -8437,9 +8504,10 @@ static void nl_bench(const nl_spec *s) {
     if (!ok)
         printf("normlane bench %s: allocation failed\n", s->what);
     else
-        printf("normlane bench %-11s %s %lld->%lld, qkv %lld (res GEMV, [norm-quant], qkv; %d weight sets): today "
+        printf("normlane bench %-12s %s %lld->%lld, %s %lld (res GEMV, [norm-quant], consumer; %d weight sets): today "
                "%.2f us | lane %.2f us (%+.2f us; %.0f / %.0f GB/s)\n",
-               s->what, mf_type_name(s->tp), (long long)s->ff, (long long)s->d, (long long)nl_outs(s), copies, us[0],
+               s->what, mf_type_name(s->tp), (long long)s->ff, (long long)s->d, s->ffn ? "gate/up" : "qkv",
+               (long long)nl_outs(s), copies, us[0],
                us[1], us[1] - us[0], bytes / (us[0] * 1e3), bytes / (us[1] * 1e3));
     if (st)
         cudaStreamDestroy(st);
@@ -8456,17 +8524,21 @@ static void normlane_family(void) {
     nl_spec c[8];
     const int n = nl_specs(c);
     for (int i = 0; i < n; i++)
-        if (!small || i == 0 || i == 5)
+        if (!small || i == 0 || i == 5 || i == 6)
             nl_test(&c[i]);
     nl_rule(&c[0]);
     nl_graph(&c[0]);
     nl_graph(&c[1]);
-    nl_backend();
+    nl_graph(&c[6]);
+    nl_backend(false);
+    nl_backend(true);
     if (!(getenv("MINFER_CUDA_TEST_BENCH") && atoi(getenv("MINFER_CUDA_TEST_BENCH")) > 0))
         return;
     nl_bench(&c[0]);
     nl_bench(&c[1]);
     nl_bench(&c[3]);
+    nl_bench(&c[6]);
+    nl_bench(&c[7]);
 }
 
 /* ---- family d2h: the logits copy overlapped with the lm_head ------------------------- */

@@ -156,7 +156,7 @@ typedef struct mf_cu_q8_multi_args {
        res[0], nt 1) also writes mf_cu_gemv_q8_nl_parts(a) doubles there, each block's sum of squares of the
        outputs it stored. nl_part_in (with norm): x is that row and the GEMV norms and quantizes it per lane
        from those nl_n_part partials instead of a norm-quant kernel (mf_cu_gemv_q8_nl_consume_ok); q8 is not
-       written. Where the rules say no, the launch fails. */
+       written (q8out is, with FFN_Q8B). Where the rules say no, the launch fails. */
     double *nl_part_out;
     const double *nl_part_in;
     int32_t nl_n_part;
@@ -173,9 +173,11 @@ int mf_cu_gemv_q8_ffn_q8b_ok(const mf_cu_q8_multi_args *a);
  * cannot (not nt 1 / one weight with a residual / v4 with one slice in
  * flight / no prologue, or a type without the instance); and whether a
  * (with norm; nl_part_in not looked at) can take its input from partials:
- * nt 1, no SwiGLU, no prologue, no q8out, every weight Q4_0 / Q5_0 / Q8_0
- * on v4 with one slice, n_in <= 2048, x and norm_w 16-byte aligned, no y
- * overlapping x. */
+ * nt 1, no prologue, every weight Q4_0 / Q5_0 / Q8_0 on v4 with one slice
+ * (a QKV, a SwiGLU gate/up; with q8out where mf_cu_gemv_q8_ffn_q8b_ok says
+ * so), n_in <= 2048, x and norm_w 16-byte aligned, no output overlapping
+ * x. A QKV of two type runs is one launch where a mixed instance exists
+ * and qkv_mix is set (Q5_0 + Q8_0, Q4_0 + Q5_0). */
 int64_t mf_cu_gemv_q8_nl_parts(const mf_cu_q8_multi_args *a);
 int mf_cu_gemv_q8_nl_consume_ok(const mf_cu_q8_multi_args *a);
 /* Host counts for tests (a captured launch counts once, replays not): the

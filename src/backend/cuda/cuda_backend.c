@@ -181,8 +181,8 @@ typedef struct cu_ctx {
                       quantize kernels (opt-in MINFER_CUDA_GEMV_PROLOGUE=1) */
     int64_t n_q8_ready; /* int8 GEMVs that read an input a kernel before wrote (q8_produced; tests) */
     int norm_lane; /* MINFER_CUDA_NORM_LANE=1 (opt-in): a one-token residual GEMV (MATMUL + ADD) writes
-                      per-block sums of squares, and the FUSED_QKV whose deferred RMSNORM reads its output
-                      norms and quantizes its input per lane from them: no norm-quant kernel (run_multi) */
+                      per-block sums of squares, and the FUSED_QKV / FUSED_FFN whose deferred RMSNORM reads its
+                      output norms and quantizes its input per lane from them: no norm-quant kernel (run_multi) */
     int64_t n_nl_prod, n_nl_cons; /* launches of the two (mf_cuda_norm_lane_stats) */
     int flash;     /* MINFER_CUDA_FLASH_PREFILL=1: query-tiled attention for nt > 8 */
     int tc_attn;   /* tensor-core prefill attention for nt > 8 (MINFER_CUDA_NO_TC_ATTN=1 clears) */
@@ -1172,17 +1172,28 @@ static int run_multi(exec *x, const mf_matmul_meta *const *mm, int n, bool swigl
         a.n_out[0] = x->win1 - r0;
     }
     cu_ctx *c = x->c;
-    /* MINFER_CUDA_NORM_LANE: a FUSED_QKV right after the residual GEMV that wrote its (deferred-norm) input
-       with partials norms it per lane: no norm-quant launch */
+    /* MINFER_CUDA_NORM_LANE: a FUSED_QKV / FUSED_FFN right after the residual GEMV that wrote its
+       (deferred-norm) input with partials norms it per lane: no norm-quant launch */
     if (c->norm_lane && x->norm && nt == 1 && x->win1 == 0 && !x->q8_in && c->nl_of == a.x && c->nl_n == a.n_in &&
-        c->nl_stamp == c->n_launched && (x->n->op == MF_OP_FUSED_QKV || x->n->op == MF_OP_FUSED_QKV_NORM) &&
-        mf_cu_gemv_q8_nl_consume_ok(&a)) {
-        a.nl_part_in = c->nl_part;
-        a.nl_n_part = (int32_t)c->nl_np;
+        c->nl_stamp == c->n_launched &&
+        (x->n->op == MF_OP_FUSED_QKV || x->n->op == MF_OP_FUSED_QKV_NORM || x->n->op == MF_OP_FUSED_FFN)) {
         a.q8 = c->nl_part; /* not read or written (the GEMV's checks want a pointer) */
-        x->q8_used = NULL;
-        c->n_nl_cons++;
-        return launched(x, "gemv_q8_multi(norm lane)", a.n_out[0] * n, nt, mf_cu_gemv_q8_multi(&a, c->stream));
+        if (x->q8b && swiglu && mf_cu_gemv_q8_ffn_q8b_ok(&a) && /* FFN_Q8B: h's int8 copy too */
+            !(a.q8out = scratch(x, Q8OUT_SLOT, mf_cu_q8_bytes(a.n_out[0], nt))))
+            return -1;
+        if (mf_cu_gemv_q8_nl_consume_ok(&a)) {
+            a.nl_part_in = c->nl_part;
+            a.nl_n_part = (int32_t)c->nl_np;
+            x->q8_used = NULL;
+            c->n_nl_cons++;
+            if (launched(x, a.q8out ? "gemv_q8_multi(norm lane, q8 out)" : "gemv_q8_multi(norm lane)",
+                         a.n_out[0] * n, nt, mf_cu_gemv_q8_multi(&a, c->stream)))
+                return -1;
+            if (a.q8out)
+                q8_produced(x, y[0], a.n_out[0], nt, a.q8out);
+            return 0;
+        }
+        a.q8out = NULL;
     }
     a.x_q8_ready = x->q8_in || (!x->norm && c->q8_buf && c->q8_of == a.x && c->q8_n == a.n_in && c->q8_nt == nt &&
                                 c->q8_stamp == c->n_launched);

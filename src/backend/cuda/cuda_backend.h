@@ -93,8 +93,9 @@ void mf_cuda_q8_ready_stats(const mf_backend *b, int64_t *read);
  * before keep what they captured. */
 void mf_cuda_set_ffn_q8b(mf_backend *b, int mode);
 /* Tests: MINFER_CUDA_NORM_LANE (opt-in): a one-token residual GEMV writes
- * per-block sums of squares and the FUSED_QKV after its deferred RMSNORM
- * norms and quantizes its input per lane (no norm-quant kernel). 1 on, 0
+ * per-block sums of squares and the FUSED_QKV / FUSED_FFN after its
+ * deferred RMSNORM norms and quantizes its input per lane (no norm-quant
+ * kernel; with FFN_Q8B the block-local SwiGLU GEMV does). 1 on, 0
  * off, -1 what the environment says; and the launches of both so far (a
  * captured graph counts once). */
 void mf_cuda_set_norm_lane(mf_backend *b, int mode);

@@ -1089,12 +1089,17 @@ extern "C" int64_t mf_cu_gemv_q8_nl_parts(const mf_cu_q8_multi_args *a) {
 }
 
 extern "C" int mf_cu_gemv_q8_nl_consume_ok(const mf_cu_q8_multi_args *a) {
-    if (!a->norm || a->swiglu || a->nt != 1 || a->prologue || a->q8out || a->n_w < 1 || a->n_w > 3 || !a->x ||
+    if (!a->norm || a->nt != 1 || a->prologue || a->n_w < 1 || a->n_w > 3 || (a->swiglu && a->n_w != 2) || !a->x ||
         (((uintptr_t)a->x | (uintptr_t)a->norm_w) & 15) != 0) /* the lanes' float4 loads */
         return 0;
-    for (int i = 0; i < a->n_w; i++) /* every block reads x while others write y */
+    for (int i = 0; i < (a->swiglu ? 1 : a->n_w); i++) /* every block reads x while others write y */
         if (q8_overlap(a->x, (size_t)a->n_in * 4, a->y[i], (size_t)a->n_out[i] * 4))
             return 0;
+    if (a->q8out) /* FFN_Q8B's block-local SwiGLU GEMV */
+        return mf_cu_gemv_q8_ffn_q8b_ok(a) && mf_cu_q8v4_nl_consume_ok(a->wtype[0], 1, a->n_in) &&
+               !q8_overlap(a->x, (size_t)a->n_in * 4, a->q8out, mf_cu_q8_bytes(a->n_out[0], 1));
+    if (a->swiglu && (a->wtype[1] != a->wtype[0] || a->n_out[1] != a->n_out[0] || a->res[0] || a->res[1]))
+        return 0;
     for (int i = 0; i < a->n_w; i++) {
         int64_t rows = 0; /* the rows of weight i's run of equal types, as mf_cu_gemv_q8_multi groups them */
         for (int j = 0; j < a->n_w; j++)
@@ -1123,7 +1128,7 @@ static cudaError_t q8_nl_launch(const mf_cu_q8_multi_args *a, q8_src *in, cudaSt
         size_t smem;
         cudaError_t e = q8_src_for(in, 1, 1, &pro, &smem, s); /* the quantize kernel, if x is not ready */
         if (e == cudaSuccess)
-            e = mf_cu_q8v4_nl_launch(&p, a->wtype[0], in->xq, in->xd, in->xs, a->n_in, &nl, s);
+            e = mf_cu_q8v4_nl_launch(&p, a->wtype[0], false, in->xq, in->xd, in->xs, a->n_in, &nl, s);
         return e != cudaSuccess ? e : cudaGetLastError();
     }
     if (!mf_cu_gemv_q8_nl_consume_ok(a) || a->nl_n_part <= 0 || a->x_q8_ready)
@@ -1133,13 +1138,33 @@ static cudaError_t q8_nl_launch(const mf_cu_q8_multi_args *a, q8_src *in, cudaSt
     nl.x = a->x;
     nl.w = a->norm_w;
     nl.eps = a->norm_eps;
+    cudaError_t e = cudaSuccess;
+    if (a->swiglu) { /* gate/up: the block-local form (FFN_Q8B, q8out) or the v4 SwiGLU instance */
+        q8_run(a, 0, 2, &p);
+        e = a->q8out ? mf_cu_q8v4_swq8_nl_launch(&p, a->wtype[0], a->n_in, a->q8out, &nl, s)
+                     : mf_cu_q8v4_nl_launch(&p, a->wtype[0], true, NULL, NULL, NULL, a->n_in, &nl, s);
+        return e != cudaSuccess ? e : cudaGetLastError();
+    }
+    int cut = 1; /* MINFER_CUDA_QKV_MIX: two type runs in one launch where an instance exists */
+    while (cut < a->n_w && a->wtype[cut] == a->wtype[0])
+        cut++;
+    bool two = cut < a->n_w;
+    for (int i = cut + 1; i < a->n_w; i++)
+        two = two && a->wtype[i] == a->wtype[cut];
+    if (a->qkv_mix && two && mf_cu_q8v4_nl_mix_ok(a->wtype[0], a->wtype[cut])) {
+        q8_multi pb;
+        memset(&pb, 0, sizeof pb);
+        q8_run(a, 0, cut, &p);
+        q8_run(a, cut, a->n_w, &pb);
+        e = mf_cu_q8v4_nl_launch_mix(&p, a->wtype[0], &pb, a->wtype[cut], a->n_in, &nl, s);
+        return e != cudaSuccess ? e : cudaGetLastError();
+    }
     int first = 0;
     for (int i = 1; i <= a->n_w; i++) {
         if (i < a->n_w && a->wtype[i] == a->wtype[first])
             continue;
         q8_run(a, first, i, &p);
-        const cudaError_t e = mf_cu_q8v4_nl_launch(&p, a->wtype[first], NULL, NULL, NULL, a->n_in, &nl, s);
-        if (e != cudaSuccess)
+        if ((e = mf_cu_q8v4_nl_launch(&p, a->wtype[first], false, NULL, NULL, NULL, a->n_in, &nl, s)) != cudaSuccess)
             return e;
         first = i;
     }

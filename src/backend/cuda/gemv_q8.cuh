@@ -217,8 +217,19 @@ typedef struct q8_nl {
  * cuda_args.h. */
 int64_t mf_cu_q8v4_nl_parts(uint32_t wtype, int u, const q8_multi *p, int64_t n_in);
 int mf_cu_q8v4_nl_consume_ok(uint32_t wtype, int u, int64_t n_in);
-cudaError_t mf_cu_q8v4_nl_launch(const q8_multi *p, uint32_t wtype, const int8_t *xq, const float *xd,
+cudaError_t mf_cu_q8v4_nl_launch(const q8_multi *p, uint32_t wtype, bool swiglu, const int8_t *xq, const float *xd,
                                  const int32_t *xs, int64_t n_in, const q8_nl *nl, cudaStream_t s);
+/* The consumer over two type runs in one launch (as mf_cu_q8v4_launch_mix:
+ * each row bitwise what the two separate consumer launches write), where
+ * mf_cu_q8v4_nl_mix_ok says the pair has an instance (Q5_0 + Q8_0, Q4_0 +
+ * Q5_0); and FFN_Q8B's block-local SwiGLU GEMV as a consumer (q8out as in
+ * mf_cu_q8v4_swq8_launch). Both cudaErrorNotSupported where they do not
+ * apply. */
+int mf_cu_q8v4_nl_mix_ok(uint32_t ta, uint32_t tb);
+cudaError_t mf_cu_q8v4_nl_launch_mix(const q8_multi *pa, uint32_t ta, const q8_multi *pb, uint32_t tb, int64_t n_in,
+                                     const q8_nl *nl, cudaStream_t s);
+cudaError_t mf_cu_q8v4_swq8_nl_launch(const q8_multi *p, uint32_t wtype, int64_t n_in, void *q8out, const q8_nl *nl,
+                                      cudaStream_t s);
 
 /* The v4 GEMV (gemv_q8v4.cu) of one token: p's weights (all of type wtype)
  * against the quantized activation (xq, xd, xs of n_in), u weight slices per

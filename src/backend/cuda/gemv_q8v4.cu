@@ -358,7 +358,7 @@ static __device__ __forceinline__ void v4_rows(const q8_multi &p, const int8_t *
                                                const float *__restrict__ xd, const int32_t *__restrict__ xs,
                                                int64_t n_in, int ks, int64_t n_grp, int pf, float (*part)[V4_R],
                                                unsigned bx, unsigned gx, const v4_nl *nl = nullptr) {
-    static_assert(NL == 0 || (U == 1 && !SWIGLU), "MINFER_CUDA_NORM_LANE: one slice, no SwiGLU");
+    static_assert(NL == 0 || (U == 1 && (NL == 2 || !SWIGLU)), "MINFER_CUDA_NORM_LANE: one slice; no SwiGLU producer");
     static_assert(NL != 2 || !V4_PIPE(T), "MINFER_CUDA_NORM_LANE consumer: unit decoders only");
     constexpr int R = V4_R;
     typedef typename v4s<T>::raw raw;
@@ -892,20 +892,36 @@ void mf_cu_q8v4_probe(int sms) {
 }
 
 /* MINFER_CUDA_NORM_LANE: NL 1 (the residual GEMV writing the partials) or
- * NL 2 (the GEMV norming and quantizing its input per lane), one slice in
- * flight, no SwiGLU; the grid of the plain instance's plan (v4_plan), so a
- * row's slices, warps and reduction are those of today's launch. */
-template <int T, int NL>
+ * NL 2 (the GEMV norming and quantizing its input per lane; SW: the SwiGLU
+ * gate/up), one slice in flight; the grid of the plain instance's plan
+ * (v4_plan), so a row's slices, warps and reduction are those of today's
+ * launch. The mixed-type form runs each type run's blocks as
+ * gemv_q8v4_mix_kernel does. */
+template <int T, int NL, bool SW>
 static __global__ void __launch_bounds__(32 * Q8_WARPS)
 gemv_q8v4_nl_kernel(q8_multi p, const int8_t *__restrict__ xq, const float *__restrict__ xd,
                     const int32_t *__restrict__ xs, int64_t n_in, int ks, int64_t n_grp, int pf,
                     const __grid_constant__ q8_nl nl) {
     __shared__ float part[Q8_WARPS][V4_R];
-    v4_rows<T, 1, false, NL>(p, xq, xd, xs, n_in, ks, n_grp, pf, part, blockIdx.x, gridDim.x, &nl);
+    v4_rows<T, 1, SW, NL>(p, xq, xd, xs, n_in, ks, n_grp, pf, part, blockIdx.x, gridDim.x, &nl);
+}
+
+template <int TA, int TB>
+static __global__ void __launch_bounds__(32 * Q8_WARPS)
+gemv_q8v4_mix_nl_kernel(q8_multi pa, q8_multi pb, int64_t n_in, int ksa, int ksb, int64_t n_grpa, int64_t n_grpb,
+                        unsigned nba, int pf, const __grid_constant__ q8_nl nl) {
+    __shared__ float part[Q8_WARPS][V4_R];
+    if (blockIdx.x < nba) /* block-uniform */
+        v4_rows<TA, 1, false, 2>(pa, nullptr, nullptr, nullptr, n_in, ksa, n_grpa, pf, part, blockIdx.x, nba, &nl);
+    else
+        v4_rows<TB, 1, false, 2>(pb, nullptr, nullptr, nullptr, n_in, ksb, n_grpb, pf, part, blockIdx.x - nba,
+                                 gridDim.x - nba, &nl);
 }
 
 #define NL_FOR_EACH_PROD(X) X(MF_TYPE_Q4_0) X(MF_TYPE_Q5_0) X(MF_TYPE_Q8_0) X(MF_TYPE_Q4_K) X(V4_Q6K_SLICE)
 #define NL_FOR_EACH_CONS(X) X(MF_TYPE_Q4_0) X(MF_TYPE_Q5_0) X(MF_TYPE_Q8_0)
+/* the mixed pairs of V4_FOR_EACH_MIX with a consumer decoder on both sides */
+#define NL_FOR_EACH_MIX(X) X(1, MF_TYPE_Q5_0, MF_TYPE_Q8_0) X(2, MF_TYPE_Q4_0, MF_TYPE_Q5_0)
 #define NL_MAX_IN 2048 /* the consumer's size rule: one unit a lane, latency-bound widths (0.5B 896, 1.5B 1536) */
 
 static int64_t v4_nl_launches[2]; /* mf_cu_q8v4_nl_count: [0] producer, [1] consumer */
@@ -943,39 +959,86 @@ int mf_cu_q8v4_nl_consume_ok(uint32_t wtype, int u, int64_t n_in) {
     }
 }
 
-cudaError_t mf_cu_q8v4_nl_launch(const q8_multi *p, uint32_t wtype, const int8_t *xq, const float *xd,
+/* The consumer's launch arguments are usable (nl->part_in set). */
+static bool v4_nl_cons_args_ok(const q8_nl *nl) {
+    return nl->part_in && nl->n_part > 0 && nl->x && (((uintptr_t)nl->x | (uintptr_t)nl->w) & 15) == 0;
+}
+
+cudaError_t mf_cu_q8v4_nl_launch(const q8_multi *p, uint32_t wtype, bool swiglu, const int8_t *xq, const float *xd,
                                  const int32_t *xs, int64_t n_in, const q8_nl *nl, cudaStream_t s) {
     const bool cons = nl->part_in != NULL;
-    if (cons ? (!mf_cu_q8v4_nl_consume_ok(wtype, 1, n_in) || nl->n_part <= 0 || !nl->x ||
-                (((uintptr_t)nl->x | (uintptr_t)nl->w) & 15) != 0)
-             : (!nl->part_out || mf_cu_q8v4_nl_parts(wtype, 1, p, n_in) <= 0))
+    if (cons ? (!mf_cu_q8v4_nl_consume_ok(wtype, 1, n_in) || !v4_nl_cons_args_ok(nl))
+             : (swiglu || !nl->part_out || mf_cu_q8v4_nl_parts(wtype, 1, p, n_in) <= 0))
         return cudaErrorNotSupported;
     int ks;
     int64_t n_grp;
     cudaError_t e = cudaErrorNotSupported;
-    switch (v4_inst(wtype) * 2 + (cons ? 1 : 0)) {
-#define MF_CASE_P(I)                                                                                             \
-    case (I) * 2: {                                                                                              \
-        const int64_t nb = v4_plan<I, 1, false>(p, n_in, &ks, &n_grp);                                           \
-        e = mf_launch(gemv_q8v4_nl_kernel<I, 1>, dim3((unsigned)nb), dim3(32 * Q8_WARPS), 0, s, *p, xq, xd, xs, \
-                      n_in, ks, n_grp, v4_pf, *nl);                                                              \
-        break;                                                                                                   \
+    switch (v4_inst(wtype) * 4 + (cons ? 1 : 0) + (swiglu ? 2 : 0)) {
+#define MF_CASE_N(I, NL, SW)                                                                                  \
+    case (I) * 4 + ((NL) == 2 ? 1 : 0) + ((SW) ? 2 : 0): {                                                   \
+        const int64_t nb = v4_plan<I, 1, SW>(p, n_in, &ks, &n_grp);                                           \
+        e = mf_launch(gemv_q8v4_nl_kernel<I, NL, SW>, dim3((unsigned)nb), dim3(32 * Q8_WARPS), 0, s, *p, xq, xd, \
+                      xs, n_in, ks, n_grp, v4_pf, *nl);                                                       \
+        break;                                                                                                \
     }
-#define MF_CASE_C(I)                                                                                             \
-    case (I) * 2 + 1: {                                                                                          \
-        const int64_t nb = v4_plan<I, 1, false>(p, n_in, &ks, &n_grp);                                           \
-        e = mf_launch(gemv_q8v4_nl_kernel<I, 2>, dim3((unsigned)nb), dim3(32 * Q8_WARPS), 0, s, *p, xq, xd, xs, \
-                      n_in, ks, n_grp, v4_pf, *nl);                                                              \
-        break;                                                                                                   \
-    }
+#define MF_CASE_P(I) MF_CASE_N(I, 1, false)
+#define MF_CASE_C(I) MF_CASE_N(I, 2, false) MF_CASE_N(I, 2, true)
         NL_FOR_EACH_PROD(MF_CASE_P)
         NL_FOR_EACH_CONS(MF_CASE_C)
 #undef MF_CASE_P
 #undef MF_CASE_C
+#undef MF_CASE_N
     default:
         break;
     }
     v4_nl_launches[cons ? 1 : 0] += e == cudaSuccess;
+    return e;
+}
+
+int mf_cu_q8v4_nl_mix_ok(uint32_t ta, uint32_t tb) {
+    const int ia = v4_inst(ta), ib = v4_inst(tb);
+#define MF_CASE(I, A, B)                                         \
+    if ((ia == (A) && ib == (B)) || (ia == (B) && ib == (A))) \
+        return 1;
+    NL_FOR_EACH_MIX(MF_CASE)
+#undef MF_CASE
+    return 0;
+}
+
+/* Run a and run b (two types, one slice each) as one consumer launch, the
+ * grid cut as v4_go_mix cuts it (so each row's bits are those of the two
+ * separate consumer launches). */
+template <int TA, int TB>
+static cudaError_t v4_nl_go_mix(const q8_multi *pa, const q8_multi *pb, int mi, int64_t n_in, const q8_nl *nl,
+                                cudaStream_t s) {
+    int ksa, ksb;
+    int64_t ga, gb;
+    int64_t ba = v4_plan<TA, 1, false>(pa, n_in, &ksa, &ga), bb = v4_plan<TB, 1, false>(pb, n_in, &ksb, &gb);
+    const int bps = v4_mix_bps[mi];
+    const int64_t wave = (int64_t)v4_sms * (bps > 0 ? bps : 4);
+    if (ba + bb > wave && wave >= 2) {
+        const int64_t a = wave * ba / (ba + bb);
+        ba = a < 1 ? 1 : a > wave - 1 ? wave - 1 : a;
+        bb = wave - ba;
+    }
+    return mf_launch(gemv_q8v4_mix_nl_kernel<TA, TB>, dim3((unsigned)(ba + bb)), dim3(32 * Q8_WARPS), 0, s, *pa, *pb,
+                     n_in, ksa, ksb, ga, gb, (unsigned)ba, v4_pf, *nl);
+}
+
+cudaError_t mf_cu_q8v4_nl_launch_mix(const q8_multi *pa, uint32_t ta, const q8_multi *pb, uint32_t tb, int64_t n_in,
+                                     const q8_nl *nl, cudaStream_t s) {
+    if (!mf_cu_q8v4_nl_consume_ok(ta, 1, n_in) || !mf_cu_q8v4_nl_consume_ok(tb, 1, n_in) || !v4_nl_cons_args_ok(nl))
+        return cudaErrorNotSupported;
+    const int ia = v4_inst(ta), ib = v4_inst(tb);
+    cudaError_t e = cudaErrorNotSupported;
+#define MF_CASE(I, A, B)                                     \
+    if (ia == (A) && ib == (B))                              \
+        e = v4_nl_go_mix<A, B>(pa, pb, I, n_in, nl, s);      \
+    else if (ia == (B) && ib == (A))                         \
+        e = v4_nl_go_mix<A, B>(pb, pa, I, n_in, nl, s);
+    NL_FOR_EACH_MIX(MF_CASE)
+#undef MF_CASE
+    v4_nl_launches[1] += e == cudaSuccess;
     return e;
 }
 
@@ -1007,13 +1070,15 @@ cudaError_t mf_cu_q8v4_nl_launch(const q8_multi *p, uint32_t wtype, const int8_t
 #define SWQ_OPW 4        /* consecutive outputs a warp: SWQ_WARPS * SWQ_OPW = 32, one int8 unit */
 #define SWQ_MAX_IN 2048  /* the size rule: n_in up to this (0.5B / 1.5B gate/up: latency-bound) */
 
-template <int T>
-static __global__ void __launch_bounds__(32 * SWQ_WARPS, 2)
-gemv_q8v4_swq8_kernel(q8_multi p, const int8_t *__restrict__ xq, const float *__restrict__ xd,
-                      const int32_t *__restrict__ xs, int64_t n_in, int pf, int8_t *__restrict__ oq,
-                      float *__restrict__ od, int32_t *__restrict__ os) {
+/* NL 2 (MINFER_CUDA_NORM_LANE): each lane norms and quantizes the unit it
+ * consumes from the partials (v4_nl_*) instead of reading xq / xd / xs. */
+template <int T, int NL>
+static __device__ __forceinline__ void swq8_body(const q8_multi &p, const int8_t *__restrict__ xq,
+                                                 const float *__restrict__ xd, const int32_t *__restrict__ xs,
+                                                 int64_t n_in, int pf, int8_t *__restrict__ oq,
+                                                 float *__restrict__ od, int32_t *__restrict__ os, float *hs,
+                                                 const q8_nl *nl) {
     typedef typename v4s<T>::raw raw;
-    __shared__ float hs[32];
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
     const int64_t n_units = n_in / 32;
     const int64_t o0 = (int64_t)blockIdx.x * 32 + warp * SWQ_OPW; /* n_out % 32 == 0: every row exists */
@@ -1032,6 +1097,9 @@ gemv_q8v4_swq8_kernel(q8_multi p, const int8_t *__restrict__ xq, const float *__
                     __cvta_generic_to_global(row[i][r] + v4_pf_off<T>(p.row_bytes[r], lane, n_units))));
     mf_pdl_wait();
     mf_pdl_trigger();
+    float nl_sc = 0.0f;
+    if constexpr (NL == 2)
+        nl_sc = v4_nl_scale(*nl, n_in, lane);
     float acc[SWQ_OPW][2] = {};
     for (int64_t base = 0; base < n_units; base += 32) { /* warp-uniform */
         const int64_t k = base + lane;
@@ -1046,13 +1114,27 @@ gemv_q8v4_swq8_kernel(q8_multi p, const int8_t *__restrict__ xq, const float *__
                 else
                     v4s<T>::fetch(row[i][r], kk, wr[i][r]);
             }
+        if constexpr (NL == 2) { /* the unit's x and norm weight loaded with the weight slices */
+            float4 xv[8], wv[8];
+            v4_nl_load(*nl, kk, xv, wv);
+            v4_lq lq;
+            v4_nl_quant(xv, wv, nl_sc, lq);
 #pragma unroll
-        for (int i = 0; i < SWQ_OPW; i++)
+            for (int i = 0; i < SWQ_OPW; i++)
 #pragma unroll
-            for (int r = 0; r < 2; r++) {
-                const float v = v4s<T>::dot(wr[i][r], kk, xq, xd, xs);
-                acc[i][r] += k < n_units ? v : 0.0f;
-            }
+                for (int r = 0; r < 2; r++) {
+                    const float v = lq.d * q8_unit_dot(wr[i][r].q, lq.a, lq.c, wr[i][r].dm, lq.s0, lq.s1);
+                    acc[i][r] += k < n_units ? v : 0.0f;
+                }
+        } else {
+#pragma unroll
+            for (int i = 0; i < SWQ_OPW; i++)
+#pragma unroll
+                for (int r = 0; r < 2; r++) {
+                    const float v = v4s<T>::dot(wr[i][r], kk, xq, xd, xs);
+                    acc[i][r] += k < n_units ? v : 0.0f;
+                }
+        }
     }
 #pragma unroll
     for (int i = 0; i < SWQ_OPW; i++)
@@ -1082,6 +1164,24 @@ gemv_q8v4_swq8_kernel(q8_multi p, const int8_t *__restrict__ xq, const float *__
     __syncthreads();
     if (warp == 0) /* q8_quant_kernel's unit blockIdx.x of h */
         q8_unit(hs[lane], lane, true, oq + (int64_t)blockIdx.x * 32, od + blockIdx.x, os + blockIdx.x);
+}
+
+template <int T>
+static __global__ void __launch_bounds__(32 * SWQ_WARPS, 2)
+gemv_q8v4_swq8_kernel(q8_multi p, const int8_t *__restrict__ xq, const float *__restrict__ xd,
+                      const int32_t *__restrict__ xs, int64_t n_in, int pf, int8_t *__restrict__ oq,
+                      float *__restrict__ od, int32_t *__restrict__ os) {
+    __shared__ float hs[32];
+    swq8_body<T, 0>(p, xq, xd, xs, n_in, pf, oq, od, os, hs, nullptr);
+}
+
+/* MINFER_CUDA_NORM_LANE: the block-local SwiGLU GEMV norming its input per lane */
+template <int T>
+static __global__ void __launch_bounds__(32 * SWQ_WARPS, 2)
+gemv_q8v4_swq8_nl_kernel(q8_multi p, int64_t n_in, int pf, int8_t *__restrict__ oq, float *__restrict__ od,
+                         int32_t *__restrict__ os, const __grid_constant__ q8_nl nl) {
+    __shared__ float hs[32];
+    swq8_body<T, 2>(p, nullptr, nullptr, nullptr, n_in, pf, oq, od, os, hs, &nl);
 }
 
 #define SWQ_FOR_EACH_INST(X) \
@@ -1144,4 +1244,30 @@ cudaError_t mf_cu_q8v4_swq8_launch(const q8_multi *p, uint32_t wtype, const int8
 
 int64_t mf_cu_q8v4_swq8_count(void) {
     return v4_swq8_launches;
+}
+
+cudaError_t mf_cu_q8v4_swq8_nl_launch(const q8_multi *p, uint32_t wtype, int64_t n_in, void *q8out, const q8_nl *nl,
+                                      cudaStream_t s) {
+    const int64_t n_out = p->n_out[0], nb = n_out / 32;
+    if (p->n_w != 2 || p->n_out[1] != n_out || !q8out || !mf_cu_q8v4_swq8_ok(wtype, 1, n_out, n_in) ||
+        !mf_cu_q8v4_nl_consume_ok(wtype, 1, n_in) || !v4_nl_cons_args_ok(nl))
+        return cudaErrorNotSupported;
+    int8_t *oq = (int8_t *)q8out; /* mf_cu_q8_bytes(n_out, 1) layout */
+    float *od = (float *)(oq + n_out);
+    int32_t *os = (int32_t *)(od + nb);
+    cudaError_t e = cudaErrorNotSupported;
+    switch (v4_inst(wtype)) {
+#define MF_CASE(I)                                                                                             \
+    case I:                                                                                                    \
+        e = mf_launch(gemv_q8v4_swq8_nl_kernel<I>, dim3((unsigned)nb), dim3(32 * SWQ_WARPS), 0, s, *p, n_in, v4_pf, \
+                      oq, od, os, *nl);                                                                        \
+        break;
+        NL_FOR_EACH_CONS(MF_CASE)
+#undef MF_CASE
+    default:
+        break;
+    }
+    v4_swq8_launches += e == cudaSuccess;
+    v4_nl_launches[1] += e == cudaSuccess;
+    return e;
 }
