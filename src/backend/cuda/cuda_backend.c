@@ -25,7 +25,7 @@
 #include "quant/quant.h"
 
 #define TRACE_N 16
-#define N_SCRATCH 8
+#define N_SCRATCH 9
 #define PIN_BYTES ((size_t)64 << 20)
 #define PINNED_N 8                          /* host_alloc blocks at once */
 #define PINNED_MAX ((size_t)256 << 20)      /* larger ones come from the C heap */
@@ -41,6 +41,8 @@
 #define ATTN_SLOT 6       /* split-KV decode attention: per-split partial results */
 #define Q8OUT_SLOT 7      /* an int8 activation a kernel writes as a by-product (q8_produced) while
                              it reads its own input from Q8_SLOT (the attention) */
+#define NL_SLOT 8         /* MINFER_CUDA_NORM_LANE: the residual GEMV's per-block sums of squares */
+#define NL_PARTS_MAX 8192 /* ... at most this many (a v4 grid is one wave: 132 SMs x <= 16 blocks) */
 /* Zeroed int32 counters for a kernel whose last block to finish a piece of
  * work does the step that needs all of it (the one-kernel split-KV decode's
  * combine). The kernel leaves every counter it touched at 0 again, so the
@@ -141,6 +143,12 @@ typedef struct cu_ctx {
     const float *q8_of;
     void *q8_buf;
     int64_t q8_n, q8_nt, q8_stamp;
+    /* MINFER_CUDA_NORM_LANE: the residual row nl_of (nl_n floats, one token)
+     * that the last launch wrote with nl_np partial sums of squares in
+     * nl_part, valid while n_launched == nl_stamp (nl_of NULL: none) */
+    const float *nl_of;
+    double *nl_part;
+    int64_t nl_n, nl_np, nl_stamp;
 
     cu_trace ring[TRACE_N];
     int64_t n_launched;
@@ -175,6 +183,10 @@ typedef struct cu_ctx {
     int gemv_pro;  /* int8 GEMV quantizes x in its prologue: 1 auto rule, 2 always (tests), 0 the separate
                       quantize kernels (opt-in MINFER_CUDA_GEMV_PROLOGUE=1) */
     int64_t n_q8_ready; /* int8 GEMVs that read an input a kernel before wrote (q8_produced; tests) */
+    int norm_lane; /* MINFER_CUDA_NORM_LANE=1 (opt-in): a one-token residual GEMV (MATMUL + ADD) writes
+                      per-block sums of squares, and the FUSED_QKV / FUSED_FFN whose deferred RMSNORM reads its
+                      output norms and quantizes its input per lane from them: no norm-quant kernel (run_multi) */
+    int64_t n_nl_prod, n_nl_cons; /* launches of the two (mf_cuda_norm_lane_stats) */
     int flash;     /* MINFER_CUDA_FLASH_PREFILL=1: query-tiled attention for nt > 8 */
     int tc_attn;   /* tensor-core prefill attention for nt > 8 (MINFER_CUDA_NO_TC_ATTN=1 clears) */
     int flash_decode; /* MINFER_CUDA_NO_FLASH_DECODE=1 clears it: split-KV attention for nt <= 8 */
@@ -1179,7 +1191,31 @@ static int run_multi(exec *x, const mf_matmul_meta *const *mm, int n, bool swigl
         a.y[0] += r0;
         a.n_out[0] = x->win1 - r0;
     }
-    const cu_ctx *c = x->c;
+    cu_ctx *c = x->c;
+    /* MINFER_CUDA_NORM_LANE: a FUSED_QKV / FUSED_FFN right after the residual GEMV that wrote its
+       (deferred-norm) input with partials norms it per lane: no norm-quant launch */
+    if (c->norm_lane && x->norm && nt == 1 && x->win1 == 0 && !x->q8_in && c->nl_of == a.x && c->nl_n == a.n_in &&
+        c->nl_stamp == c->n_launched &&
+        (x->n->op == MF_OP_FUSED_QKV || x->n->op == MF_OP_FUSED_QKV_NORM || x->n->op == MF_OP_FUSED_FFN)) {
+        a.q8 = c->nl_part; /* not read or written (the GEMV's checks want a pointer) */
+        a.q8b_form = c->ffn_q8b; /* the rule takes FFN_Q8B's block form 1 only (other forms: today's path) */
+        if (x->q8b && swiglu && mf_cu_gemv_q8_ffn_q8b_ok(&a) && /* FFN_Q8B: h's int8 copy too */
+            !(a.q8out = scratch(x, Q8OUT_SLOT, mf_cu_q8_bytes(a.n_out[0], nt))))
+            return -1;
+        if (mf_cu_gemv_q8_nl_consume_ok(&a)) {
+            a.nl_part_in = c->nl_part;
+            a.nl_n_part = (int32_t)c->nl_np;
+            x->q8_used = NULL;
+            c->n_nl_cons++;
+            if (launched(x, a.q8out ? "gemv_q8_multi(norm lane, q8 out)" : "gemv_q8_multi(norm lane)",
+                         a.n_out[0] * n, nt, mf_cu_gemv_q8_multi(&a, c->stream)))
+                return -1;
+            if (a.q8out)
+                q8_produced(x, y[0], a.n_out[0], nt, a.q8out);
+            return 0;
+        }
+        a.q8out = NULL;
+    }
     a.x_q8_ready = x->q8_in || (!x->norm && c->q8_buf && c->q8_of == a.x && c->q8_n == a.n_in && c->q8_nt == nt &&
                                 c->q8_stamp == c->n_launched);
     if (a.x_q8_ready)
@@ -1198,6 +1234,24 @@ static int run_multi(exec *x, const mf_matmul_meta *const *mm, int n, bool swigl
         if (launched(x, "gemv_q8_multi(swiglu, q8 out)", a.n_out[0] * n, nt, mf_cu_gemv_q8_multi(&a, x->c->stream)))
             return -1;
         q8_produced(x, y[0], a.n_out[0], nt, a.q8out);
+        return 0;
+    }
+    /* MINFER_CUDA_NORM_LANE: the residual GEMV also writes its partial sums of squares */
+    const int64_t np = c->norm_lane && !x->norm && nt == 1 && x->win1 == 0 && n == 1 && res && res[0]
+                           ? mf_cu_gemv_q8_nl_parts(&a)
+                           : 0;
+    if (np > 0 && np <= NL_PARTS_MAX) {
+        if (!(a.nl_part_out = (double *)scratch(x, NL_SLOT, NL_PARTS_MAX * sizeof(double))))
+            return -1;
+        if (launched(x, a.x_q8_ready ? "gemv_q8_multi(x ready, partials)" : "gemv_q8_multi(partials)",
+                     a.n_out[0], nt, mf_cu_gemv_q8_multi(&a, c->stream)))
+            return -1;
+        c->n_nl_prod++;
+        c->nl_of = y[0];
+        c->nl_part = a.nl_part_out;
+        c->nl_n = a.n_out[0];
+        c->nl_np = np;
+        c->nl_stamp = c->n_launched;
         return 0;
     }
     static const char *const kname[2][2] = { /* [x ready][swiglu] (MINFER_TRACE) */
@@ -2619,6 +2673,7 @@ int mf_backend_cuda_new_progress(const mf_weights *w, mf_cuda_progress_fn progre
     c->norm_mm = mf_env_int("MINFER_CUDA_NORM_MM", 1) != 0;
     c->gemv_v2 = mf_env_flag("MINFER_CUDA_GEMV_V2");
     gemv_from_env(c);
+    c->norm_lane = mf_env_flag("MINFER_CUDA_NORM_LANE"); /* opt-in: to be measured */
     /* opt-in: plane copies built after the upload (build_soa); 2: only the types and
      * widths where they measured faster (soa_wanted) */
     c->soa = (int)mf_env_int("MINFER_CUDA_SOA", 0);
@@ -2810,6 +2865,15 @@ void mf_cuda_set_graphs(mf_backend *b, bool on) {
     cu_ctx *c = CX(b);
     c->graphs_on = on;
     c->fruitless = 0;
+}
+
+void mf_cuda_set_norm_lane(mf_backend *b, int mode) {
+    CX(b)->norm_lane = mode < 0 ? mf_env_flag("MINFER_CUDA_NORM_LANE") : mode != 0;
+}
+
+void mf_cuda_norm_lane_stats(const mf_backend *b, int64_t *producers, int64_t *consumers) {
+    *producers = CX(b)->n_nl_prod;
+    *consumers = CX(b)->n_nl_cons;
 }
 
 void mf_cuda_fuse_stats(const mf_backend *b, int64_t *adds, int64_t *norms) {
