@@ -22,7 +22,8 @@
  * MINFER_CUDA_TEST_ONLY=matmul,norm,...: run only these families (matmul,
  * getrows, norm, rope, elementwise, attn, qkv, ffn, fuse_add, fuse_norm,
  * gemv_v2, graph, misc, mma, mmafuse, decattn, preattn, gemv, decsmall,
- * gemvfuse, lat, attnone, attnshort, q6k, normmm, qkvmix, ffnq8b, soa, shortrope, d2h); racecheck runs the shared-memory families this way.
+ * gemvfuse, lat, attnone, attnshort, q6k, normmm, qkvmix, ffnq8b, soa, shortrope, d2h, zc,
+ * normlane); racecheck runs the shared-memory families this way.
  * The fusion levers (MINFER_CUDA_FUSE_GEMV / _ROPE / _ADD / _NORM,
  * MINFER_CUDA_GEMV_V2, MINFER_CUDA_FLASH_PREFILL; docs/ENV.md says which are
  * on by default) are run on and off through their test hooks
@@ -191,25 +192,49 @@
  * on. MINFER_CUDA_TEST_BENCH=1: separate vs mixed us per norm-quant +
  * QKV call at the four model shapes (PDL chain, weights from HBM).
  * Family ffnq8b: MINFER_CUDA_FFN_Q8B (gemv_q8v4.cu: the SwiGLU GEMV with a
- * block per 32 outputs also writes the down GEMV's int8 input; args field
- * q8out) at nt 1: 896 -> 4864 -> 896 (0.5B) Q4_0 / Q5_0 / Q8_0, 1536 ->
- * 8960 (1.5B) Q4_0 / Q4_K / Q5_0 / Q8_0 / Q6_K, 2048 -> 8192 Q4_0 / Q5_0 /
- * Q8_0 / Q4_K, bias and
- * the folded norm on / off: today's chain (gate/up, quantize kernel, down +
- * residual) vs the switch's (gate/up writing the int8 h, down reading it)
- * with PDL on and off, outputs poisoned per run: h, the int8 h and the down
- * output bitwise, h (6e-2) and the down output (3e-2) vs float64, no
- * quantize launch for the down GEMV (mf_cu_q8_quant_count) and one
- * block-local launch (mf_cu_q8v4_swq8_count); the rule
- * (mf_cu_gemv_q8_ffn_q8b_ok) and the refused launch where it says no (v4
- * u2 / off, prologue, n_out % 32, the 7B gate/up, nt 2, mixed types); a
- * CUDA graph of the chain (PDL on, off) replayed 4 steps bitwise today's
- * chain; through the backend (hook mf_cuda_set_ffn_q8b) RMSNORM ->
- * FUSED_FFN -> MATMUL -> ADD over 4 graph-replayed steps, switch on == off
- * bitwise, the quantize launch gone, the down GEMV reading the int8 h
+ * block per 32 outputs also writes the down GEMV's int8 input; args fields
+ * q8out and q8b_form, the block form 1 .. MF_CU_Q8B_FORMS; every check
+ * below runs for every form, each form's launches counted apart by
+ * mf_cu_q8v4_swq8_form_count) at nt 1: 896 -> 4864 -> 896 (0.5B) Q4_0 /
+ * Q5_0 / Q8_0, 1536 -> 8960 (1.5B) Q4_0 / Q4_K / Q5_0 / Q8_0 / Q6_K, 2048
+ * -> 8192 Q4_0 / Q5_0 / Q8_0 / Q4_K, bias and the folded norm on / off:
+ * today's chain (gate/up, quantize kernel, down + residual) vs the switch's
+ * (gate/up writing the int8 h, down reading it) with PDL on and off,
+ * outputs poisoned per run: h, the int8 h and the down output bitwise, h
+ * (6e-2) and the down output (3e-2) vs float64, no quantize launch for the
+ * down GEMV (mf_cu_q8_quant_count) and one block-local launch
+ * (mf_cu_q8v4_swq8_count); the rule (mf_cu_gemv_q8_ffn_q8b_ok) and the
+ * refused launch where it says no (v4 u2 / off, prologue, n_out % 32, the
+ * 7B gate/up, nt 2, mixed types) or the form does not exist; a CUDA graph
+ * of the chain (PDL on, off) replayed 4 steps bitwise today's chain;
+ * through the backend (hook mf_cuda_set_ffn_q8b) RMSNORM -> FUSED_FFN ->
+ * MATMUL -> ADD over 4 graph-replayed steps, switch =f == off bitwise, the
+ * quantize launch gone, the down GEMV reading the int8 h
  * (mf_cuda_q8_ready_stats), vs float64. MINFER_CUDA_TEST_BENCH=1: today vs
- * q8b us per FFN tail (norm-quant, gate/up, [quantize], down + residual;
- * PDL chain, weights from HBM) at 0.5B Q4_0 / Q5_0 and 1.5B Q4_K.
+ * q8b=1 .. 5 us per FFN tail (norm-quant, gate/up, [quantize], down +
+ * residual; PDL chain, weights from HBM) at 0.5B Q4_0 / Q5_0 and 1.5B Q4_K.
+ * Family normlane: MINFER_CUDA_NORM_LANE (opt-in; gemv_q8v4.cu: the
+ * residual GEMV writes per-block double sums of squares, the GEMV after
+ * the folded RMSNorm sums them and norms + quantizes its input per lane;
+ * args fields nl_part_out / nl_part_in / nl_n_part) at nt 1: residual
+ * GEMV 4864 -> 896 (Q4_0 / Q4_K / Q8_0), 8960 -> 1536 (Q6_K), 8192 ->
+ * 2048 (Q4_0), odd row counts, then a QKV of Q4_0 / Q5_0 + Q8_0 (one mixed
+ * launch) / Q8_0; o GEMV 896 / 1536 then gate/up + SwiGLU (FFN_Q8B's
+ * block-local form Q4_0 / Q8_0 with the int8 h, the v4 form Q5_0):
+ * the residual output bitwise today's, the partials' sum vs a host double
+ * sum (1e-12), the QKV (h) vs float64 (3e-2, 6e-2) and vs today's chain
+ * (1e-2, 2e-2), three runs with PDL on and one off bitwise equal (outputs,
+ * partials, int8 h poisoned), no norm-quant launch
+ * (mf_cu_q8_norm_quant_count); the rules and refused launches (u2, v4 off,
+ * prologue, no residual, nt 2; n_in 3584, gate / up types differ, an
+ * output over x, Q4_K); a CUDA graph of the chain (PDL on, off) replayed
+ * 4 steps bitwise the plain chain; through the backend (hook
+ * mf_cuda_set_norm_lane) MATMUL -> ADD -> RMSNORM -> FUSED_QKV and
+ * MATMUL -> ADD -> RMSNORM -> FUSED_FFN -> MATMUL -> ADD over 4 steps:
+ * graphs == plain bitwise, on vs off (1e-2, 2e-2), the norm-quant launch
+ * gone (mf_cuda_norm_lane_stats). MINFER_CUDA_TEST_BENCH=1: today vs lane
+ * us per residual GEMV + [norm-quant] + consumer (PDL chain, weights from
+ * HBM) at 0.5B Q4_0 / Q4_K_M / 1.5B QKV and 0.5B gate/up (both forms).
  * Family soa: MINFER_CUDA_SOA (soa.cu: plane copies of Q4_0 / Q5_0 / Q8_0
  * weights; q8w_soa.cuh: their v4 decoders; args fields w_soa / soa_stride)
  * for each of the three types at 896 -> 896 / 128 / 4864 / 151936 (the
@@ -243,7 +268,19 @@
  * buffers alternating on one graph (each read its own step's logits, the
  * other buffer untouched, <= 2 captures and replays); reads into a heap
  * buffer and of half the bytes (the plain path, bitwise). No bench lines:
- * the lead measures tg128 and the MINFER_CUDA_HOST_TIMES line. */
+ * the lead measures tg128 and the MINFER_CUDA_HOST_TIMES line.
+ * Family zc: MINFER_CUDA_LOGITS_ZC (the lm_head's v4 GEMV also stores the
+ * logits into the engine's pinned block through its device alias, 32-byte
+ * lines; hook mf_cuda_set_logits_zc): family d2h's norm -> lm_head steps,
+ * ZC on vs off bitwise at Q8_0 896 x 151936, Q6_K 3584 x 152064 and Q8_0
+ * 896 x 3003 (ragged last row group), graphs on / off, norm folded /
+ * separate, ZC on every step with every read only waiting
+ * (mf_cuda_zc_count, mf_cuda_d2h_stats); two logits buffers alternating;
+ * reads elsewhere / of half the bytes (plain copy, the hint still holds
+ * the logits); a hint not 32-byte aligned (no ZC); ZC with the chunks on
+ * (ZC wins); the switch flipped every step on one graph.
+ * MINFER_CUDA_TEST_BENCH=1: host us of a replayed step, copy vs ZC vs
+ * chunks K 4, per head. */
 #include <math.h>
 #include <stddef.h>
 #include <stdio.h>
@@ -7342,11 +7379,13 @@ static void fq_dev_free(fq_dev *d) {
 }
 
 /* gate/up + SwiGLU at nt 1 as the FUSED_FFN node launches it (norm folded
- * or not), writing the int8 h into q8out when that is set */
-static mf_cu_q8_multi_args fq_ffn_args(const fq_spec *s, const fq_dev *d, bool bias, bool norm, void *q8out) {
+ * or not), writing the int8 h into q8out when that is set, with block form
+ * `form` of the kernel (MINFER_CUDA_FFN_Q8B's value) */
+static mf_cu_q8_multi_args fq_ffn_args(const fq_spec *s, const fq_dev *d, bool bias, bool norm, void *q8out,
+                                       int form) {
     mf_cu_q8_multi_args a = {.n_w = 2, .swiglu = 1, .x = d->x, .n_in = s->d, .nt = 1, .q8 = d->q8, .norm = norm,
                              .norm_w = norm ? d->nw : NULL, .norm_eps = 1e-6f, .gemv_auto = 1, .gemv_v4 = -1,
-                             .q8out = q8out};
+                             .q8out = q8out, .q8b_form = form};
     for (int k = 0; k < 2; k++) {
         a.wtype[k] = s->t;
         a.w[k] = k ? d->wu : d->wg;
@@ -7378,14 +7417,15 @@ static size_t fq_q8_used(int64_t n) {
 
 /* One case through the launchers at nt 1: run 0 today's chain (gate/up +
  * SwiGLU, then the quantize kernel on h, mf_cu_q8_quant_rows, and the down
- * GEMV + residual quantizing h itself), runs 1 / 2 the switch's chain
- * (gate/up writing the int8 h, the down GEMV reading it: x_q8_ready) with
- * PDL on / off. Every run on outputs poisoned with another pattern (h, the
- * int8 h, the down output). h vs float64 (6e-2, gemvfuse's SwiGLU norm
- * tolerance), the down output vs float64 (3e-2, the layer tail's); runs 1
- * and 2: h, the int8 h (values, scales, half sums) and the down output
- * bitwise run 0's; the block-local kernel launched once, and no quantize
- * launch beyond the input's (none with the norm folded). */
+ * GEMV + residual quantizing h itself), runs 2f - 1 / 2f the switch's chain
+ * with block form f (1 .. MF_CU_Q8B_FORMS; gate/up writing the int8 h, the
+ * down GEMV reading it: x_q8_ready) with PDL on / off. Every run on
+ * outputs poisoned with another pattern (h, the int8 h, the down output).
+ * h vs float64 (6e-2, gemvfuse's SwiGLU norm tolerance), the down output
+ * vs float64 (3e-2, the layer tail's); runs >= 1: h, the int8 h (values,
+ * scales, half sums) and the down output bitwise run 0's; the block-local
+ * kernel launched once, of that run's form (mf_cu_q8v4_swq8_form_count),
+ * and no quantize launch beyond the input's (none with the norm folded). */
 static void fq_test(const fq_spec *s, bool bias, bool norm) {
     const int64_t D = s->d, F = s->ff;
     const float eps = 1e-6f;
@@ -7422,26 +7462,32 @@ static void fq_test(const fq_spec *s, bool bias, bool norm) {
     char name[200], sub[260], det[160];
     snprintf(name, sizeof name, "ffnq8b %s %-5s %lld->%lld->%lld%s%s", s->what, mf_type_name(s->t), (long long)D,
              (long long)F, (long long)D, bias ? " +bias" : "", norm ? " +norm" : "");
-    const mf_cu_q8_multi_args rule = fq_ffn_args(s, &d, bias, norm, NULL);
+    const mf_cu_q8_multi_args rule = fq_ffn_args(s, &d, bias, norm, NULL, 0);
     snprintf(sub, sizeof sub, "%s: taken by the rule", name);
     check_true(sub, mf_cu_gemv_q8_ffn_q8b_ok(&rule) == 1, "(mf_cu_gemv_q8_ffn_q8b_ok)");
     const bool pdl0 = mf_env_int("MINFER_CUDA_PDL", MF_CU_PDL_DEFAULT) != 0;
-    static const int poison[3] = {0xff, 0xfe, 0xff};
-    static const char *const rn[3] = {"today", "q8b", "q8b pdl0"};
+    enum { RUNS = 1 + 2 * MF_CU_Q8B_FORMS };
+    char rn[RUNS][32];
     cudaStream_t st;
     cudaStreamCreate(&st);
-    float *h[3], *z[3];
-    uint8_t *q[3];
-    int64_t quant[3], swq[3];
+    float *h[RUNS], *z[RUNS];
+    uint8_t *q[RUNS];
+    int64_t quant[RUNS], swq[RUNS], swf[RUNS];
     const size_t qb = fq_q8_used(F);
-    for (int run = 0; run < 3; run++) {
-        cudaMemset(d.y, poison[run], (size_t)F * 4);
-        cudaMemset(d.z, poison[run], (size_t)D * 4);
-        cudaMemset(d.q8o, run == 1 ? 0xa5 : 0x5a, qb);
+    for (int run = 0; run < RUNS; run++) {
+        const int form = (run + 1) / 2; /* 0: today's chain */
+        if (run)
+            snprintf(rn[run], sizeof rn[run], "q8b=%d%s", form, run % 2 ? "" : " pdl0");
+        else
+            snprintf(rn[run], sizeof rn[run], "today");
+        cudaMemset(d.y, run % 2 ? 0xfe : 0xff, (size_t)F * 4);
+        cudaMemset(d.z, run % 2 ? 0xfe : 0xff, (size_t)D * 4);
+        cudaMemset(d.q8o, run % 2 ? 0xa5 : 0x5a, qb);
         cudaMemset(d.q8r, 0x33, qb);
-        mf_cu_set_pdl(run == 2 ? 0 : 1);
+        mf_cu_set_pdl(run && run % 2 == 0 ? 0 : 1);
         const int64_t c0 = mf_cu_q8_quant_count(), s0 = mf_cu_q8v4_swq8_count();
-        const mf_cu_q8_multi_args fa = fq_ffn_args(s, &d, bias, norm, run ? d.q8o : NULL);
+        const int64_t f0 = mf_cu_q8v4_swq8_form_count(form);
+        const mf_cu_q8_multi_args fa = fq_ffn_args(s, &d, bias, norm, run ? d.q8o : NULL, form);
         const mf_cu_q8_multi_args da = fq_down_args(s, &d, run ? d.q8o : d.q8, run != 0);
         cudaError_t e = mf_cu_gemv_q8_multi(&fa, st);
         if (e == cudaSuccess && run == 0)
@@ -7451,12 +7497,13 @@ static void fq_test(const fq_spec *s, bool bias, bool norm) {
         ds_sync("ffnq8b chain", e, st);
         quant[run] = mf_cu_q8_quant_count() - c0;
         swq[run] = mf_cu_q8v4_swq8_count() - s0;
+        swf[run] = mf_cu_q8v4_swq8_form_count(form) - f0;
         h[run] = ds_get(d.y, (size_t)F * 4);
         z[run] = ds_get(d.z, (size_t)D * 4);
         q[run] = ds_get(run ? d.q8o : d.q8r, qb);
     }
     mf_cu_set_pdl(pdl0);
-    for (int run = 0; run < 3; run++) {
+    for (int run = 0; run < RUNS; run++) {
         snprintf(sub, sizeof sub, "%s [%s]: h vs float64", name, rn[run]);
         result(sub, rel_err(h[run], g, F), 6e-2, count_nan(h[run], F), NULL);
         snprintf(sub, sizeof sub, "%s [%s]: down + residual vs float64", name, rn[run]);
@@ -7470,14 +7517,16 @@ static void fq_test(const fq_spec *s, bool bias, bool norm) {
                  sq ? "same" : "DIFFERS", sz ? "same" : "DIFFERS");
         check_true(sub, sh && sq && sz, det);
     }
-    snprintf(sub, sizeof sub, "%s: no quantize launch for the down GEMV", name);
-    snprintf(det, sizeof det, "(quantize launches today %lld, q8b %lld / %lld; q8b kernel %lld, %lld / %lld)",
-             (long long)quant[0], (long long)quant[1], (long long)quant[2], (long long)swq[0], (long long)swq[1],
-             (long long)swq[2]);
     const int64_t qin = norm ? 0 : 1; /* the gate/up input's own quantization */
-    check_true(sub, quant[0] == qin + 2 && quant[1] == qin && quant[2] == qin && swq[0] == 0 && swq[1] == 1 &&
-                        swq[2] == 1, det);
-    for (int run = 0; run < 3; run++) {
+    for (int run = 1; run < RUNS; run++) {
+        snprintf(sub, sizeof sub, "%s [%s]: no quantize launch for the down GEMV, its form launched", name, rn[run]);
+        snprintf(det, sizeof det, "(quantize launches today %lld, here %lld; block-local kernel today %lld, here "
+                 "%lld, of this form %lld)", (long long)quant[0], (long long)quant[run], (long long)swq[0],
+                 (long long)swq[run], (long long)swf[run]);
+        check_true(sub, quant[0] == qin + 2 && quant[run] == qin && swq[0] == 0 && swq[run] == 1 && swf[run] == 1,
+                   det);
+    }
+    for (int run = 0; run < RUNS; run++) {
         free(h[run]); free(z[run]); free(q[run]);
     }
     cudaStreamDestroy(st);
@@ -7489,7 +7538,10 @@ static void fq_test(const fq_spec *s, bool bias, bool norm) {
  * anything is launched (cudaErrorInvalidValue) and mf_cu_gemv_q8_ffn_q8b_ok
  * says 0: two slices in flight forced (MINFER_CUDA_GEMV_V4=2), v4 off,
  * the prologue, n_out % 32 != 0, n_in over the size rule (the 7B gate/up,
- * 3584 -> 18944), nt 2, gate and up of two types; the 0.5B shape is taken. */
+ * 3584 -> 18944), nt 2, gate and up of two types, each with every block
+ * form (q8b_form 0 .. MF_CU_Q8B_FORMS); the 0.5B shape is taken; a taken
+ * shape (256 -> 256) with a form that does not exist (-1, FORMS + 2) is
+ * refused the same way although the rule says yes. */
 static void fq_rule(void) {
     static const struct {
         const char *why;
@@ -7528,12 +7580,28 @@ static void fq_rule(void) {
             check_true(name, ok == 1, det);
             continue;
         }
-        const int64_t s0 = mf_cu_q8v4_swq8_count();
-        const cudaError_t e = mf_cu_gemv_q8_multi(&a, st);
-        cudaGetLastError();
-        snprintf(det, sizeof det, "(ok %d, launch %s, q8b launches %lld)", ok, cudaGetErrorName(e),
-                 (long long)(mf_cu_q8v4_swq8_count() - s0));
-        check_true(name, ok == 0 && e == cudaErrorInvalidValue && mf_cu_q8v4_swq8_count() == s0, det);
+        for (int f = 0; f <= MF_CU_Q8B_FORMS + 2; f++) { /* the forms, then -1 and FORMS + 2 on 256 -> 256 */
+            const bool bad = f > MF_CU_Q8B_FORMS;
+            if (bad && i > 1)
+                break;
+            if (bad) {
+                a.n_in = 256;
+                a.n_out[0] = a.n_out[1] = 256;
+                for (int k = 0; k < 2; k++)
+                    a.row_bytes[k] = mf_type_row_size(a.wtype[k], 256);
+                a.gemv_v4 = -1;
+            }
+            a.q8b_form = f == MF_CU_Q8B_FORMS + 1 ? -1 : f;
+            const int okf = mf_cu_gemv_q8_ffn_q8b_ok(&a);
+            const int64_t s0 = mf_cu_q8v4_swq8_count();
+            const cudaError_t e = mf_cu_gemv_q8_multi(&a, st);
+            cudaGetLastError();
+            char sub[200];
+            snprintf(sub, sizeof sub, "%s%s, q8b form %d", name, bad ? " (256 -> 256 taken)" : "", a.q8b_form);
+            snprintf(det, sizeof det, "(ok %d, launch %s, q8b launches %lld)", okf, cudaGetErrorName(e),
+                     (long long)(mf_cu_q8v4_swq8_count() - s0));
+            check_true(sub, okf == (bad ? 1 : 0) && e == cudaErrorInvalidValue && mf_cu_q8v4_swq8_count() == s0, det);
+        }
     }
     cudaStreamSynchronize(st);
     cudaStreamDestroy(st);
@@ -7541,11 +7609,11 @@ static void fq_rule(void) {
 }
 
 /* The chain in a CUDA graph: norm-quant + gate/up writing the int8 h +
- * down reading it, captured once with PDL on, then with PDL off; replayed 4
- * steps with a new x and poisoned h / down output / int8 h each; every step
- * bitwise today's chain (norm-quant, gate/up, quantize, down) run plainly
- * on that x; the block-local kernel counted once (the capture) and no
- * quantize launch in it. */
+ * down reading it, captured once per block form (1 .. MF_CU_Q8B_FORMS) with
+ * PDL on, then with PDL off; replayed 4 steps with a new x and poisoned h /
+ * down output / int8 h each; every step bitwise today's chain (norm-quant,
+ * gate/up, quantize, down) run plainly on that x; the block-local kernel of
+ * that form counted once (the capture) and no quantize launch in it. */
 static void fq_graph(const fq_spec *s) {
     enum { STEPS = 4 };
     const int64_t D = s->d, F = s->ff;
@@ -7556,12 +7624,13 @@ static void fq_graph(const fq_spec *s) {
     const bool pdl0 = mf_env_int("MINFER_CUDA_PDL", MF_CU_PDL_DEFAULT) != 0;
     cudaStream_t st;
     cudaStreamCreate(&st);
-    for (int pdl = 1; pdl >= 0; pdl--) {
+    for (int pf = 0; pf < 2 * MF_CU_Q8B_FORMS; pf++) {
+        const int pdl = pf % 2 == 0, form = 1 + pf / 2;
         mf_cu_set_pdl(pdl);
         float *hr[STEPS], *zr[STEPS];
         for (int t = 0; t < STEPS; t++) { /* today's chain, plain */
             cudaMemcpy(d.x, xs + t * D, (size_t)D * 4, cudaMemcpyHostToDevice);
-            const mf_cu_q8_multi_args fa = fq_ffn_args(s, &d, true, true, NULL);
+            const mf_cu_q8_multi_args fa = fq_ffn_args(s, &d, true, true, NULL, 0);
             const mf_cu_q8_multi_args da = fq_down_args(s, &d, d.q8, 0);
             cudaError_t e = mf_cu_gemv_q8_multi(&fa, st);
             if (e == cudaSuccess)
@@ -7570,9 +7639,10 @@ static void fq_graph(const fq_spec *s) {
             hr[t] = ds_get(d.y, (size_t)F * 4);
             zr[t] = ds_get(d.z, (size_t)D * 4);
         }
-        const mf_cu_q8_multi_args fa = fq_ffn_args(s, &d, true, true, d.q8o);
+        const mf_cu_q8_multi_args fa = fq_ffn_args(s, &d, true, true, d.q8o, form);
         const mf_cu_q8_multi_args da = fq_down_args(s, &d, d.q8o, 1);
         const int64_t s0 = mf_cu_q8v4_swq8_count(), c0 = mf_cu_q8_quant_count();
+        const int64_t f0 = mf_cu_q8v4_swq8_form_count(form);
         cudaGraph_t gr = NULL;
         cudaGraphExec_t ge = NULL;
         cudaError_t e = cudaStreamBeginCapture(st, cudaStreamCaptureModeThreadLocal);
@@ -7587,6 +7657,7 @@ static void fq_graph(const fq_spec *s) {
             e = cudaGraphInstantiate(&ge, gr, 0);
         ds_sync("ffnq8b graph capture", e, st);
         const int64_t captured = mf_cu_q8v4_swq8_count() - s0, quant = mf_cu_q8_quant_count() - c0;
+        const int64_t of_form = mf_cu_q8v4_swq8_form_count(form) - f0;
         bool same = true;
         int64_t nan = 0;
         for (int t = 0; t < STEPS; t++) {
@@ -7602,12 +7673,12 @@ static void fq_graph(const fq_spec *s) {
         }
         const int64_t replayed = mf_cu_q8v4_swq8_count() - s0 - captured;
         char name[160], det[160];
-        snprintf(name, sizeof name, "ffnq8b graph %s %s pdl %d: %d replays == today's chain", s->what,
-                 mf_type_name(s->t), pdl, STEPS);
-        snprintf(det, sizeof det, "(q8b kernel captured %lld, launched in replays %lld, quantize launches %lld, "
-                 "NaN %lld; h and down output bitwise)", (long long)captured, (long long)replayed, (long long)quant,
-                 (long long)nan);
-        check_true(name, same && captured == 1 && replayed == 0 && quant == 0 && nan == 0, det);
+        snprintf(name, sizeof name, "ffnq8b graph %s %s q8b=%d pdl %d: %d replays == today's chain", s->what,
+                 mf_type_name(s->t), form, pdl, STEPS);
+        snprintf(det, sizeof det, "(q8b kernel captured %lld, of this form %lld, launched in replays %lld, quantize "
+                 "launches %lld, NaN %lld; h and down output bitwise)", (long long)captured, (long long)of_form,
+                 (long long)replayed, (long long)quant, (long long)nan);
+        check_true(name, same && captured == 1 && of_form == 1 && replayed == 0 && quant == 0 && nan == 0, det);
         cudaGraphExecDestroy(ge);
         cudaGraphDestroy(gr);
     }
@@ -7620,12 +7691,13 @@ static void fq_graph(const fq_spec *s) {
 /* Through the backend: RMSNORM -> FUSED_FFN -> MATMUL (down) -> ADD (the
  * residual, in place) over 4 decode steps with CUDA graphs (plain, capture,
  * replays), FUSE_NORM / FUSE_ADD / FUSE_GEMV on, the switch (hook
- * mf_cuda_set_ffn_q8b) off then on, one graph each. On == off bitwise (h
- * and the layer output of every step, NaN-free; outputs poisoned); on: the
- * block-local kernel launched and the down GEMV read its int8 h
+ * mf_cuda_set_ffn_q8b) off, then on with each block form 1 ..
+ * MF_CU_Q8B_FORMS, one graph each. Each on == off bitwise (h and the layer
+ * output of every step, NaN-free; outputs poisoned); on: the block-local
+ * kernel of that form launched and the down GEMV read its int8 h
  * (mf_cuda_q8_ready_stats) once per host-launched step, no quantize
  * launch; off: none of that, one quantize a host-launched step; replays
- * both ways; the layer output vs float64 (3e-2). */
+ * every way; the layer output vs float64 (3e-2). */
 static void fq_backend(const fq_spec *s) {
     enum { STEPS = 4 };
     const int64_t D = s->d, F = s->ff;
@@ -7637,10 +7709,11 @@ static void fq_backend(const fq_spec *s) {
                      .up = {.weight = un, .bias = bun, .wtype = s->t, .n_in = D, .n_out = F}};
     float *xs = rand_vec(D * STEPS, 2.0f), *rs = rand_vec(D * STEPS, 1.0f);
     double *ref = ffn_tail_ref(xs, rs, nn, eps, gn, bgn, un, bun, dn, D, F, STEPS);
-    float *y[2], *h[2];
-    int64_t quant[2], swq[2], ready[2], reps[2];
-    for (int on = 0; on < 2; on++) {
-        ffn_tail tl;
+    enum { RUNS = 1 + MF_CU_Q8B_FORMS };
+    float *y[RUNS], *h[RUNS];
+    int64_t quant[RUNS], swq[RUNS], swf[RUNS], ready[RUNS], reps[RUNS];
+    for (int on = 0; on < RUNS; on++) { /* on: the block form, 0 the switch off */
+        ffn_tail tl; /* one graph per run: a graph captured before would replay */
         ffn_tail_new(&tl, D, F, nn, eps, &m, dn, s->t);
         y[on] = malloc((size_t)(D * STEPS) * 4);
         h[on] = malloc((size_t)(F * STEPS) * 4);
@@ -7653,10 +7726,12 @@ static void fq_backend(const fq_spec *s) {
         mf_cuda_graph_stats(be, &c0, &r0);
         mf_cuda_q8_ready_stats(be, &q0);
         const int64_t k0 = mf_cu_q8_quant_count(), s0 = mf_cu_q8v4_swq8_count();
+        const int64_t f0 = mf_cu_q8v4_swq8_form_count(on);
         for (int t = 0; t < STEPS; t++)
             ffn_tail_step(&tl, 10 + t, xs + t * D, rs + t * D, y[on] + t * D, h[on] + t * F, "ffnq8b backend step");
         quant[on] = mf_cu_q8_quant_count() - k0;
         swq[on] = mf_cu_q8v4_swq8_count() - s0;
+        swf[on] = mf_cu_q8v4_swq8_form_count(on) - f0;
         mf_cuda_graph_stats(be, &c1, &r1);
         mf_cuda_q8_ready_stats(be, &q1);
         reps[on] = r1 - r0;
@@ -7669,32 +7744,40 @@ static void fq_backend(const fq_spec *s) {
     mf_cuda_set_fuse_add(be, mf_env_int("MINFER_CUDA_FUSE_ADD", 1) != 0);
     mf_cuda_set_graphs(be, !mf_env_flag("MINFER_NO_CUDA_GRAPH"));
     char name[160], det[240];
-    snprintf(name, sizeof name, "ffnq8b backend %s %s: %d graph steps, switch on == off", s->what,
-             mf_type_name(s->t), STEPS);
-    const int64_t nan = count_nan(y[0], D * STEPS) + count_nan(y[1], D * STEPS) + count_nan(h[0], F * STEPS) +
-                        count_nan(h[1], F * STEPS);
-    const bool same = memcmp(y[1], y[0], (size_t)(D * STEPS) * 4) == 0 &&
-                      memcmp(h[1], h[0], (size_t)(F * STEPS) * 4) == 0;
-    snprintf(det, sizeof det, "(h and output bitwise; NaN %lld)", (long long)nan);
-    check_true(name, same && nan == 0, det);
-    const int64_t plain1 = STEPS - reps[1], plain0 = STEPS - reps[0]; /* host-launched steps */
-    snprintf(name, sizeof name, "ffnq8b backend %s %s: the down GEMV's quantize launch gone", s->what,
-             mf_type_name(s->t));
-    snprintf(det, sizeof det, "(on: q8b %lld, int8 h read %lld, quantize %lld, replays %lld; off: %lld, %lld, %lld, "
-             "%lld)", (long long)swq[1], (long long)ready[1], (long long)quant[1], (long long)reps[1],
-             (long long)swq[0], (long long)ready[0], (long long)quant[0], (long long)reps[0]);
-    check_true(name, swq[1] == plain1 && ready[1] == plain1 && quant[1] == 0 && swq[0] == 0 && ready[0] == 0 &&
-                         quant[0] == plain0 && reps[1] >= STEPS - 3 && reps[0] >= STEPS - 3, det);
-    snprintf(name, sizeof name, "ffnq8b backend %s %s: switch on vs float64", s->what, mf_type_name(s->t));
-    result(name, rel_err(y[1], ref, D * STEPS), 3e-2, count_nan(y[1], D * STEPS), NULL);
-    free(y[0]); free(y[1]); free(h[0]); free(h[1]);
+    const int64_t plain0 = STEPS - reps[0]; /* host-launched steps */
+    for (int on = 1; on < RUNS; on++) {
+        snprintf(name, sizeof name, "ffnq8b backend %s %s: %d graph steps, switch =%d == off", s->what,
+                 mf_type_name(s->t), STEPS, on);
+        const int64_t nan = count_nan(y[0], D * STEPS) + count_nan(y[on], D * STEPS) +
+                            count_nan(h[0], F * STEPS) + count_nan(h[on], F * STEPS);
+        const bool same = memcmp(y[on], y[0], (size_t)(D * STEPS) * 4) == 0 &&
+                          memcmp(h[on], h[0], (size_t)(F * STEPS) * 4) == 0;
+        snprintf(det, sizeof det, "(h and output bitwise; NaN %lld)", (long long)nan);
+        check_true(name, same && nan == 0, det);
+        const int64_t plain1 = STEPS - reps[on];
+        snprintf(name, sizeof name, "ffnq8b backend %s %s =%d: the down GEMV's quantize launch gone", s->what,
+                 mf_type_name(s->t), on);
+        snprintf(det, sizeof det, "(on: q8b %lld, of this form %lld, int8 h read %lld, quantize %lld, replays %lld; "
+                 "off: %lld, %lld, %lld, %lld)", (long long)swq[on], (long long)swf[on], (long long)ready[on],
+                 (long long)quant[on], (long long)reps[on], (long long)swq[0], (long long)ready[0],
+                 (long long)quant[0], (long long)reps[0]);
+        check_true(name, swq[on] == plain1 && swf[on] == plain1 && ready[on] == plain1 && quant[on] == 0 &&
+                             swq[0] == 0 && ready[0] == 0 && quant[0] == plain0 && reps[on] >= STEPS - 3 &&
+                             reps[0] >= STEPS - 3, det);
+        snprintf(name, sizeof name, "ffnq8b backend %s %s: switch =%d vs float64", s->what, mf_type_name(s->t), on);
+        result(name, rel_err(y[on], ref, D * STEPS), 3e-2, count_nan(y[on], D * STEPS), NULL);
+    }
+    for (int on = 0; on < RUNS; on++) {
+        free(y[on]); free(h[on]);
+    }
     free(xs); free(rs); free(ref);
 }
 
 /* MINFER_CUDA_TEST_BENCH=1: one line per shape, the FFN tail of a decode
  * layer as the replayed graph launches it, PDL as MINFER_CUDA_PDL:
  * norm-quant -> gate/up + SwiGLU -> quantize -> down + residual (today) vs
- * norm-quant -> gate/up writing the int8 h -> down + residual (q8b), each
+ * norm-quant -> gate/up writing the int8 h -> down + residual (q8b, each
+ * block form 1 .. MF_CU_Q8B_FORMS: "=1" is the default), each
  * call on the next of `copies` weight sets (>= 256 MB in all: weights from
  * HBM, not L2), batches of 20 calls back to back, median of 7 batches
  * after one warm-up; us per call and GB/s over the three weights' bytes. */
@@ -7715,8 +7798,8 @@ static bool fq_bench_call(void *p, int rep, int i, cudaStream_t st) {
     d->wg = ws;
     d->wu = ws + c->og;
     d->wd = ws + 2 * c->og;
-    const mf_cu_q8_multi_args fa = fq_ffn_args(c->s, d, false, true, c->q8b ? d->q8o : NULL);
-    const mf_cu_q8_multi_args da = fq_down_args(c->s, d, c->q8b ? d->q8o : d->q8, c->q8b);
+    const mf_cu_q8_multi_args fa = fq_ffn_args(c->s, d, false, true, c->q8b ? d->q8o : NULL, c->q8b);
+    const mf_cu_q8_multi_args da = fq_down_args(c->s, d, c->q8b ? d->q8o : d->q8, c->q8b != 0);
     return mf_cu_gemv_q8_multi(&fa, st) == cudaSuccess && mf_cu_gemv_q8_multi(&da, st) == cudaSuccess;
 }
 
@@ -7739,14 +7822,16 @@ static void fq_bench(const fq_spec *s) {
               cudaMalloc((void **)&d.r, (size_t)D * 4) == cudaSuccess &&
               cudaMalloc((void **)&d.z, (size_t)D * 4) == cudaSuccess &&
               cudaMalloc((void **)&d.y, (size_t)F * 4) == cudaSuccess && cudaStreamCreate(&st) == cudaSuccess;
-    float us[2] = {-1.0f, -1.0f};
+    float us[1 + MF_CU_Q8B_FORMS];
+    for (int q8b = 0; q8b <= MF_CU_Q8B_FORMS; q8b++)
+        us[q8b] = -1.0f;
     if (ok) {
         cudaMemset(w, 0x3c, set * (uint64_t)copies);
         cudaMemset(d.x, 0x3c, (size_t)D * 4);
         cudaMemset(d.nw, 0x3c, (size_t)D * 4);
         cudaMemset(d.r, 0, (size_t)D * 4);
         fq_bench_ctx c = {.s = s, .d = &d, .w = w, .set = set, .og = og, .copies = copies};
-        for (int q8b = 0; q8b < 2; q8b++) {
+        for (int q8b = 0; q8b <= MF_CU_Q8B_FORMS; q8b++) { /* 0: today's chain, else the block form */
             c.q8b = q8b;
             us[q8b] = batch_time(fq_bench_call, &c, st, 1, BATCH, REPS);
         }
@@ -7754,11 +7839,14 @@ static void fq_bench(const fq_spec *s) {
     const double bytes = 2.0 * (double)rg * (double)F + (double)rd * (double)D;
     if (!ok)
         printf("ffnq8b bench %s %s: allocation failed\n", s->what, mf_type_name(s->t));
-    else
+    else {
         printf("ffnq8b bench %-4s %-5s %lld->%lld->%lld (norm-quant, gate/up, [quantize], down + res; %d weight "
-               "sets): today %.2f us | q8b %.2f us (%+.2f us; %.0f / %.0f GB/s)\n",
-               s->what, mf_type_name(s->t), (long long)D, (long long)F, (long long)D, copies, us[0], us[1],
-               us[1] - us[0], bytes / (us[0] * 1e3), bytes / (us[1] * 1e3));
+               "sets): today %.2f us (%.0f GB/s)", s->what, mf_type_name(s->t), (long long)D, (long long)F,
+               (long long)D, copies, us[0], bytes / (us[0] * 1e3));
+        for (int q8b = 1; q8b <= MF_CU_Q8B_FORMS; q8b++)
+            printf(" | q8b=%d %.2f us (%+.2f; %.0f GB/s)", q8b, us[q8b], us[q8b] - us[0], bytes / (us[q8b] * 1e3));
+        printf("\n");
+    }
     if (st)
         cudaStreamDestroy(st);
     cudaFree(w); cudaFree(d.q8); cudaFree(d.q8o); cudaFree(d.x); cudaFree(d.nw); cudaFree(d.r); cudaFree(d.z);
@@ -7788,6 +7876,786 @@ static void ffnq8b_family(void) {
     fq_bench(&c[0]);
     fq_bench(&c[1]);
     fq_bench(&c[3]);
+}
+
+/* ---- the RMSNorm split between the residual GEMV and the QKV GEMV (family "normlane") ------- */
+
+/* One shape of family normlane: the residual GEMV (down + residual, ff -> d
+ * of type tp) and the GEMV after the norm (n_w weights d -> n_out[k] of
+ * types t[k]: a QKV), registered as nl.<what>.{p,0,1,2}, biases
+ * nl.<what>.b<k>, the norm weight nl.<what>.norm. */
+typedef struct nl_spec {
+    const char *what;
+    uint32_t tp;
+    int64_t ff, d;
+    int n_w;
+    uint32_t t[3];
+    int64_t n_out[3];
+    int ffn; /* 0: a QKV; 1: gate/up + SwiGLU on the v4 instance; 2: ... FFN_Q8B's block-local form (q8out) */
+} nl_spec;
+
+static int nl_specs(nl_spec *c) {
+    int n = 0;
+    c[n++] = (nl_spec){"0.5B-q4_0", MF_TYPE_Q4_0, 4864, 896, 3, {MF_TYPE_Q4_0, MF_TYPE_Q4_0, MF_TYPE_Q4_0},
+                       {896, 128, 128}, 0};
+    /* the Q4_K_M mix: Q5_0 Q/K, Q8_0 V (two consumer launches), a Q4_K producer */
+    c[n++] = (nl_spec){"0.5B-q4_k_m", MF_TYPE_Q4_K, 4864, 896, 3, {MF_TYPE_Q5_0, MF_TYPE_Q5_0, MF_TYPE_Q8_0},
+                       {896, 128, 128}, 0};
+    c[n++] = (nl_spec){"0.5B-q8_0", MF_TYPE_Q8_0, 4864, 896, 3, {MF_TYPE_Q8_0, MF_TYPE_Q8_0, MF_TYPE_Q8_0},
+                       {896, 128, 128}, 0};
+    c[n++] = (nl_spec){"1.5B-q6_k", MF_TYPE_Q6_K, 8960, 1536, 3, {MF_TYPE_Q5_0, MF_TYPE_Q5_0, MF_TYPE_Q8_0},
+                       {1536, 256, 256}, 0};
+    /* 64 units: two warps a row pair where the plan gives them (ks 2) */
+    c[n++] = (nl_spec){"2048-q4_0", MF_TYPE_Q4_0, 8192, 2048, 3, {MF_TYPE_Q4_0, MF_TYPE_Q4_0, MF_TYPE_Q4_0},
+                       {2048, 256, 256}, 0};
+    /* odd run lengths: half-empty last row pairs in producer and consumer */
+    c[n++] = (nl_spec){"odd-rows", MF_TYPE_Q5_0, 4864, 896, 3, {MF_TYPE_Q4_0, MF_TYPE_Q4_0, MF_TYPE_Q8_0},
+                       {97, 32, 65}, 0};
+    /* the FFN side: o GEMV + residual, then gate/up + SwiGLU (FFN_Q8B's form and the v4 one) */
+    c[n++] = (nl_spec){"0.5B-ffn-q8b", MF_TYPE_Q4_0, 896, 896, 2, {MF_TYPE_Q4_0, MF_TYPE_Q4_0}, {4864, 4864}, 2};
+    c[n++] = (nl_spec){"0.5B-ffn-v4", MF_TYPE_Q5_0, 896, 896, 2, {MF_TYPE_Q5_0, MF_TYPE_Q5_0}, {4864, 4864}, 1};
+    c[n++] = (nl_spec){"1.5B-ffn-q8b", MF_TYPE_Q8_0, 1536, 1536, 2, {MF_TYPE_Q8_0, MF_TYPE_Q8_0}, {8960, 8960}, 2};
+    return n;
+}
+
+static void nl_wname(char *buf, size_t n, const nl_spec *s, const char *k) {
+    snprintf(buf, n, "nl.%s.%s", s->what, k);
+}
+
+/* the backend case's FUSED_QKV (qwen2 0.5B Q4_0 heads) */
+static const qkv_spec nl_qkv = {MF_TYPE_Q4_0, 896, 14, 2, 64, true, false, MF_ROPE_NEOX, 0};
+
+static void normlane_weights(void) {
+    nl_spec c[8];
+    const int n = nl_specs(c);
+    for (int i = 0; i < n; i++) {
+        char wn[96], k[8];
+        nl_wname(wn, sizeof wn, &c[i], "p");
+        add_weight(wn, c[i].tp, c[i].ff, c[i].d);
+        for (int j = 0; j < c[i].n_w; j++) {
+            snprintf(k, sizeof k, "%d", j);
+            nl_wname(wn, sizeof wn, &c[i], k);
+            add_weight(wn, c[i].t[j], c[i].d, c[i].n_out[j]);
+            snprintf(k, sizeof k, "b%d", j);
+            nl_wname(wn, sizeof wn, &c[i], k);
+            add_f32(wn, c[i].n_out[j], 0.5f, 0.0f);
+        }
+        nl_wname(wn, sizeof wn, &c[i], "norm");
+        add_f32(wn, c[i].d, 0.5f, 1.0f);
+    }
+    qkv_weights(&nl_qkv);
+    add_weight("nl.down.q4_0.4864x896", MF_TYPE_Q4_0, 4864, 896);
+    add_weight("nl.o.q4_0.896x896", MF_TYPE_Q4_0, 896, 896);
+    add_weight("nl.gate.q4_0.896x4864", MF_TYPE_Q4_0, 896, 4864);
+    add_weight("nl.up.q4_0.896x4864", MF_TYPE_Q4_0, 896, 4864);
+    add_f32("nl.norm.896", 896, 0.5f, 1.0f);
+}
+
+/* Device buffers of one normlane case: weights (+256 bytes), biases, the
+ * norm weight, h (the residual GEMV's input), the residual r, its output z,
+ * the QKV outputs y, the q8 scratch (room for either input) and the
+ * partials. */
+typedef struct nl_dev {
+    void *wp, *w[3], *q8, *q8o;
+    float *b[3], *nw, *h, *r, *z, *y[3];
+    double *part;
+} nl_dev;
+
+static void nl_dev_new(const nl_spec *s, nl_dev *d) {
+    char wn[96], k[8];
+    memset(d, 0, sizeof *d);
+    nl_wname(wn, sizeof wn, s, "p");
+    d->wp = gf_wdev(wn);
+    for (int j = 0; j < s->n_w; j++) {
+        snprintf(k, sizeof k, "%d", j);
+        nl_wname(wn, sizeof wn, s, k);
+        d->w[j] = gf_wdev(wn);
+        snprintf(k, sizeof k, "b%d", j);
+        nl_wname(wn, sizeof wn, s, k);
+        d->b[j] = ds_put(wf32(wn), (size_t)s->n_out[j] * 4);
+        d->y[j] = ds_alloc((size_t)s->n_out[j] * 4, 0xff);
+    }
+    nl_wname(wn, sizeof wn, s, "norm");
+    d->nw = ds_put(wf32(wn), (size_t)s->d * 4);
+    d->q8 = ds_alloc(mf_cu_q8_bytes(s->ff > s->d ? s->ff : s->d, 1), 0x5a);
+    d->q8o = ds_alloc(mf_cu_q8_bytes(s->n_out[0], 1), 0x5a);
+    d->h = ds_alloc((size_t)s->ff * 4, 0);
+    d->r = ds_alloc((size_t)s->d * 4, 0);
+    d->z = ds_alloc((size_t)s->d * 4, 0xff);
+    d->part = ds_alloc(8192 * sizeof(double), 0xff);
+}
+
+static void nl_dev_free(const nl_spec *s, nl_dev *d) {
+    cudaFree(d->wp); cudaFree(d->q8); cudaFree(d->q8o); cudaFree(d->nw); cudaFree(d->h); cudaFree(d->r); cudaFree(d->z);
+    cudaFree(d->part);
+    for (int j = 0; j < s->n_w; j++) {
+        cudaFree(d->w[j]); cudaFree(d->b[j]); cudaFree(d->y[j]);
+    }
+}
+
+/* the residual GEMV (FUSE_ADD's form, z = r + W h), writing partials when part is set */
+static mf_cu_q8_multi_args nl_prod_args(const nl_spec *s, const nl_dev *d, double *part) {
+    mf_cu_q8_multi_args a = {.n_w = 1, .x = d->h, .n_in = s->ff, .nt = 1, .q8 = d->q8, .gemv_auto = 1,
+                             .gemv_v4 = -1, .nl_part_out = part};
+    a.wtype[0] = s->tp;
+    a.w[0] = d->wp;
+    a.row_bytes[0] = mf_type_row_size(s->tp, s->ff);
+    a.res[0] = d->r;
+    a.y[0] = d->z;
+    a.n_out[0] = s->d;
+    return a;
+}
+
+/* the QKV (or gate/up + SwiGLU) on RMSNorm(z) (FUSE_NORM's form), from np partials when part is set */
+static mf_cu_q8_multi_args nl_cons_args(const nl_spec *s, const nl_dev *d, const double *part, int64_t np) {
+    mf_cu_q8_multi_args a = {.n_w = s->n_w, .swiglu = s->ffn != 0, .x = d->z, .n_in = s->d, .nt = 1, .q8 = d->q8,
+                             .norm = 1, .norm_w = d->nw, .norm_eps = 1e-6f, .gemv_auto = 1, .gemv_v4 = -1,
+                             .qkv_mix = 1, .q8out = s->ffn == 2 ? d->q8o : NULL, .nl_part_in = part,
+                             .nl_n_part = (int32_t)np};
+    for (int k = 0; k < s->n_w; k++) {
+        a.wtype[k] = s->t[k];
+        a.w[k] = d->w[k];
+        a.row_bytes[k] = mf_type_row_size(s->t[k], s->d);
+        a.bias[k] = d->b[k];
+        a.y[k] = d->y[k];
+        a.n_out[k] = s->n_out[k];
+    }
+    return a;
+}
+
+/* Consumer launches a lane chain makes: one (SwiGLU; a QKV of two type runs
+ * with a mixed instance: Q5_0 + Q8_0, Q4_0 + Q5_0), else one per type run. */
+static int64_t nl_runs(const nl_spec *s) {
+    if (s->ffn)
+        return 1;
+    int64_t r = 1;
+    for (int k = 1; k < s->n_w; k++)
+        r += s->t[k] != s->t[k - 1];
+    const bool mix = r == 2 && ((s->t[0] == MF_TYPE_Q5_0 && s->t[s->n_w - 1] == MF_TYPE_Q8_0) ||
+                                (s->t[0] == MF_TYPE_Q4_0 && s->t[s->n_w - 1] == MF_TYPE_Q5_0) ||
+                                (s->t[0] == MF_TYPE_Q8_0 && s->t[s->n_w - 1] == MF_TYPE_Q5_0) ||
+                                (s->t[0] == MF_TYPE_Q5_0 && s->t[s->n_w - 1] == MF_TYPE_Q4_0));
+    return mix ? 1 : r;
+}
+
+/* output arrays of a chain: the QKV's three, SwiGLU's h */
+static int nl_ny(const nl_spec *s) {
+    return s->ffn ? 1 : s->n_w;
+}
+
+static int64_t nl_outs(const nl_spec *s) {
+    int64_t n = 0;
+    for (int k = 0; k < nl_ny(s); k++)
+        n += s->n_out[k];
+    return n;
+}
+
+/* The outputs of one chain (the QKV's concatenated, or h), z, the
+ * partials and (FFN_Q8B form) the int8 h. */
+typedef struct nl_out {
+    float *y, *z;
+    double *part;
+    uint8_t *q;
+} nl_out;
+
+static void nl_read(const nl_spec *s, const nl_dev *d, int64_t np, nl_out *o) {
+    o->y = malloc((size_t)nl_outs(s) * 4);
+    int64_t at = 0;
+    for (int k = 0; k < nl_ny(s); k++) {
+        cudaMemcpy(o->y + at, d->y[k], (size_t)s->n_out[k] * 4, cudaMemcpyDeviceToHost);
+        at += s->n_out[k];
+    }
+    o->z = ds_get(d->z, (size_t)s->d * 4);
+    o->part = np > 0 ? ds_get(d->part, (size_t)np * sizeof(double)) : NULL;
+    o->q = s->ffn == 2 ? ds_get(d->q8o, fq_q8_used(s->n_out[0])) : NULL;
+}
+
+static void nl_out_free(nl_out *o) {
+    free(o->y); free(o->z); free(o->part); free(o->q);
+}
+
+/* Runs one chain on fresh poison: lane (partials + per-lane norm) or
+ * today's (plain residual GEMV, the QKV with its norm-quant kernel). */
+static void nl_chain(const nl_spec *s, nl_dev *d, bool lane, int64_t np, int poison, cudaStream_t st, nl_out *o) {
+    for (int k = 0; k < s->n_w; k++)
+        cudaMemset(d->y[k], poison, (size_t)s->n_out[k] * 4);
+    cudaMemset(d->z, poison, (size_t)s->d * 4);
+    cudaMemset(d->part, poison, 8192 * sizeof(double));
+    cudaMemset(d->q8o, poison ^ 0x5a, fq_q8_used(s->n_out[0]));
+    const mf_cu_q8_multi_args pa = nl_prod_args(s, d, lane ? d->part : NULL);
+    const mf_cu_q8_multi_args ca = nl_cons_args(s, d, lane ? d->part : NULL, np);
+    cudaError_t e = mf_cu_gemv_q8_multi(&pa, st);
+    if (e == cudaSuccess)
+        e = mf_cu_gemv_q8_multi(&ca, st);
+    ds_sync(lane ? "normlane chain" : "normlane today's chain", e, st);
+    nl_read(s, d, lane ? np : 0, o);
+}
+
+/* One case through the launchers at nt 1: run 0 today's chain (residual
+ * GEMV, norm-quant kernel + QKV), runs 1-3 the lane chain with PDL on, run
+ * 4 with PDL off, outputs and partials poisoned per run. The residual
+ * output z bitwise today's in every run; the partials (count = the rule's,
+ * mf_cu_gemv_q8_nl_parts) summed vs a host double sum over z (1e-12
+ * relative), each >= 0; the QKV outputs vs float64 on the read-back z
+ * (3e-2, the int8 GEMV's) and vs today's (1e-2: only the scale's rounding
+ * differs); runs 2-4 bitwise run 1; the norm-quant kernel launched only by
+ * today's chain (mf_cu_q8_norm_quant_count) and the lane instances once
+ * (producer) and once per type run (consumer) per lane chain. */
+static void nl_test(const nl_spec *s) {
+    const int64_t D = s->d, F = s->ff, N = nl_outs(s);
+    char wn[96], nn[96], name[200], sub[300], det[240];
+    nl_wname(nn, sizeof nn, s, "norm");
+    float *h = rand_vec(F, 1.0f), *r = rand_vec(D, 2.0f);
+    for (int64_t i = 0; i < D; i += 61) /* a few large residual values: units of mixed scale */
+        r[i] *= 8.0f;
+    nl_dev d;
+    nl_dev_new(s, &d);
+    cudaMemcpy(d.h, h, (size_t)F * 4, cudaMemcpyHostToDevice);
+    snprintf(name, sizeof name, "normlane %-12s %s %lld->%lld, %s", s->what, mf_type_name(s->tp), (long long)F,
+             (long long)D, s->ffn ? "gate/up" : "qkv");
+    const mf_cu_q8_multi_args rule = nl_prod_args(s, &d, NULL);
+    const int64_t np = mf_cu_gemv_q8_nl_parts(&rule);
+    const mf_cu_q8_multi_args crule = nl_cons_args(s, &d, NULL, 0);
+    snprintf(sub, sizeof sub, "%s: taken by the rules", name);
+    snprintf(det, sizeof det, "(partials %lld, consumer ok %d)", (long long)np, mf_cu_gemv_q8_nl_consume_ok(&crule));
+    check_true(sub, np > 0 && np <= 8192 && mf_cu_gemv_q8_nl_consume_ok(&crule) == 1, det);
+    if (np <= 0 || np > 8192) {
+        nl_dev_free(s, &d);
+        free(h); free(r);
+        return;
+    }
+    const bool pdl0 = mf_env_int("MINFER_CUDA_PDL", MF_CU_PDL_DEFAULT) != 0;
+    static const int poison[5] = {0xff, 0xfe, 0xff, 0x7f, 0xfe};
+    cudaStream_t st;
+    cudaStreamCreate(&st);
+    nl_out o[5];
+    int64_t nq[5], pc[5], cc[5];
+    for (int run = 0; run < 5; run++) {
+        cudaMemcpy(d.r, r, (size_t)D * 4, cudaMemcpyHostToDevice);
+        mf_cu_set_pdl(run == 4 ? 0 : 1);
+        const int64_t q0 = mf_cu_q8_norm_quant_count(), p0 = mf_cu_q8v4_nl_count(0), c0 = mf_cu_q8v4_nl_count(1);
+        nl_chain(s, &d, run > 0, np, poison[run], st, &o[run]);
+        nq[run] = mf_cu_q8_norm_quant_count() - q0;
+        pc[run] = mf_cu_q8v4_nl_count(0) - p0;
+        cc[run] = mf_cu_q8v4_nl_count(1) - c0;
+    }
+    mf_cu_set_pdl(pdl0);
+    /* float64 on today's z (z is bitwise the same in every run, checked below) */
+    double *xn = malloc((size_t)D * sizeof *xn), *ref = malloc((size_t)N * sizeof *ref);
+    ref_rmsnorm(o[0].z, wf32(nn), xn, D, 1, 1e-6f);
+    float *xnf = malloc((size_t)D * 4);
+    for (int64_t i = 0; i < D; i++)
+        xnf[i] = (float)xn[i];
+    int64_t at = 0;
+    double *up = s->ffn ? malloc((size_t)s->n_out[1] * sizeof *up) : NULL;
+    for (int k = 0; k < s->n_w; k++) {
+        char key[8], bn[96];
+        snprintf(key, sizeof key, "%d", k);
+        nl_wname(wn, sizeof wn, s, key);
+        snprintf(key, sizeof key, "b%d", k);
+        nl_wname(bn, sizeof bn, s, key);
+        ref_matmul(wn, xnf, D, s->n_out[k], 1, bn, s->ffn && k == 1 ? up : ref + at);
+        at += s->ffn ? 0 : s->n_out[k];
+    }
+    if (s->ffn) { /* h = silu(gate) * up */
+        for (int64_t i = 0; i < N; i++)
+            ref[i] = ref[i] / (1 + exp(-ref[i])) * up[i];
+        free(up);
+    }
+    const double tol = s->ffn ? 6e-2 : 3e-2, tol_today = s->ffn ? 2e-2 : 1e-2;
+    double ss = 0.0;
+    for (int64_t i = 0; i < D; i++)
+        ss += (double)o[0].z[i] * (double)o[0].z[i];
+    double *yt = malloc((size_t)N * sizeof *yt);
+    for (int64_t i = 0; i < N; i++)
+        yt[i] = o[0].y[i];
+    static const char *const rn[5] = {"today", "lane", "lane #2", "lane #3", "lane pdl0"};
+    for (int run = 0; run < 5; run++) {
+        snprintf(sub, sizeof sub, "%s [%s]: %s vs float64", name, rn[run], s->ffn ? "h" : "qkv");
+        result(sub, rel_err(o[run].y, ref, N), tol, count_nan(o[run].y, N), NULL);
+        snprintf(sub, sizeof sub, "%s [%s]: residual output == today's", name, rn[run]);
+        check_true(sub, memcmp(o[run].z, o[0].z, (size_t)D * 4) == 0, "(bitwise)");
+        if (run == 0)
+            continue;
+        double ps = 0.0;
+        bool pos = true;
+        for (int64_t i = 0; i < np; i++) {
+            ps += o[run].part[i];
+            pos = pos && o[run].part[i] >= 0.0;
+        }
+        snprintf(sub, sizeof sub, "%s [%s]: %lld partials vs host double sum", name, rn[run], (long long)np);
+        result(sub, fabs(ps - ss) / (ss > 0 ? ss : 1.0), 1e-12, pos ? 0 : 1, NULL);
+        snprintf(sub, sizeof sub, "%s [%s]: %s vs today's", name, rn[run], s->ffn ? "h" : "qkv");
+        result(sub, rel_err(o[run].y, yt, N), tol_today, count_nan(o[run].y, N), NULL);
+        if (run == 1)
+            continue;
+        snprintf(sub, sizeof sub, "%s [%s] == [lane]", name, rn[run]);
+        const bool sy = memcmp(o[run].y, o[1].y, (size_t)N * 4) == 0,
+                   sp = memcmp(o[run].part, o[1].part, (size_t)np * sizeof(double)) == 0,
+                   sq = s->ffn != 2 || memcmp(o[run].q, o[1].q, fq_q8_used(s->n_out[0])) == 0;
+        snprintf(det, sizeof det, "(bitwise: %s %s, partials %s, int8 h %s)", s->ffn ? "h" : "qkv",
+                 sy ? "same" : "DIFFERS", sp ? "same" : "DIFFERS", s->ffn != 2 ? "-" : sq ? "same" : "DIFFERS");
+        check_true(sub, sy && sp && sq, det);
+    }
+    snprintf(sub, sizeof sub, "%s: norm-quant launch gone", name);
+    snprintf(det, sizeof det, "(norm-quant today %lld, lane %lld %lld %lld %lld; producer %lld, consumer %lld "
+             "per lane chain)", (long long)nq[0], (long long)nq[1], (long long)nq[2], (long long)nq[3],
+             (long long)nq[4], (long long)pc[1], (long long)cc[1]);
+    bool cnt = nq[0] == 1 && pc[0] == 0 && cc[0] == 0;
+    for (int run = 1; run < 5; run++)
+        cnt = cnt && nq[run] == 0 && pc[run] == 1 && cc[run] == nl_runs(s);
+    check_true(sub, cnt, det);
+    for (int run = 0; run < 5; run++)
+        nl_out_free(&o[run]);
+    cudaStreamDestroy(st);
+    nl_dev_free(s, &d);
+    free(h); free(r); free(xn); free(ref); free(xnf); free(yt);
+}
+
+/* Where the rules say no, the lane launch is refused (cudaErrorInvalidValue)
+ * before anything runs: producer with two slices forced, v4 off, the
+ * prologue, no residual, nt 2; consumer at n_in 3584 (7B), with a Q4_K
+ * weight, SwiGLU, v4 off, an output overlapping x. */
+static void nl_rule(const nl_spec *s) {
+    nl_dev d;
+    nl_dev_new(s, &d);
+    cudaStream_t st;
+    cudaStreamCreate(&st);
+    char name[160], det[120];
+    for (int c = 0; c < 5; c++) {
+        mf_cu_q8_multi_args a = nl_prod_args(s, &d, d.part);
+        static const char *const why[5] = {"u2 forced", "v4 off", "prologue", "no residual", "nt 2"};
+        if (c == 0) a.gemv_v4 = 2;
+        if (c == 1) a.gemv_v4 = 0;
+        if (c == 2) a.prologue = 2;
+        if (c == 3) a.res[0] = NULL;
+        if (c == 4) a.nt = 2;
+        const int64_t np = mf_cu_gemv_q8_nl_parts(&a);
+        const cudaError_t e = mf_cu_gemv_q8_multi(&a, st);
+        cudaGetLastError();
+        snprintf(name, sizeof name, "normlane rule: producer %s refused", why[c]);
+        snprintf(det, sizeof det, "(parts %lld, launch %s)", (long long)np, cudaGetErrorName(e));
+        check_true(name, np == 0 && e == cudaErrorInvalidValue, det);
+    }
+    for (int c = 0; c < 4; c++) {
+        mf_cu_q8_multi_args a = nl_cons_args(s, &d, d.part, 4);
+        static const char *const why[4] = {"n_in 3584", "gate / up types differ", "v4 off", "output overlapping x"};
+        if (c == 0) a.n_in = 3584;
+        if (c == 1) { a.swiglu = 1; a.n_w = 2; a.n_out[1] = a.n_out[0]; a.wtype[1] = MF_TYPE_Q8_0; }
+        if (c == 2) a.gemv_v4 = 0;
+        if (c == 3) a.y[0] = (float *)a.x;
+        const int ok = mf_cu_gemv_q8_nl_consume_ok(&a);
+        /* n_in 3584: the buffers are 896 wide, so only the rule is asked */
+        const cudaError_t e = c == 0 ? cudaSuccess : mf_cu_gemv_q8_multi(&a, st);
+        cudaGetLastError();
+        snprintf(name, sizeof name, "normlane rule: consumer %s refused", why[c]);
+        snprintf(det, sizeof det, "(ok %d, launch %s)", ok, c == 0 ? "not tried" : cudaGetErrorName(e));
+        check_true(name, ok == 0 && (c == 0 || e == cudaErrorInvalidValue), det);
+    }
+    mf_cu_q8_multi_args q = nl_cons_args(s, &d, NULL, 0);
+    q.wtype[0] = MF_TYPE_Q4_K; /* a K type: no consumer instance */
+    check_true("normlane rule: consumer Q4_K refused", mf_cu_gemv_q8_nl_consume_ok(&q) == 0, NULL);
+    cudaStreamDestroy(st);
+    nl_dev_free(s, &d);
+}
+
+/* The combinations with the other session-7 switches that have no lane
+ * instance, refused by the rules before anything runs: the FFN_Q8B
+ * consumer (s: a block-local shape) with block forms 2 ..
+ * MF_CU_Q8B_FORMS (forms 0 / 1 taken); producer and QKV consumer (q: a
+ * QKV shape) with y_host (LOGITS_ZC) set; and LOGITS_ZC's rule on a
+ * vocab-wide Q8_0 head (taken alone) with nl_part_out, nl_part_in or
+ * q8out set. */
+static void nl_combo_rule(const nl_spec *s, const nl_spec *q) {
+    nl_dev d, e;
+    nl_dev_new(s, &d);
+    nl_dev_new(q, &e);
+    cudaStream_t st;
+    cudaStreamCreate(&st);
+    char name[160], det[160];
+    for (int f = 0; f <= MF_CU_Q8B_FORMS; f++) {
+        mf_cu_q8_multi_args a = nl_cons_args(s, &d, d.part, 4);
+        a.q8b_form = f;
+        const int ok = mf_cu_gemv_q8_nl_consume_ok(&a);
+        const int64_t w0 = mf_cu_q8v4_swq8_count(), n0 = mf_cu_q8v4_nl_count(1);
+        const cudaError_t err = f <= 1 ? cudaSuccess : mf_cu_gemv_q8_multi(&a, st);
+        cudaGetLastError();
+        snprintf(name, sizeof name, "normlane combo: FFN_Q8B consumer, block form %d %s", f,
+                 f <= 1 ? "taken" : "refused");
+        snprintf(det, sizeof det, "(ok %d, launch %s, launches %lld / %lld)", ok,
+                 f <= 1 ? "not tried" : cudaGetErrorName(err), (long long)(mf_cu_q8v4_swq8_count() - w0),
+                 (long long)(mf_cu_q8v4_nl_count(1) - n0));
+        const bool refused = ok == 0 && err == cudaErrorInvalidValue && mf_cu_q8v4_swq8_count() == w0 &&
+                             mf_cu_q8v4_nl_count(1) == n0;
+        check_true(name, f <= 1 ? ok == 1 : refused, det);
+    }
+    for (int c = 0; c < 2; c++) { /* y_host: any 32-byte aligned pointer (nothing may be launched) */
+        mf_cu_q8_multi_args a = c ? nl_cons_args(q, &e, e.part, 4) : nl_prod_args(q, &e, e.part);
+        a.y_host = e.z;
+        const int ok = c ? mf_cu_gemv_q8_nl_consume_ok(&a) : mf_cu_gemv_q8_nl_parts(&a) > 0;
+        const int64_t n0 = mf_cu_q8v4_nl_count(c), z0 = mf_cu_q8v4_zc_count();
+        const cudaError_t err = mf_cu_gemv_q8_multi(&a, st);
+        cudaGetLastError();
+        snprintf(name, sizeof name, "normlane combo: %s with y_host (LOGITS_ZC) refused", c ? "consumer" : "producer");
+        snprintf(det, sizeof det, "(ok %d, launch %s)", ok, cudaGetErrorName(err));
+        check_true(name, ok == 0 && err == cudaErrorInvalidValue && mf_cu_q8v4_nl_count(c) == n0 &&
+                             mf_cu_q8v4_zc_count() == z0, det);
+    }
+    mf_cu_q8_multi_args h = {.n_w = 1, .x = e.z, .n_in = 896, .nt = 1, .q8 = e.q8, .gemv_auto = 1, .gemv_v4 = -1};
+    h.wtype[0] = MF_TYPE_Q8_0; /* the rule only: shapes, no buffers read */
+    h.w[0] = e.wp;
+    h.row_bytes[0] = mf_type_row_size(MF_TYPE_Q8_0, 896);
+    h.y[0] = e.y[0];
+    h.n_out[0] = 151936;
+    const int base = mf_cu_gemv_q8_zc_ok(&h);
+    int with[3];
+    for (int c = 0; c < 3; c++) {
+        mf_cu_q8_multi_args a = h;
+        if (c == 0) a.nl_part_out = e.part;
+        if (c == 1) a.nl_part_in = e.part;
+        if (c == 2) a.q8out = e.q8o;
+        with[c] = mf_cu_gemv_q8_zc_ok(&a);
+    }
+    snprintf(det, sizeof det, "(Q8_0 896 x 151936 alone %d; with nl_part_out %d, nl_part_in %d, q8out %d)", base,
+             with[0], with[1], with[2]);
+    check_true("normlane combo: LOGITS_ZC's rule refuses the lane and q8out fields", base == 1 && with[0] == 0 &&
+               with[1] == 0 && with[2] == 0, det);
+    cudaStreamSynchronize(st);
+    cudaStreamDestroy(st);
+    nl_dev_free(s, &d);
+    nl_dev_free(q, &e);
+}
+
+/* A CUDA graph of the lane chain (PDL on, off) replayed 4 steps with new
+ * residual inputs: outputs and partials bitwise the chain launched plainly
+ * on the same inputs, no norm-quant launch at capture, no launch counted
+ * in replays. */
+static void nl_graph(const nl_spec *s) {
+    enum { STEPS = 4 };
+    const int64_t D = s->d, F = s->ff, N = nl_outs(s);
+    float *h = rand_vec(F, 1.0f), *rs = rand_vec(D * STEPS, 2.0f);
+    nl_dev d;
+    nl_dev_new(s, &d);
+    cudaMemcpy(d.h, h, (size_t)F * 4, cudaMemcpyHostToDevice);
+    const mf_cu_q8_multi_args rule = nl_prod_args(s, &d, NULL);
+    const int64_t np = mf_cu_gemv_q8_nl_parts(&rule);
+    const bool pdl0 = mf_env_int("MINFER_CUDA_PDL", MF_CU_PDL_DEFAULT) != 0;
+    cudaStream_t st;
+    cudaStreamCreate(&st);
+    for (int pdl = 1; pdl >= 0; pdl--) {
+        mf_cu_set_pdl(pdl);
+        nl_out ref[STEPS];
+        for (int t = 0; t < STEPS; t++) {
+            cudaMemcpy(d.r, rs + t * D, (size_t)D * 4, cudaMemcpyHostToDevice);
+            nl_chain(s, &d, true, np, 0xff, st, &ref[t]);
+        }
+        const mf_cu_q8_multi_args pa = nl_prod_args(s, &d, d.part);
+        const mf_cu_q8_multi_args ca = nl_cons_args(s, &d, d.part, np);
+        const int64_t q0 = mf_cu_q8_norm_quant_count(), c0 = mf_cu_q8v4_nl_count(1);
+        cudaGraph_t gr = NULL;
+        cudaGraphExec_t ge = NULL;
+        cudaError_t e = cudaStreamBeginCapture(st, cudaStreamCaptureModeThreadLocal);
+        if (e == cudaSuccess) {
+            cudaError_t le = mf_cu_gemv_q8_multi(&pa, st);
+            if (le == cudaSuccess)
+                le = mf_cu_gemv_q8_multi(&ca, st);
+            e = cudaStreamEndCapture(st, &gr);
+            e = le != cudaSuccess ? le : e;
+        }
+        if (e == cudaSuccess)
+            e = cudaGraphInstantiate(&ge, gr, 0);
+        ds_sync("normlane graph capture", e, st);
+        const int64_t captured = mf_cu_q8v4_nl_count(1) - c0, nq = mf_cu_q8_norm_quant_count() - q0;
+        bool same = true;
+        int64_t nan = 0;
+        for (int t = 0; t < STEPS; t++) {
+            cudaMemcpyAsync(d.r, rs + t * D, (size_t)D * 4, cudaMemcpyHostToDevice, st);
+            for (int k = 0; k < s->n_w; k++)
+                cudaMemsetAsync(d.y[k], t & 1 ? 0xfe : 0xff, (size_t)s->n_out[k] * 4, st);
+            cudaMemsetAsync(d.z, t & 1 ? 0xfe : 0xff, (size_t)D * 4, st);
+            cudaMemsetAsync(d.part, t & 1 ? 0xfe : 0xff, 8192 * sizeof(double), st);
+            cudaMemsetAsync(d.q8o, t & 1 ? 0xa5 : 0x5a, fq_q8_used(s->n_out[0]), st);
+            ds_sync("normlane graph replay", cudaGraphLaunch(ge, st), st);
+            nl_out o;
+            nl_read(s, &d, np, &o);
+            same = same && memcmp(o.y, ref[t].y, (size_t)N * 4) == 0 && memcmp(o.z, ref[t].z, (size_t)D * 4) == 0 &&
+                   memcmp(o.part, ref[t].part, (size_t)np * sizeof(double)) == 0 &&
+                   (s->ffn != 2 || memcmp(o.q, ref[t].q, fq_q8_used(s->n_out[0])) == 0);
+            nan += count_nan(o.y, N) + count_nan(o.z, D);
+            nl_out_free(&o);
+            nl_out_free(&ref[t]);
+        }
+        const int64_t replayed = mf_cu_q8v4_nl_count(1) - c0 - captured;
+        char name[160], det[160];
+        snprintf(name, sizeof name, "normlane graph %s pdl %d: %d replays == plain lane chain", s->what, pdl, STEPS);
+        snprintf(det, sizeof det, "(consumer captured %lld, in replays %lld, norm-quant %lld, NaN %lld; qkv, z, "
+                 "partials bitwise)", (long long)captured, (long long)replayed, (long long)nq, (long long)nan);
+        check_true(name, same && captured == nl_runs(s) && replayed == 0 && nq == 0 && nan == 0, det);
+        cudaGraphExecDestroy(ge);
+        cudaGraphDestroy(gr);
+    }
+    mf_cu_set_pdl(pdl0);
+    cudaStreamDestroy(st);
+    nl_dev_free(s, &d);
+    free(h); free(rs);
+}
+
+/* Through the backend, 4 decode steps, FUSE_ADD / FUSE_NORM on (and
+ * FFN_Q8B), switch (hook mf_cuda_set_norm_lane) off with graphs, on with
+ * graphs, on without graphs. QKV: MATMUL (down) -> ADD (the residual, in
+ * place) -> RMSNORM -> FUSED_QKV (qwen2 0.5B heads, rope, f32 cache); FFN:
+ * MATMUL (o) -> ADD -> RMSNORM -> FUSED_FFN -> MATMUL (down) -> ADD. On
+ * with graphs == on plain bitwise (q, K, V rows / h and the layer output;
+ * the replays are deterministic); on vs off within 1e-2 / 2e-2 (only the
+ * scale's rounding differs; off is float64-checked by the qkv / ffnq8b
+ * families); on: no norm-quant launch, the producers (1 / 2) and one
+ * consumer per host-launched step (mf_cuda_norm_lane_stats); off: one
+ * norm-quant a host-launched step and no lane launch; replays both ways.
+ * FFN also runs 3: off and 4: on, both with graphs and FFN_Q8B's block
+ * form 2, which has no lane consumer (mf_cu_gemv_q8_nl_consume_ok refuses
+ * q8b_form 2 .. MF_CU_Q8B_FORMS): 4 falls back to the norm-quant kernel and
+ * form 2 (no consumer launch, one norm-quant and one form-2 launch a
+ * host-launched step, the producers still counted) and is bitwise 3, and
+ * 3 bitwise 0 (the forms' bits are equal). */
+static void nl_backend(bool ffn) {
+    enum { STEPS = 4, RUNS = 5 };
+    const int runs = ffn ? RUNS : 3;
+    const qkv_spec *s = &nl_qkv;
+    char nm[6][64];
+    const mf_qkv_meta m = qkv_meta(s, nm);
+    const mf_ffn_meta fm = {
+        .gate = {.weight = "nl.gate.q4_0.896x4864", .wtype = MF_TYPE_Q4_0, .n_in = 896, .n_out = 4864},
+        .up = {.weight = "nl.up.q4_0.896x4864", .wtype = MF_TYPE_Q4_0, .n_in = 896, .n_out = 4864}};
+    const int64_t D = s->d, F = 4864, qd = (int64_t)s->n_head * s->hd, kvd = (int64_t)s->n_head_kv * s->hd;
+    const int64_t IN = ffn ? D : F, NO = ffn ? F : qd; /* the first GEMV's input; the consumer's output read */
+    const int32_t n_ctx = 64;
+    const size_t region = (size_t)(kvd * n_ctx) * 4;
+    float *hs = rand_vec(IN * STEPS, 1.0f), *rs = rand_vec(D * STEPS, 2.0f);
+    float *q[RUNS], *kc[RUNS], *vc[RUNS];
+    int64_t nq[RUNS], prod[RUNS], cons[RUNS], reps[RUNS], f2[RUNS];
+    for (int run = 0; run < runs; run++) { /* 0: off, graphs; 1: on, graphs; 2: on, plain; 3 / 4: off / on, q8b=2 */
+        mf_graph g; /* one graph per run: a graph captured before would replay */
+        graph_new(&g, 1, kvd);
+        const int32_t hi = ext(&g, IN, 1), ri = ext(&g, D, 1);
+        const int32_t pi = mf_g_input(&g, MF_INPUT_POSITIONS, MF_DTYPE_I32, 1, 1);
+        const int32_t mi = ffn ? mf_g_matmul(&g, hi, "nl.o.q4_0.896x896", MF_TYPE_Q4_0, NULL, D, D)
+                               : mf_g_matmul(&g, hi, "nl.down.q4_0.4864x896", MF_TYPE_Q4_0, NULL, F, D);
+        const int32_t ai = mf_g_add(&g, ri, mi);
+        const int32_t ni = mf_g_rmsnorm(&g, ai, "nl.norm.896", 1e-6f);
+        const int32_t qi = ffn ? mf_g_fused_ffn(&g, ni, &fm) : mf_g_fused_qkv(&g, ni, pi, &m);
+        const int32_t di = ffn ? mf_g_matmul(&g, qi, "nl.down.q4_0.4864x896", MF_TYPE_Q4_0, NULL, F, D) : -1;
+        const int32_t a2 = ffn ? mf_g_add(&g, ai, di) : -1;
+        const int32_t bh = dev_put(NULL, (size_t)IN * 4), br = dev_put(NULL, (size_t)D * 4), bp = dev_put(NULL, 4);
+        const int32_t bm = dev_poison((size_t)D * 4), bn = dev_poison((size_t)D * 4), bo = dev_poison((size_t)NO * 4);
+        const int32_t bd = dev_poison((size_t)D * 4);
+        mf_kv_pair kv = {dev_poison(region), dev_poison(region)};
+        mf_cuda_set_norm_lane(be, run == 1 || run == 2 || run == 4);
+        mf_cuda_set_fuse_norm(be, true);
+        mf_cuda_set_fuse_add(be, true);
+        mf_cuda_set_ffn_q8b(be, run >= 3 ? 2 : 1);
+        mf_cuda_set_graphs(be, run != 2);
+        int64_t c0, r0, c1, r1, p0, p1, k0, k1;
+        mf_cuda_graph_stats(be, &c0, &r0);
+        mf_cuda_norm_lane_stats(be, &p0, &k0);
+        const int64_t q0 = mf_cu_q8_norm_quant_count(), fc0 = mf_cu_q8v4_swq8_form_count(2);
+        q[run] = malloc((size_t)(NO * STEPS) * 4);
+        kc[run] = malloc(ffn ? (size_t)(D * STEPS) * 4 : region); /* FFN: the layer output */
+        mf_error e;
+        for (int t = 0; t < STEPS; t++) {
+            const int32_t pos = 10 + t;
+            mf_exec_args a = args(pos, 1, n_ctx, MF_TYPE_F32);
+            if (be->ops->begin_forward(be, &g, &a, &e) ||
+                be->ops->write_host(be, bh, 0, hs + t * IN, (size_t)IN * 4, &e) ||
+                be->ops->write_host(be, br, 0, rs + t * D, (size_t)D * 4, &e) ||
+                be->ops->write_host(be, bp, 0, &pos, 4, &e) ||
+                be->ops->execute_node(be, &g, mi, &bh, bm, (mf_kv_pair){-1, -1}, &a, &e) ||
+                be->ops->execute_node(be, &g, ai, (int32_t[]){br, bm}, br, (mf_kv_pair){-1, -1}, &a, &e) ||
+                be->ops->execute_node(be, &g, ni, &br, bn, (mf_kv_pair){-1, -1}, &a, &e) ||
+                (ffn ? be->ops->execute_node(be, &g, qi, &bn, bo, (mf_kv_pair){-1, -1}, &a, &e) ||
+                           be->ops->execute_node(be, &g, di, &bo, bd, (mf_kv_pair){-1, -1}, &a, &e) ||
+                           be->ops->execute_node(be, &g, a2, (int32_t[]){br, bd}, br, (mf_kv_pair){-1, -1}, &a, &e)
+                     : be->ops->execute_node(be, &g, qi, (int32_t[]){bn, bp}, bo, kv, &a, &e)) ||
+                be->ops->end_forward(be, &g, &a, &e) || be->ops->synchronize(be, &e) ||
+                be->ops->read_host(be, bo, 0, q[run] + t * NO, (size_t)NO * 4, &e) ||
+                (ffn && be->ops->read_host(be, br, 0, kc[run] + t * D, (size_t)D * 4, &e)))
+                die("normlane backend step", &e);
+        }
+        nq[run] = mf_cu_q8_norm_quant_count() - q0;
+        f2[run] = mf_cu_q8v4_swq8_form_count(2) - fc0;
+        mf_cuda_graph_stats(be, &c1, &r1);
+        mf_cuda_norm_lane_stats(be, &p1, &k1);
+        reps[run] = r1 - r0;
+        prod[run] = p1 - p0;
+        cons[run] = k1 - k0;
+        if (!ffn) {
+            free(kc[run]);
+            kc[run] = dev_get(kv.k, region);
+        }
+        vc[run] = dev_get(kv.v, region);
+        dev_free(bh); dev_free(br); dev_free(bp); dev_free(bm); dev_free(bn); dev_free(bo); dev_free(bd);
+        dev_free(kv.k); dev_free(kv.v);
+        mf_graph_free(&g);
+    }
+    mf_cuda_set_norm_lane(be, -1);
+    mf_cuda_set_ffn_q8b(be, -1);
+    mf_cuda_set_fuse_norm(be, mf_env_int("MINFER_CUDA_FUSE_NORM", 1) != 0);
+    mf_cuda_set_fuse_add(be, mf_env_int("MINFER_CUDA_FUSE_ADD", 1) != 0);
+    mf_cuda_set_graphs(be, !mf_env_flag("MINFER_NO_CUDA_GRAPH"));
+    const char *what = ffn ? "ffn" : "qkv";
+    /* QKV: the K / V rows stored (n_past 10..13); FFN: the layer output (kc) */
+    const size_t at = ffn ? 0 : (size_t)(kvd * 10);
+    const int64_t nk = ffn ? D * STEPS : kvd * STEPS;
+    char name[160], det[240];
+    const bool same = memcmp(q[1], q[2], (size_t)(NO * STEPS) * 4) == 0 &&
+                      memcmp(kc[1] + at, kc[2] + at, (size_t)nk * 4) == 0 &&
+                      (ffn || memcmp(vc[1] + at, vc[2] + at, (size_t)nk * 4) == 0);
+    int64_t nan = 0;
+    for (int run = 0; run < 3; run++)
+        nan += count_nan(q[run], NO * STEPS) + count_nan(kc[run] + at, nk) + (ffn ? 0 : count_nan(vc[run] + at, nk));
+    snprintf(name, sizeof name, "normlane backend %s: %d steps, graphs == plain (lane on)", what, STEPS);
+    snprintf(det, sizeof det, "(%s bitwise; NaN %lld; replays %lld)", ffn ? "h, layer output" : "q, K, V",
+             (long long)nan, (long long)reps[1]);
+    check_true(name, same && nan == 0 && reps[1] >= STEPS - 3, det);
+    double *qo = malloc((size_t)((NO > D ? NO : D) * STEPS) * sizeof *qo);
+    for (int64_t i = 0; i < NO * STEPS; i++)
+        qo[i] = q[0][i];
+    snprintf(name, sizeof name, "normlane backend %s: %s on vs off", what, ffn ? "h" : "q");
+    result(name, rel_err(q[1], qo, NO * STEPS), ffn ? 2e-2 : 1e-2, count_nan(q[1], NO * STEPS), NULL);
+    for (int64_t i = 0; i < nk; i++)
+        qo[i] = kc[0][at + i];
+    snprintf(name, sizeof name, "normlane backend %s: %s on vs off", what, ffn ? "layer output" : "K rows");
+    result(name, rel_err(kc[1] + at, qo, nk), ffn ? 2e-2 : 1e-2, count_nan(kc[1] + at, nk), NULL);
+    const int64_t plain0 = STEPS - reps[0], plain1 = STEPS - reps[1], np1 = ffn ? 2 : 1;
+    snprintf(name, sizeof name, "normlane backend %s: the norm-quant launch gone", what);
+    snprintf(det, sizeof det, "(on: norm-quant %lld / %lld, producer %lld / %lld, consumer %lld / %lld, replays "
+             "%lld; off: %lld, %lld, %lld, replays %lld)", (long long)nq[1], (long long)nq[2], (long long)prod[1],
+             (long long)prod[2], (long long)cons[1], (long long)cons[2], (long long)reps[1], (long long)nq[0],
+             (long long)prod[0], (long long)cons[0], (long long)reps[0]);
+    check_true(name, nq[1] == 0 && nq[2] == 0 && prod[1] == np1 * plain1 && cons[1] == plain1 &&
+                         prod[2] == np1 * STEPS && cons[2] == STEPS && nq[0] == plain0 && prod[0] == 0 &&
+                         cons[0] == 0 && reps[0] >= STEPS - 3,
+               det);
+    if (ffn) { /* FFN_Q8B=2 with the lane on: today's path with form 2 */
+        const int64_t plain3 = STEPS - reps[3], plain4 = STEPS - reps[4];
+        const bool same4 = memcmp(q[4], q[3], (size_t)(NO * STEPS) * 4) == 0 &&
+                           memcmp(kc[4], kc[3], (size_t)nk * 4) == 0 &&
+                           memcmp(q[3], q[0], (size_t)(NO * STEPS) * 4) == 0 &&
+                           memcmp(kc[3], kc[0], (size_t)nk * 4) == 0;
+        const int64_t nan4 = count_nan(q[4], NO * STEPS) + count_nan(kc[4], nk);
+        snprintf(name, sizeof name, "normlane backend ffn: lane on, FFN_Q8B=2: falls back to norm-quant + form 2");
+        snprintf(det, sizeof det, "(h, layer output bitwise lane off q8b=2 and q8b=1: %s; NaN %lld; on: norm-quant "
+                 "%lld, consumer %lld, producer %lld, form-2 launches %lld, replays %lld; off: %lld, %lld, %lld)",
+                 same4 ? "yes" : "NO", (long long)nan4, (long long)nq[4], (long long)cons[4], (long long)prod[4],
+                 (long long)f2[4], (long long)reps[4], (long long)nq[3], (long long)f2[3], (long long)reps[3]);
+        check_true(name, same4 && nan4 == 0 && cons[4] == 0 && nq[4] == plain4 && prod[4] == 2 * plain4 &&
+                             f2[4] == plain4 && nq[3] == plain3 && f2[3] == plain3 && prod[3] == 0 &&
+                             reps[3] >= STEPS - 3 && reps[4] >= STEPS - 3,
+                   det);
+    }
+    for (int run = 0; run < runs; run++) {
+        free(q[run]); free(kc[run]); free(vc[run]);
+    }
+    free(qo); free(hs); free(rs);
+}
+
+/* MINFER_CUDA_TEST_BENCH=1: one line per shape, the layer tail + head as the
+ * replayed graph launches it, PDL as MINFER_CUDA_PDL: residual GEMV ->
+ * norm-quant -> QKV (today) vs residual GEMV writing partials -> QKV
+ * norming per lane (lane), each call on the next of `copies` weight sets
+ * (>= 256 MB in all: weights from HBM), batches of 20 calls back to back,
+ * median of 7 batches after one warm-up; us per call and GB/s over the
+ * weights' bytes. */
+typedef struct nl_bench_ctx {
+    const nl_spec *s;
+    nl_dev *d;
+    uint8_t *w;
+    uint64_t set, off[4];
+    int copies, lane;
+    int64_t np;
+} nl_bench_ctx;
+
+static bool nl_bench_call(void *p, int rep, int i, cudaStream_t st) {
+    const nl_bench_ctx *c = p;
+    nl_dev *d = c->d;
+    (void)rep;
+    uint8_t *ws = c->w + c->set * (uint64_t)(i % c->copies);
+    d->wp = ws;
+    for (int k = 0; k < c->s->n_w; k++)
+        d->w[k] = ws + c->off[k + 1];
+    const mf_cu_q8_multi_args pa = nl_prod_args(c->s, d, c->lane ? d->part : NULL);
+    const mf_cu_q8_multi_args ca = nl_cons_args(c->s, d, c->lane ? d->part : NULL, c->np);
+    return mf_cu_gemv_q8_multi(&pa, st) == cudaSuccess && mf_cu_gemv_q8_multi(&ca, st) == cudaSuccess;
+}
+
+static void nl_bench(const nl_spec *s) {
+    enum { BATCH = 20, REPS = 7 };
+    nl_dev d;
+    nl_dev_new(s, &d); /* the real weights stay allocated; the bench points at its copies */
+    void *keep[4] = {d.wp, d.w[0], d.w[1], d.w[2]};
+    uint64_t off[4], set = 0;
+    double bytes = 0;
+    for (int k = 0; k <= s->n_w; k++) {
+        const uint64_t b = k == 0 ? mf_type_row_size(s->tp, s->ff) * (uint64_t)s->d
+                                  : mf_type_row_size(s->t[k - 1], s->d) * (uint64_t)s->n_out[k - 1];
+        off[k] = set;
+        set += (b + 256 + 255) & ~(uint64_t)255;
+        bytes += (double)b;
+    }
+    const int copies = bench_copies(set);
+    uint8_t *w = NULL;
+    cudaStream_t st = NULL;
+    const bool ok = cudaMalloc((void **)&w, set * (uint64_t)copies) == cudaSuccess && cudaStreamCreate(&st) == cudaSuccess;
+    float us[2] = {-1.0f, -1.0f};
+    const mf_cu_q8_multi_args rule = nl_prod_args(s, &d, NULL);
+    if (ok) {
+        cudaMemset(w, 0x3c, set * (uint64_t)copies);
+        nl_bench_ctx c = {.s = s, .d = &d, .w = w, .set = set, .copies = copies,
+                          .np = mf_cu_gemv_q8_nl_parts(&rule)};
+        memcpy(c.off, off, sizeof off);
+        for (int lane = 0; lane < 2; lane++) {
+            c.lane = lane;
+            us[lane] = batch_time(nl_bench_call, &c, st, 1, BATCH, REPS);
+        }
+    }
+    if (!ok)
+        printf("normlane bench %s: allocation failed\n", s->what);
+    else
+        printf("normlane bench %-12s %s %lld->%lld, %s %lld (res GEMV, [norm-quant], consumer; %d weight sets): today "
+               "%.2f us | lane %.2f us (%+.2f us; %.0f / %.0f GB/s)\n",
+               s->what, mf_type_name(s->tp), (long long)s->ff, (long long)s->d, s->ffn ? "gate/up" : "qkv",
+               (long long)nl_outs(s), copies, us[0],
+               us[1], us[1] - us[0], bytes / (us[0] * 1e3), bytes / (us[1] * 1e3));
+    if (st)
+        cudaStreamDestroy(st);
+    cudaFree(w);
+    d.wp = keep[0];
+    d.w[0] = keep[1];
+    d.w[1] = keep[2];
+    d.w[2] = keep[3];
+    nl_dev_free(s, &d);
+    cudaGetLastError();
+}
+
+static void normlane_family(void) {
+    nl_spec c[8];
+    const int n = nl_specs(c);
+    for (int i = 0; i < n; i++)
+        if (!small || i == 0 || i == 5 || i == 6)
+            nl_test(&c[i]);
+    nl_rule(&c[0]);
+    nl_combo_rule(&c[6], &c[0]);
+    nl_graph(&c[0]);
+    nl_graph(&c[1]);
+    nl_graph(&c[6]);
+    nl_backend(false);
+    nl_backend(true);
+    if (!(getenv("MINFER_CUDA_TEST_BENCH") && atoi(getenv("MINFER_CUDA_TEST_BENCH")) > 0))
+        return;
+    nl_bench(&c[0]);
+    nl_bench(&c[1]);
+    nl_bench(&c[3]);
+    nl_bench(&c[6]);
+    nl_bench(&c[7]);
 }
 
 /* ---- family d2h: the logits copy overlapped with the lm_head ------------------------- */
@@ -8000,6 +8868,282 @@ static void d2h_family(void) {
     d2h_case_run(&(d2h_case){"d2h.q8_0.896x3000", MF_TYPE_Q8_0, 896, 3000}, false);
 }
 
+/* ---- family zc: the lm_head GEMV writes the logits into the pinned block --------------- */
+
+/* Family zc: MINFER_CUDA_LOGITS_ZC (hook mf_cuda_set_logits_zc): the same
+ * norm -> lm_head decode step as family d2h (the contract's order, the
+ * out_host hint on a host_alloc block, every read buffer and hint poisoned
+ * before its step, 5 steps of new inputs), ZC on vs the switch off: logits
+ * bitwise, the ZC path taken on every step (mf_cuda_zc_count: capture and
+ * replays count) and every read served without a copy (mf_cuda_d2h_stats'
+ * early reads), graphs on / off, norm folded / separate, at the Q8_0 896 x
+ * 151936 (0.5B) and Q6_K 3584 x 152064 (7B) heads and a Q8_0 896 x 3003
+ * head (a ragged last row group); the hint block holds the logits even
+ * when the read goes elsewhere (a heap buffer: the plain copy, no early
+ * read) or reads half the bytes (the plain copy); two logits buffers
+ * alternating on one graph (each read its own step's logits, the other
+ * buffer untouched, <= 2 captures); a hint not 32-byte aligned and ZC with
+ * the chunks on (ZC taken, no chunk) and the switch flipped every step on
+ * one graph (graphs keyed on it: ZC exactly on the steps it is on).
+ * MINFER_CUDA_TEST_BENCH=1: one line per head, host us of a replayed step
+ * (begin_forward .. read_host) with ZC off, on and the chunks (K 4). */
+static void zc_weights(void) {
+    add_weight("mm.q8_0.896x151936", MF_TYPE_Q8_0, 896, 151936);
+    add_weight("zc.q8_0.896x3003", MF_TYPE_Q8_0, 896, 3003);
+    if (!small)
+        add_weight("zc.q6_k.3584x152064", MF_TYPE_Q6_K, 3584, 152064);
+}
+
+typedef struct zc_run {
+    int zc;          /* 1 on, 0 off, 2: on at odd steps only */
+    int k;           /* MINFER_CUDA_LOGITS_CHUNKS as well */
+    bool graphs, norm_mm;
+    int64_t n_read;  /* floats read (nv: all) */
+} zc_run;
+
+typedef struct zc_stats {
+    int64_t zc, chunked, early, caps, reps, clobbered, hint_bad, launches;
+} zc_stats;
+
+/* steps forwards of norm -> head on a fresh graph under r: step s hints
+ * hint[s] and reads r->n_read floats into dst[s] (copied into res + s *
+ * nv). clobbered: floats of the previous step's read buffer (when another
+ * one) that changed during step s; hint_bad: floats of a hint other than
+ * the read buffer that differ from the read after a ZC step. */
+static void zc_forwards(const d2h_case *c, const zc_run *r, const float *xs, int steps, float *const *hint,
+                        float *const *dst, float *res, zc_stats *st) {
+    const int64_t d = c->d, nv = c->nv;
+    char nn[32];
+    snprintf(nn, sizeof nn, "norm.%lld", (long long)d);
+    mf_graph gr;
+    graph_new(&gr, 0, 0);
+    const int32_t xi = ext(&gr, d, 1);
+    const int32_t ni = mf_g_rmsnorm(&gr, xi, nn, 1e-6f);
+    const int32_t mi = mf_g_matmul(&gr, ni, c->wn, c->t, NULL, d, nv);
+    gr.nodes[mi].flags |= MF_NODE_OUTPUT;
+    static int run_no; /* a name of its own: no graph of an earlier run replays */
+    snprintf(gr.nodes[mi].name, sizeof gr.nodes[mi].name, "zc.head.%d", run_no++);
+    const int32_t bx = dev_put(NULL, (size_t)d * 4), bn = dev_poison((size_t)d * 4);
+    const int32_t by = dev_poison((size_t)nv * 4);
+    mf_cuda_set_fuse_norm(be, true);
+    mf_cuda_set_norm_mm(be, r->norm_mm);
+    mf_cuda_set_graphs(be, r->graphs);
+    mf_cuda_set_logits_chunks(be, r->k);
+    int64_t c0, r0, k0, e0;
+    mf_cuda_graph_stats(be, &c0, &r0);
+    mf_cuda_d2h_stats(be, &k0, &e0);
+    const int64_t z0 = mf_cuda_zc_count(be), l0 = mf_cu_q8v4_zc_count();
+    st->clobbered = st->hint_bad = 0;
+    mf_error e;
+    for (int s = 0; s < steps; s++) {
+        const bool on = r->zc == 1 || (r->zc == 2 && s % 2);
+        mf_cuda_set_logits_zc(be, on);
+        const int64_t zs = mf_cuda_zc_count(be);
+        for (int64_t i = 0; i < nv; i++)
+            hint[s][i] = dst[s][i] = NAN;
+        mf_exec_args a = args(10 + s, 1, 64, MF_TYPE_F32);
+        a.out_host = hint[s];
+        a.out_node = mi;
+        a.out_bytes = (size_t)nv * 4;
+        if (be->ops->begin_forward(be, &gr, &a, &e) ||
+            be->ops->write_host(be, bx, 0, xs + s * d, (size_t)d * 4, &e) ||
+            be->ops->execute_node(be, &gr, ni, &bx, bn, (mf_kv_pair){-1, -1}, &a, &e) ||
+            be->ops->execute_node(be, &gr, mi, &bn, by, (mf_kv_pair){-1, -1}, &a, &e) ||
+            be->ops->end_forward(be, &gr, &a, &e) ||
+            be->ops->read_host(be, by, 0, dst[s], (size_t)r->n_read * 4, &e))
+            die("zc step", &e);
+        memcpy(res + s * nv, dst[s], (size_t)nv * 4);
+        if (hint[s] != dst[s] && mf_cuda_zc_count(be) > zs)
+            for (int64_t i = 0; i < r->n_read; i++)
+                st->hint_bad += memcmp(&hint[s][i], &dst[s][i], 4) != 0;
+        if (s > 0 && dst[s - 1] != dst[s] && dst[s - 1] != hint[s])
+            for (int64_t i = 0; i < r->n_read; i++)
+                st->clobbered += memcmp(&dst[s - 1][i], res + (s - 1) * nv + i, 4) != 0;
+    }
+    int64_t c1, r1, k1, e1;
+    mf_cuda_graph_stats(be, &c1, &r1);
+    mf_cuda_d2h_stats(be, &k1, &e1);
+    st->caps = c1 - c0;
+    st->reps = r1 - r0;
+    st->chunked = k1 - k0;
+    st->early = e1 - e0;
+    st->zc = mf_cuda_zc_count(be) - z0;
+    st->launches = mf_cu_q8v4_zc_count() - l0;
+    dev_free(bx); dev_free(bn); dev_free(by);
+    mf_graph_free(&gr);
+    mf_cuda_set_logits_zc(be, mf_env_int("MINFER_CUDA_LOGITS_ZC", 0) == 1);
+    mf_cuda_set_logits_chunks(be, (int)mf_env_int("MINFER_CUDA_LOGITS_CHUNKS", 0));
+    mf_cuda_set_fuse_norm(be, mf_env_int("MINFER_CUDA_FUSE_NORM", 1) != 0);
+    mf_cuda_set_norm_mm(be, mf_env_int("MINFER_CUDA_NORM_MM", 1) != 0);
+    mf_cuda_set_graphs(be, !mf_env_flag("MINFER_NO_CUDA_GRAPH"));
+}
+
+/* MINFER_CUDA_TEST_BENCH=1: host us of one replayed step (begin_forward ..
+ * read_host into the hint, the engine's order), median of 30 after 5
+ * warm-ups, under r (graphs on). */
+static double zc_step_us(const d2h_case *c, const zc_run *r, const float *xs, float *hint) {
+    enum { WARM = 5, REPS = 30 };
+    const int64_t d = c->d, nv = c->nv;
+    char nn[32];
+    snprintf(nn, sizeof nn, "norm.%lld", (long long)d);
+    mf_graph gr;
+    graph_new(&gr, 0, 0);
+    const int32_t xi = ext(&gr, d, 1);
+    const int32_t ni = mf_g_rmsnorm(&gr, xi, nn, 1e-6f);
+    const int32_t mi = mf_g_matmul(&gr, ni, c->wn, c->t, NULL, d, nv);
+    gr.nodes[mi].flags |= MF_NODE_OUTPUT;
+    static int run_no;
+    snprintf(gr.nodes[mi].name, sizeof gr.nodes[mi].name, "zc.bench.%d", run_no++);
+    const int32_t bx = dev_put(xs, (size_t)d * 4), bn = dev_poison((size_t)d * 4);
+    const int32_t by = dev_poison((size_t)nv * 4);
+    mf_cuda_set_graphs(be, true);
+    mf_cuda_set_logits_chunks(be, r->k);
+    mf_cuda_set_logits_zc(be, r->zc == 1);
+    float us[REPS];
+    mf_error e;
+    for (int s = 0; s < WARM + REPS; s++) {
+        mf_exec_args a = args(10, 1, 64, MF_TYPE_F32);
+        a.out_host = hint;
+        a.out_node = mi;
+        a.out_bytes = (size_t)nv * 4;
+        const uint64_t t0 = mf_time_ns();
+        if (be->ops->begin_forward(be, &gr, &a, &e) ||
+            be->ops->execute_node(be, &gr, ni, &bx, bn, (mf_kv_pair){-1, -1}, &a, &e) ||
+            be->ops->execute_node(be, &gr, mi, &bn, by, (mf_kv_pair){-1, -1}, &a, &e) ||
+            be->ops->end_forward(be, &gr, &a, &e) || be->ops->read_host(be, by, 0, hint, (size_t)nv * 4, &e))
+            die("zc bench step", &e);
+        if (s >= WARM)
+            us[s - WARM] = (float)((double)(mf_time_ns() - t0) / 1e3);
+    }
+    dev_free(bx); dev_free(bn); dev_free(by);
+    mf_graph_free(&gr);
+    mf_cuda_set_logits_zc(be, mf_env_int("MINFER_CUDA_LOGITS_ZC", 0) == 1);
+    mf_cuda_set_logits_chunks(be, (int)mf_env_int("MINFER_CUDA_LOGITS_CHUNKS", 0));
+    mf_cuda_set_graphs(be, !mf_env_flag("MINFER_NO_CUDA_GRAPH"));
+    qsort(us, REPS, sizeof us[0], cmp_f);
+    return us[REPS / 2];
+}
+
+static void zc_case_run(const d2h_case *c, bool full) {
+    const int64_t d = c->d, nv = c->nv;
+    const int steps = D2H_STEPS;
+    float *xs = rand_vec(d * steps, 2.0f);
+    /* the ZC switch on before the blocks exist: host_alloc maps them */
+    mf_cuda_set_logits_zc(be, true);
+    float *pa = be->ops->host_alloc(be, (size_t)nv * 4), *pb = be->ops->host_alloc(be, (size_t)nv * 4 + 64);
+    mf_cuda_set_logits_zc(be, mf_env_int("MINFER_CUDA_LOGITS_ZC", 0) == 1);
+    float *heap = malloc((size_t)nv * 4 + 4);
+    float *base[2] = {malloc((size_t)(nv * steps) * 4), malloc((size_t)(nv * steps) * 4)};
+    float *res = malloc((size_t)(nv * steps) * 4);
+    if (!pa || !pb) {
+        check_true("zc: host_alloc gave pinned blocks", false, NULL);
+        return;
+    }
+    float *ha[D2H_STEPS], *hh[D2H_STEPS], *hab[D2H_STEPS], *hm[D2H_STEPS];
+    for (int s = 0; s < steps; s++) {
+        ha[s] = pa;
+        hh[s] = heap;
+        hab[s] = s % 2 ? pb : pa;
+        hm[s] = pb + 1; /* 4 bytes into a block: not 32-byte aligned */
+    }
+    const bool want = mf_cu_q8v4_zc_ok(c->t, mf_cu_q8v4_u(-1, c->t, nv, d), nv, d) != 0;
+    char name[160], det[240];
+    snprintf(name, sizeof name, "zc %s %lld x %lld: the head has a ZC instance", mf_type_name(c->t), (long long)d,
+             (long long)nv);
+    check_true(name, want, NULL);
+    zc_stats st;
+    for (int nm = 1; nm >= (full ? 0 : 1); nm--) {
+        const zc_run off = {.zc = 0, .graphs = false, .norm_mm = nm, .n_read = nv};
+        zc_forwards(c, &off, xs, steps, ha, ha, base[nm], &st);
+        snprintf(name, sizeof name, "zc %s %lld: switch off baseline (norm %s)", mf_type_name(c->t), (long long)nv,
+                 nm ? "folded" : "separate");
+        check_true(name, d2h_diff(base[nm], base[nm], nv * steps) == 0 && st.zc == 0 && st.early == 0 &&
+                             st.launches == 0, "(no NaN, no ZC launch)");
+        for (int gon = 1; gon >= 0; gon--) {
+            if (!full && !gon)
+                continue;
+            const zc_run on = {.zc = 1, .graphs = gon, .norm_mm = nm, .n_read = nv};
+            zc_forwards(c, &on, xs, steps, ha, ha, res, &st);
+            snprintf(name, sizeof name, "zc %s %lld graphs %s norm %s", mf_type_name(c->t), (long long)nv,
+                     gon ? "on" : "off", nm ? "folded" : "separate");
+            snprintf(det, sizeof det, "(%lld floats differ; zc %lld early reads %lld of %d, launches %lld; "
+                     "captures %lld replays %lld)", (long long)d2h_diff(res, base[nm], nv * steps), (long long)st.zc,
+                     (long long)st.early, steps, (long long)st.launches, (long long)st.caps, (long long)st.reps);
+            check_true(name, d2h_diff(res, base[nm], nv * steps) == 0 && st.zc == steps && st.early == steps &&
+                                 st.chunked == 0 && st.launches >= 1 && (gon || st.launches == steps) &&
+                                 (!gon || st.reps >= steps - 2), det);
+        }
+    }
+    if (full) {
+        /* two sessions' logits buffers alternating on one graph */
+        zc_run r = {.zc = 1, .graphs = true, .norm_mm = true, .n_read = nv};
+        zc_forwards(c, &r, xs, steps, hab, hab, res, &st);
+        snprintf(det, sizeof det, "(%lld floats differ, %lld of the other buffer changed; captures %lld replays "
+                 "%lld, zc %lld early %lld)", (long long)d2h_diff(res, base[1], nv * steps), (long long)st.clobbered,
+                 (long long)st.caps, (long long)st.reps, (long long)st.zc, (long long)st.early);
+        check_true("zc two buffers alternating: own logits, other kept, replayed",
+                   d2h_diff(res, base[1], nv * steps) == 0 && st.clobbered == 0 && st.caps <= 2 &&
+                       st.reps >= steps - 4 && st.zc == steps && st.early == steps, det);
+        /* a read into another buffer than the hint: the plain copy, the hint written all the same */
+        zc_forwards(c, &r, xs, steps, ha, hh, res, &st);
+        snprintf(det, sizeof det, "(%lld floats differ, %lld hint floats differ; zc %lld early %lld)",
+                 (long long)d2h_diff(res, base[1], nv * steps), (long long)st.hint_bad, (long long)st.zc,
+                 (long long)st.early);
+        check_true("zc read into a heap buffer, not the hint", d2h_diff(res, base[1], nv * steps) == 0 &&
+                                                                  st.hint_bad == 0 && st.zc == steps && st.early == 0,
+                   det);
+        /* half the bytes into the hint buffer: the plain copy */
+        r.n_read = nv / 2;
+        zc_forwards(c, &r, xs, steps, ha, ha, res, &st);
+        int64_t bad = 0;
+        for (int s = 0; s < steps; s++)
+            bad += d2h_diff(res + s * nv, base[1] + s * nv, nv / 2);
+        snprintf(det, sizeof det, "(%lld floats differ; early %lld)", (long long)bad, (long long)st.early);
+        check_true("zc read of half the hinted bytes", bad == 0 && st.early == 0, det);
+        /* a hint 4 bytes into a block: no ZC, the plain copy */
+        r.n_read = nv;
+        zc_forwards(c, &r, xs, steps, hm, hm, res, &st);
+        snprintf(det, sizeof det, "(%lld floats differ; zc %lld early %lld)", (long long)d2h_diff(res, base[1], nv * steps),
+                 (long long)st.zc, (long long)st.early);
+        check_true("zc hint not 32-byte aligned: plain read", d2h_diff(res, base[1], nv * steps) == 0 && st.zc == 0 &&
+                                                                  st.early == 0 && st.launches == 0, det);
+        /* ZC and the chunks both on: ZC */
+        r.k = 4;
+        zc_forwards(c, &r, xs, steps, ha, ha, res, &st);
+        snprintf(det, sizeof det, "(%lld floats differ; zc %lld chunked %lld early %lld)",
+                 (long long)d2h_diff(res, base[1], nv * steps), (long long)st.zc, (long long)st.chunked,
+                 (long long)st.early);
+        check_true("zc with the chunks on: ZC taken", d2h_diff(res, base[1], nv * steps) == 0 && st.zc == steps &&
+                                                          st.chunked == 0 && st.early == steps, det);
+        /* the switch flipped every step on one graph: graphs keyed on it */
+        r.k = 0;
+        r.zc = 2;
+        zc_forwards(c, &r, xs, steps, ha, ha, res, &st);
+        snprintf(det, sizeof det, "(%lld floats differ; zc %lld early %lld, want %d)",
+                 (long long)d2h_diff(res, base[1], nv * steps), (long long)st.zc, (long long)st.early, steps / 2);
+        check_true("zc switch flipped every step, graphs on", d2h_diff(res, base[1], nv * steps) == 0 &&
+                                                                  st.zc == steps / 2 && st.early == steps / 2, det);
+    }
+    if (mf_env_flag("MINFER_CUDA_TEST_BENCH")) {
+        const zc_run b_off = {.zc = 0}, b_on = {.zc = 1}, b_k4 = {.k = 4};
+        const double t_off = zc_step_us(c, &b_off, xs, pa), t_on = zc_step_us(c, &b_on, xs, pa);
+        const double t_k4 = zc_step_us(c, &b_k4, xs, pa);
+        printf("bench zc %s %lld x %lld: replayed norm + head + logits read, host us: copy %.1f, ZC %.1f, "
+               "chunks K 4 %.1f (%.0f KB of logits)\n", mf_type_name(c->t), (long long)d, (long long)nv, t_off, t_on,
+               t_k4, (double)nv * 4 / 1024);
+    }
+    be->ops->host_free(be, pa);
+    be->ops->host_free(be, pb);
+    free(heap); free(base[0]); free(base[1]); free(res); free(xs);
+}
+
+static void zc_family(void) {
+    zc_case_run(&(d2h_case){"mm.q8_0.896x151936", MF_TYPE_Q8_0, 896, 151936}, !small);
+    if (!small)
+        zc_case_run(&(d2h_case){"zc.q6_k.3584x152064", MF_TYPE_Q6_K, 3584, 152064}, false);
+    zc_case_run(&(d2h_case){"zc.q8_0.896x3003", MF_TYPE_Q8_0, 896, 3003}, true);
+}
+
 int main(void) {
     small = mf_env_flag("MINFER_CUDA_TEST_SMALL");
     only = getenv("MINFER_CUDA_TEST_ONLY");
@@ -8089,8 +9233,12 @@ int main(void) {
         qkvmix_weights();
     if (fam("ffnq8b"))
         ffnq8b_weights();
+    if (fam("normlane"))
+        normlane_weights();
     if (fam("d2h"))
         d2h_weights();
+    if (fam("zc"))
+        zc_weights();
     /* family soa: the backend builds its plane copies only when
      * MINFER_CUDA_SOA is set at creation; the other families keep the
      * block copies (mf_cuda_set_soa off below) */
@@ -8257,10 +9405,14 @@ int main(void) {
         qkvmix_family();
     if (fam("ffnq8b"))
         ffnq8b_family();
+    if (fam("normlane"))
+        normlane_family();
     if (fam("soa"))
         soa_family();
     if (fam("d2h"))
         d2h_family();
+    if (fam("zc"))
+        zc_family();
     if (fam("misc")) {
         test_refusals();
         test_pool();

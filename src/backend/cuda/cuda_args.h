@@ -152,7 +152,25 @@ typedef struct mf_cu_q8_multi_args {
                              (mf_cu_q8_bytes(n_out[0], 1), bitwise the quantize kernel's; must not overlap
                              q8), by the block-local SwiGLU GEMV; only where mf_cu_gemv_q8_ffn_q8b_ok says
                              so (else the launch fails); NULL: today's launches */
+    int32_t q8b_form;     /* with q8out: the block-local kernel's form (MINFER_CUDA_FFN_Q8B's value): 0 or 1
+                             8 warps x 4 outputs, 2: 16 warps x 2, 3: form 1 capped at 80 registers (3 blocks
+                             a SM), 4: form 3 with 2 of a warp's 4 outputs in flight at a time, 5: form 1
+                             letting the next kernel launch only after its stores (gemv_q8v4.cu); same bits;
+                             another value: the launch fails (cudaErrorInvalidValue) */
+    float *y_host;        /* MINFER_CUDA_LOGITS_ZC: a device alias of mapped pinned host memory (32-byte
+                             aligned) that also receives y[0], written by the v4 GEMV's epilogue in whole
+                             32-byte lines; only where mf_cu_gemv_q8_zc_ok says so (else the launch fails);
+                             NULL: today's launches */
+    /* MINFER_CUDA_NORM_LANE (opt-in; NULL: today's launches). nl_part_out: this residual GEMV (one weight,
+       res[0], nt 1) also writes mf_cu_gemv_q8_nl_parts(a) doubles there, each block's sum of squares of the
+       outputs it stored. nl_part_in (with norm): x is that row and the GEMV norms and quantizes it per lane
+       from those nl_n_part partials instead of a norm-quant kernel (mf_cu_gemv_q8_nl_consume_ok); q8 is not
+       written (q8out is, with FFN_Q8B). Where the rules say no, the launch fails. */
+    double *nl_part_out;
+    const double *nl_part_in;
+    int32_t nl_n_part;
 } mf_cu_q8_multi_args;
+#define MF_CU_Q8B_FORMS 5 /* q8b_form 1 .. this */
 cudaError_t mf_cu_gemv_q8_multi(const mf_cu_q8_multi_args *a, cudaStream_t s);
 /* Whether mf_cu_gemv_q8_multi(a) can also write the int8 h into a->q8out
  * (a->q8out itself not looked at): swiglu, nt 1, no prologue, gate/up of
@@ -160,11 +178,37 @@ cudaError_t mf_cu_gemv_q8_multi(const mf_cu_q8_multi_args *a, cudaStream_t s);
  * (mf_cu_q8v4_swq8_ok: Q4_0 / Q5_0 / Q8_0 / Q4_K / Q6_K, n_out % 32 == 0,
  * n_in <= 2048). */
 int mf_cu_gemv_q8_ffn_q8b_ok(const mf_cu_q8_multi_args *a);
+/* Whether mf_cu_gemv_q8_multi(a) can also write y[0] into a->y_host
+ * (a->y_host itself not looked at): one weight, nt 1, no swiglu, residual
+ * or prologue, the v4 GEMV with one slice in flight and one warp per row
+ * pair (mf_cu_q8v4_zc_ok: Q4_0 / Q5_0 / Q8_0, their plane copies, Q6_K on
+ * the slice decoder); not with q8out or nl_part_out / nl_part_in set (no
+ * ZC form of FFN_Q8B or NORM_LANE: the launch fails). */
+int mf_cu_gemv_q8_zc_ok(const mf_cu_q8_multi_args *a);
+/* MINFER_CUDA_NORM_LANE's rules (gemv_q8.cu): the partial count the
+ * residual GEMV a (nl_part_out not looked at) would write, 0 where it
+ * cannot (not nt 1 / one weight with a residual / v4 with one slice in
+ * flight / no prologue, or a type without the instance); and whether a
+ * (with norm; nl_part_in not looked at) can take its input from partials:
+ * nt 1, no prologue, every weight Q4_0 / Q5_0 / Q8_0 on v4 with one slice
+ * (a QKV, a SwiGLU gate/up; with q8out where mf_cu_gemv_q8_ffn_q8b_ok says
+ * so), n_in <= 2048, x and norm_w 16-byte aligned, no output overlapping
+ * x. A QKV of two type runs is one launch where a mixed instance exists
+ * and qkv_mix is set (Q5_0 + Q8_0, Q4_0 + Q5_0). Neither with y_host set
+ * (LOGITS_ZC); the consumer with q8out only for q8b_form 0 / 1 (FFN_Q8B's
+ * block forms 2 .. MF_CU_Q8B_FORMS have no NORM_LANE instance: the backend
+ * then keeps the norm-quant kernel and that form). */
+int64_t mf_cu_gemv_q8_nl_parts(const mf_cu_q8_multi_args *a);
+int mf_cu_gemv_q8_nl_consume_ok(const mf_cu_q8_multi_args *a);
 /* Host counts for tests (a captured launch counts once, replays not): the
  * quantize kernel launches of the int8 GEMVs (q8_quant_kernel, not the
  * norm-quant) and the block-local SwiGLU GEMV launches (FFN_Q8B). */
 int64_t mf_cu_q8_quant_count(void);
+/* ... and of the RMSNorm + quantize kernels (q8_norm_quant_*: a folded norm's). */
+int64_t mf_cu_q8_norm_quant_count(void);
 int64_t mf_cu_q8v4_swq8_count(void);
+/* ... of those, the launches of block form `form` (1 .. MF_CU_Q8B_FORMS; a form 0 launch counts as 1). */
+int64_t mf_cu_q8v4_swq8_form_count(int form);
 /* MINFER_CUDA_SOA (soa.cu; layout in q8w_soa.cuh): the row stride of the
  * plane copy of a Q4_0 / Q5_0 / Q8_0 weight with rows of n_in (the planes
  * rounded up to 16 bytes), 0 for other types or n_in % 32 != 0; and the
@@ -385,12 +429,23 @@ int mf_cu_q8v4_u(int mode, uint32_t wtype, int64_t rows, int64_t n_in);
  * lm_head only where every chunk's ks and u equal the whole's (same bits;
  * gemv_q8v4.cu). */
 int mf_cu_q8v4_ks(uint32_t wtype, int u, int64_t rows, int64_t n_in);
+/* MINFER_CUDA_LOGITS_ZC: whether a single-weight, non-SwiGLU v4 launch of
+ * u slices over `rows` rows of wtype has a ZC instance (the epilogue that
+ * also stores the rows into mapped host memory) with the plain launch's
+ * plan: u 1, ks 1, an instance of ZC_FOR_EACH_INST (gemv_q8v4.cu). _count:
+ * ZC launches so far (host count; a captured launch counts once). */
+int mf_cu_q8v4_zc_ok(uint32_t wtype, int u, int64_t rows, int64_t n_in);
+int64_t mf_cu_q8v4_zc_count(void);
 /* Launches of the mixed-type v4 GEMV so far (MINFER_CUDA_QKV_MIX; host
  * count, for tests: a captured launch counts once, its replays not). */
 int64_t mf_cu_q8v4_mix_count(void);
 /* Launches of v4 GEMVs on plane weight copies so far (MINFER_CUDA_SOA; the
  * mixed-type kernel on two plane runs included; host count, for tests). */
 int64_t mf_cu_q8v4_soa_count(void);
+/* Launches of the MINFER_CUDA_NORM_LANE v4 instances so far (consumer 0:
+ * the residual GEMVs writing partials; 1: the GEMVs norming their input
+ * per lane; host count, for tests). */
+int64_t mf_cu_q8v4_nl_count(int consumer);
 /* The FFN_Q8B kernel's rule for a SwiGLU GEMV of n_out outputs over n_in
  * with u slices in flight (gemv_q8v4.cu, see mf_cu_gemv_q8_ffn_q8b_ok). */
 int mf_cu_q8v4_swq8_ok(uint32_t wtype, int u, int64_t n_out, int64_t n_in);

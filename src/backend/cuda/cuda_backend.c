@@ -25,7 +25,7 @@
 #include "quant/quant.h"
 
 #define TRACE_N 16
-#define N_SCRATCH 8
+#define N_SCRATCH 9
 #define PIN_BYTES ((size_t)64 << 20)
 #define PINNED_N 8                          /* host_alloc blocks at once */
 #define PINNED_MAX ((size_t)256 << 20)      /* larger ones come from the C heap */
@@ -41,6 +41,8 @@
 #define ATTN_SLOT 6       /* split-KV decode attention: per-split partial results */
 #define Q8OUT_SLOT 7      /* an int8 activation a kernel writes as a by-product (q8_produced) while
                              it reads its own input from Q8_SLOT (the attention) */
+#define NL_SLOT 8         /* MINFER_CUDA_NORM_LANE: the residual GEMV's per-block sums of squares */
+#define NL_PARTS_MAX 8192 /* ... at most this many (a v4 grid is one wave: 132 SMs x <= 16 blocks) */
 /* Zeroed int32 counters for a kernel whose last block to finish a piece of
  * work does the step that needs all of it (the one-kernel split-KV decode's
  * combine). The kernel leaves every counter it touched at 0 again, so the
@@ -82,6 +84,8 @@ typedef struct cu_gentry {
                            NULL): the graph may copy into it, so entries are found by (g, out_host) */
     int32_t d2h_id;     /* the early logits copy the graph makes (d2h_bytes 0: none; cu_ctx.d2h_*) */
     size_t d2h_bytes;
+    bool d2h_zc;        /* ... made by the lm_head GEMV itself (MINFER_CUDA_LOGITS_ZC), not by chunk copies */
+    int32_t zc;         /* captured with MINFER_CUDA_LOGITS_ZC as it was (cu_ctx.logits_zc; tests flip it) */
     uint64_t used;
 } cu_gentry;
 
@@ -139,6 +143,12 @@ typedef struct cu_ctx {
     const float *q8_of;
     void *q8_buf;
     int64_t q8_n, q8_nt, q8_stamp;
+    /* MINFER_CUDA_NORM_LANE: the residual row nl_of (nl_n floats, one token)
+     * that the last launch wrote with nl_np partial sums of squares in
+     * nl_part, valid while n_launched == nl_stamp (nl_of NULL: none) */
+    const float *nl_of;
+    double *nl_part;
+    int64_t nl_n, nl_np, nl_stamp;
 
     cu_trace ring[TRACE_N];
     int64_t n_launched;
@@ -168,10 +178,15 @@ typedef struct cu_ctx {
     int qkv_mix;   /* MINFER_CUDA_QKV_MIX (default 1): a fused QKV whose V is another type than Q/K (K-quant
                       mixes) as one v4 GEMV launch (mf_cu_q8v4_launch_mix); 0: one launch per type */
     int ffn_q8b;   /* MINFER_CUDA_FFN_Q8B (default 1): the decode FUSED_FFN's SwiGLU GEMV also writes the down
-                      GEMV's int8 input (block-local kernel, gemv_q8v4.cu; mf_cu_gemv_q8_ffn_q8b_ok) */
+                      GEMV's int8 input (block-local kernel, gemv_q8v4.cu; mf_cu_gemv_q8_ffn_q8b_ok); the value
+                      is the kernel's block form (1 .. MF_CU_Q8B_FORMS, args field q8b_form), 0 off */
     int gemv_pro;  /* int8 GEMV quantizes x in its prologue: 1 auto rule, 2 always (tests), 0 the separate
                       quantize kernels (opt-in MINFER_CUDA_GEMV_PROLOGUE=1) */
     int64_t n_q8_ready; /* int8 GEMVs that read an input a kernel before wrote (q8_produced; tests) */
+    int norm_lane; /* MINFER_CUDA_NORM_LANE=1 (opt-in): a one-token residual GEMV (MATMUL + ADD) writes
+                      per-block sums of squares, and the FUSED_QKV / FUSED_FFN whose deferred RMSNORM reads its
+                      output norms and quantizes its input per lane from them: no norm-quant kernel (run_multi) */
+    int64_t n_nl_prod, n_nl_cons; /* launches of the two (mf_cuda_norm_lane_stats) */
     int flash;     /* MINFER_CUDA_FLASH_PREFILL=1: query-tiled attention for nt > 8 */
     int tc_attn;   /* tensor-core prefill attention for nt > 8 (MINFER_CUDA_NO_TC_ATTN=1 clears) */
     int flash_decode; /* MINFER_CUDA_NO_FLASH_DECODE=1 clears it: split-KV attention for nt <= 8 */
@@ -200,6 +215,11 @@ typedef struct cu_ctx {
     void *d2h_host;
     size_t d2h_bytes;
     int64_t n_d2h_chunked, n_d2h_early; /* mf_cuda_d2h_stats */
+    int logits_zc; /* MINFER_CUDA_LOGITS_ZC=1 (opt-in): that lm_head's v4 GEMV also stores the logits into the
+                      engine's pinned block through its device alias (zc_alias, run_head_zc): the read only
+                      waits. Takes precedence over logits_chunks where both apply */
+    bool d2h_zc;   /* the early bytes (d2h_*) are the ZC epilogue's, not chunk copies' */
+    int64_t n_zc;  /* mf_cuda_zc_count */
     /* the deferred MATMUL of fuse_add or RMSNORM of fuse_norm (see exec_now);
      * pend_node < 0: none */
     const mf_graph *pend_g;
@@ -224,6 +244,7 @@ typedef struct cu_ctx {
     struct {                 /* cu_host_alloc's pinned blocks (read_host copies into them directly) */
         void *p;
         size_t n;
+        void *dev;           /* its device alias once zc_alias asked for it (NULL: not yet) */
     } pinned[PINNED_N];
 } cu_ctx;
 
@@ -495,12 +516,19 @@ static void *cu_host_alloc(mf_backend *b, size_t nbytes) {
         if (c->pinned[i].p)
             continue;
         void *p = NULL;
-        if (cudaHostAlloc(&p, nbytes, cudaHostAllocDefault) != cudaSuccess) {
+        /* MINFER_CUDA_LOGITS_ZC: kernels write the block (mapped; with UVA every
+         * cudaHostAlloc block is, so a block from before the switch works too) */
+        if (cudaHostAlloc(&p, nbytes, c->logits_zc ? cudaHostAllocMapped : cudaHostAllocDefault) != cudaSuccess) {
             cudaGetLastError();
             return NULL;
         }
         c->pinned[i].p = p;
         c->pinned[i].n = nbytes;
+        c->pinned[i].dev = NULL;
+        if (c->logits_zc && cudaHostGetDevicePointer(&c->pinned[i].dev, p, 0) != cudaSuccess) {
+            cudaGetLastError(); /* zc_alias asks again; no alias: no ZC into this block */
+            c->pinned[i].dev = NULL;
+        }
         return p;
     }
     return NULL;
@@ -521,6 +549,7 @@ static void cu_host_free(mf_backend *b, void *p) {
                 c->d2h_bytes = 0;
             cudaFreeHost(p);
             c->pinned[i].p = NULL;
+            c->pinned[i].dev = NULL;
         }
 }
 
@@ -863,6 +892,9 @@ typedef struct exec {
      * copy run_multi's launch read */
     int64_t win0, win1;
     void *q8_in, *q8_used;
+    /* MINFER_CUDA_LOGITS_ZC (run_head_zc): run_multi of one weight also
+     * stores y into this device alias of host memory (NULL: no) */
+    float *zc_host;
 } exec;
 
 #define NODE_ERR(x, fmt, ...)                                                                   \
@@ -1159,7 +1191,31 @@ static int run_multi(exec *x, const mf_matmul_meta *const *mm, int n, bool swigl
         a.y[0] += r0;
         a.n_out[0] = x->win1 - r0;
     }
-    const cu_ctx *c = x->c;
+    cu_ctx *c = x->c;
+    /* MINFER_CUDA_NORM_LANE: a FUSED_QKV / FUSED_FFN right after the residual GEMV that wrote its
+       (deferred-norm) input with partials norms it per lane: no norm-quant launch */
+    if (c->norm_lane && x->norm && nt == 1 && x->win1 == 0 && !x->q8_in && c->nl_of == a.x && c->nl_n == a.n_in &&
+        c->nl_stamp == c->n_launched &&
+        (x->n->op == MF_OP_FUSED_QKV || x->n->op == MF_OP_FUSED_QKV_NORM || x->n->op == MF_OP_FUSED_FFN)) {
+        a.q8 = c->nl_part; /* not read or written (the GEMV's checks want a pointer) */
+        a.q8b_form = c->ffn_q8b; /* the rule takes FFN_Q8B's block form 1 only (other forms: today's path) */
+        if (x->q8b && swiglu && mf_cu_gemv_q8_ffn_q8b_ok(&a) && /* FFN_Q8B: h's int8 copy too */
+            !(a.q8out = scratch(x, Q8OUT_SLOT, mf_cu_q8_bytes(a.n_out[0], nt))))
+            return -1;
+        if (mf_cu_gemv_q8_nl_consume_ok(&a)) {
+            a.nl_part_in = c->nl_part;
+            a.nl_n_part = (int32_t)c->nl_np;
+            x->q8_used = NULL;
+            c->n_nl_cons++;
+            if (launched(x, a.q8out ? "gemv_q8_multi(norm lane, q8 out)" : "gemv_q8_multi(norm lane)",
+                         a.n_out[0] * n, nt, mf_cu_gemv_q8_multi(&a, c->stream)))
+                return -1;
+            if (a.q8out)
+                q8_produced(x, y[0], a.n_out[0], nt, a.q8out);
+            return 0;
+        }
+        a.q8out = NULL;
+    }
     a.x_q8_ready = x->q8_in || (!x->norm && c->q8_buf && c->q8_of == a.x && c->q8_n == a.n_in && c->q8_nt == nt &&
                                 c->q8_stamp == c->n_launched);
     if (a.x_q8_ready)
@@ -1168,13 +1224,34 @@ static int run_multi(exec *x, const mf_matmul_meta *const *mm, int n, bool swigl
         return -1;
     x->q8_used = a.q8;
     x->c->n_q8_ready += a.x_q8_ready && !x->q8_in;
+    if (n == 1)
+        a.y_host = x->zc_host; /* MINFER_CUDA_LOGITS_ZC: checked by zc_alias with mf_cu_gemv_q8_zc_ok's rule */
     /* MINFER_CUDA_FFN_Q8B: h's int8 copy into Q8OUT_SLOT (the GEMV reads Q8_SLOT), for the down GEMV */
     if (x->q8b && swiglu && !a.x_q8_ready && mf_cu_gemv_q8_ffn_q8b_ok(&a)) {
         if (!(a.q8out = scratch(x, Q8OUT_SLOT, mf_cu_q8_bytes(a.n_out[0], nt))))
             return -1;
+        a.q8b_form = c->ffn_q8b;
         if (launched(x, "gemv_q8_multi(swiglu, q8 out)", a.n_out[0] * n, nt, mf_cu_gemv_q8_multi(&a, x->c->stream)))
             return -1;
         q8_produced(x, y[0], a.n_out[0], nt, a.q8out);
+        return 0;
+    }
+    /* MINFER_CUDA_NORM_LANE: the residual GEMV also writes its partial sums of squares */
+    const int64_t np = c->norm_lane && !x->norm && nt == 1 && x->win1 == 0 && n == 1 && res && res[0]
+                           ? mf_cu_gemv_q8_nl_parts(&a)
+                           : 0;
+    if (np > 0 && np <= NL_PARTS_MAX) {
+        if (!(a.nl_part_out = (double *)scratch(x, NL_SLOT, NL_PARTS_MAX * sizeof(double))))
+            return -1;
+        if (launched(x, a.x_q8_ready ? "gemv_q8_multi(x ready, partials)" : "gemv_q8_multi(partials)",
+                     a.n_out[0], nt, mf_cu_gemv_q8_multi(&a, c->stream)))
+            return -1;
+        c->n_nl_prod++;
+        c->nl_of = y[0];
+        c->nl_part = a.nl_part_out;
+        c->nl_n = a.n_out[0];
+        c->nl_np = np;
+        c->nl_stamp = c->n_launched;
         return 0;
     }
     static const char *const kname[2][2] = { /* [x ready][swiglu] (MINFER_TRACE) */
@@ -1197,10 +1274,11 @@ static int64_t lc_bound(int64_t n, int k, int i) {
     return i >= k ? n : (n * i / k) & ~(int64_t)63;
 }
 
-/* The hint as the CUDA graph cache keys it: out_host while the switch is on
- * (a captured chunked lm_head copies into it), else NULL (the old keys). */
+/* The hint as the CUDA graph cache keys it: out_host while either switch is
+ * on (a captured chunked lm_head copies into it, a captured ZC lm_head
+ * embeds its device alias), else NULL (the old keys). */
 static void *lc_key(const cu_ctx *c, const mf_exec_args *a) {
-    return c->logits_chunks ? a->out_host : NULL;
+    return c->logits_chunks || c->logits_zc ? a->out_host : NULL;
 }
 
 /* How many chunks MATMUL node `node` (input buffer in, output out) runs as:
@@ -1278,7 +1356,82 @@ static int run_head_chunks(exec *x, const mf_matmul_meta *m, const float *in, fl
     c->d2h_id = out;
     c->d2h_host = ea->out_host;
     c->d2h_bytes = ea->out_bytes;
+    c->d2h_zc = false;
     c->n_d2h_chunked++;
+    return 0;
+}
+
+/* ---- MINFER_CUDA_LOGITS_ZC: the lm_head GEMV writes the logits into the pinned block ---- */
+
+/* Why. The chunked copy (above) did not pay: each chunk boundary cost what
+ * its copy saved. Here nothing is copied: the lm_head's v4 GEMV stores
+ * every row also into the engine's pinned logits block through its device
+ * alias, a 32-byte line per row group (v4_zc_store, gemv_q8v4.cu), while
+ * it streams the weight (~47 us on the 0.5B); the writes cross PCIe under
+ * the GEMV and the read after the forward only waits. y on the device is
+ * still written (the same stores as today), so every other read of the
+ * buffer and every later kernel see it as before. */
+
+/* The device alias of the host_alloc block bytes [p, p + n) lie in, or
+ * NULL (not such a block, or the runtime gives no alias). */
+static float *zc_alias(cu_ctx *c, void *p, size_t n) {
+    const uint8_t *q = p;
+    for (int i = 0; i < PINNED_N; i++) {
+        uint8_t *b0 = c->pinned[i].p;
+        if (!b0 || q < b0 || q > b0 + c->pinned[i].n || n > (size_t)(b0 + c->pinned[i].n - q))
+            continue;
+        if (!c->pinned[i].dev && cudaHostGetDevicePointer(&c->pinned[i].dev, b0, 0) != cudaSuccess) {
+            cudaGetLastError();
+            c->pinned[i].dev = NULL;
+            return NULL;
+        }
+        return (float *)((uint8_t *)c->pinned[i].dev + (q - b0));
+    }
+    return NULL;
+}
+
+/* The device alias the ZC lm_head writes for MATMUL node `node` (input
+ * buffer in, output out), or NULL: the switch is on, the node is the output
+ * the engine reads right after into a host_alloc block (ea's hint, exact
+ * byte count, 32-byte aligned), and the launch
+ * is one token on the v4 int8 GEMV that has a ZC instance with the plain
+ * launch's plan (mf_cu_gemv_q8_zc_ok's rule: every logit keeps its bits). */
+static float *zc_head(cu_ctx *c, const mf_graph *g, int32_t node, int32_t in, int32_t out, const mf_exec_args *ea) {
+    if (!c->logits_zc || !ea->out_host || ea->out_node != node || in == out || out < 0 || out >= c->n_bufs ||
+        ((uintptr_t)ea->out_host & 31))
+        return NULL;
+    const mf_node *n = &g->nodes[node];
+    const mf_matmul_meta *m = &n->meta.matmul;
+    const int mode = c->matmul_mode;
+    if (n->op != MF_OP_MATMUL || n->ne[1] != 1 || ea->out_bytes != f32b(m->n_out) ||
+        c->bufs[out].size < ea->out_bytes || !mm_ok(m) || !mf_cu_q8_supported(m->wtype, m->n_in) ||
+        !(mode == -2 || (mode == 0 && !c->no_q8)) || c->gemv_pro)
+        return NULL;
+    const int u = mf_cu_q8v4_u(c->gemv_v4, m->wtype, m->n_out, m->n_in);
+    if (u <= 0 || !mf_cu_q8v4_zc_ok(m->wtype, u, m->n_out, m->n_in))
+        return NULL;
+    return zc_alias(c, ea->out_host, ea->out_bytes);
+}
+
+/* The lm_head through run_multi with the ZC epilogue into yh (zc_head);
+ * remembers the logits as already on the host for read_host, like the
+ * chunked copy does. */
+static int run_head_zc(exec *x, const mf_matmul_meta *m, const float *in, float *y, int32_t out,
+                       const mf_exec_args *ea, float *yh) {
+    cu_ctx *c = x->c;
+    const mf_matmul_meta *mm[1] = {m};
+    float *const ys[1] = {y};
+    c->d2h_bytes = 0;
+    x->zc_host = yh;
+    const int rc = run_multi(x, mm, 1, false, in, ys, NULL, 1);
+    x->zc_host = NULL;
+    if (rc)
+        return rc;
+    c->d2h_id = out;
+    c->d2h_host = ea->out_host;
+    c->d2h_bytes = ea->out_bytes;
+    c->d2h_zc = true;
+    c->n_zc++;
     return 0;
 }
 
@@ -1807,6 +1960,9 @@ static int exec_node(mf_backend *b, const mf_graph *g, int32_t node, const int32
             c->pend_ea = *ea;
             return 0;
         }
+        float *const zc = zc_head(c, g, node, in[0], out, ea);
+        if (zc) /* MINFER_CUDA_LOGITS_ZC: the GEMV writes the logits where the engine reads them */
+            return run_head_zc(x, m, a, y, out, ea, zc);
         const int lc = lc_chunks(c, g, node, in[0], out, ea);
         if (lc) /* MINFER_CUDA_LOGITS_CHUNKS: the engine reads y right after; copy it while it is computed */
             return run_head_chunks(x, m, a, y, out, ea, lc);
@@ -2152,7 +2308,7 @@ static bool gentry_matches(const cu_ctx *c, const cu_gentry *e) {
            e->n_calls == c->n_rec && e->n_tokens == c->rec_a.n_tokens &&
            e->n_ctx == c->rec_a.n_ctx && e->kv_type == c->rec_a.kv_type &&
            e->attn_one == attn_one_now(c, &c->rec_a) && e->attn_short == c->attn_short &&
-           e->short_rope == c->short_rope && e->out_host == lc_key(c, &c->rec_a) &&
+           e->short_rope == c->short_rope && e->out_host == lc_key(c, &c->rec_a) && e->zc == c->logits_zc &&
            memcmp(e->scr, c->scr, sizeof e->scr) == 0 &&
            memcmp(e->calls, c->rec, (size_t)c->n_rec * sizeof *c->rec) == 0 &&
            ((g->stamp != 0 && e->stamp == g->stamp) ||
@@ -2244,7 +2400,9 @@ static int cu_end_forward(mf_backend *b, const mf_graph *g, const mf_exec_args *
         c->d2h_id = e->d2h_id; /* the graph made the early logits copy (if it captured one) */
         c->d2h_host = e->out_host;
         c->d2h_bytes = e->d2h_bytes;
-        c->n_d2h_chunked += e->d2h_bytes != 0;
+        c->d2h_zc = e->d2h_zc;
+        c->n_d2h_chunked += e->d2h_bytes != 0 && !e->d2h_zc;
+        c->n_zc += e->d2h_bytes != 0 && e->d2h_zc;
         c->fruitless = 0;
         return 0;
     }
@@ -2256,6 +2414,7 @@ static int cu_end_forward(mf_backend *b, const mf_graph *g, const mf_exec_args *
             trace_graph(c, "cudaGraphLaunch(first)", c->n_rec);
             e->d2h_id = c->d2h_id; /* what the captured calls copied early (run_head_chunks) */
             e->d2h_bytes = c->d2h_host == e->out_host ? c->d2h_bytes : 0;
+            e->d2h_zc = c->d2h_zc;
             CU_TRY(cudaGraphLaunch(e->exec, c->stream));
             c->n_captures++;
             if (++c->fruitless >= FRUITLESS_MAX) {
@@ -2300,6 +2459,7 @@ static int cu_end_forward(mf_backend *b, const mf_graph *g, const mf_exec_args *
     e->attn_short = c->attn_short;
     e->short_rope = c->short_rope;
     e->out_host = lc_key(c, a);
+    e->zc = c->logits_zc;
     memcpy(e->scr, c->scr, sizeof e->scr);
     e->used = ++c->ge_clock;
     return 0;
@@ -2458,6 +2618,12 @@ static int mma_cfg_from_env(void) {
     return c >= 0 && c < MF_CU_MMA_N_CFG ? (int)c : 2;
 }
 
+/* MINFER_CUDA_FFN_Q8B's value as the block form it names: 0 off, 1 ..
+ * MF_CU_Q8B_FORMS that form, anything else form 1 (on, today's kernel). */
+static int ffn_q8b_form(int64_t v) {
+    return v >= 0 && v <= MF_CU_Q8B_FORMS ? (int)v : 1;
+}
+
 /* The int8 GEMV's kernel choice as the environment asks (at creation, and
  * when a test hands the choice back). */
 static void gemv_from_env(cu_ctx *c) {
@@ -2468,7 +2634,7 @@ static void gemv_from_env(cu_ctx *c) {
     const int64_t u = mf_env_int("MINFER_CUDA_GEMV_V4", c->gemv_v1 || !c->gemv_auto ? 0 : -1);
     c->gemv_v4 = u >= -1 && u <= 2 ? (int)u : -1;
     c->qkv_mix = mf_env_int("MINFER_CUDA_QKV_MIX", 1) != 0; /* on: H200 device run 2 of session 6 (PERF.md entry 16) */
-    c->ffn_q8b = mf_env_int("MINFER_CUDA_FFN_Q8B", 1) != 0; /* on: likewise */
+    c->ffn_q8b = ffn_q8b_form(mf_env_int("MINFER_CUDA_FFN_Q8B", 1)); /* on: likewise; 2 .. 5 opt-in forms */
 }
 
 int mf_backend_cuda_new_progress(const mf_weights *w, mf_cuda_progress_fn progress, void *user,
@@ -2507,6 +2673,7 @@ int mf_backend_cuda_new_progress(const mf_weights *w, mf_cuda_progress_fn progre
     c->norm_mm = mf_env_int("MINFER_CUDA_NORM_MM", 1) != 0;
     c->gemv_v2 = mf_env_flag("MINFER_CUDA_GEMV_V2");
     gemv_from_env(c);
+    c->norm_lane = mf_env_flag("MINFER_CUDA_NORM_LANE"); /* opt-in: to be measured */
     /* opt-in: plane copies built after the upload (build_soa); 2: only the types and
      * widths where they measured faster (soa_wanted) */
     c->soa = (int)mf_env_int("MINFER_CUDA_SOA", 0);
@@ -2564,6 +2731,8 @@ int mf_backend_cuda_new_progress(const mf_weights *w, mf_cuda_progress_fn progre
     memset(c->fault, 0, sizeof *c->fault);
     /* opt-in until measured on the H200 (docs/ENV.md): the logits copy overlapped with the lm_head */
     lc_set(c, mf_env_int("MINFER_CUDA_LOGITS_CHUNKS", 0));
+    /* opt-in until measured on the H200 (docs/ENV.md): the lm_head GEMV writes the logits to the host itself */
+    c->logits_zc = mf_env_int("MINFER_CUDA_LOGITS_ZC", 0) == 1;
     if (upload_weights(c, progress, user, err) || build_soa(c, err))
         goto fail;
     mf_log(MF_LOG_INFO, "cuda: using device %d: %s; %llu bytes of weights uploaded", c->device, c->desc,
@@ -2623,7 +2792,7 @@ void mf_cuda_set_gemv_v4(mf_backend *b, int u) {
 }
 
 void mf_cuda_set_ffn_q8b(mf_backend *b, int mode) {
-    CX(b)->ffn_q8b = mode < 0 ? mf_env_int("MINFER_CUDA_FFN_Q8B", 1) != 0 : mode != 0;
+    CX(b)->ffn_q8b = ffn_q8b_form(mode < 0 ? mf_env_int("MINFER_CUDA_FFN_Q8B", 1) : mode);
 }
 
 void mf_cuda_q8_ready_stats(const mf_backend *b, int64_t *read) {
@@ -2698,6 +2867,15 @@ void mf_cuda_set_graphs(mf_backend *b, bool on) {
     c->fruitless = 0;
 }
 
+void mf_cuda_set_norm_lane(mf_backend *b, int mode) {
+    CX(b)->norm_lane = mode < 0 ? mf_env_flag("MINFER_CUDA_NORM_LANE") : mode != 0;
+}
+
+void mf_cuda_norm_lane_stats(const mf_backend *b, int64_t *producers, int64_t *consumers) {
+    *producers = CX(b)->n_nl_prod;
+    *consumers = CX(b)->n_nl_cons;
+}
+
 void mf_cuda_fuse_stats(const mf_backend *b, int64_t *adds, int64_t *norms) {
     *adds = CX(b)->n_fused_add;
     *norms = CX(b)->n_fused_norm;
@@ -2705,6 +2883,15 @@ void mf_cuda_fuse_stats(const mf_backend *b, int64_t *adds, int64_t *norms) {
 
 void mf_cuda_set_logits_chunks(mf_backend *b, int k) {
     lc_set(CX(b), k);
+}
+
+void mf_cuda_set_logits_zc(mf_backend *b, bool on) {
+    CX(b)->logits_zc = on;
+    CX(b)->d2h_bytes = 0;
+}
+
+int64_t mf_cuda_zc_count(const mf_backend *b) {
+    return CX(b)->n_zc;
 }
 
 void mf_cuda_d2h_stats(const mf_backend *b, int64_t *chunked, int64_t *early_reads) {

@@ -87,11 +87,22 @@ void mf_cuda_set_gemv_v4(mf_backend *b, int u);
  * by-product (x_q8_ready: the ATTN_ONE decode's quantized output) since
  * creation; a captured graph counts once, at its capture. */
 void mf_cuda_q8_ready_stats(const mf_backend *b, int64_t *read);
-/* Tests: MINFER_CUDA_FFN_Q8B (opt-in): a decode FUSED_FFN's SwiGLU GEMV also
- * writes the down GEMV's int8 input (that GEMV then launches no quantize
- * kernel). 1 on, 0 off, -1 what the environment says. Graphs captured
- * before keep what they captured. */
+/* Tests: MINFER_CUDA_FFN_Q8B (default on): a decode FUSED_FFN's SwiGLU GEMV
+ * also writes the down GEMV's int8 input (that GEMV then launches no
+ * quantize kernel). 1 .. MF_CU_Q8B_FORMS (cuda_args.h): on, with that block
+ * form of the kernel (1 today's; same bits every form); 0 off; -1 what the
+ * environment says; another value: form 1. Graphs captured before keep
+ * what they captured. */
 void mf_cuda_set_ffn_q8b(mf_backend *b, int mode);
+/* Tests: MINFER_CUDA_NORM_LANE (opt-in): a one-token residual GEMV writes
+ * per-block sums of squares and the FUSED_QKV / FUSED_FFN after its
+ * deferred RMSNORM norms and quantizes its input per lane (no norm-quant
+ * kernel; with FFN_Q8B the block-local SwiGLU GEMV does, block form 1
+ * only: under forms 2 .. MF_CU_Q8B_FORMS the FFN keeps the norm-quant
+ * kernel). 1 on, 0 off, -1 what the environment says; and the launches of
+ * both so far (a captured graph counts once). */
+void mf_cuda_set_norm_lane(mf_backend *b, int mode);
+void mf_cuda_norm_lane_stats(const mf_backend *b, int64_t *producers, int64_t *consumers);
 /* The int8 GEMV's quantizing prologue (opt-in MINFER_CUDA_GEMV_PROLOGUE=1): 0 off
  * (the separate quantize / norm-quant kernels), 1 the auto rule
  * (mf_cu_q8_prologue_rule), 2 wherever it fits; < 0: what the environment
@@ -140,5 +151,15 @@ void mf_cuda_set_logits_chunks(mf_backend *b, int k);
  * graph counts at its capture and at each replay) and read_host calls that
  * found their bytes already copied (only waited) since creation. */
 void mf_cuda_d2h_stats(const mf_backend *b, int64_t *chunked, int64_t *early_reads);
+/* Tests: MINFER_CUDA_LOGITS_ZC=1 as at creation (false: exactly the old
+ * launches and copies): that one-token lm_head, where its v4 GEMV has a ZC
+ * instance, also stores the logits into the hinted host_alloc block itself
+ * (32-byte lines through the block's device alias), so the read only
+ * waits (counted in mf_cuda_d2h_stats' early reads). Takes precedence over
+ * the chunks where both apply. Graphs are keyed on it. _count: forwards
+ * whose lm_head did so (a captured graph counts at its capture and at
+ * each replay). */
+void mf_cuda_set_logits_zc(mf_backend *b, bool on);
+int64_t mf_cuda_zc_count(const mf_backend *b);
 
 #endif
