@@ -127,7 +127,7 @@ if want ops; then
 fi
 if want ops-nopdl; then # the decode-path families again with plain launches (PDL is the default)
     t=$(date +%s)
-    MINFER_CUDA_PDL=0 MINFER_CUDA_TEST_ONLY=${PDL_ONLY:-matmul,getrows,norm,rope,elementwise,attn,qkv,ffn,fuse_add,fuse_norm,gemv_v2,graph,decattn,decsmall,gemv,gemvfuse,lat,attnone,q6k,normmm,qkvmix,ffnq8b,shortrope,soa,d2h,zc,normlane} \
+    MINFER_CUDA_PDL=0 MINFER_CUDA_TEST_ONLY=${PDL_ONLY:-matmul,getrows,norm,rope,elementwise,attn,qkv,ffn,fuse_add,fuse_norm,gemv_v2,graph,decattn,decsmall,gemv,gemvfuse,lat,attnone,q6k,normmm,qkvmix,ffnq8b,shortrope,soa,d2h,zc} \
         timeout 300 "$OPS" >"$LOG/ops-nopdl.log" 2>&1
     rc=$?
     last=$(grep -E "passed, .* failed" "$LOG/ops-nopdl.log" | tail -1)
@@ -137,7 +137,7 @@ if want ops-nopdl; then # the decode-path families again with plain launches (PD
 fi
 if want opsbench; then # kernel-level timings of the session-2 families (never asserted)
     t=$(date +%s)
-    MINFER_CUDA_TEST_BENCH=1 MINFER_CUDA_TEST_ONLY=${OPSBENCH_ONLY:-mma,mmafuse,preattn,decattn,decsmall,gemv,gemvfuse,lat,q6k,attnone,qkvmix,ffnq8b,shortrope,soa,zc,normlane} \
+    MINFER_CUDA_TEST_BENCH=1 MINFER_CUDA_TEST_ONLY=${OPSBENCH_ONLY:-mma,mmafuse,preattn,decattn,decsmall,gemv,gemvfuse,lat,q6k,attnone,qkvmix,ffnq8b,shortrope,soa,zc} \
         timeout 300 "$OPS" >"$OUT/opsbench.log" 2>&1
     rc=$?
     if [ $rc -eq 0 ]; then note opsbench done "$(grep -E "passed, .* failed" "$OUT/opsbench.log" | tail -1) ($(( $(date +%s) - t ))s; opsbench.log)";
@@ -226,8 +226,8 @@ EOF
             >"$LOG/e2e-$arch-base8.json" 2>"$LOG/e2e-$arch-base8.err"
         k=0
         for lever in "MINFER_NO_FUSE_QKV=1 MINFER_NO_FUSE_FFN=1" "MINFER_NO_CUDA_GRAPH=1" "MINFER_CUDA_PDL=0 MINFER_CUDA_GEMV_V1=1" "MINFER_CUDA_GEMV_V3=1" "MINFER_CUDA_GEMV_V4=0 MINFER_CUDA_LAT=0 MINFER_CUDA_MMA_CFG=0" "MINFER_CUDA_ATTN_ONE=0 MINFER_CUDA_GEMV_V4_Q6K=0 MINFER_CUDA_NORM_MM=0" "MINFER_CUDA_FUSE_ROPE=0 MINFER_CUDA_FUSE_NORM=0 MINFER_CUDA_FLASH_PREFILL=0" "MINFER_CUDA_NO_FLASH_DECODE=1" \
-            "MINFER_CUDA_ATTN_SHORT=0" "MINFER_CUDA_SHORT_ROPE=0" "MINFER_CUDA_QKV_MIX=0 MINFER_CUDA_FFN_Q8B=0" "MINFER_CUDA_SOA=1" "MINFER_CUDA_SOA=2" "MINFER_CUDA_LOGITS_CHUNKS=4" "MINFER_CUDA_LOGITS_ZC=1" \
-            "MINFER_CUDA_FFN_Q8B=2" "MINFER_CUDA_FFN_Q8B=4" "MINFER_CUDA_NORM_LANE=1" "MINFER_CUDA_NORM_LANE=1 MINFER_CUDA_LOGITS_ZC=1 MINFER_CUDA_FFN_Q8B=3" ${E2E_LEVER:+"$E2E_LEVER"}; do
+            "MINFER_CUDA_ATTN_SHORT=0" "MINFER_CUDA_SHORT_ROPE=0" "MINFER_CUDA_QKV_MIX=0 MINFER_CUDA_FFN_Q8B=0" "MINFER_CUDA_SOA=1" "MINFER_CUDA_SOA=2" "MINFER_CUDA_LOGITS_CHUNKS=4 MINFER_CUDA_LOGITS_ZC=0" "MINFER_CUDA_LOGITS_ZC=0" \
+            "MINFER_CUDA_FFN_Q8B=1" "MINFER_CUDA_FFN_Q8B=2" "MINFER_CUDA_ATTN_PF=0 MINFER_CUDA_GEMV_V4_PF=1" "MINFER_CUDA_GEMV_V4_PF=2" ${E2E_LEVER:+"$E2E_LEVER"}; do
             k=$((k + 1)); j=$LOG/e2e-$arch-lever$k.json
             env $lever timeout 120 "$DUMP" "$m" --tokens $TOKS --decode 8 --device cuda --cache f32 \
                 >"$j" 2>"$LOG/e2e-$arch-lever$k.err"

@@ -22,8 +22,8 @@
  * MINFER_CUDA_TEST_ONLY=matmul,norm,...: run only these families (matmul,
  * getrows, norm, rope, elementwise, attn, qkv, ffn, fuse_add, fuse_norm,
  * gemv_v2, graph, misc, mma, mmafuse, decattn, preattn, gemv, decsmall,
- * gemvfuse, lat, attnone, attnshort, q6k, normmm, qkvmix, ffnq8b, soa, shortrope, d2h, zc,
- * normlane); racecheck runs the shared-memory families this way.
+ * gemvfuse, lat, attnone, attnshort, q6k, normmm, qkvmix, ffnq8b, soa, shortrope, d2h,
+ * zc); racecheck runs the shared-memory families this way.
  * The fusion levers (MINFER_CUDA_FUSE_GEMV / _ROPE / _ADD / _NORM,
  * MINFER_CUDA_GEMV_V2, MINFER_CUDA_FLASH_PREFILL; docs/ENV.md says which are
  * on by default) are run on and off through their test hooks
@@ -213,28 +213,6 @@
  * (mf_cuda_q8_ready_stats), vs float64. MINFER_CUDA_TEST_BENCH=1: today vs
  * q8b=1 .. 5 us per FFN tail (norm-quant, gate/up, [quantize], down +
  * residual; PDL chain, weights from HBM) at 0.5B Q4_0 / Q5_0 and 1.5B Q4_K.
- * Family normlane: MINFER_CUDA_NORM_LANE (opt-in; gemv_q8v4.cu: the
- * residual GEMV writes per-block double sums of squares, the GEMV after
- * the folded RMSNorm sums them and norms + quantizes its input per lane;
- * args fields nl_part_out / nl_part_in / nl_n_part) at nt 1: residual
- * GEMV 4864 -> 896 (Q4_0 / Q4_K / Q8_0), 8960 -> 1536 (Q6_K), 8192 ->
- * 2048 (Q4_0), odd row counts, then a QKV of Q4_0 / Q5_0 + Q8_0 (one mixed
- * launch) / Q8_0; o GEMV 896 / 1536 then gate/up + SwiGLU (FFN_Q8B's
- * block-local form Q4_0 / Q8_0 with the int8 h, the v4 form Q5_0):
- * the residual output bitwise today's, the partials' sum vs a host double
- * sum (1e-12), the QKV (h) vs float64 (3e-2, 6e-2) and vs today's chain
- * (1e-2, 2e-2), three runs with PDL on and one off bitwise equal (outputs,
- * partials, int8 h poisoned), no norm-quant launch
- * (mf_cu_q8_norm_quant_count); the rules and refused launches (u2, v4 off,
- * prologue, no residual, nt 2; n_in 3584, gate / up types differ, an
- * output over x, Q4_K); a CUDA graph of the chain (PDL on, off) replayed
- * 4 steps bitwise the plain chain; through the backend (hook
- * mf_cuda_set_norm_lane) MATMUL -> ADD -> RMSNORM -> FUSED_QKV and
- * MATMUL -> ADD -> RMSNORM -> FUSED_FFN -> MATMUL -> ADD over 4 steps:
- * graphs == plain bitwise, on vs off (1e-2, 2e-2), the norm-quant launch
- * gone (mf_cuda_norm_lane_stats). MINFER_CUDA_TEST_BENCH=1: today vs lane
- * us per residual GEMV + [norm-quant] + consumer (PDL chain, weights from
- * HBM) at 0.5B Q4_0 / Q4_K_M / 1.5B QKV and 0.5B gate/up (both forms).
  * Family soa: MINFER_CUDA_SOA (soa.cu: plane copies of Q4_0 / Q5_0 / Q8_0
  * weights; q8w_soa.cuh: their v4 decoders; args fields w_soa / soa_stride)
  * for each of the three types at 896 -> 896 / 128 / 4864 / 151936 (the
@@ -4752,9 +4730,11 @@ static void as_case(int32_t nh, int32_t nkv, int32_t hd, int64_t n_past, int64_t
             b.n_past = 0; /* must be ignored */
         }
         ao_variant_out(&b, v == 2, v, hq, ob, q8o, q8b);
+        mf_cu_set_attn_short_pf(v != 1); /* MINFER_CUDA_ATTN_PF: the same bits with the L2 prefetch */
         ds_sync("attnshort variant", mf_cu_attn_short(&b, 0, st), st);
         ao_variant_cmp(&b, ob, qd * nt, ys, q8o, q8used, s8, &n_nan, &same, &q8same);
     }
+    mf_cu_set_attn_short_pf(-1);
     char name[160], sub[220];
     snprintf(name, sizeof name, "attnshort %-4s heads %d/%d hd %d n_past %lld nt %lld", mf_type_name(kvt), nh, nkv, hd,
              (long long)n_past, (long long)nt);
@@ -4771,7 +4751,8 @@ static void as_case(int32_t nh, int32_t nkv, int32_t hd, int64_t n_past, int64_t
     snprintf(sub, sizeof sub, "%s: q8out == quantize kernel", name);
     check_true(sub, !memcmp(s8, hr, q8used) && !memcmp(s84, hr4, q8used), "(bitwise: q, d, half sums; 12 and 4 warps)");
     snprintf(sub, sizeof sub, "%s: n_past_dev, no q8out%s == plain", name, nt == 3 ? ", in place" : "");
-    check_true(sub, same && q8same && n_nan == 0, "(bitwise out and q8out, no NaN)");
+    check_true(sub, same && q8same && n_nan == 0,
+               "(bitwise out and q8out, no NaN; ATTN_PF prefetch on in the n_past_dev and in-place runs)");
     cudaFree(kc); cudaFree(vc); cudaFree(dy); cudaFree(q8r); cudaFree(dp); cudaFree(q8o); cudaFree(dq); cudaFree(dout);
     free(fk); free(fv); free(hk); free(hv); free(hq); free(ref); free(s8); free(ys); free(yo); free(hr);
     free(s84); free(y4); free(hr4);
@@ -5136,7 +5117,9 @@ static void sr_case(int32_t nh, int32_t nkv, int32_t hd, int32_t n_rot, int mode
         sr_dev_new(&n, &c, v == 1, v == 1 ? 0x7f : 0xff);
         if (v == 2)
             n.a.q8out = NULL;
+        mf_cu_set_attn_short_pf(v > 0); /* MINFER_CUDA_ATTN_PF: the same bits with the L2 prefetch */
         const cudaError_t e = mf_cu_attn_short_rope(&n.a, &n.rs, st);
+        mf_cu_set_attn_short_pf(-1);
         launched_ok = launched_ok && e == cudaSuccess;
         ds_sync("shortrope fused", e, st);
         float *yn = ds_get(n.out, ob), *qn_ = ds_get(n.q, ob), *kn_ = ds_get(n.k, (size_t)kvd * 4);
@@ -5181,7 +5164,7 @@ static void sr_case(int32_t nh, int32_t nkv, int32_t hd, int32_t n_rot, int mode
            "(cache rounding)");
     snprintf(sub, sizeof sub, "%s: == rope_store + attn_short", name);
     check_true(sub, launched_ok && same && cache_same && q8same,
-               "(bitwise: out, q8out, whole K / V caches; plain, n_past_dev, no q8out)");
+               "(bitwise: out, q8out, whole K / V caches; plain, n_past_dev + ATTN_PF, no q8out + ATTN_PF)");
     snprintf(sub, sizeof sub, "%s: inputs and q output untouched", name);
     check_true(sub, untouched, "(raw q / k / v, rope-store q output still poison)");
     sr_dev_free(&o);
@@ -7878,786 +7861,6 @@ static void ffnq8b_family(void) {
     fq_bench(&c[3]);
 }
 
-/* ---- the RMSNorm split between the residual GEMV and the QKV GEMV (family "normlane") ------- */
-
-/* One shape of family normlane: the residual GEMV (down + residual, ff -> d
- * of type tp) and the GEMV after the norm (n_w weights d -> n_out[k] of
- * types t[k]: a QKV), registered as nl.<what>.{p,0,1,2}, biases
- * nl.<what>.b<k>, the norm weight nl.<what>.norm. */
-typedef struct nl_spec {
-    const char *what;
-    uint32_t tp;
-    int64_t ff, d;
-    int n_w;
-    uint32_t t[3];
-    int64_t n_out[3];
-    int ffn; /* 0: a QKV; 1: gate/up + SwiGLU on the v4 instance; 2: ... FFN_Q8B's block-local form (q8out) */
-} nl_spec;
-
-static int nl_specs(nl_spec *c) {
-    int n = 0;
-    c[n++] = (nl_spec){"0.5B-q4_0", MF_TYPE_Q4_0, 4864, 896, 3, {MF_TYPE_Q4_0, MF_TYPE_Q4_0, MF_TYPE_Q4_0},
-                       {896, 128, 128}, 0};
-    /* the Q4_K_M mix: Q5_0 Q/K, Q8_0 V (two consumer launches), a Q4_K producer */
-    c[n++] = (nl_spec){"0.5B-q4_k_m", MF_TYPE_Q4_K, 4864, 896, 3, {MF_TYPE_Q5_0, MF_TYPE_Q5_0, MF_TYPE_Q8_0},
-                       {896, 128, 128}, 0};
-    c[n++] = (nl_spec){"0.5B-q8_0", MF_TYPE_Q8_0, 4864, 896, 3, {MF_TYPE_Q8_0, MF_TYPE_Q8_0, MF_TYPE_Q8_0},
-                       {896, 128, 128}, 0};
-    c[n++] = (nl_spec){"1.5B-q6_k", MF_TYPE_Q6_K, 8960, 1536, 3, {MF_TYPE_Q5_0, MF_TYPE_Q5_0, MF_TYPE_Q8_0},
-                       {1536, 256, 256}, 0};
-    /* 64 units: two warps a row pair where the plan gives them (ks 2) */
-    c[n++] = (nl_spec){"2048-q4_0", MF_TYPE_Q4_0, 8192, 2048, 3, {MF_TYPE_Q4_0, MF_TYPE_Q4_0, MF_TYPE_Q4_0},
-                       {2048, 256, 256}, 0};
-    /* odd run lengths: half-empty last row pairs in producer and consumer */
-    c[n++] = (nl_spec){"odd-rows", MF_TYPE_Q5_0, 4864, 896, 3, {MF_TYPE_Q4_0, MF_TYPE_Q4_0, MF_TYPE_Q8_0},
-                       {97, 32, 65}, 0};
-    /* the FFN side: o GEMV + residual, then gate/up + SwiGLU (FFN_Q8B's form and the v4 one) */
-    c[n++] = (nl_spec){"0.5B-ffn-q8b", MF_TYPE_Q4_0, 896, 896, 2, {MF_TYPE_Q4_0, MF_TYPE_Q4_0}, {4864, 4864}, 2};
-    c[n++] = (nl_spec){"0.5B-ffn-v4", MF_TYPE_Q5_0, 896, 896, 2, {MF_TYPE_Q5_0, MF_TYPE_Q5_0}, {4864, 4864}, 1};
-    c[n++] = (nl_spec){"1.5B-ffn-q8b", MF_TYPE_Q8_0, 1536, 1536, 2, {MF_TYPE_Q8_0, MF_TYPE_Q8_0}, {8960, 8960}, 2};
-    return n;
-}
-
-static void nl_wname(char *buf, size_t n, const nl_spec *s, const char *k) {
-    snprintf(buf, n, "nl.%s.%s", s->what, k);
-}
-
-/* the backend case's FUSED_QKV (qwen2 0.5B Q4_0 heads) */
-static const qkv_spec nl_qkv = {MF_TYPE_Q4_0, 896, 14, 2, 64, true, false, MF_ROPE_NEOX, 0};
-
-static void normlane_weights(void) {
-    nl_spec c[8];
-    const int n = nl_specs(c);
-    for (int i = 0; i < n; i++) {
-        char wn[96], k[8];
-        nl_wname(wn, sizeof wn, &c[i], "p");
-        add_weight(wn, c[i].tp, c[i].ff, c[i].d);
-        for (int j = 0; j < c[i].n_w; j++) {
-            snprintf(k, sizeof k, "%d", j);
-            nl_wname(wn, sizeof wn, &c[i], k);
-            add_weight(wn, c[i].t[j], c[i].d, c[i].n_out[j]);
-            snprintf(k, sizeof k, "b%d", j);
-            nl_wname(wn, sizeof wn, &c[i], k);
-            add_f32(wn, c[i].n_out[j], 0.5f, 0.0f);
-        }
-        nl_wname(wn, sizeof wn, &c[i], "norm");
-        add_f32(wn, c[i].d, 0.5f, 1.0f);
-    }
-    qkv_weights(&nl_qkv);
-    add_weight("nl.down.q4_0.4864x896", MF_TYPE_Q4_0, 4864, 896);
-    add_weight("nl.o.q4_0.896x896", MF_TYPE_Q4_0, 896, 896);
-    add_weight("nl.gate.q4_0.896x4864", MF_TYPE_Q4_0, 896, 4864);
-    add_weight("nl.up.q4_0.896x4864", MF_TYPE_Q4_0, 896, 4864);
-    add_f32("nl.norm.896", 896, 0.5f, 1.0f);
-}
-
-/* Device buffers of one normlane case: weights (+256 bytes), biases, the
- * norm weight, h (the residual GEMV's input), the residual r, its output z,
- * the QKV outputs y, the q8 scratch (room for either input) and the
- * partials. */
-typedef struct nl_dev {
-    void *wp, *w[3], *q8, *q8o;
-    float *b[3], *nw, *h, *r, *z, *y[3];
-    double *part;
-} nl_dev;
-
-static void nl_dev_new(const nl_spec *s, nl_dev *d) {
-    char wn[96], k[8];
-    memset(d, 0, sizeof *d);
-    nl_wname(wn, sizeof wn, s, "p");
-    d->wp = gf_wdev(wn);
-    for (int j = 0; j < s->n_w; j++) {
-        snprintf(k, sizeof k, "%d", j);
-        nl_wname(wn, sizeof wn, s, k);
-        d->w[j] = gf_wdev(wn);
-        snprintf(k, sizeof k, "b%d", j);
-        nl_wname(wn, sizeof wn, s, k);
-        d->b[j] = ds_put(wf32(wn), (size_t)s->n_out[j] * 4);
-        d->y[j] = ds_alloc((size_t)s->n_out[j] * 4, 0xff);
-    }
-    nl_wname(wn, sizeof wn, s, "norm");
-    d->nw = ds_put(wf32(wn), (size_t)s->d * 4);
-    d->q8 = ds_alloc(mf_cu_q8_bytes(s->ff > s->d ? s->ff : s->d, 1), 0x5a);
-    d->q8o = ds_alloc(mf_cu_q8_bytes(s->n_out[0], 1), 0x5a);
-    d->h = ds_alloc((size_t)s->ff * 4, 0);
-    d->r = ds_alloc((size_t)s->d * 4, 0);
-    d->z = ds_alloc((size_t)s->d * 4, 0xff);
-    d->part = ds_alloc(8192 * sizeof(double), 0xff);
-}
-
-static void nl_dev_free(const nl_spec *s, nl_dev *d) {
-    cudaFree(d->wp); cudaFree(d->q8); cudaFree(d->q8o); cudaFree(d->nw); cudaFree(d->h); cudaFree(d->r); cudaFree(d->z);
-    cudaFree(d->part);
-    for (int j = 0; j < s->n_w; j++) {
-        cudaFree(d->w[j]); cudaFree(d->b[j]); cudaFree(d->y[j]);
-    }
-}
-
-/* the residual GEMV (FUSE_ADD's form, z = r + W h), writing partials when part is set */
-static mf_cu_q8_multi_args nl_prod_args(const nl_spec *s, const nl_dev *d, double *part) {
-    mf_cu_q8_multi_args a = {.n_w = 1, .x = d->h, .n_in = s->ff, .nt = 1, .q8 = d->q8, .gemv_auto = 1,
-                             .gemv_v4 = -1, .nl_part_out = part};
-    a.wtype[0] = s->tp;
-    a.w[0] = d->wp;
-    a.row_bytes[0] = mf_type_row_size(s->tp, s->ff);
-    a.res[0] = d->r;
-    a.y[0] = d->z;
-    a.n_out[0] = s->d;
-    return a;
-}
-
-/* the QKV (or gate/up + SwiGLU) on RMSNorm(z) (FUSE_NORM's form), from np partials when part is set */
-static mf_cu_q8_multi_args nl_cons_args(const nl_spec *s, const nl_dev *d, const double *part, int64_t np) {
-    mf_cu_q8_multi_args a = {.n_w = s->n_w, .swiglu = s->ffn != 0, .x = d->z, .n_in = s->d, .nt = 1, .q8 = d->q8,
-                             .norm = 1, .norm_w = d->nw, .norm_eps = 1e-6f, .gemv_auto = 1, .gemv_v4 = -1,
-                             .qkv_mix = 1, .q8out = s->ffn == 2 ? d->q8o : NULL, .nl_part_in = part,
-                             .nl_n_part = (int32_t)np};
-    for (int k = 0; k < s->n_w; k++) {
-        a.wtype[k] = s->t[k];
-        a.w[k] = d->w[k];
-        a.row_bytes[k] = mf_type_row_size(s->t[k], s->d);
-        a.bias[k] = d->b[k];
-        a.y[k] = d->y[k];
-        a.n_out[k] = s->n_out[k];
-    }
-    return a;
-}
-
-/* Consumer launches a lane chain makes: one (SwiGLU; a QKV of two type runs
- * with a mixed instance: Q5_0 + Q8_0, Q4_0 + Q5_0), else one per type run. */
-static int64_t nl_runs(const nl_spec *s) {
-    if (s->ffn)
-        return 1;
-    int64_t r = 1;
-    for (int k = 1; k < s->n_w; k++)
-        r += s->t[k] != s->t[k - 1];
-    const bool mix = r == 2 && ((s->t[0] == MF_TYPE_Q5_0 && s->t[s->n_w - 1] == MF_TYPE_Q8_0) ||
-                                (s->t[0] == MF_TYPE_Q4_0 && s->t[s->n_w - 1] == MF_TYPE_Q5_0) ||
-                                (s->t[0] == MF_TYPE_Q8_0 && s->t[s->n_w - 1] == MF_TYPE_Q5_0) ||
-                                (s->t[0] == MF_TYPE_Q5_0 && s->t[s->n_w - 1] == MF_TYPE_Q4_0));
-    return mix ? 1 : r;
-}
-
-/* output arrays of a chain: the QKV's three, SwiGLU's h */
-static int nl_ny(const nl_spec *s) {
-    return s->ffn ? 1 : s->n_w;
-}
-
-static int64_t nl_outs(const nl_spec *s) {
-    int64_t n = 0;
-    for (int k = 0; k < nl_ny(s); k++)
-        n += s->n_out[k];
-    return n;
-}
-
-/* The outputs of one chain (the QKV's concatenated, or h), z, the
- * partials and (FFN_Q8B form) the int8 h. */
-typedef struct nl_out {
-    float *y, *z;
-    double *part;
-    uint8_t *q;
-} nl_out;
-
-static void nl_read(const nl_spec *s, const nl_dev *d, int64_t np, nl_out *o) {
-    o->y = malloc((size_t)nl_outs(s) * 4);
-    int64_t at = 0;
-    for (int k = 0; k < nl_ny(s); k++) {
-        cudaMemcpy(o->y + at, d->y[k], (size_t)s->n_out[k] * 4, cudaMemcpyDeviceToHost);
-        at += s->n_out[k];
-    }
-    o->z = ds_get(d->z, (size_t)s->d * 4);
-    o->part = np > 0 ? ds_get(d->part, (size_t)np * sizeof(double)) : NULL;
-    o->q = s->ffn == 2 ? ds_get(d->q8o, fq_q8_used(s->n_out[0])) : NULL;
-}
-
-static void nl_out_free(nl_out *o) {
-    free(o->y); free(o->z); free(o->part); free(o->q);
-}
-
-/* Runs one chain on fresh poison: lane (partials + per-lane norm) or
- * today's (plain residual GEMV, the QKV with its norm-quant kernel). */
-static void nl_chain(const nl_spec *s, nl_dev *d, bool lane, int64_t np, int poison, cudaStream_t st, nl_out *o) {
-    for (int k = 0; k < s->n_w; k++)
-        cudaMemset(d->y[k], poison, (size_t)s->n_out[k] * 4);
-    cudaMemset(d->z, poison, (size_t)s->d * 4);
-    cudaMemset(d->part, poison, 8192 * sizeof(double));
-    cudaMemset(d->q8o, poison ^ 0x5a, fq_q8_used(s->n_out[0]));
-    const mf_cu_q8_multi_args pa = nl_prod_args(s, d, lane ? d->part : NULL);
-    const mf_cu_q8_multi_args ca = nl_cons_args(s, d, lane ? d->part : NULL, np);
-    cudaError_t e = mf_cu_gemv_q8_multi(&pa, st);
-    if (e == cudaSuccess)
-        e = mf_cu_gemv_q8_multi(&ca, st);
-    ds_sync(lane ? "normlane chain" : "normlane today's chain", e, st);
-    nl_read(s, d, lane ? np : 0, o);
-}
-
-/* One case through the launchers at nt 1: run 0 today's chain (residual
- * GEMV, norm-quant kernel + QKV), runs 1-3 the lane chain with PDL on, run
- * 4 with PDL off, outputs and partials poisoned per run. The residual
- * output z bitwise today's in every run; the partials (count = the rule's,
- * mf_cu_gemv_q8_nl_parts) summed vs a host double sum over z (1e-12
- * relative), each >= 0; the QKV outputs vs float64 on the read-back z
- * (3e-2, the int8 GEMV's) and vs today's (1e-2: only the scale's rounding
- * differs); runs 2-4 bitwise run 1; the norm-quant kernel launched only by
- * today's chain (mf_cu_q8_norm_quant_count) and the lane instances once
- * (producer) and once per type run (consumer) per lane chain. */
-static void nl_test(const nl_spec *s) {
-    const int64_t D = s->d, F = s->ff, N = nl_outs(s);
-    char wn[96], nn[96], name[200], sub[300], det[240];
-    nl_wname(nn, sizeof nn, s, "norm");
-    float *h = rand_vec(F, 1.0f), *r = rand_vec(D, 2.0f);
-    for (int64_t i = 0; i < D; i += 61) /* a few large residual values: units of mixed scale */
-        r[i] *= 8.0f;
-    nl_dev d;
-    nl_dev_new(s, &d);
-    cudaMemcpy(d.h, h, (size_t)F * 4, cudaMemcpyHostToDevice);
-    snprintf(name, sizeof name, "normlane %-12s %s %lld->%lld, %s", s->what, mf_type_name(s->tp), (long long)F,
-             (long long)D, s->ffn ? "gate/up" : "qkv");
-    const mf_cu_q8_multi_args rule = nl_prod_args(s, &d, NULL);
-    const int64_t np = mf_cu_gemv_q8_nl_parts(&rule);
-    const mf_cu_q8_multi_args crule = nl_cons_args(s, &d, NULL, 0);
-    snprintf(sub, sizeof sub, "%s: taken by the rules", name);
-    snprintf(det, sizeof det, "(partials %lld, consumer ok %d)", (long long)np, mf_cu_gemv_q8_nl_consume_ok(&crule));
-    check_true(sub, np > 0 && np <= 8192 && mf_cu_gemv_q8_nl_consume_ok(&crule) == 1, det);
-    if (np <= 0 || np > 8192) {
-        nl_dev_free(s, &d);
-        free(h); free(r);
-        return;
-    }
-    const bool pdl0 = mf_env_int("MINFER_CUDA_PDL", MF_CU_PDL_DEFAULT) != 0;
-    static const int poison[5] = {0xff, 0xfe, 0xff, 0x7f, 0xfe};
-    cudaStream_t st;
-    cudaStreamCreate(&st);
-    nl_out o[5];
-    int64_t nq[5], pc[5], cc[5];
-    for (int run = 0; run < 5; run++) {
-        cudaMemcpy(d.r, r, (size_t)D * 4, cudaMemcpyHostToDevice);
-        mf_cu_set_pdl(run == 4 ? 0 : 1);
-        const int64_t q0 = mf_cu_q8_norm_quant_count(), p0 = mf_cu_q8v4_nl_count(0), c0 = mf_cu_q8v4_nl_count(1);
-        nl_chain(s, &d, run > 0, np, poison[run], st, &o[run]);
-        nq[run] = mf_cu_q8_norm_quant_count() - q0;
-        pc[run] = mf_cu_q8v4_nl_count(0) - p0;
-        cc[run] = mf_cu_q8v4_nl_count(1) - c0;
-    }
-    mf_cu_set_pdl(pdl0);
-    /* float64 on today's z (z is bitwise the same in every run, checked below) */
-    double *xn = malloc((size_t)D * sizeof *xn), *ref = malloc((size_t)N * sizeof *ref);
-    ref_rmsnorm(o[0].z, wf32(nn), xn, D, 1, 1e-6f);
-    float *xnf = malloc((size_t)D * 4);
-    for (int64_t i = 0; i < D; i++)
-        xnf[i] = (float)xn[i];
-    int64_t at = 0;
-    double *up = s->ffn ? malloc((size_t)s->n_out[1] * sizeof *up) : NULL;
-    for (int k = 0; k < s->n_w; k++) {
-        char key[8], bn[96];
-        snprintf(key, sizeof key, "%d", k);
-        nl_wname(wn, sizeof wn, s, key);
-        snprintf(key, sizeof key, "b%d", k);
-        nl_wname(bn, sizeof bn, s, key);
-        ref_matmul(wn, xnf, D, s->n_out[k], 1, bn, s->ffn && k == 1 ? up : ref + at);
-        at += s->ffn ? 0 : s->n_out[k];
-    }
-    if (s->ffn) { /* h = silu(gate) * up */
-        for (int64_t i = 0; i < N; i++)
-            ref[i] = ref[i] / (1 + exp(-ref[i])) * up[i];
-        free(up);
-    }
-    const double tol = s->ffn ? 6e-2 : 3e-2, tol_today = s->ffn ? 2e-2 : 1e-2;
-    double ss = 0.0;
-    for (int64_t i = 0; i < D; i++)
-        ss += (double)o[0].z[i] * (double)o[0].z[i];
-    double *yt = malloc((size_t)N * sizeof *yt);
-    for (int64_t i = 0; i < N; i++)
-        yt[i] = o[0].y[i];
-    static const char *const rn[5] = {"today", "lane", "lane #2", "lane #3", "lane pdl0"};
-    for (int run = 0; run < 5; run++) {
-        snprintf(sub, sizeof sub, "%s [%s]: %s vs float64", name, rn[run], s->ffn ? "h" : "qkv");
-        result(sub, rel_err(o[run].y, ref, N), tol, count_nan(o[run].y, N), NULL);
-        snprintf(sub, sizeof sub, "%s [%s]: residual output == today's", name, rn[run]);
-        check_true(sub, memcmp(o[run].z, o[0].z, (size_t)D * 4) == 0, "(bitwise)");
-        if (run == 0)
-            continue;
-        double ps = 0.0;
-        bool pos = true;
-        for (int64_t i = 0; i < np; i++) {
-            ps += o[run].part[i];
-            pos = pos && o[run].part[i] >= 0.0;
-        }
-        snprintf(sub, sizeof sub, "%s [%s]: %lld partials vs host double sum", name, rn[run], (long long)np);
-        result(sub, fabs(ps - ss) / (ss > 0 ? ss : 1.0), 1e-12, pos ? 0 : 1, NULL);
-        snprintf(sub, sizeof sub, "%s [%s]: %s vs today's", name, rn[run], s->ffn ? "h" : "qkv");
-        result(sub, rel_err(o[run].y, yt, N), tol_today, count_nan(o[run].y, N), NULL);
-        if (run == 1)
-            continue;
-        snprintf(sub, sizeof sub, "%s [%s] == [lane]", name, rn[run]);
-        const bool sy = memcmp(o[run].y, o[1].y, (size_t)N * 4) == 0,
-                   sp = memcmp(o[run].part, o[1].part, (size_t)np * sizeof(double)) == 0,
-                   sq = s->ffn != 2 || memcmp(o[run].q, o[1].q, fq_q8_used(s->n_out[0])) == 0;
-        snprintf(det, sizeof det, "(bitwise: %s %s, partials %s, int8 h %s)", s->ffn ? "h" : "qkv",
-                 sy ? "same" : "DIFFERS", sp ? "same" : "DIFFERS", s->ffn != 2 ? "-" : sq ? "same" : "DIFFERS");
-        check_true(sub, sy && sp && sq, det);
-    }
-    snprintf(sub, sizeof sub, "%s: norm-quant launch gone", name);
-    snprintf(det, sizeof det, "(norm-quant today %lld, lane %lld %lld %lld %lld; producer %lld, consumer %lld "
-             "per lane chain)", (long long)nq[0], (long long)nq[1], (long long)nq[2], (long long)nq[3],
-             (long long)nq[4], (long long)pc[1], (long long)cc[1]);
-    bool cnt = nq[0] == 1 && pc[0] == 0 && cc[0] == 0;
-    for (int run = 1; run < 5; run++)
-        cnt = cnt && nq[run] == 0 && pc[run] == 1 && cc[run] == nl_runs(s);
-    check_true(sub, cnt, det);
-    for (int run = 0; run < 5; run++)
-        nl_out_free(&o[run]);
-    cudaStreamDestroy(st);
-    nl_dev_free(s, &d);
-    free(h); free(r); free(xn); free(ref); free(xnf); free(yt);
-}
-
-/* Where the rules say no, the lane launch is refused (cudaErrorInvalidValue)
- * before anything runs: producer with two slices forced, v4 off, the
- * prologue, no residual, nt 2; consumer at n_in 3584 (7B), with a Q4_K
- * weight, SwiGLU, v4 off, an output overlapping x. */
-static void nl_rule(const nl_spec *s) {
-    nl_dev d;
-    nl_dev_new(s, &d);
-    cudaStream_t st;
-    cudaStreamCreate(&st);
-    char name[160], det[120];
-    for (int c = 0; c < 5; c++) {
-        mf_cu_q8_multi_args a = nl_prod_args(s, &d, d.part);
-        static const char *const why[5] = {"u2 forced", "v4 off", "prologue", "no residual", "nt 2"};
-        if (c == 0) a.gemv_v4 = 2;
-        if (c == 1) a.gemv_v4 = 0;
-        if (c == 2) a.prologue = 2;
-        if (c == 3) a.res[0] = NULL;
-        if (c == 4) a.nt = 2;
-        const int64_t np = mf_cu_gemv_q8_nl_parts(&a);
-        const cudaError_t e = mf_cu_gemv_q8_multi(&a, st);
-        cudaGetLastError();
-        snprintf(name, sizeof name, "normlane rule: producer %s refused", why[c]);
-        snprintf(det, sizeof det, "(parts %lld, launch %s)", (long long)np, cudaGetErrorName(e));
-        check_true(name, np == 0 && e == cudaErrorInvalidValue, det);
-    }
-    for (int c = 0; c < 4; c++) {
-        mf_cu_q8_multi_args a = nl_cons_args(s, &d, d.part, 4);
-        static const char *const why[4] = {"n_in 3584", "gate / up types differ", "v4 off", "output overlapping x"};
-        if (c == 0) a.n_in = 3584;
-        if (c == 1) { a.swiglu = 1; a.n_w = 2; a.n_out[1] = a.n_out[0]; a.wtype[1] = MF_TYPE_Q8_0; }
-        if (c == 2) a.gemv_v4 = 0;
-        if (c == 3) a.y[0] = (float *)a.x;
-        const int ok = mf_cu_gemv_q8_nl_consume_ok(&a);
-        /* n_in 3584: the buffers are 896 wide, so only the rule is asked */
-        const cudaError_t e = c == 0 ? cudaSuccess : mf_cu_gemv_q8_multi(&a, st);
-        cudaGetLastError();
-        snprintf(name, sizeof name, "normlane rule: consumer %s refused", why[c]);
-        snprintf(det, sizeof det, "(ok %d, launch %s)", ok, c == 0 ? "not tried" : cudaGetErrorName(e));
-        check_true(name, ok == 0 && (c == 0 || e == cudaErrorInvalidValue), det);
-    }
-    mf_cu_q8_multi_args q = nl_cons_args(s, &d, NULL, 0);
-    q.wtype[0] = MF_TYPE_Q4_K; /* a K type: no consumer instance */
-    check_true("normlane rule: consumer Q4_K refused", mf_cu_gemv_q8_nl_consume_ok(&q) == 0, NULL);
-    cudaStreamDestroy(st);
-    nl_dev_free(s, &d);
-}
-
-/* The combinations with the other session-7 switches that have no lane
- * instance, refused by the rules before anything runs: the FFN_Q8B
- * consumer (s: a block-local shape) with block forms 2 ..
- * MF_CU_Q8B_FORMS (forms 0 / 1 taken); producer and QKV consumer (q: a
- * QKV shape) with y_host (LOGITS_ZC) set; and LOGITS_ZC's rule on a
- * vocab-wide Q8_0 head (taken alone) with nl_part_out, nl_part_in or
- * q8out set. */
-static void nl_combo_rule(const nl_spec *s, const nl_spec *q) {
-    nl_dev d, e;
-    nl_dev_new(s, &d);
-    nl_dev_new(q, &e);
-    cudaStream_t st;
-    cudaStreamCreate(&st);
-    char name[160], det[160];
-    for (int f = 0; f <= MF_CU_Q8B_FORMS; f++) {
-        mf_cu_q8_multi_args a = nl_cons_args(s, &d, d.part, 4);
-        a.q8b_form = f;
-        const int ok = mf_cu_gemv_q8_nl_consume_ok(&a);
-        const int64_t w0 = mf_cu_q8v4_swq8_count(), n0 = mf_cu_q8v4_nl_count(1);
-        const cudaError_t err = f <= 1 ? cudaSuccess : mf_cu_gemv_q8_multi(&a, st);
-        cudaGetLastError();
-        snprintf(name, sizeof name, "normlane combo: FFN_Q8B consumer, block form %d %s", f,
-                 f <= 1 ? "taken" : "refused");
-        snprintf(det, sizeof det, "(ok %d, launch %s, launches %lld / %lld)", ok,
-                 f <= 1 ? "not tried" : cudaGetErrorName(err), (long long)(mf_cu_q8v4_swq8_count() - w0),
-                 (long long)(mf_cu_q8v4_nl_count(1) - n0));
-        const bool refused = ok == 0 && err == cudaErrorInvalidValue && mf_cu_q8v4_swq8_count() == w0 &&
-                             mf_cu_q8v4_nl_count(1) == n0;
-        check_true(name, f <= 1 ? ok == 1 : refused, det);
-    }
-    for (int c = 0; c < 2; c++) { /* y_host: any 32-byte aligned pointer (nothing may be launched) */
-        mf_cu_q8_multi_args a = c ? nl_cons_args(q, &e, e.part, 4) : nl_prod_args(q, &e, e.part);
-        a.y_host = e.z;
-        const int ok = c ? mf_cu_gemv_q8_nl_consume_ok(&a) : mf_cu_gemv_q8_nl_parts(&a) > 0;
-        const int64_t n0 = mf_cu_q8v4_nl_count(c), z0 = mf_cu_q8v4_zc_count();
-        const cudaError_t err = mf_cu_gemv_q8_multi(&a, st);
-        cudaGetLastError();
-        snprintf(name, sizeof name, "normlane combo: %s with y_host (LOGITS_ZC) refused", c ? "consumer" : "producer");
-        snprintf(det, sizeof det, "(ok %d, launch %s)", ok, cudaGetErrorName(err));
-        check_true(name, ok == 0 && err == cudaErrorInvalidValue && mf_cu_q8v4_nl_count(c) == n0 &&
-                             mf_cu_q8v4_zc_count() == z0, det);
-    }
-    mf_cu_q8_multi_args h = {.n_w = 1, .x = e.z, .n_in = 896, .nt = 1, .q8 = e.q8, .gemv_auto = 1, .gemv_v4 = -1};
-    h.wtype[0] = MF_TYPE_Q8_0; /* the rule only: shapes, no buffers read */
-    h.w[0] = e.wp;
-    h.row_bytes[0] = mf_type_row_size(MF_TYPE_Q8_0, 896);
-    h.y[0] = e.y[0];
-    h.n_out[0] = 151936;
-    const int base = mf_cu_gemv_q8_zc_ok(&h);
-    int with[3];
-    for (int c = 0; c < 3; c++) {
-        mf_cu_q8_multi_args a = h;
-        if (c == 0) a.nl_part_out = e.part;
-        if (c == 1) a.nl_part_in = e.part;
-        if (c == 2) a.q8out = e.q8o;
-        with[c] = mf_cu_gemv_q8_zc_ok(&a);
-    }
-    snprintf(det, sizeof det, "(Q8_0 896 x 151936 alone %d; with nl_part_out %d, nl_part_in %d, q8out %d)", base,
-             with[0], with[1], with[2]);
-    check_true("normlane combo: LOGITS_ZC's rule refuses the lane and q8out fields", base == 1 && with[0] == 0 &&
-               with[1] == 0 && with[2] == 0, det);
-    cudaStreamSynchronize(st);
-    cudaStreamDestroy(st);
-    nl_dev_free(s, &d);
-    nl_dev_free(q, &e);
-}
-
-/* A CUDA graph of the lane chain (PDL on, off) replayed 4 steps with new
- * residual inputs: outputs and partials bitwise the chain launched plainly
- * on the same inputs, no norm-quant launch at capture, no launch counted
- * in replays. */
-static void nl_graph(const nl_spec *s) {
-    enum { STEPS = 4 };
-    const int64_t D = s->d, F = s->ff, N = nl_outs(s);
-    float *h = rand_vec(F, 1.0f), *rs = rand_vec(D * STEPS, 2.0f);
-    nl_dev d;
-    nl_dev_new(s, &d);
-    cudaMemcpy(d.h, h, (size_t)F * 4, cudaMemcpyHostToDevice);
-    const mf_cu_q8_multi_args rule = nl_prod_args(s, &d, NULL);
-    const int64_t np = mf_cu_gemv_q8_nl_parts(&rule);
-    const bool pdl0 = mf_env_int("MINFER_CUDA_PDL", MF_CU_PDL_DEFAULT) != 0;
-    cudaStream_t st;
-    cudaStreamCreate(&st);
-    for (int pdl = 1; pdl >= 0; pdl--) {
-        mf_cu_set_pdl(pdl);
-        nl_out ref[STEPS];
-        for (int t = 0; t < STEPS; t++) {
-            cudaMemcpy(d.r, rs + t * D, (size_t)D * 4, cudaMemcpyHostToDevice);
-            nl_chain(s, &d, true, np, 0xff, st, &ref[t]);
-        }
-        const mf_cu_q8_multi_args pa = nl_prod_args(s, &d, d.part);
-        const mf_cu_q8_multi_args ca = nl_cons_args(s, &d, d.part, np);
-        const int64_t q0 = mf_cu_q8_norm_quant_count(), c0 = mf_cu_q8v4_nl_count(1);
-        cudaGraph_t gr = NULL;
-        cudaGraphExec_t ge = NULL;
-        cudaError_t e = cudaStreamBeginCapture(st, cudaStreamCaptureModeThreadLocal);
-        if (e == cudaSuccess) {
-            cudaError_t le = mf_cu_gemv_q8_multi(&pa, st);
-            if (le == cudaSuccess)
-                le = mf_cu_gemv_q8_multi(&ca, st);
-            e = cudaStreamEndCapture(st, &gr);
-            e = le != cudaSuccess ? le : e;
-        }
-        if (e == cudaSuccess)
-            e = cudaGraphInstantiate(&ge, gr, 0);
-        ds_sync("normlane graph capture", e, st);
-        const int64_t captured = mf_cu_q8v4_nl_count(1) - c0, nq = mf_cu_q8_norm_quant_count() - q0;
-        bool same = true;
-        int64_t nan = 0;
-        for (int t = 0; t < STEPS; t++) {
-            cudaMemcpyAsync(d.r, rs + t * D, (size_t)D * 4, cudaMemcpyHostToDevice, st);
-            for (int k = 0; k < s->n_w; k++)
-                cudaMemsetAsync(d.y[k], t & 1 ? 0xfe : 0xff, (size_t)s->n_out[k] * 4, st);
-            cudaMemsetAsync(d.z, t & 1 ? 0xfe : 0xff, (size_t)D * 4, st);
-            cudaMemsetAsync(d.part, t & 1 ? 0xfe : 0xff, 8192 * sizeof(double), st);
-            cudaMemsetAsync(d.q8o, t & 1 ? 0xa5 : 0x5a, fq_q8_used(s->n_out[0]), st);
-            ds_sync("normlane graph replay", cudaGraphLaunch(ge, st), st);
-            nl_out o;
-            nl_read(s, &d, np, &o);
-            same = same && memcmp(o.y, ref[t].y, (size_t)N * 4) == 0 && memcmp(o.z, ref[t].z, (size_t)D * 4) == 0 &&
-                   memcmp(o.part, ref[t].part, (size_t)np * sizeof(double)) == 0 &&
-                   (s->ffn != 2 || memcmp(o.q, ref[t].q, fq_q8_used(s->n_out[0])) == 0);
-            nan += count_nan(o.y, N) + count_nan(o.z, D);
-            nl_out_free(&o);
-            nl_out_free(&ref[t]);
-        }
-        const int64_t replayed = mf_cu_q8v4_nl_count(1) - c0 - captured;
-        char name[160], det[160];
-        snprintf(name, sizeof name, "normlane graph %s pdl %d: %d replays == plain lane chain", s->what, pdl, STEPS);
-        snprintf(det, sizeof det, "(consumer captured %lld, in replays %lld, norm-quant %lld, NaN %lld; qkv, z, "
-                 "partials bitwise)", (long long)captured, (long long)replayed, (long long)nq, (long long)nan);
-        check_true(name, same && captured == nl_runs(s) && replayed == 0 && nq == 0 && nan == 0, det);
-        cudaGraphExecDestroy(ge);
-        cudaGraphDestroy(gr);
-    }
-    mf_cu_set_pdl(pdl0);
-    cudaStreamDestroy(st);
-    nl_dev_free(s, &d);
-    free(h); free(rs);
-}
-
-/* Through the backend, 4 decode steps, FUSE_ADD / FUSE_NORM on (and
- * FFN_Q8B), switch (hook mf_cuda_set_norm_lane) off with graphs, on with
- * graphs, on without graphs. QKV: MATMUL (down) -> ADD (the residual, in
- * place) -> RMSNORM -> FUSED_QKV (qwen2 0.5B heads, rope, f32 cache); FFN:
- * MATMUL (o) -> ADD -> RMSNORM -> FUSED_FFN -> MATMUL (down) -> ADD. On
- * with graphs == on plain bitwise (q, K, V rows / h and the layer output;
- * the replays are deterministic); on vs off within 1e-2 / 2e-2 (only the
- * scale's rounding differs; off is float64-checked by the qkv / ffnq8b
- * families); on: no norm-quant launch, the producers (1 / 2) and one
- * consumer per host-launched step (mf_cuda_norm_lane_stats); off: one
- * norm-quant a host-launched step and no lane launch; replays both ways.
- * FFN also runs 3: off and 4: on, both with graphs and FFN_Q8B's block
- * form 2, which has no lane consumer (mf_cu_gemv_q8_nl_consume_ok refuses
- * q8b_form 2 .. MF_CU_Q8B_FORMS): 4 falls back to the norm-quant kernel and
- * form 2 (no consumer launch, one norm-quant and one form-2 launch a
- * host-launched step, the producers still counted) and is bitwise 3, and
- * 3 bitwise 0 (the forms' bits are equal). */
-static void nl_backend(bool ffn) {
-    enum { STEPS = 4, RUNS = 5 };
-    const int runs = ffn ? RUNS : 3;
-    const qkv_spec *s = &nl_qkv;
-    char nm[6][64];
-    const mf_qkv_meta m = qkv_meta(s, nm);
-    const mf_ffn_meta fm = {
-        .gate = {.weight = "nl.gate.q4_0.896x4864", .wtype = MF_TYPE_Q4_0, .n_in = 896, .n_out = 4864},
-        .up = {.weight = "nl.up.q4_0.896x4864", .wtype = MF_TYPE_Q4_0, .n_in = 896, .n_out = 4864}};
-    const int64_t D = s->d, F = 4864, qd = (int64_t)s->n_head * s->hd, kvd = (int64_t)s->n_head_kv * s->hd;
-    const int64_t IN = ffn ? D : F, NO = ffn ? F : qd; /* the first GEMV's input; the consumer's output read */
-    const int32_t n_ctx = 64;
-    const size_t region = (size_t)(kvd * n_ctx) * 4;
-    float *hs = rand_vec(IN * STEPS, 1.0f), *rs = rand_vec(D * STEPS, 2.0f);
-    float *q[RUNS], *kc[RUNS], *vc[RUNS];
-    int64_t nq[RUNS], prod[RUNS], cons[RUNS], reps[RUNS], f2[RUNS];
-    for (int run = 0; run < runs; run++) { /* 0: off, graphs; 1: on, graphs; 2: on, plain; 3 / 4: off / on, q8b=2 */
-        mf_graph g; /* one graph per run: a graph captured before would replay */
-        graph_new(&g, 1, kvd);
-        const int32_t hi = ext(&g, IN, 1), ri = ext(&g, D, 1);
-        const int32_t pi = mf_g_input(&g, MF_INPUT_POSITIONS, MF_DTYPE_I32, 1, 1);
-        const int32_t mi = ffn ? mf_g_matmul(&g, hi, "nl.o.q4_0.896x896", MF_TYPE_Q4_0, NULL, D, D)
-                               : mf_g_matmul(&g, hi, "nl.down.q4_0.4864x896", MF_TYPE_Q4_0, NULL, F, D);
-        const int32_t ai = mf_g_add(&g, ri, mi);
-        const int32_t ni = mf_g_rmsnorm(&g, ai, "nl.norm.896", 1e-6f);
-        const int32_t qi = ffn ? mf_g_fused_ffn(&g, ni, &fm) : mf_g_fused_qkv(&g, ni, pi, &m);
-        const int32_t di = ffn ? mf_g_matmul(&g, qi, "nl.down.q4_0.4864x896", MF_TYPE_Q4_0, NULL, F, D) : -1;
-        const int32_t a2 = ffn ? mf_g_add(&g, ai, di) : -1;
-        const int32_t bh = dev_put(NULL, (size_t)IN * 4), br = dev_put(NULL, (size_t)D * 4), bp = dev_put(NULL, 4);
-        const int32_t bm = dev_poison((size_t)D * 4), bn = dev_poison((size_t)D * 4), bo = dev_poison((size_t)NO * 4);
-        const int32_t bd = dev_poison((size_t)D * 4);
-        mf_kv_pair kv = {dev_poison(region), dev_poison(region)};
-        mf_cuda_set_norm_lane(be, run == 1 || run == 2 || run == 4);
-        mf_cuda_set_fuse_norm(be, true);
-        mf_cuda_set_fuse_add(be, true);
-        mf_cuda_set_ffn_q8b(be, run >= 3 ? 2 : 1);
-        mf_cuda_set_graphs(be, run != 2);
-        int64_t c0, r0, c1, r1, p0, p1, k0, k1;
-        mf_cuda_graph_stats(be, &c0, &r0);
-        mf_cuda_norm_lane_stats(be, &p0, &k0);
-        const int64_t q0 = mf_cu_q8_norm_quant_count(), fc0 = mf_cu_q8v4_swq8_form_count(2);
-        q[run] = malloc((size_t)(NO * STEPS) * 4);
-        kc[run] = malloc(ffn ? (size_t)(D * STEPS) * 4 : region); /* FFN: the layer output */
-        mf_error e;
-        for (int t = 0; t < STEPS; t++) {
-            const int32_t pos = 10 + t;
-            mf_exec_args a = args(pos, 1, n_ctx, MF_TYPE_F32);
-            if (be->ops->begin_forward(be, &g, &a, &e) ||
-                be->ops->write_host(be, bh, 0, hs + t * IN, (size_t)IN * 4, &e) ||
-                be->ops->write_host(be, br, 0, rs + t * D, (size_t)D * 4, &e) ||
-                be->ops->write_host(be, bp, 0, &pos, 4, &e) ||
-                be->ops->execute_node(be, &g, mi, &bh, bm, (mf_kv_pair){-1, -1}, &a, &e) ||
-                be->ops->execute_node(be, &g, ai, (int32_t[]){br, bm}, br, (mf_kv_pair){-1, -1}, &a, &e) ||
-                be->ops->execute_node(be, &g, ni, &br, bn, (mf_kv_pair){-1, -1}, &a, &e) ||
-                (ffn ? be->ops->execute_node(be, &g, qi, &bn, bo, (mf_kv_pair){-1, -1}, &a, &e) ||
-                           be->ops->execute_node(be, &g, di, &bo, bd, (mf_kv_pair){-1, -1}, &a, &e) ||
-                           be->ops->execute_node(be, &g, a2, (int32_t[]){br, bd}, br, (mf_kv_pair){-1, -1}, &a, &e)
-                     : be->ops->execute_node(be, &g, qi, (int32_t[]){bn, bp}, bo, kv, &a, &e)) ||
-                be->ops->end_forward(be, &g, &a, &e) || be->ops->synchronize(be, &e) ||
-                be->ops->read_host(be, bo, 0, q[run] + t * NO, (size_t)NO * 4, &e) ||
-                (ffn && be->ops->read_host(be, br, 0, kc[run] + t * D, (size_t)D * 4, &e)))
-                die("normlane backend step", &e);
-        }
-        nq[run] = mf_cu_q8_norm_quant_count() - q0;
-        f2[run] = mf_cu_q8v4_swq8_form_count(2) - fc0;
-        mf_cuda_graph_stats(be, &c1, &r1);
-        mf_cuda_norm_lane_stats(be, &p1, &k1);
-        reps[run] = r1 - r0;
-        prod[run] = p1 - p0;
-        cons[run] = k1 - k0;
-        if (!ffn) {
-            free(kc[run]);
-            kc[run] = dev_get(kv.k, region);
-        }
-        vc[run] = dev_get(kv.v, region);
-        dev_free(bh); dev_free(br); dev_free(bp); dev_free(bm); dev_free(bn); dev_free(bo); dev_free(bd);
-        dev_free(kv.k); dev_free(kv.v);
-        mf_graph_free(&g);
-    }
-    mf_cuda_set_norm_lane(be, -1);
-    mf_cuda_set_ffn_q8b(be, -1);
-    mf_cuda_set_fuse_norm(be, mf_env_int("MINFER_CUDA_FUSE_NORM", 1) != 0);
-    mf_cuda_set_fuse_add(be, mf_env_int("MINFER_CUDA_FUSE_ADD", 1) != 0);
-    mf_cuda_set_graphs(be, !mf_env_flag("MINFER_NO_CUDA_GRAPH"));
-    const char *what = ffn ? "ffn" : "qkv";
-    /* QKV: the K / V rows stored (n_past 10..13); FFN: the layer output (kc) */
-    const size_t at = ffn ? 0 : (size_t)(kvd * 10);
-    const int64_t nk = ffn ? D * STEPS : kvd * STEPS;
-    char name[160], det[240];
-    const bool same = memcmp(q[1], q[2], (size_t)(NO * STEPS) * 4) == 0 &&
-                      memcmp(kc[1] + at, kc[2] + at, (size_t)nk * 4) == 0 &&
-                      (ffn || memcmp(vc[1] + at, vc[2] + at, (size_t)nk * 4) == 0);
-    int64_t nan = 0;
-    for (int run = 0; run < 3; run++)
-        nan += count_nan(q[run], NO * STEPS) + count_nan(kc[run] + at, nk) + (ffn ? 0 : count_nan(vc[run] + at, nk));
-    snprintf(name, sizeof name, "normlane backend %s: %d steps, graphs == plain (lane on)", what, STEPS);
-    snprintf(det, sizeof det, "(%s bitwise; NaN %lld; replays %lld)", ffn ? "h, layer output" : "q, K, V",
-             (long long)nan, (long long)reps[1]);
-    check_true(name, same && nan == 0 && reps[1] >= STEPS - 3, det);
-    double *qo = malloc((size_t)((NO > D ? NO : D) * STEPS) * sizeof *qo);
-    for (int64_t i = 0; i < NO * STEPS; i++)
-        qo[i] = q[0][i];
-    snprintf(name, sizeof name, "normlane backend %s: %s on vs off", what, ffn ? "h" : "q");
-    result(name, rel_err(q[1], qo, NO * STEPS), ffn ? 2e-2 : 1e-2, count_nan(q[1], NO * STEPS), NULL);
-    for (int64_t i = 0; i < nk; i++)
-        qo[i] = kc[0][at + i];
-    snprintf(name, sizeof name, "normlane backend %s: %s on vs off", what, ffn ? "layer output" : "K rows");
-    result(name, rel_err(kc[1] + at, qo, nk), ffn ? 2e-2 : 1e-2, count_nan(kc[1] + at, nk), NULL);
-    const int64_t plain0 = STEPS - reps[0], plain1 = STEPS - reps[1], np1 = ffn ? 2 : 1;
-    snprintf(name, sizeof name, "normlane backend %s: the norm-quant launch gone", what);
-    snprintf(det, sizeof det, "(on: norm-quant %lld / %lld, producer %lld / %lld, consumer %lld / %lld, replays "
-             "%lld; off: %lld, %lld, %lld, replays %lld)", (long long)nq[1], (long long)nq[2], (long long)prod[1],
-             (long long)prod[2], (long long)cons[1], (long long)cons[2], (long long)reps[1], (long long)nq[0],
-             (long long)prod[0], (long long)cons[0], (long long)reps[0]);
-    check_true(name, nq[1] == 0 && nq[2] == 0 && prod[1] == np1 * plain1 && cons[1] == plain1 &&
-                         prod[2] == np1 * STEPS && cons[2] == STEPS && nq[0] == plain0 && prod[0] == 0 &&
-                         cons[0] == 0 && reps[0] >= STEPS - 3,
-               det);
-    if (ffn) { /* FFN_Q8B=2 with the lane on: today's path with form 2 */
-        const int64_t plain3 = STEPS - reps[3], plain4 = STEPS - reps[4];
-        const bool same4 = memcmp(q[4], q[3], (size_t)(NO * STEPS) * 4) == 0 &&
-                           memcmp(kc[4], kc[3], (size_t)nk * 4) == 0 &&
-                           memcmp(q[3], q[0], (size_t)(NO * STEPS) * 4) == 0 &&
-                           memcmp(kc[3], kc[0], (size_t)nk * 4) == 0;
-        const int64_t nan4 = count_nan(q[4], NO * STEPS) + count_nan(kc[4], nk);
-        snprintf(name, sizeof name, "normlane backend ffn: lane on, FFN_Q8B=2: falls back to norm-quant + form 2");
-        snprintf(det, sizeof det, "(h, layer output bitwise lane off q8b=2 and q8b=1: %s; NaN %lld; on: norm-quant "
-                 "%lld, consumer %lld, producer %lld, form-2 launches %lld, replays %lld; off: %lld, %lld, %lld)",
-                 same4 ? "yes" : "NO", (long long)nan4, (long long)nq[4], (long long)cons[4], (long long)prod[4],
-                 (long long)f2[4], (long long)reps[4], (long long)nq[3], (long long)f2[3], (long long)reps[3]);
-        check_true(name, same4 && nan4 == 0 && cons[4] == 0 && nq[4] == plain4 && prod[4] == 2 * plain4 &&
-                             f2[4] == plain4 && nq[3] == plain3 && f2[3] == plain3 && prod[3] == 0 &&
-                             reps[3] >= STEPS - 3 && reps[4] >= STEPS - 3,
-                   det);
-    }
-    for (int run = 0; run < runs; run++) {
-        free(q[run]); free(kc[run]); free(vc[run]);
-    }
-    free(qo); free(hs); free(rs);
-}
-
-/* MINFER_CUDA_TEST_BENCH=1: one line per shape, the layer tail + head as the
- * replayed graph launches it, PDL as MINFER_CUDA_PDL: residual GEMV ->
- * norm-quant -> QKV (today) vs residual GEMV writing partials -> QKV
- * norming per lane (lane), each call on the next of `copies` weight sets
- * (>= 256 MB in all: weights from HBM), batches of 20 calls back to back,
- * median of 7 batches after one warm-up; us per call and GB/s over the
- * weights' bytes. */
-typedef struct nl_bench_ctx {
-    const nl_spec *s;
-    nl_dev *d;
-    uint8_t *w;
-    uint64_t set, off[4];
-    int copies, lane;
-    int64_t np;
-} nl_bench_ctx;
-
-static bool nl_bench_call(void *p, int rep, int i, cudaStream_t st) {
-    const nl_bench_ctx *c = p;
-    nl_dev *d = c->d;
-    (void)rep;
-    uint8_t *ws = c->w + c->set * (uint64_t)(i % c->copies);
-    d->wp = ws;
-    for (int k = 0; k < c->s->n_w; k++)
-        d->w[k] = ws + c->off[k + 1];
-    const mf_cu_q8_multi_args pa = nl_prod_args(c->s, d, c->lane ? d->part : NULL);
-    const mf_cu_q8_multi_args ca = nl_cons_args(c->s, d, c->lane ? d->part : NULL, c->np);
-    return mf_cu_gemv_q8_multi(&pa, st) == cudaSuccess && mf_cu_gemv_q8_multi(&ca, st) == cudaSuccess;
-}
-
-static void nl_bench(const nl_spec *s) {
-    enum { BATCH = 20, REPS = 7 };
-    nl_dev d;
-    nl_dev_new(s, &d); /* the real weights stay allocated; the bench points at its copies */
-    void *keep[4] = {d.wp, d.w[0], d.w[1], d.w[2]};
-    uint64_t off[4], set = 0;
-    double bytes = 0;
-    for (int k = 0; k <= s->n_w; k++) {
-        const uint64_t b = k == 0 ? mf_type_row_size(s->tp, s->ff) * (uint64_t)s->d
-                                  : mf_type_row_size(s->t[k - 1], s->d) * (uint64_t)s->n_out[k - 1];
-        off[k] = set;
-        set += (b + 256 + 255) & ~(uint64_t)255;
-        bytes += (double)b;
-    }
-    const int copies = bench_copies(set);
-    uint8_t *w = NULL;
-    cudaStream_t st = NULL;
-    const bool ok = cudaMalloc((void **)&w, set * (uint64_t)copies) == cudaSuccess && cudaStreamCreate(&st) == cudaSuccess;
-    float us[2] = {-1.0f, -1.0f};
-    const mf_cu_q8_multi_args rule = nl_prod_args(s, &d, NULL);
-    if (ok) {
-        cudaMemset(w, 0x3c, set * (uint64_t)copies);
-        nl_bench_ctx c = {.s = s, .d = &d, .w = w, .set = set, .copies = copies,
-                          .np = mf_cu_gemv_q8_nl_parts(&rule)};
-        memcpy(c.off, off, sizeof off);
-        for (int lane = 0; lane < 2; lane++) {
-            c.lane = lane;
-            us[lane] = batch_time(nl_bench_call, &c, st, 1, BATCH, REPS);
-        }
-    }
-    if (!ok)
-        printf("normlane bench %s: allocation failed\n", s->what);
-    else
-        printf("normlane bench %-12s %s %lld->%lld, %s %lld (res GEMV, [norm-quant], consumer; %d weight sets): today "
-               "%.2f us | lane %.2f us (%+.2f us; %.0f / %.0f GB/s)\n",
-               s->what, mf_type_name(s->tp), (long long)s->ff, (long long)s->d, s->ffn ? "gate/up" : "qkv",
-               (long long)nl_outs(s), copies, us[0],
-               us[1], us[1] - us[0], bytes / (us[0] * 1e3), bytes / (us[1] * 1e3));
-    if (st)
-        cudaStreamDestroy(st);
-    cudaFree(w);
-    d.wp = keep[0];
-    d.w[0] = keep[1];
-    d.w[1] = keep[2];
-    d.w[2] = keep[3];
-    nl_dev_free(s, &d);
-    cudaGetLastError();
-}
-
-static void normlane_family(void) {
-    nl_spec c[8];
-    const int n = nl_specs(c);
-    for (int i = 0; i < n; i++)
-        if (!small || i == 0 || i == 5 || i == 6)
-            nl_test(&c[i]);
-    nl_rule(&c[0]);
-    nl_combo_rule(&c[6], &c[0]);
-    nl_graph(&c[0]);
-    nl_graph(&c[1]);
-    nl_graph(&c[6]);
-    nl_backend(false);
-    nl_backend(true);
-    if (!(getenv("MINFER_CUDA_TEST_BENCH") && atoi(getenv("MINFER_CUDA_TEST_BENCH")) > 0))
-        return;
-    nl_bench(&c[0]);
-    nl_bench(&c[1]);
-    nl_bench(&c[3]);
-    nl_bench(&c[6]);
-    nl_bench(&c[7]);
-}
-
 /* ---- family d2h: the logits copy overlapped with the lm_head ------------------------- */
 
 /* Family d2h: MINFER_CUDA_LOGITS_CHUNKS (hook mf_cuda_set_logits_chunks):
@@ -8862,10 +8065,12 @@ static void d2h_case_run(const d2h_case *c, bool full) {
 }
 
 static void d2h_family(void) {
+    mf_cuda_set_logits_zc(be, false); /* the chunk copies are what is tested; ZC (default on) wins over them */
     d2h_case_run(&(d2h_case){"mm.q8_0.896x151936", MF_TYPE_Q8_0, 896, 151936}, !small);
     if (!small)
         d2h_case_run(&(d2h_case){"mm.q6_k.2560x151936", MF_TYPE_Q6_K, 2560, 151936}, false);
     d2h_case_run(&(d2h_case){"d2h.q8_0.896x3000", MF_TYPE_Q8_0, 896, 3000}, false);
+    mf_cuda_set_logits_zc(be, mf_env_int("MINFER_CUDA_LOGITS_ZC", 1) == 1);
 }
 
 /* ---- family zc: the lm_head GEMV writes the logits into the pinned block --------------- */
@@ -8971,7 +8176,7 @@ static void zc_forwards(const d2h_case *c, const zc_run *r, const float *xs, int
     st->launches = mf_cu_q8v4_zc_count() - l0;
     dev_free(bx); dev_free(bn); dev_free(by);
     mf_graph_free(&gr);
-    mf_cuda_set_logits_zc(be, mf_env_int("MINFER_CUDA_LOGITS_ZC", 0) == 1);
+    mf_cuda_set_logits_zc(be, mf_env_int("MINFER_CUDA_LOGITS_ZC", 1) == 1);
     mf_cuda_set_logits_chunks(be, (int)mf_env_int("MINFER_CUDA_LOGITS_CHUNKS", 0));
     mf_cuda_set_fuse_norm(be, mf_env_int("MINFER_CUDA_FUSE_NORM", 1) != 0);
     mf_cuda_set_norm_mm(be, mf_env_int("MINFER_CUDA_NORM_MM", 1) != 0);
@@ -9017,7 +8222,7 @@ static double zc_step_us(const d2h_case *c, const zc_run *r, const float *xs, fl
     }
     dev_free(bx); dev_free(bn); dev_free(by);
     mf_graph_free(&gr);
-    mf_cuda_set_logits_zc(be, mf_env_int("MINFER_CUDA_LOGITS_ZC", 0) == 1);
+    mf_cuda_set_logits_zc(be, mf_env_int("MINFER_CUDA_LOGITS_ZC", 1) == 1);
     mf_cuda_set_logits_chunks(be, (int)mf_env_int("MINFER_CUDA_LOGITS_CHUNKS", 0));
     mf_cuda_set_graphs(be, !mf_env_flag("MINFER_NO_CUDA_GRAPH"));
     qsort(us, REPS, sizeof us[0], cmp_f);
@@ -9031,7 +8236,7 @@ static void zc_case_run(const d2h_case *c, bool full) {
     /* the ZC switch on before the blocks exist: host_alloc maps them */
     mf_cuda_set_logits_zc(be, true);
     float *pa = be->ops->host_alloc(be, (size_t)nv * 4), *pb = be->ops->host_alloc(be, (size_t)nv * 4 + 64);
-    mf_cuda_set_logits_zc(be, mf_env_int("MINFER_CUDA_LOGITS_ZC", 0) == 1);
+    mf_cuda_set_logits_zc(be, mf_env_int("MINFER_CUDA_LOGITS_ZC", 1) == 1);
     float *heap = malloc((size_t)nv * 4 + 4);
     float *base[2] = {malloc((size_t)(nv * steps) * 4), malloc((size_t)(nv * steps) * 4)};
     float *res = malloc((size_t)(nv * steps) * 4);
@@ -9233,8 +8438,6 @@ int main(void) {
         qkvmix_weights();
     if (fam("ffnq8b"))
         ffnq8b_weights();
-    if (fam("normlane"))
-        normlane_weights();
     if (fam("d2h"))
         d2h_weights();
     if (fam("zc"))
@@ -9405,8 +8608,6 @@ int main(void) {
         qkvmix_family();
     if (fam("ffnq8b"))
         ffnq8b_family();
-    if (fam("normlane"))
-        normlane_family();
     if (fam("soa"))
         soa_family();
     if (fam("d2h"))

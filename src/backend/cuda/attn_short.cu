@@ -41,6 +41,7 @@
  * its own q row (only it) into shared memory before the barrier and writes
  * the same row after it. */
 #include <math.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include <cuda_fp16.h>
@@ -329,8 +330,32 @@ static __device__ __forceinline__ void asr_finish(const mf_cu_attn_args &a, cons
  * and V come from the raw QKV output through shared memory; rows >= n_past
  * (the current one and the clamped ones past it) take those instead of the
  * cache. */
+/* MINFER_CUDA_ATTN_PF (mf_cu_set_attn_short_pf): before the PDL wait, lane l
+ * of warp w asks L2 for cache rows 32 w + l's K and V slices of the block's
+ * KV head (RB bytes each), rows before n_past only: earlier forwards wrote
+ * those, so nothing this forward writes is touched, and a prefetch is a hint
+ * (no register waits on it, no fault). By the time the wait returns, the
+ * first tile's loads find L2 instead of HBM: the weights streamed since the
+ * last token evict the cache rows. n_past_dev is read early; the host's
+ * upload of it precedes the graph's first kernel, which every kernel of the
+ * PDL chain started after. */
+template <int RB, int NW>
+static __device__ __forceinline__ void as_prefetch(const mf_cu_attn_args &a) {
+    const int np = a.n_past_dev ? *a.n_past_dev : (int)a.n_past;
+    const int row = 32 * (int)(threadIdx.x >> 5) + (int)(threadIdx.x & 31);
+    if (row >= np || (a.n_ctx > 0 && row >= a.n_ctx))
+        return;
+    const int kvh = (int)blockIdx.x / (a.n_head / a.n_head_kv);
+    const uint64_t off = (uint64_t)row * a.n_head_kv * RB + (uint64_t)kvh * RB;
+#pragma unroll
+    for (int o = 0; o < RB; o += 128) {
+        asm volatile("prefetch.global.L2 [%0];" ::"l"(__cvta_generic_to_global((const uint8_t *)a.k + off + o)));
+        asm volatile("prefetch.global.L2 [%0];" ::"l"(__cvta_generic_to_global((const uint8_t *)a.v + off + o)));
+    }
+}
+
 template <int HD, bool F16, int NW, bool ROPE>
-static __device__ __forceinline__ void as_body(const mf_cu_attn_args &a, const mf_cu_rope_store_args *ra) {
+static __device__ __forceinline__ void as_body(const mf_cu_attn_args &a, const mf_cu_rope_store_args *ra, int pf) {
     constexpr int ES = F16 ? 2 : 4;          /* element bytes */
     constexpr int KW = HD * ES / 4;          /* words of a K row slice */
     constexpr int KH = F16 || HD == 64 ? KW : KW / 2; /* words of it held at once */
@@ -351,6 +376,8 @@ static __device__ __forceinline__ void as_body(const mf_cu_attn_args &a, const m
     asr_pre<ROPE> pre;
     if constexpr (ROPE)
         asr_prewait<HD>(*ra, pre);
+    if (pf)
+        as_prefetch<HD * ES, NW>(a);
     mf_pdl_wait();
     mf_pdl_trigger(); /* the o GEMV may be scheduled; it waits for this grid to finish */
     const int h = blockIdx.x, t = blockIdx.y;
@@ -528,15 +555,15 @@ static __device__ __forceinline__ void as_body(const mf_cu_attn_args &a, const m
 }
 
 template <int HD, bool F16, int NW>
-static __global__ void __launch_bounds__(32 * NW) attn_short_kernel(mf_cu_attn_args a) {
-    as_body<HD, F16, NW, false>(a, nullptr);
+static __global__ void __launch_bounds__(32 * NW) attn_short_kernel(mf_cu_attn_args a, int pf) {
+    as_body<HD, F16, NW, false>(a, nullptr, pf);
 }
 
 /* MINFER_CUDA_SHORT_ROPE: the default 12 warps only (the roles take six) */
 template <int HD, bool F16>
 static __global__ void __launch_bounds__(32 * AS_WARPS_DEF) attn_short_rope_kernel(mf_cu_attn_args a,
-                                                                                 mf_cu_rope_store_args r) {
-    as_body<HD, F16, AS_WARPS_DEF, true>(a, &r);
+                                                                                 mf_cu_rope_store_args r, int pf) {
+    as_body<HD, F16, AS_WARPS_DEF, true>(a, &r, pf);
 }
 
 extern "C" int mf_cu_attn_short_ok(const mf_cu_attn_args *a) {
@@ -549,10 +576,24 @@ extern "C" int mf_cu_attn_short_ok(const mf_cu_attn_args *a) {
 
 /* The kernel for a's shape and NW warps a block. */
 template <int NW>
-static void (*as_pick(const mf_cu_attn_args *a))(mf_cu_attn_args) {
+static void (*as_pick(const mf_cu_attn_args *a))(mf_cu_attn_args, int) {
     const bool f16 = a->kv_type == MF_TYPE_F16;
     return a->head_dim == 64 ? (f16 ? attn_short_kernel<64, true, NW> : attn_short_kernel<64, false, NW>)
                              : (f16 ? attn_short_kernel<128, true, NW> : attn_short_kernel<128, false, NW>);
+}
+
+static int as_pf = -1; /* MINFER_CUDA_ATTN_PF: as_prefetch before the wait; -1: the env on first use */
+
+static int as_pf_now(void) {
+    if (as_pf < 0) {
+        const char *e = getenv("MINFER_CUDA_ATTN_PF");
+        as_pf = e && *e ? atoi(e) != 0 : 1;
+    }
+    return as_pf;
+}
+
+extern "C" void mf_cu_set_attn_short_pf(int mode) {
+    as_pf = mode < 0 ? -1 : mode != 0;
 }
 
 extern "C" cudaError_t mf_cu_attn_short(const mf_cu_attn_args *a, int warps, cudaStream_t s) {
@@ -560,7 +601,7 @@ extern "C" cudaError_t mf_cu_attn_short(const mf_cu_attn_args *a, int warps, cud
         return cudaErrorInvalidValue;
     const int nw = warps ? warps : AS_WARPS_DEF;
     return mf_launch(nw == 4 ? as_pick<4>(a) : as_pick<AS_WARPS_DEF>(a), dim3((unsigned)a->n_head, (unsigned)a->nt),
-                     dim3(32 * nw), 0, s, *a);
+                     dim3(32 * nw), 0, s, *a, as_pf_now());
 }
 
 /* The rope-store r describes what the fused kernel folds in: one token,
@@ -590,10 +631,10 @@ extern "C" cudaError_t mf_cu_attn_short_rope(const mf_cu_attn_args *a, const mf_
     if (!mf_cu_attn_short_rope_ok(a, r))
         return cudaErrorInvalidValue;
     const bool f16 = a->kv_type == MF_TYPE_F16;
-    void (*k)(mf_cu_attn_args, mf_cu_rope_store_args) =
+    void (*k)(mf_cu_attn_args, mf_cu_rope_store_args, int) =
         a->head_dim == 64 ? (f16 ? attn_short_rope_kernel<64, true> : attn_short_rope_kernel<64, false>)
                           : (f16 ? attn_short_rope_kernel<128, true> : attn_short_rope_kernel<128, false>);
-    return mf_launch(k, dim3((unsigned)a->n_head, 1), dim3(32 * AS_WARPS_DEF), 0, s, *a, *r);
+    return mf_launch(k, dim3((unsigned)a->n_head, 1), dim3(32 * AS_WARPS_DEF), 0, s, *a, *r, as_pf_now());
 }
 
 #include "backend/cuda/probe.cuh"

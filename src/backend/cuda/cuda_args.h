@@ -161,14 +161,6 @@ typedef struct mf_cu_q8_multi_args {
                              aligned) that also receives y[0], written by the v4 GEMV's epilogue in whole
                              32-byte lines; only where mf_cu_gemv_q8_zc_ok says so (else the launch fails);
                              NULL: today's launches */
-    /* MINFER_CUDA_NORM_LANE (opt-in; NULL: today's launches). nl_part_out: this residual GEMV (one weight,
-       res[0], nt 1) also writes mf_cu_gemv_q8_nl_parts(a) doubles there, each block's sum of squares of the
-       outputs it stored. nl_part_in (with norm): x is that row and the GEMV norms and quantizes it per lane
-       from those nl_n_part partials instead of a norm-quant kernel (mf_cu_gemv_q8_nl_consume_ok); q8 is not
-       written (q8out is, with FFN_Q8B). Where the rules say no, the launch fails. */
-    double *nl_part_out;
-    const double *nl_part_in;
-    int32_t nl_n_part;
 } mf_cu_q8_multi_args;
 #define MF_CU_Q8B_FORMS 5 /* q8b_form 1 .. this */
 cudaError_t mf_cu_gemv_q8_multi(const mf_cu_q8_multi_args *a, cudaStream_t s);
@@ -182,30 +174,13 @@ int mf_cu_gemv_q8_ffn_q8b_ok(const mf_cu_q8_multi_args *a);
  * (a->y_host itself not looked at): one weight, nt 1, no swiglu, residual
  * or prologue, the v4 GEMV with one slice in flight and one warp per row
  * pair (mf_cu_q8v4_zc_ok: Q4_0 / Q5_0 / Q8_0, their plane copies, Q6_K on
- * the slice decoder); not with q8out or nl_part_out / nl_part_in set (no
- * ZC form of FFN_Q8B or NORM_LANE: the launch fails). */
+ * the slice decoder); not with q8out set (no ZC form of FFN_Q8B: the
+ * launch fails). */
 int mf_cu_gemv_q8_zc_ok(const mf_cu_q8_multi_args *a);
-/* MINFER_CUDA_NORM_LANE's rules (gemv_q8.cu): the partial count the
- * residual GEMV a (nl_part_out not looked at) would write, 0 where it
- * cannot (not nt 1 / one weight with a residual / v4 with one slice in
- * flight / no prologue, or a type without the instance); and whether a
- * (with norm; nl_part_in not looked at) can take its input from partials:
- * nt 1, no prologue, every weight Q4_0 / Q5_0 / Q8_0 on v4 with one slice
- * (a QKV, a SwiGLU gate/up; with q8out where mf_cu_gemv_q8_ffn_q8b_ok says
- * so), n_in <= 2048, x and norm_w 16-byte aligned, no output overlapping
- * x. A QKV of two type runs is one launch where a mixed instance exists
- * and qkv_mix is set (Q5_0 + Q8_0, Q4_0 + Q5_0). Neither with y_host set
- * (LOGITS_ZC); the consumer with q8out only for q8b_form 0 / 1 (FFN_Q8B's
- * block forms 2 .. MF_CU_Q8B_FORMS have no NORM_LANE instance: the backend
- * then keeps the norm-quant kernel and that form). */
-int64_t mf_cu_gemv_q8_nl_parts(const mf_cu_q8_multi_args *a);
-int mf_cu_gemv_q8_nl_consume_ok(const mf_cu_q8_multi_args *a);
 /* Host counts for tests (a captured launch counts once, replays not): the
  * quantize kernel launches of the int8 GEMVs (q8_quant_kernel, not the
  * norm-quant) and the block-local SwiGLU GEMV launches (FFN_Q8B). */
 int64_t mf_cu_q8_quant_count(void);
-/* ... and of the RMSNorm + quantize kernels (q8_norm_quant_*: a folded norm's). */
-int64_t mf_cu_q8_norm_quant_count(void);
 int64_t mf_cu_q8v4_swq8_count(void);
 /* ... of those, the launches of block form `form` (1 .. MF_CU_Q8B_FORMS; a form 0 launch counts as 1). */
 int64_t mf_cu_q8v4_swq8_form_count(int form);
@@ -397,6 +372,10 @@ cudaError_t mf_cu_attn_short(const mf_cu_attn_args *a, int warps, cudaStream_t s
  * (a, r): f32 / f16 caches, r's heads, head_dim, caches and row a's. */
 int mf_cu_attn_short_rope_ok(const mf_cu_attn_args *a, const mf_cu_rope_store_args *r);
 cudaError_t mf_cu_attn_short_rope(const mf_cu_attn_args *a, const mf_cu_rope_store_args *r, cudaStream_t s);
+/* MINFER_CUDA_ATTN_PF: the short-context kernels ask L2 for the cache rows of
+ * earlier forwards before their PDL wait (1), or not (0); -1: the env var
+ * (default 1) on the next launch. The same bits either way. */
+void mf_cu_set_attn_short_pf(int mode);
 /* Tensor-core flash prefill (attn_prefill_mma.cu): nt > 8, head_dim 64 or
  * 128, f32/f16/q8_0 cache, q/out/k/v 16-byte aligned, a device of cc >= 8.0
  * (recorded by mf_cu_attn_mma_setup, which mf_cu_probe_attn calls). mf_cu_attn
@@ -442,10 +421,6 @@ int64_t mf_cu_q8v4_mix_count(void);
 /* Launches of v4 GEMVs on plane weight copies so far (MINFER_CUDA_SOA; the
  * mixed-type kernel on two plane runs included; host count, for tests). */
 int64_t mf_cu_q8v4_soa_count(void);
-/* Launches of the MINFER_CUDA_NORM_LANE v4 instances so far (consumer 0:
- * the residual GEMVs writing partials; 1: the GEMVs norming their input
- * per lane; host count, for tests). */
-int64_t mf_cu_q8v4_nl_count(int consumer);
 /* The FFN_Q8B kernel's rule for a SwiGLU GEMV of n_out outputs over n_in
  * with u slices in flight (gemv_q8v4.cu, see mf_cu_gemv_q8_ffn_q8b_ok). */
 int mf_cu_q8v4_swq8_ok(uint32_t wtype, int u, int64_t n_out, int64_t n_in);
@@ -469,6 +444,9 @@ void mf_cu_set_wide(int norm, int rope);
 void mf_cu_set_lat(int on);
 /* The v4 GEMV's pre-wait L2 prefetch of each block's first batch
  * (MINFER_CUDA_GEMV_V4_PF, default on; gemv_q8v4.cu). */
+/* MINFER_CUDA_GEMV_V4_PF: 0 off, 1 the first weight batch into L2 before the
+ * PDL wait, 2 every batch of the block's first row group, 3 auto (2 for a
+ * launch of <= 4 MiB of weights, else 1) */
 void mf_cu_set_gemv_v4_pf(int on);
 /* u = 1 or 2: Q6_K one-token GEMVs on the v4 slice decoder (under the auto
  * rule with u slices in flight at every row count, the lm_head included;

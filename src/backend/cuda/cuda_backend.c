@@ -41,8 +41,6 @@
 #define ATTN_SLOT 6       /* split-KV decode attention: per-split partial results */
 #define Q8OUT_SLOT 7      /* an int8 activation a kernel writes as a by-product (q8_produced) while
                              it reads its own input from Q8_SLOT (the attention) */
-#define NL_SLOT 8         /* MINFER_CUDA_NORM_LANE: the residual GEMV's per-block sums of squares */
-#define NL_PARTS_MAX 8192 /* ... at most this many (a v4 grid is one wave: 132 SMs x <= 16 blocks) */
 /* Zeroed int32 counters for a kernel whose last block to finish a piece of
  * work does the step that needs all of it (the one-kernel split-KV decode's
  * combine). The kernel leaves every counter it touched at 0 again, so the
@@ -143,12 +141,6 @@ typedef struct cu_ctx {
     const float *q8_of;
     void *q8_buf;
     int64_t q8_n, q8_nt, q8_stamp;
-    /* MINFER_CUDA_NORM_LANE: the residual row nl_of (nl_n floats, one token)
-     * that the last launch wrote with nl_np partial sums of squares in
-     * nl_part, valid while n_launched == nl_stamp (nl_of NULL: none) */
-    const float *nl_of;
-    double *nl_part;
-    int64_t nl_n, nl_np, nl_stamp;
 
     cu_trace ring[TRACE_N];
     int64_t n_launched;
@@ -177,16 +169,12 @@ typedef struct cu_ctx {
                       copies build_soa made (mf_cuda_set_soa flips it; no copies: no effect) */
     int qkv_mix;   /* MINFER_CUDA_QKV_MIX (default 1): a fused QKV whose V is another type than Q/K (K-quant
                       mixes) as one v4 GEMV launch (mf_cu_q8v4_launch_mix); 0: one launch per type */
-    int ffn_q8b;   /* MINFER_CUDA_FFN_Q8B (default 1): the decode FUSED_FFN's SwiGLU GEMV also writes the down
+    int ffn_q8b;   /* MINFER_CUDA_FFN_Q8B (default 4): the decode FUSED_FFN's SwiGLU GEMV also writes the down
                       GEMV's int8 input (block-local kernel, gemv_q8v4.cu; mf_cu_gemv_q8_ffn_q8b_ok); the value
                       is the kernel's block form (1 .. MF_CU_Q8B_FORMS, args field q8b_form), 0 off */
     int gemv_pro;  /* int8 GEMV quantizes x in its prologue: 1 auto rule, 2 always (tests), 0 the separate
                       quantize kernels (opt-in MINFER_CUDA_GEMV_PROLOGUE=1) */
     int64_t n_q8_ready; /* int8 GEMVs that read an input a kernel before wrote (q8_produced; tests) */
-    int norm_lane; /* MINFER_CUDA_NORM_LANE=1 (opt-in): a one-token residual GEMV (MATMUL + ADD) writes
-                      per-block sums of squares, and the FUSED_QKV / FUSED_FFN whose deferred RMSNORM reads its
-                      output norms and quantizes its input per lane from them: no norm-quant kernel (run_multi) */
-    int64_t n_nl_prod, n_nl_cons; /* launches of the two (mf_cuda_norm_lane_stats) */
     int flash;     /* MINFER_CUDA_FLASH_PREFILL=1: query-tiled attention for nt > 8 */
     int tc_attn;   /* tensor-core prefill attention for nt > 8 (MINFER_CUDA_NO_TC_ATTN=1 clears) */
     int flash_decode; /* MINFER_CUDA_NO_FLASH_DECODE=1 clears it: split-KV attention for nt <= 8 */
@@ -215,7 +203,7 @@ typedef struct cu_ctx {
     void *d2h_host;
     size_t d2h_bytes;
     int64_t n_d2h_chunked, n_d2h_early; /* mf_cuda_d2h_stats */
-    int logits_zc; /* MINFER_CUDA_LOGITS_ZC=1 (opt-in): that lm_head's v4 GEMV also stores the logits into the
+    int logits_zc; /* MINFER_CUDA_LOGITS_ZC (default 1): that lm_head's v4 GEMV also stores the logits into the
                       engine's pinned block through its device alias (zc_alias, run_head_zc): the read only
                       waits. Takes precedence over logits_chunks where both apply */
     bool d2h_zc;   /* the early bytes (d2h_*) are the ZC epilogue's, not chunk copies' */
@@ -1192,30 +1180,6 @@ static int run_multi(exec *x, const mf_matmul_meta *const *mm, int n, bool swigl
         a.n_out[0] = x->win1 - r0;
     }
     cu_ctx *c = x->c;
-    /* MINFER_CUDA_NORM_LANE: a FUSED_QKV / FUSED_FFN right after the residual GEMV that wrote its
-       (deferred-norm) input with partials norms it per lane: no norm-quant launch */
-    if (c->norm_lane && x->norm && nt == 1 && x->win1 == 0 && !x->q8_in && c->nl_of == a.x && c->nl_n == a.n_in &&
-        c->nl_stamp == c->n_launched &&
-        (x->n->op == MF_OP_FUSED_QKV || x->n->op == MF_OP_FUSED_QKV_NORM || x->n->op == MF_OP_FUSED_FFN)) {
-        a.q8 = c->nl_part; /* not read or written (the GEMV's checks want a pointer) */
-        a.q8b_form = c->ffn_q8b; /* the rule takes FFN_Q8B's block form 1 only (other forms: today's path) */
-        if (x->q8b && swiglu && mf_cu_gemv_q8_ffn_q8b_ok(&a) && /* FFN_Q8B: h's int8 copy too */
-            !(a.q8out = scratch(x, Q8OUT_SLOT, mf_cu_q8_bytes(a.n_out[0], nt))))
-            return -1;
-        if (mf_cu_gemv_q8_nl_consume_ok(&a)) {
-            a.nl_part_in = c->nl_part;
-            a.nl_n_part = (int32_t)c->nl_np;
-            x->q8_used = NULL;
-            c->n_nl_cons++;
-            if (launched(x, a.q8out ? "gemv_q8_multi(norm lane, q8 out)" : "gemv_q8_multi(norm lane)",
-                         a.n_out[0] * n, nt, mf_cu_gemv_q8_multi(&a, c->stream)))
-                return -1;
-            if (a.q8out)
-                q8_produced(x, y[0], a.n_out[0], nt, a.q8out);
-            return 0;
-        }
-        a.q8out = NULL;
-    }
     a.x_q8_ready = x->q8_in || (!x->norm && c->q8_buf && c->q8_of == a.x && c->q8_n == a.n_in && c->q8_nt == nt &&
                                 c->q8_stamp == c->n_launched);
     if (a.x_q8_ready)
@@ -1234,24 +1198,6 @@ static int run_multi(exec *x, const mf_matmul_meta *const *mm, int n, bool swigl
         if (launched(x, "gemv_q8_multi(swiglu, q8 out)", a.n_out[0] * n, nt, mf_cu_gemv_q8_multi(&a, x->c->stream)))
             return -1;
         q8_produced(x, y[0], a.n_out[0], nt, a.q8out);
-        return 0;
-    }
-    /* MINFER_CUDA_NORM_LANE: the residual GEMV also writes its partial sums of squares */
-    const int64_t np = c->norm_lane && !x->norm && nt == 1 && x->win1 == 0 && n == 1 && res && res[0]
-                           ? mf_cu_gemv_q8_nl_parts(&a)
-                           : 0;
-    if (np > 0 && np <= NL_PARTS_MAX) {
-        if (!(a.nl_part_out = (double *)scratch(x, NL_SLOT, NL_PARTS_MAX * sizeof(double))))
-            return -1;
-        if (launched(x, a.x_q8_ready ? "gemv_q8_multi(x ready, partials)" : "gemv_q8_multi(partials)",
-                     a.n_out[0], nt, mf_cu_gemv_q8_multi(&a, c->stream)))
-            return -1;
-        c->n_nl_prod++;
-        c->nl_of = y[0];
-        c->nl_part = a.nl_part_out;
-        c->nl_n = a.n_out[0];
-        c->nl_np = np;
-        c->nl_stamp = c->n_launched;
         return 0;
     }
     static const char *const kname[2][2] = { /* [x ready][swiglu] (MINFER_TRACE) */
@@ -2621,7 +2567,7 @@ static int mma_cfg_from_env(void) {
 /* MINFER_CUDA_FFN_Q8B's value as the block form it names: 0 off, 1 ..
  * MF_CU_Q8B_FORMS that form, anything else form 1 (on, today's kernel). */
 static int ffn_q8b_form(int64_t v) {
-    return v >= 0 && v <= MF_CU_Q8B_FORMS ? (int)v : 1;
+    return v >= 0 && v <= MF_CU_Q8B_FORMS ? (int)v : 4;
 }
 
 /* The int8 GEMV's kernel choice as the environment asks (at creation, and
@@ -2634,7 +2580,7 @@ static void gemv_from_env(cu_ctx *c) {
     const int64_t u = mf_env_int("MINFER_CUDA_GEMV_V4", c->gemv_v1 || !c->gemv_auto ? 0 : -1);
     c->gemv_v4 = u >= -1 && u <= 2 ? (int)u : -1;
     c->qkv_mix = mf_env_int("MINFER_CUDA_QKV_MIX", 1) != 0; /* on: H200 device run 2 of session 6 (PERF.md entry 16) */
-    c->ffn_q8b = ffn_q8b_form(mf_env_int("MINFER_CUDA_FFN_Q8B", 1)); /* on: likewise; 2 .. 5 opt-in forms */
+    c->ffn_q8b = ffn_q8b_form(mf_env_int("MINFER_CUDA_FFN_Q8B", 4)); /* default form 4 (session 7 runs 1-2) */
 }
 
 int mf_backend_cuda_new_progress(const mf_weights *w, mf_cuda_progress_fn progress, void *user,
@@ -2673,7 +2619,6 @@ int mf_backend_cuda_new_progress(const mf_weights *w, mf_cuda_progress_fn progre
     c->norm_mm = mf_env_int("MINFER_CUDA_NORM_MM", 1) != 0;
     c->gemv_v2 = mf_env_flag("MINFER_CUDA_GEMV_V2");
     gemv_from_env(c);
-    c->norm_lane = mf_env_flag("MINFER_CUDA_NORM_LANE"); /* opt-in: to be measured */
     /* opt-in: plane copies built after the upload (build_soa); 2: only the types and
      * widths where they measured faster (soa_wanted) */
     c->soa = (int)mf_env_int("MINFER_CUDA_SOA", 0);
@@ -2708,7 +2653,7 @@ int mf_backend_cuda_new_progress(const mf_weights *w, mf_cuda_progress_fn progre
     /* on by default: +13 % 7B / +16 % 4B / +9 % 0.5B tg128 on the H200 (PERF.md
      * entry 13), bitwise the same outputs; MINFER_CUDA_LAT=0 the old kernels */
     mf_cu_set_lat(mf_env_int("MINFER_CUDA_LAT", 1) != 0);
-    mf_cu_set_gemv_v4_pf(mf_env_int("MINFER_CUDA_GEMV_V4_PF", 1) != 0);
+    mf_cu_set_gemv_v4_pf((int)mf_env_int("MINFER_CUDA_GEMV_V4_PF", 3)); /* 3: auto by launch bytes */
     mf_cu_set_gemv_v4_q6k((int)mf_env_int("MINFER_CUDA_GEMV_V4_Q6K", 1)); /* PERF.md entry 14 */
     mf_cu_set_gemv_v4_big((int)mf_env_int("MINFER_CUDA_GEMV_V4_BIG", 32)); /* PERF.md entry 14 */
     if (open_device(c, err))
@@ -2732,7 +2677,7 @@ int mf_backend_cuda_new_progress(const mf_weights *w, mf_cuda_progress_fn progre
     /* opt-in until measured on the H200 (docs/ENV.md): the logits copy overlapped with the lm_head */
     lc_set(c, mf_env_int("MINFER_CUDA_LOGITS_CHUNKS", 0));
     /* opt-in until measured on the H200 (docs/ENV.md): the lm_head GEMV writes the logits to the host itself */
-    c->logits_zc = mf_env_int("MINFER_CUDA_LOGITS_ZC", 0) == 1;
+    c->logits_zc = mf_env_int("MINFER_CUDA_LOGITS_ZC", 1) == 1;
     if (upload_weights(c, progress, user, err) || build_soa(c, err))
         goto fail;
     mf_log(MF_LOG_INFO, "cuda: using device %d: %s; %llu bytes of weights uploaded", c->device, c->desc,
@@ -2792,7 +2737,7 @@ void mf_cuda_set_gemv_v4(mf_backend *b, int u) {
 }
 
 void mf_cuda_set_ffn_q8b(mf_backend *b, int mode) {
-    CX(b)->ffn_q8b = ffn_q8b_form(mode < 0 ? mf_env_int("MINFER_CUDA_FFN_Q8B", 1) : mode);
+    CX(b)->ffn_q8b = ffn_q8b_form(mode < 0 ? mf_env_int("MINFER_CUDA_FFN_Q8B", 4) : mode);
 }
 
 void mf_cuda_q8_ready_stats(const mf_backend *b, int64_t *read) {
@@ -2865,15 +2810,6 @@ void mf_cuda_set_graphs(mf_backend *b, bool on) {
     cu_ctx *c = CX(b);
     c->graphs_on = on;
     c->fruitless = 0;
-}
-
-void mf_cuda_set_norm_lane(mf_backend *b, int mode) {
-    CX(b)->norm_lane = mode < 0 ? mf_env_flag("MINFER_CUDA_NORM_LANE") : mode != 0;
-}
-
-void mf_cuda_norm_lane_stats(const mf_backend *b, int64_t *producers, int64_t *consumers) {
-    *producers = CX(b)->n_nl_prod;
-    *consumers = CX(b)->n_nl_cons;
 }
 
 void mf_cuda_fuse_stats(const mf_backend *b, int64_t *adds, int64_t *norms) {

@@ -94,15 +94,6 @@ void mf_cuda_q8_ready_stats(const mf_backend *b, int64_t *read);
  * environment says; another value: form 1. Graphs captured before keep
  * what they captured. */
 void mf_cuda_set_ffn_q8b(mf_backend *b, int mode);
-/* Tests: MINFER_CUDA_NORM_LANE (opt-in): a one-token residual GEMV writes
- * per-block sums of squares and the FUSED_QKV / FUSED_FFN after its
- * deferred RMSNORM norms and quantizes its input per lane (no norm-quant
- * kernel; with FFN_Q8B the block-local SwiGLU GEMV does, block form 1
- * only: under forms 2 .. MF_CU_Q8B_FORMS the FFN keeps the norm-quant
- * kernel). 1 on, 0 off, -1 what the environment says; and the launches of
- * both so far (a captured graph counts once). */
-void mf_cuda_set_norm_lane(mf_backend *b, int mode);
-void mf_cuda_norm_lane_stats(const mf_backend *b, int64_t *producers, int64_t *consumers);
 /* The int8 GEMV's quantizing prologue (opt-in MINFER_CUDA_GEMV_PROLOGUE=1): 0 off
  * (the separate quantize / norm-quant kernels), 1 the auto rule
  * (mf_cu_q8_prologue_rule), 2 wherever it fits; < 0: what the environment

@@ -187,15 +187,8 @@ static cudaError_t launch_quant(const float *x, int8_t *xq, float *xd, int32_t *
 
 /* The RMSNorm'ed quantization of nt rows of n_in, by the kernel the switch
  * picks (wide unless MINFER_CUDA_NO_WIDE_NORM). */
-static int64_t q8_norm_quant_launches; /* mf_cu_q8_norm_quant_count */
-
-extern "C" int64_t mf_cu_q8_norm_quant_count(void) {
-    return q8_norm_quant_launches;
-}
-
 static cudaError_t launch_norm_quant(const float *x, const float *w, float eps, int64_t n_in, int64_t nt,
                                      int8_t *xq, float *xd, int32_t *xs, cudaStream_t s) {
-    q8_norm_quant_launches++;
     if (mf_cu_wide_norm && nt <= 65535)
         return mf_launch(mf_cu_lat ? q8_norm_quant_wide_kernel<true> : q8_norm_quant_wide_kernel<false>,
                          dim3((unsigned)((n_in / 32 + 7) / 8), (unsigned)nt), dim3(256), 0, s, x, w, eps, n_in, xq,
@@ -1081,108 +1074,11 @@ extern "C" int mf_cu_gemv_q8_ffn_q8b_ok(const mf_cu_q8_multi_args *a) {
  * warp per row pair, which the ZC instance runs with the same plan (so the
  * same bits); mf_cu_q8v4_zc_ok adds the types. */
 extern "C" int mf_cu_gemv_q8_zc_ok(const mf_cu_q8_multi_args *a) {
-    if (a->swiglu || a->n_w != 1 || a->nt != 1 || a->prologue || a->res[0] || a->q8out || a->nl_part_out ||
-        a->nl_part_in || !mf_cu_q8_supported(a->wtype[0], a->n_in)) /* no ZC form of FFN_Q8B / NORM_LANE */
+    if (a->swiglu || a->n_w != 1 || a->nt != 1 || a->prologue || a->res[0] || a->q8out ||
+        !mf_cu_q8_supported(a->wtype[0], a->n_in)) /* no ZC form of FFN_Q8B */
         return 0;
     const int u = mf_cu_q8v4_u(a->gemv_v4, a->wtype[0], a->n_out[0], a->n_in);
     return u > 0 && mf_cu_q8v4_zc_ok(a->wtype[0], u, a->n_out[0], a->n_in);
-}
-
-/* MINFER_CUDA_NORM_LANE's rules (cuda_args.h; the instances are in gemv_q8v4.cu). */
-extern "C" int64_t mf_cu_gemv_q8_nl_parts(const mf_cu_q8_multi_args *a) {
-    if (a->n_w != 1 || a->swiglu || a->nt != 1 || a->prologue || a->norm || a->q8out || a->y_host || !a->res[0] ||
-        !mf_cu_q8_supported(a->wtype[0], a->n_in)) /* y_host: no NORM_LANE form of the ZC epilogue */
-        return 0;
-    q8_multi p;
-    memset(&p, 0, sizeof p);
-    q8_run(a, 0, 1, &p);
-    return mf_cu_q8v4_nl_parts(a->wtype[0], mf_cu_q8v4_u(a->gemv_v4, a->wtype[0], a->n_out[0], a->n_in), &p,
-                               a->n_in);
-}
-
-extern "C" int mf_cu_gemv_q8_nl_consume_ok(const mf_cu_q8_multi_args *a) {
-    if (!a->norm || a->nt != 1 || a->prologue || a->n_w < 1 || a->n_w > 3 || (a->swiglu && a->n_w != 2) || !a->x ||
-        (((uintptr_t)a->x | (uintptr_t)a->norm_w) & 15) != 0 || /* the lanes' float4 loads */
-        a->y_host || (a->q8out && a->q8b_form != 0 && a->q8b_form != 1)) /* the consumers: no ZC epilogue, and
-                                                                              FFN_Q8B's block form 1 only */
-        return 0;
-    for (int i = 0; i < (a->swiglu ? 1 : a->n_w); i++) /* every block reads x while others write y */
-        if (q8_overlap(a->x, (size_t)a->n_in * 4, a->y[i], (size_t)a->n_out[i] * 4))
-            return 0;
-    if (a->q8out) /* FFN_Q8B's block-local SwiGLU GEMV */
-        return mf_cu_gemv_q8_ffn_q8b_ok(a) && mf_cu_q8v4_nl_consume_ok(a->wtype[0], 1, a->n_in) &&
-               !q8_overlap(a->x, (size_t)a->n_in * 4, a->q8out, mf_cu_q8_bytes(a->n_out[0], 1));
-    if (a->swiglu && (a->wtype[1] != a->wtype[0] || a->n_out[1] != a->n_out[0] || a->res[0] || a->res[1]))
-        return 0;
-    for (int i = 0; i < a->n_w; i++) {
-        int64_t rows = 0; /* the rows of weight i's run of equal types, as mf_cu_gemv_q8_multi groups them */
-        for (int j = 0; j < a->n_w; j++)
-            rows += a->wtype[j] == a->wtype[i] ? a->n_out[j] : 0;
-        if (!mf_cu_q8_supported(a->wtype[i], a->n_in) ||
-            !mf_cu_q8v4_nl_consume_ok(a->wtype[i], mf_cu_q8v4_u(a->gemv_v4, a->wtype[i], rows, a->n_in), a->n_in))
-            return 0;
-    }
-    return 1;
-}
-
-/* MINFER_CUDA_NORM_LANE: the residual GEMV writing partials (nl_part_out)
- * or the GEMV norming its input per lane from them (nl_part_in), one launch
- * per run of equal weight types. */
-static cudaError_t q8_nl_launch(const mf_cu_q8_multi_args *a, q8_src *in, cudaStream_t s) {
-    q8_multi p;
-    memset(&p, 0, sizeof p);
-    q8_nl nl;
-    memset(&nl, 0, sizeof nl);
-    if (a->nl_part_out) {
-        if (mf_cu_gemv_q8_nl_parts(a) <= 0)
-            return cudaErrorInvalidValue;
-        q8_run(a, 0, 1, &p);
-        nl.part_out = a->nl_part_out;
-        q8_pro pro;
-        size_t smem;
-        cudaError_t e = q8_src_for(in, 1, 1, &pro, &smem, s); /* the quantize kernel, if x is not ready */
-        if (e == cudaSuccess)
-            e = mf_cu_q8v4_nl_launch(&p, a->wtype[0], false, in->xq, in->xd, in->xs, a->n_in, &nl, s);
-        return e != cudaSuccess ? e : cudaGetLastError();
-    }
-    if (!mf_cu_gemv_q8_nl_consume_ok(a) || a->nl_n_part <= 0 || a->x_q8_ready)
-        return cudaErrorInvalidValue;
-    nl.part_in = a->nl_part_in;
-    nl.n_part = a->nl_n_part;
-    nl.x = a->x;
-    nl.w = a->norm_w;
-    nl.eps = a->norm_eps;
-    cudaError_t e = cudaSuccess;
-    if (a->swiglu) { /* gate/up: the block-local form (FFN_Q8B, q8out) or the v4 SwiGLU instance */
-        q8_run(a, 0, 2, &p);
-        e = a->q8out ? mf_cu_q8v4_swq8_nl_launch(&p, a->wtype[0], a->n_in, a->q8out, &nl, s)
-                     : mf_cu_q8v4_nl_launch(&p, a->wtype[0], true, NULL, NULL, NULL, a->n_in, &nl, s);
-        return e != cudaSuccess ? e : cudaGetLastError();
-    }
-    int cut = 1; /* MINFER_CUDA_QKV_MIX: two type runs in one launch where an instance exists */
-    while (cut < a->n_w && a->wtype[cut] == a->wtype[0])
-        cut++;
-    bool two = cut < a->n_w;
-    for (int i = cut + 1; i < a->n_w; i++)
-        two = two && a->wtype[i] == a->wtype[cut];
-    if (a->qkv_mix && two && mf_cu_q8v4_nl_mix_ok(a->wtype[0], a->wtype[cut])) {
-        q8_multi pb;
-        memset(&pb, 0, sizeof pb);
-        q8_run(a, 0, cut, &p);
-        q8_run(a, cut, a->n_w, &pb);
-        e = mf_cu_q8v4_nl_launch_mix(&p, a->wtype[0], &pb, a->wtype[cut], a->n_in, &nl, s);
-        return e != cudaSuccess ? e : cudaGetLastError();
-    }
-    int first = 0;
-    for (int i = 1; i <= a->n_w; i++) {
-        if (i < a->n_w && a->wtype[i] == a->wtype[first])
-            continue;
-        q8_run(a, first, i, &p);
-        if ((e = mf_cu_q8v4_nl_launch(&p, a->wtype[first], false, NULL, NULL, NULL, a->n_in, &nl, s)) != cudaSuccess)
-            return e;
-        first = i;
-    }
-    return cudaGetLastError();
 }
 
 /* The fused path: one quantization of x, then one launch over every weight
@@ -1216,8 +1112,6 @@ extern "C" cudaError_t mf_cu_gemv_q8_multi(const mf_cu_q8_multi_args *a, cudaStr
     in.xq = (int8_t *)a->q8;
     in.xd = (float *)(in.xq + a->nt * a->n_in);
     in.xs = (int32_t *)(in.xd + a->nt * (a->n_in / 32));
-    if (a->nl_part_out || a->nl_part_in) /* MINFER_CUDA_NORM_LANE */
-        return q8_nl_launch(a, &in, s);
     if (a->q8out) { /* MINFER_CUDA_FFN_Q8B: the SwiGLU GEMV that also writes the down GEMV's int8 input */
         if (!mf_cu_gemv_q8_ffn_q8b_ok(a) || a->q8b_form < 0 || a->q8b_form > MF_CU_Q8B_FORMS || a->y_host ||
             q8_overlap(a->q8out, mf_cu_q8_bytes(a->n_out[0], 1), a->q8, mf_cu_q8_bytes(a->n_in, 1)))

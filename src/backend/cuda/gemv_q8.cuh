@@ -196,41 +196,6 @@ static __device__ __forceinline__ void q8_pair_store(const q8_multi &p, int64_t 
     }
 }
 
-/* MINFER_CUDA_NORM_LANE (gemv_q8v4.cu): the RMSNorm of a residual row split
- * between the residual GEMV that writes it (part_out: one double sum of
- * squares per block of its grid) and the next GEMV (part_in, n_part of
- * them; x the row, w the norm weight or NULL, eps), which norms and
- * quantizes its int8 input per lane instead of reading xq / xd / xs. */
-typedef struct q8_nl {
-    double *part_out;
-    const double *part_in;
-    int n_part;
-    const float *x;
-    const float *w;
-    float eps;
-} q8_nl;
-/* The producer's partial count for p (one weight with a residual, u
- * slices) = its block count, 0 where it has no NORM_LANE instance; whether
- * a consumer instance serves wtype at n_in; the launch of either (nl's
- * part_in picks: consumer; cudaErrorNotSupported where the two above say
- * no, or x / w are not 16-byte aligned); mf_cu_q8v4_nl_count is in
- * cuda_args.h. */
-int64_t mf_cu_q8v4_nl_parts(uint32_t wtype, int u, const q8_multi *p, int64_t n_in);
-int mf_cu_q8v4_nl_consume_ok(uint32_t wtype, int u, int64_t n_in);
-cudaError_t mf_cu_q8v4_nl_launch(const q8_multi *p, uint32_t wtype, bool swiglu, const int8_t *xq, const float *xd,
-                                 const int32_t *xs, int64_t n_in, const q8_nl *nl, cudaStream_t s);
-/* The consumer over two type runs in one launch (as mf_cu_q8v4_launch_mix:
- * each row bitwise what the two separate consumer launches write), where
- * mf_cu_q8v4_nl_mix_ok says the pair has an instance (Q5_0 + Q8_0, Q4_0 +
- * Q5_0); and FFN_Q8B's block-local SwiGLU GEMV as a consumer (q8out as in
- * mf_cu_q8v4_swq8_launch). Both cudaErrorNotSupported where they do not
- * apply. */
-int mf_cu_q8v4_nl_mix_ok(uint32_t ta, uint32_t tb);
-cudaError_t mf_cu_q8v4_nl_launch_mix(const q8_multi *pa, uint32_t ta, const q8_multi *pb, uint32_t tb, int64_t n_in,
-                                     const q8_nl *nl, cudaStream_t s);
-cudaError_t mf_cu_q8v4_swq8_nl_launch(const q8_multi *p, uint32_t wtype, int64_t n_in, void *q8out, const q8_nl *nl,
-                                      cudaStream_t s);
-
 /* The v4 GEMV (gemv_q8v4.cu) of one token: p's weights (all of type wtype)
  * against the quantized activation (xq, xd, xs of n_in), u weight slices per
  * lane in flight (1 or 2). cudaErrorNotSupported when wtype or u has no

@@ -271,112 +271,6 @@ static __device__ __forceinline__ void v4_zc_store(const q8_multi &p, int64_t g,
     }
 }
 
-/* ---- MINFER_CUDA_NORM_LANE: the RMSNorm split between a residual GEMV and the next GEMV ---- */
-
-/* Why. In a decode layer the RMSNorm + int8 quantization of the residual
- * row (q8_norm_quant_*, 896 wide at 0.5B) is a kernel of its own (~1.8 us
- * on the replayed graph's critical path, PERF.md entry 15) only because the
- * scale needs the whole row's sum of squares. Split: the residual GEMV that
- * writes the row (NL 1, "producer") also writes one partial per block, the
- * double sum of squares of the outputs that block stored (lane 0 of each
- * storing warp in its row-group order, then warps 0..3: a fixed order, no
- * atomics); the next GEMV (NL 2, "consumer") sums the partials in every
- * warp (lane l: partials l, l + 32, ... in order, then the xor butterfly:
- * the same double in every lane, warp and block), and each lane norms and
- * quantizes the one 32-element unit it consumes in registers with
- * q8_norm_quant's elementwise product (x sc w) and q8_unit's arithmetic
- * (amax, d, rint, the 16-element sums), its 16 float4 loads issued with
- * the weight loads. The sum of squares is summed in another order than the
- * norm kernel's, so the bits are not today's (the scale may differ in the
- * last place); they are the same run to run and across graph replays. */
-/* (the launch description, q8_nl, is in gemv_q8.cuh) */
-typedef q8_nl v4_nl;
-
-/* NL 2: the row's RMS scale from the partials, every lane of the warp the
- * same bits (mf_rms_scale's last expression). */
-static __device__ __forceinline__ float v4_nl_scale(const v4_nl &nl, int64_t n_in, int lane) {
-    double ss = 0.0;
-    for (int i = lane; i < nl.n_part; i += 32)
-        ss += nl.part_in[i];
-#pragma unroll
-    for (int off = 16; off > 0; off >>= 1)
-        ss += __shfl_xor_sync(0xffffffffu, ss, off);
-    return (float)(1.0 / sqrt(ss / (double)n_in + (double)nl.eps));
-}
-
-/* NL 2: unit k of the normed row quantized by one lane: the two 16-byte
- * halves of q (a: elements 0-15, c: 16-31), d and the half sums, as
- * q8_unit computes them from the same 32 floats. */
-typedef struct v4_lq {
-    int4 a, c;
-    float d, s0, s1;
-} v4_lq;
-
-static __device__ __forceinline__ void v4_nl_load(const v4_nl &nl, int64_t k, float4 *xv, float4 *wv) {
-    const float4 *xp = (const float4 *)(nl.x + k * 32), *wp = (const float4 *)(nl.w + k * 32);
-#pragma unroll
-    for (int i = 0; i < 8; i++) {
-        xv[i] = xp[i];
-        wv[i] = nl.w ? wp[i] : make_float4(1.0f, 1.0f, 1.0f, 1.0f);
-    }
-}
-
-static __device__ __forceinline__ uint32_t v4_pack4(int q0, int q1, int q2, int q3) {
-    return ((uint32_t)q0 & 0xffu) | ((uint32_t)q1 & 0xffu) << 8 | ((uint32_t)q2 & 0xffu) << 16 |
-           ((uint32_t)q3 & 0xffu) << 24;
-}
-
-static __device__ __forceinline__ void v4_nl_quant(const float4 *xv, const float4 *wv, float sc, v4_lq &o) {
-    float v[32];
-#pragma unroll
-    for (int i = 0; i < 8; i++) { /* q8_norm_quant's x * sc * w */
-        v[4 * i] = xv[i].x * sc * wv[i].x;
-        v[4 * i + 1] = xv[i].y * sc * wv[i].y;
-        v[4 * i + 2] = xv[i].z * sc * wv[i].z;
-        v[4 * i + 3] = xv[i].w * sc * wv[i].w;
-    }
-    float amax = 0.0f;
-#pragma unroll
-    for (int i = 0; i < 32; i++)
-        amax = fmaxf(amax, fabsf(v[i]));
-    const float d = amax / 127.0f;
-    const float id = d != 0.0f ? 1.0f / d : 0.0f;
-    int q[32], s0 = 0, s1 = 0;
-#pragma unroll
-    for (int i = 0; i < 32; i++) {
-        q[i] = __float2int_rn(v[i] * id);
-        if (i < 16)
-            s0 += q[i];
-        else
-            s1 += q[i];
-    }
-    o.a = make_int4((int)v4_pack4(q[0], q[1], q[2], q[3]), (int)v4_pack4(q[4], q[5], q[6], q[7]),
-                    (int)v4_pack4(q[8], q[9], q[10], q[11]), (int)v4_pack4(q[12], q[13], q[14], q[15]));
-    o.c = make_int4((int)v4_pack4(q[16], q[17], q[18], q[19]), (int)v4_pack4(q[20], q[21], q[22], q[23]),
-                    (int)v4_pack4(q[24], q[25], q[26], q[27]), (int)v4_pack4(q[28], q[29], q[30], q[31]));
-    o.d = d;
-    o.s0 = (float)s0;
-    o.s1 = (float)s1;
-}
-
-/* NL 1: q8_row_store of row pair g (one token), also adding each stored
- * value's square to ss (bitwise the values q8_row_store writes). */
-static __device__ __forceinline__ void v4_nl_store(const q8_multi &p, int64_t g, int64_t total, const float *acc,
-                                                   double &ss) {
-#pragma unroll
-    for (int r = 0; r < V4_R; r++) {
-        int w;
-        const int64_t o = q8_pair_row<false>(p, g, r, total, &w);
-        if (o >= 0) {
-            const float b = p.bias[w] ? p.bias[w][o] : 0.0f;
-            const float *res = p.res[w];
-            const float v = res ? res[o] + (acc[r] + b) : acc[r] + b;
-            p.y[w][o] = v;
-            ss += (double)v * (double)v;
-        }
-    }
-}
-
 /* Grid: x = blocks looping over groups of (Q8_WARPS / ks) row pairs (n_grp
  * groups; block-uniform trip count, so every warp reaches q8_reduce's
  * barrier once per group); ks warps share a row pair, warp kp taking slice
@@ -390,15 +284,13 @@ static __device__ __forceinline__ void v4_nl_store(const q8_multi &p, int64_t g,
  * v4_rows is that loop for block bx of a grid of gx blocks (the single-type
  * kernel: blockIdx.x of gridDim.x; the mixed-type kernel: its blocks split
  * into one such grid per weight type); part is the block's reduction buffer. */
-template <int T, int U, bool SWIGLU, int NL = 0, bool ZC = false>
+template <int T, int U, bool SWIGLU, bool ZC = false>
 static __device__ __forceinline__ void v4_rows(const q8_multi &p, const int8_t *__restrict__ xq,
                                                const float *__restrict__ xd, const int32_t *__restrict__ xs,
                                                int64_t n_in, int ks, int64_t n_grp, int pf, float (*part)[V4_R],
-                                               unsigned bx, unsigned gx, const v4_nl *nl = nullptr,
-                                               float *yh = nullptr, float (*zst)[Q8_WARPS * V4_R] = nullptr) {
-    static_assert(NL == 0 || (U == 1 && (NL == 2 || !SWIGLU)), "MINFER_CUDA_NORM_LANE: one slice; no SwiGLU producer");
-    static_assert(NL != 2 || !V4_PIPE(T), "MINFER_CUDA_NORM_LANE consumer: unit decoders only");
-    static_assert(!ZC || (NL == 0 && U == 1 && !SWIGLU), "MINFER_CUDA_LOGITS_ZC: one slice, one weight, no NORM_LANE");
+                                               unsigned bx, unsigned gx, float *yh = nullptr,
+                                               float (*zst)[Q8_WARPS * V4_R] = nullptr) {
+    static_assert(!ZC || (U == 1 && !SWIGLU), "MINFER_CUDA_LOGITS_ZC: one slice, one weight");
     constexpr int R = V4_R;
     typedef typename v4s<T>::raw raw;
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
@@ -442,16 +334,12 @@ static __device__ __forceinline__ void v4_rows(const q8_multi &p, const int8_t *
     };
     /* the row pair's sums across its ks warps, then bias / residual / SwiGLU and the store */
     [[maybe_unused]] int zslot = 0; /* ZC: the staging slot of this group (two, alternating) */
-    double nl_ss = 0.0; /* NL 1: this warp's share of the block's partial */
     auto finish = [&](int64_t bg, float *acc) {
         q8_reduce<R>(acc, part, lane, warp, ks);
         if constexpr (ZC) {
             v4_zc_store(p, bg, total, acc, lane, warp, yh, zst[zslot ^= 1]);
         } else if (lane == 0 && kp == 0) {
-            if constexpr (NL == 1)
-                v4_nl_store(p, bg * ppb + warp / ks, total, acc, nl_ss);
-            else
-                q8_pair_store<SWIGLU, 1>(p, bg * ppb + warp / ks, total, acc, 0, 1);
+            q8_pair_store<SWIGLU, 1>(p, bg * ppb + warp / ks, total, acc, 0, 1);
         }
         if (ks > 1) /* part[] is rewritten by the next group's reduction */
             __syncthreads();
@@ -463,68 +351,48 @@ static __device__ __forceinline__ void v4_rows(const q8_multi &p, const int8_t *
      * fixed it (PERF.md entry 13; the cause was not pinned down). The
      * prefetch (MINFER_CUDA_GEMV_V4_PF, default on) measured +4.5 % on
      * qwen2-7B Q4_0 tg128 and neutral on Q4_K_M. */
-    if (pf && busy && bx < n_grp) /* the first batch's lines into L2 while the kernel before ends */
+    /* the first batch's lines (pf 1), or with one slice in flight every
+     * batch of the first row group (pf 2), into L2 while the kernel before
+     * ends (two-slice instances keep the one-batch form: the loop cost them
+     * registers and spills, and the auto rule gives pf 2 only to the small
+     * launches, which run one slice) */
+    if (pf && busy && bx < n_grp)
 #pragma unroll
         for (int r = 0; r < R; r++) {
             int w;
             const int64_t o = q8_pair_row<SWIGLU>(p, bx * ppb + warp / ks, r, total, &w);
             const uint8_t *rw = p.w[w] + (uint64_t)(o < 0 ? 0 : o) * p.row_bytes[w];
-#pragma unroll
-            for (int j = 0; j < U; j++) {
-                const int64_t k = first + 32 * j + lane;
-                if (k < n_units)
+            if constexpr (U == 1) {
+                for (int64_t k = first + lane; k < n_units; k += step) {
                     asm volatile("prefetch.global.L2 [%0];" ::"l"(
                         __cvta_generic_to_global(rw + v4_pf_off<T>(p.row_bytes[w], k, n_units))));
-            }
-        }
-    /* NL 1: the block's partial, warps in order (every thread gets here) */
-    auto nl_end = [&]() {
-        if constexpr (NL == 1) {
-            __shared__ double nls[Q8_WARPS];
-            if (lane == 0)
-                nls[warp] = nl_ss;
-            __syncthreads();
-            if (threadIdx.x == 0) {
-                double t = 0.0;
+                    if (pf < 2)
+                        break;
+                }
+            } else {
 #pragma unroll
-                for (int i = 0; i < Q8_WARPS; i++)
-                    t += nls[i];
-                nl->part_out[bx] = t;
+                for (int j = 0; j < U; j++) {
+                    const int64_t k = first + 32 * j + lane;
+                    if (k < n_units)
+                        asm volatile("prefetch.global.L2 [%0];" ::"l"(
+                            __cvta_generic_to_global(rw + v4_pf_off<T>(p.row_bytes[w], k, n_units))));
+                }
             }
         }
-    };
     mf_pdl_wait();
     mf_pdl_trigger();
     const uint8_t *row[R];
     if constexpr (!V4_PIPE(T)) { /* one batch in flight at a time */
-        float nl_sc = 0.0f;
-        if constexpr (NL == 2)
-            nl_sc = v4_nl_scale(*nl, n_in, lane);
         for (int64_t bg = bx; bg < n_grp; bg += gx) {
             rows_of(bg, row);
             float acc[R] = {};
             for (int64_t base = first; base < n_units; base += step) { /* warp-uniform */
                 raw wr[U][R];
                 fetch(row, base, wr);
-                if constexpr (NL == 2) { /* the unit's x and norm weight loaded with the weight slices */
-                    const int64_t k = base + lane;
-                    const int64_t kk = k < n_units ? k : n_units - 1;
-                    float4 xv[8], wv[8];
-                    v4_nl_load(*nl, kk, xv, wv);
-                    v4_lq lq;
-                    v4_nl_quant(xv, wv, nl_sc, lq);
-#pragma unroll
-                    for (int r = 0; r < R; r++) {
-                        const float v = lq.d * q8_unit_dot(wr[0][r].q, lq.a, lq.c, wr[0][r].dm, lq.s0, lq.s1);
-                        acc[r] += k < n_units ? v : 0.0f;
-                    }
-                } else {
-                    dots(wr, base, acc);
-                }
+                dots(wr, base, acc);
             }
             finish(bg, acc);
         }
-        nl_end();
         return;
     }
     int64_t bg = bx, base = first;
@@ -569,7 +437,6 @@ static __device__ __forceinline__ void v4_rows(const q8_multi &p, const int8_t *
             for (int r = 0; r < R; r++)
                 row[r] = nrow[r];
     }
-    nl_end();
 }
 
 template <int T, int U, bool SWIGLU>
@@ -589,8 +456,7 @@ gemv_q8v4_zc_kernel(q8_multi p, const int8_t *__restrict__ xq, const float *__re
                     float *__restrict__ yh) {
     __shared__ float part[Q8_WARPS][V4_R];
     __shared__ __align__(16) float zst[2][Q8_WARPS * V4_R];
-    v4_rows<T, 1, false, 0, true>(p, xq, xd, xs, n_in, ks, n_grp, pf, part, blockIdx.x, gridDim.x, nullptr, yh,
-                                  zst);
+    v4_rows<T, 1, false, true>(p, xq, xd, xs, n_in, ks, n_grp, pf, part, blockIdx.x, gridDim.x, yh, zst);
 }
 
 /* Two runs of weights of different types sharing the input (Q/K of one
@@ -619,7 +485,21 @@ gemv_q8v4_mix_kernel(q8_multi pa, q8_multi pb, const int8_t *__restrict__ xq, co
 /* Resident blocks per SM of each instance (mf_cu_q8v4_probe), [type][U index][swiglu]. */
 static int v4_bps[V4_N_INST][2][2];
 static int v4_sms = 132;
-static int v4_pf = 1; /* mf_cu_set_gemv_v4_pf (MINFER_CUDA_GEMV_V4_PF) */
+static int v4_pf = 1; /* mf_cu_set_gemv_v4_pf (MINFER_CUDA_GEMV_V4_PF): 0 off, 1 first batch, 2 every batch, 3 auto */
+#define V4_PF_ALL_BYTES ((uint64_t)4 << 20)
+
+/* The kernels' pf for a launch of p: under 3 (auto), every batch of the
+ * first row group (2) when the launch's weights are at most 4 MiB (the 0.5B
+ * down GEMV: +1.9 % tg on the 0.5B Q4_0), else the first batch (1): the 7B
+ * GEMVs lost 7 % with every batch (session 7 run 3). */
+static int v4_pf_of(const q8_multi *p, bool sw) {
+    if (v4_pf != 3)
+        return v4_pf;
+    uint64_t b = 0;
+    for (int i = 0; i < p->n_w; i++)
+        b += (uint64_t)(sw ? p->n_out[0] : p->start[i + 1] - p->start[i]) * p->row_bytes[i];
+    return b <= V4_PF_ALL_BYTES ? 2 : 1;
+}
 static int v4_big_mib = 32; /* mf_cu_set_gemv_v4_big (MINFER_CUDA_GEMV_V4_BIG): Q4_K weights from this many MiB take U 2 */
 static int v4_q6k = 1; /* mf_cu_set_gemv_v4_q6k (MINFER_CUDA_GEMV_V4_Q6K): Q6_K on v4s<V4_Q6K_SLICE>, the rule's U */
 
@@ -658,7 +538,7 @@ template <int T, int U, bool SW> static cudaError_t v4_go(const q8_multi *p, con
     int64_t n_grp;
     const int64_t blocks = v4_plan<T, U, SW>(p, n_in, &ks, &n_grp);
     return mf_launch(gemv_q8v4_kernel<T, U, SW>, dim3((unsigned)blocks), dim3(32 * Q8_WARPS), 0, s, *p, xq, xd, xs,
-                     n_in, ks, n_grp, v4_pf);
+                     n_in, ks, n_grp, v4_pf_of(p, SW));
 }
 
 /* The type pairs with a mixed-type kernel (instance ids: V4_Q6K_SLICE for
@@ -694,7 +574,7 @@ static cudaError_t v4_go_mix(const q8_multi *pa, const q8_multi *pb, int mi, con
         bb = wave - ba;
     }
     const cudaError_t e = mf_launch(gemv_q8v4_mix_kernel<TA, TB>, dim3((unsigned)(ba + bb)), dim3(32 * Q8_WARPS), 0,
-                                    s, *pa, *pb, xq, xd, xs, n_in, ksa, ksb, ga, gb, (unsigned)ba, v4_pf);
+                                    s, *pa, *pb, xq, xd, xs, n_in, ksa, ksb, ga, gb, (unsigned)ba, v4_pf_of(pa, false));
     v4_mix_launches += e == cudaSuccess;
     return e;
 }
@@ -915,7 +795,7 @@ static cudaError_t v4_go_zc(const q8_multi *p, const int8_t *xq, const float *xd
     const int64_t wave = (int64_t)v4_sms * (v4_zc_bps[T] > 0 ? v4_zc_bps[T] : 4);
     blocks = n_grp < wave ? n_grp : wave;
     return mf_launch(gemv_q8v4_zc_kernel<T>, dim3((unsigned)blocks), dim3(32 * Q8_WARPS), 0, s, *p, xq, xd, xs, n_in,
-                     ks, n_grp, v4_pf, yh);
+                     ks, n_grp, v4_pf_of(p, false), yh);
 }
 
 cudaError_t mf_cu_q8v4_launch_zc(const q8_multi *p, uint32_t wtype, const int8_t *xq, const float *xd,
@@ -1010,7 +890,7 @@ template <int T, int U> static void v4_occ() {
 }
 
 void mf_cu_set_gemv_v4_pf(int on) {
-    v4_pf = on != 0;
+    v4_pf = on < 0 ? 0 : on > 3 ? 3 : on;
 }
 
 void mf_cu_set_gemv_v4_big(int mib) {
@@ -1042,157 +922,6 @@ void mf_cu_q8v4_probe(int sms) {
     ZC_FOR_EACH_INST(MF_CASE)
     ZC_FOR_EACH_SOA(MF_CASE)
 #undef MF_CASE
-}
-
-/* MINFER_CUDA_NORM_LANE: NL 1 (the residual GEMV writing the partials) or
- * NL 2 (the GEMV norming and quantizing its input per lane; SW: the SwiGLU
- * gate/up), one slice in flight; the grid of the plain instance's plan
- * (v4_plan), so a row's slices, warps and reduction are those of today's
- * launch. The mixed-type form runs each type run's blocks as
- * gemv_q8v4_mix_kernel does. */
-template <int T, int NL, bool SW>
-static __global__ void __launch_bounds__(32 * Q8_WARPS)
-gemv_q8v4_nl_kernel(q8_multi p, const int8_t *__restrict__ xq, const float *__restrict__ xd,
-                    const int32_t *__restrict__ xs, int64_t n_in, int ks, int64_t n_grp, int pf,
-                    const __grid_constant__ q8_nl nl) {
-    __shared__ float part[Q8_WARPS][V4_R];
-    v4_rows<T, 1, SW, NL>(p, xq, xd, xs, n_in, ks, n_grp, pf, part, blockIdx.x, gridDim.x, &nl);
-}
-
-template <int TA, int TB>
-static __global__ void __launch_bounds__(32 * Q8_WARPS)
-gemv_q8v4_mix_nl_kernel(q8_multi pa, q8_multi pb, int64_t n_in, int ksa, int ksb, int64_t n_grpa, int64_t n_grpb,
-                        unsigned nba, int pf, const __grid_constant__ q8_nl nl) {
-    __shared__ float part[Q8_WARPS][V4_R];
-    if (blockIdx.x < nba) /* block-uniform */
-        v4_rows<TA, 1, false, 2>(pa, nullptr, nullptr, nullptr, n_in, ksa, n_grpa, pf, part, blockIdx.x, nba, &nl);
-    else
-        v4_rows<TB, 1, false, 2>(pb, nullptr, nullptr, nullptr, n_in, ksb, n_grpb, pf, part, blockIdx.x - nba,
-                                 gridDim.x - nba, &nl);
-}
-
-#define NL_FOR_EACH_PROD(X) X(MF_TYPE_Q4_0) X(MF_TYPE_Q5_0) X(MF_TYPE_Q8_0) X(MF_TYPE_Q4_K) X(V4_Q6K_SLICE)
-#define NL_FOR_EACH_CONS(X) X(MF_TYPE_Q4_0) X(MF_TYPE_Q5_0) X(MF_TYPE_Q8_0)
-/* the mixed pairs of V4_FOR_EACH_MIX with a consumer decoder on both sides */
-#define NL_FOR_EACH_MIX(X) X(1, MF_TYPE_Q5_0, MF_TYPE_Q8_0) X(2, MF_TYPE_Q4_0, MF_TYPE_Q5_0)
-#define NL_MAX_IN 2048 /* the consumer's size rule: one unit a lane, latency-bound widths (0.5B 896, 1.5B 1536) */
-
-static int64_t v4_nl_launches[2]; /* mf_cu_q8v4_nl_count: [0] producer, [1] consumer */
-
-int64_t mf_cu_q8v4_nl_count(int consumer) {
-    return v4_nl_launches[consumer ? 1 : 0];
-}
-
-int64_t mf_cu_q8v4_nl_parts(uint32_t wtype, int u, const q8_multi *p, int64_t n_in) {
-    if (u != 1 || p->n_w != 1 || !p->res[0] || n_in <= 0 || n_in % 32 != 0)
-        return 0;
-    int ks;
-    int64_t n_grp;
-    switch (v4_inst(wtype)) {
-#define MF_CASE(I) \
-    case I:        \
-        return v4_plan<I, 1, false>(p, n_in, &ks, &n_grp);
-        NL_FOR_EACH_PROD(MF_CASE)
-#undef MF_CASE
-    default:
-        return 0;
-    }
-}
-
-int mf_cu_q8v4_nl_consume_ok(uint32_t wtype, int u, int64_t n_in) {
-    if (u != 1 || n_in <= 0 || n_in % 32 != 0 || n_in > NL_MAX_IN)
-        return 0;
-    switch (v4_inst(wtype)) {
-#define MF_CASE(I) case I:
-        NL_FOR_EACH_CONS(MF_CASE)
-#undef MF_CASE
-        return 1;
-    default:
-        return 0;
-    }
-}
-
-/* The consumer's launch arguments are usable (nl->part_in set). */
-static bool v4_nl_cons_args_ok(const q8_nl *nl) {
-    return nl->part_in && nl->n_part > 0 && nl->x && (((uintptr_t)nl->x | (uintptr_t)nl->w) & 15) == 0;
-}
-
-cudaError_t mf_cu_q8v4_nl_launch(const q8_multi *p, uint32_t wtype, bool swiglu, const int8_t *xq, const float *xd,
-                                 const int32_t *xs, int64_t n_in, const q8_nl *nl, cudaStream_t s) {
-    const bool cons = nl->part_in != NULL;
-    if (cons ? (!mf_cu_q8v4_nl_consume_ok(wtype, 1, n_in) || !v4_nl_cons_args_ok(nl))
-             : (swiglu || !nl->part_out || mf_cu_q8v4_nl_parts(wtype, 1, p, n_in) <= 0))
-        return cudaErrorNotSupported;
-    int ks;
-    int64_t n_grp;
-    cudaError_t e = cudaErrorNotSupported;
-    switch (v4_inst(wtype) * 4 + (cons ? 1 : 0) + (swiglu ? 2 : 0)) {
-#define MF_CASE_N(I, NL, SW)                                                                                  \
-    case (I) * 4 + ((NL) == 2 ? 1 : 0) + ((SW) ? 2 : 0): {                                                   \
-        const int64_t nb = v4_plan<I, 1, SW>(p, n_in, &ks, &n_grp);                                           \
-        e = mf_launch(gemv_q8v4_nl_kernel<I, NL, SW>, dim3((unsigned)nb), dim3(32 * Q8_WARPS), 0, s, *p, xq, xd, \
-                      xs, n_in, ks, n_grp, v4_pf, *nl);                                                       \
-        break;                                                                                                \
-    }
-#define MF_CASE_P(I) MF_CASE_N(I, 1, false)
-#define MF_CASE_C(I) MF_CASE_N(I, 2, false) MF_CASE_N(I, 2, true)
-        NL_FOR_EACH_PROD(MF_CASE_P)
-        NL_FOR_EACH_CONS(MF_CASE_C)
-#undef MF_CASE_P
-#undef MF_CASE_C
-#undef MF_CASE_N
-    default:
-        break;
-    }
-    v4_nl_launches[cons ? 1 : 0] += e == cudaSuccess;
-    return e;
-}
-
-int mf_cu_q8v4_nl_mix_ok(uint32_t ta, uint32_t tb) {
-    const int ia = v4_inst(ta), ib = v4_inst(tb);
-#define MF_CASE(I, A, B)                                         \
-    if ((ia == (A) && ib == (B)) || (ia == (B) && ib == (A))) \
-        return 1;
-    NL_FOR_EACH_MIX(MF_CASE)
-#undef MF_CASE
-    return 0;
-}
-
-/* Run a and run b (two types, one slice each) as one consumer launch, the
- * grid cut as v4_go_mix cuts it (so each row's bits are those of the two
- * separate consumer launches). */
-template <int TA, int TB>
-static cudaError_t v4_nl_go_mix(const q8_multi *pa, const q8_multi *pb, int mi, int64_t n_in, const q8_nl *nl,
-                                cudaStream_t s) {
-    int ksa, ksb;
-    int64_t ga, gb;
-    int64_t ba = v4_plan<TA, 1, false>(pa, n_in, &ksa, &ga), bb = v4_plan<TB, 1, false>(pb, n_in, &ksb, &gb);
-    const int bps = v4_mix_bps[mi];
-    const int64_t wave = (int64_t)v4_sms * (bps > 0 ? bps : 4);
-    if (ba + bb > wave && wave >= 2) {
-        const int64_t a = wave * ba / (ba + bb);
-        ba = a < 1 ? 1 : a > wave - 1 ? wave - 1 : a;
-        bb = wave - ba;
-    }
-    return mf_launch(gemv_q8v4_mix_nl_kernel<TA, TB>, dim3((unsigned)(ba + bb)), dim3(32 * Q8_WARPS), 0, s, *pa, *pb,
-                     n_in, ksa, ksb, ga, gb, (unsigned)ba, v4_pf, *nl);
-}
-
-cudaError_t mf_cu_q8v4_nl_launch_mix(const q8_multi *pa, uint32_t ta, const q8_multi *pb, uint32_t tb, int64_t n_in,
-                                     const q8_nl *nl, cudaStream_t s) {
-    if (!mf_cu_q8v4_nl_consume_ok(ta, 1, n_in) || !mf_cu_q8v4_nl_consume_ok(tb, 1, n_in) || !v4_nl_cons_args_ok(nl))
-        return cudaErrorNotSupported;
-    const int ia = v4_inst(ta), ib = v4_inst(tb);
-    cudaError_t e = cudaErrorNotSupported;
-#define MF_CASE(I, A, B)                                     \
-    if (ia == (A) && ib == (B))                              \
-        e = v4_nl_go_mix<A, B>(pa, pb, I, n_in, nl, s);      \
-    else if (ia == (B) && ib == (A))                         \
-        e = v4_nl_go_mix<A, B>(pb, pa, I, n_in, nl, s);
-    NL_FOR_EACH_MIX(MF_CASE)
-#undef MF_CASE
-    v4_nl_launches[1] += e == cudaSuccess;
-    return e;
 }
 
 /* ---- MINFER_CUDA_FFN_Q8B: the SwiGLU GEMV also writes the down GEMV's int8 input ---- */
@@ -1250,16 +979,12 @@ cudaError_t mf_cu_q8v4_nl_launch_mix(const q8_multi *pa, uint32_t ta, const q8_m
 
 /* NW warps x OPW consecutive outputs (NW * OPW = 32: the block's int8
  * unit), G of them (2 G rows) loaded before any is computed (OPW / G
- * rounds a warp); LATE: mf_pdl_trigger() after the stores. NL 2
- * (MINFER_CUDA_NORM_LANE): each lane norms and quantizes the unit it
- * consumes from the partials (v4_nl_*) instead of reading xq / xd / xs
- * (instantiated for form 1 only: gemv_q8v4_swq8_nl_kernel). */
-template <int T, int NW, int OPW, int G, bool LATE, int NL>
+ * rounds a warp); LATE: mf_pdl_trigger() after the stores. */
+template <int T, int NW, int OPW, int G, bool LATE>
 static __device__ __forceinline__ void swq8_body(const q8_multi &p, const int8_t *__restrict__ xq,
                                                  const float *__restrict__ xd, const int32_t *__restrict__ xs,
                                                  int64_t n_in, int pf, int8_t *__restrict__ oq,
-                                                 float *__restrict__ od, int32_t *__restrict__ os, float *hs,
-                                                 const q8_nl *nl) {
+                                                 float *__restrict__ od, int32_t *__restrict__ os, float *hs) {
     static_assert(NW * OPW == 32 && OPW % G == 0, "a block owns one 32-value int8 unit");
     typedef typename v4s<T>::raw raw;
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
@@ -1281,9 +1006,6 @@ static __device__ __forceinline__ void swq8_body(const q8_multi &p, const int8_t
     mf_pdl_wait();
     if (!LATE)
         mf_pdl_trigger();
-    float nl_sc = 0.0f;
-    if constexpr (NL == 2)
-        nl_sc = v4_nl_scale(*nl, n_in, lane);
     float acc[OPW][2] = {};
 #pragma unroll
     for (int g0 = 0; g0 < OPW; g0 += G) /* an output's sum runs over its slices in the same order every form */
@@ -1300,27 +1022,13 @@ static __device__ __forceinline__ void swq8_body(const q8_multi &p, const int8_t
                     else
                         v4s<T>::fetch(row[g0 + i][r], kk, wr[i][r]);
                 }
-            if constexpr (NL == 2) { /* the unit's x and norm weight loaded with the weight slices */
-                float4 xv[8], wv[8];
-                v4_nl_load(*nl, kk, xv, wv);
-                v4_lq lq;
-                v4_nl_quant(xv, wv, nl_sc, lq);
 #pragma unroll
-                for (int i = 0; i < G; i++)
+            for (int i = 0; i < G; i++)
 #pragma unroll
-                    for (int r = 0; r < 2; r++) {
-                        const float v = lq.d * q8_unit_dot(wr[i][r].q, lq.a, lq.c, wr[i][r].dm, lq.s0, lq.s1);
-                        acc[g0 + i][r] += k < n_units ? v : 0.0f;
-                    }
-            } else {
-#pragma unroll
-                for (int i = 0; i < G; i++)
-#pragma unroll
-                    for (int r = 0; r < 2; r++) {
-                        const float v = v4s<T>::dot(wr[i][r], kk, xq, xd, xs);
-                        acc[g0 + i][r] += k < n_units ? v : 0.0f;
-                    }
-            }
+                for (int r = 0; r < 2; r++) {
+                    const float v = v4s<T>::dot(wr[i][r], kk, xq, xd, xs);
+                    acc[g0 + i][r] += k < n_units ? v : 0.0f;
+                }
         }
 #pragma unroll
     for (int i = 0; i < OPW; i++)
@@ -1360,18 +1068,7 @@ gemv_q8v4_swq8_kernel(q8_multi p, const int8_t *__restrict__ xq, const float *__
                       const int32_t *__restrict__ xs, int64_t n_in, int pf, int8_t *__restrict__ oq,
                       float *__restrict__ od, int32_t *__restrict__ os) {
     __shared__ float hs[32];
-    swq8_body<T, NW, OPW, G, LATE, 0>(p, xq, xd, xs, n_in, pf, oq, od, os, hs, nullptr);
-}
-
-/* MINFER_CUDA_NORM_LANE: the block-local SwiGLU GEMV norming its input per
- * lane, block form 1 only (mf_cu_gemv_q8_nl_consume_ok refuses q8b_form 2
- * .. MF_CU_Q8B_FORMS: those keep the norm-quant kernel) */
-template <int T>
-static __global__ void __launch_bounds__(32 * SWQ_WARPS, 2)
-gemv_q8v4_swq8_nl_kernel(q8_multi p, int64_t n_in, int pf, int8_t *__restrict__ oq, float *__restrict__ od,
-                         int32_t *__restrict__ os, const __grid_constant__ q8_nl nl) {
-    __shared__ float hs[32];
-    swq8_body<T, SWQ_WARPS, SWQ_OPW, SWQ_OPW, false, 2>(p, nullptr, nullptr, nullptr, n_in, pf, oq, od, os, hs, &nl);
+    swq8_body<T, NW, OPW, G, LATE>(p, xq, xd, xs, n_in, pf, oq, od, os, hs);
 }
 
 #define SWQ_FOR_EACH_INST(X) \
@@ -1451,31 +1148,4 @@ int64_t mf_cu_q8v4_swq8_count(void) {
 
 int64_t mf_cu_q8v4_swq8_form_count(int form) {
     return form >= 1 && form <= MF_CU_Q8B_FORMS ? v4_swq8_form_launches[form] : 0;
-}
-
-cudaError_t mf_cu_q8v4_swq8_nl_launch(const q8_multi *p, uint32_t wtype, int64_t n_in, void *q8out, const q8_nl *nl,
-                                      cudaStream_t s) {
-    const int64_t n_out = p->n_out[0], nb = n_out / 32;
-    if (p->n_w != 2 || p->n_out[1] != n_out || !q8out || !mf_cu_q8v4_swq8_ok(wtype, 1, n_out, n_in) ||
-        !mf_cu_q8v4_nl_consume_ok(wtype, 1, n_in) || !v4_nl_cons_args_ok(nl))
-        return cudaErrorNotSupported;
-    int8_t *oq = (int8_t *)q8out; /* mf_cu_q8_bytes(n_out, 1) layout */
-    float *od = (float *)(oq + n_out);
-    int32_t *os = (int32_t *)(od + nb);
-    cudaError_t e = cudaErrorNotSupported;
-    switch (v4_inst(wtype)) {
-#define MF_CASE(I)                                                                                             \
-    case I:                                                                                                    \
-        e = mf_launch(gemv_q8v4_swq8_nl_kernel<I>, dim3((unsigned)nb), dim3(32 * SWQ_WARPS), 0, s, *p, n_in, v4_pf, \
-                      oq, od, os, *nl);                                                                        \
-        break;
-        NL_FOR_EACH_CONS(MF_CASE)
-#undef MF_CASE
-    default:
-        break;
-    }
-    v4_swq8_launches += e == cudaSuccess;
-    v4_swq8_form_launches[1] += e == cudaSuccess; /* block form 1 */
-    v4_nl_launches[1] += e == cudaSuccess;
-    return e;
 }
