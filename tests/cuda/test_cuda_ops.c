@@ -7898,52 +7898,93 @@ typedef struct d2h_stats {
     int64_t chunked, early, caps, reps, clobbered;
 } d2h_stats;
 
-/* steps forwards of norm -> head on a fresh graph with k chunks: step s
- * hints hint[s] and reads n_read floats into dst[s] (copied into res + s *
- * nv). clobbered: floats of the previous step's read buffer (when another
- * one) that changed during step s. */
-static void d2h_forwards(const d2h_case *c, int k, bool graphs, bool norm_mm, const float *xs, int steps,
-                         float *const *hint, float *const *dst, int64_t n_read, float *res, d2h_stats *st) {
-    const int64_t d = c->d, nv = c->nv;
-    char nn[32];
-    snprintf(nn, sizeof nn, "norm.%lld", (long long)d);
+/* The norm -> lm_head decode graph of case c (the head a graph output, named
+ * tag.N with N new each call: a graph captured by an earlier run, same
+ * address, same nodes, must not replay) and its buffers: x (x0's d floats,
+ * or uninitialized), the normed x and the logits poisoned. */
+typedef struct d2h_head {
     mf_graph gr;
-    graph_new(&gr, 0, 0);
-    const int32_t xi = ext(&gr, d, 1);
-    const int32_t ni = mf_g_rmsnorm(&gr, xi, nn, 1e-6f);
-    const int32_t mi = mf_g_matmul(&gr, ni, c->wn, c->t, NULL, d, nv);
-    gr.nodes[mi].flags |= MF_NODE_OUTPUT;
-    /* a name of its own: a graph captured by an earlier run (same address, same nodes) must not replay */
+    int32_t ni, mi, bx, bn, by;
+} d2h_head;
+
+static void d2h_head_new(d2h_head *h, const d2h_case *c, const char *tag, const float *x0) {
     static int run_no;
-    snprintf(gr.nodes[mi].name, sizeof gr.nodes[mi].name, "d2h.head.%d", run_no++);
-    const int32_t bx = dev_put(NULL, (size_t)d * 4), bn = dev_poison((size_t)d * 4);
-    const int32_t by = dev_poison((size_t)nv * 4);
+    char nn[32];
+    snprintf(nn, sizeof nn, "norm.%lld", (long long)c->d);
+    graph_new(&h->gr, 0, 0);
+    const int32_t xi = ext(&h->gr, c->d, 1);
+    h->ni = mf_g_rmsnorm(&h->gr, xi, nn, 1e-6f);
+    h->mi = mf_g_matmul(&h->gr, h->ni, c->wn, c->t, NULL, c->d, c->nv);
+    h->gr.nodes[h->mi].flags |= MF_NODE_OUTPUT;
+    snprintf(h->gr.nodes[h->mi].name, sizeof h->gr.nodes[h->mi].name, "%s.%d", tag, run_no++);
+    h->bx = dev_put(x0, (size_t)c->d * 4);
+    h->bn = dev_poison((size_t)c->d * 4);
+    h->by = dev_poison((size_t)c->nv * 4);
+}
+
+static void d2h_head_free(d2h_head *h) {
+    dev_free(h->bx); dev_free(h->bn); dev_free(h->by);
+    mf_graph_free(&h->gr);
+}
+
+/* One run of the norm -> head steps (families d2h and zc): the ZC switch
+ * (MINFER_CUDA_LOGITS_ZC), the chunk count, graphs, the folded norm, the
+ * floats read. */
+typedef struct zc_run {
+    int zc;          /* 1 on, 0 off, 2: on at odd steps only */
+    int k;           /* MINFER_CUDA_LOGITS_CHUNKS as well */
+    bool graphs, norm_mm;
+    int64_t n_read;  /* floats read (nv: all) */
+} zc_run;
+
+typedef struct zc_stats {
+    int64_t zc, chunked, early, caps, reps, clobbered, hint_bad, launches;
+} zc_stats;
+
+/* steps forwards of norm -> head on a fresh graph under r: step s hints
+ * hint[s] and reads r->n_read floats into dst[s] (copied into res + s *
+ * nv). clobbered: floats of the previous step's read buffer (when another
+ * one) that changed during step s; hint_bad: floats of a hint other than
+ * the read buffer that differ from the read after a ZC step. */
+static void zc_forwards(const d2h_case *c, const zc_run *r, const float *xs, int steps, float *const *hint,
+                        float *const *dst, float *res, zc_stats *st) {
+    const int64_t d = c->d, nv = c->nv;
+    d2h_head h;
+    d2h_head_new(&h, c, "head", NULL);
+    const int32_t ni = h.ni, mi = h.mi, bx = h.bx, bn = h.bn, by = h.by;
     mf_cuda_set_fuse_norm(be, true);
-    mf_cuda_set_norm_mm(be, norm_mm);
-    mf_cuda_set_graphs(be, graphs);
-    mf_cuda_set_logits_chunks(be, k);
+    mf_cuda_set_norm_mm(be, r->norm_mm);
+    mf_cuda_set_graphs(be, r->graphs);
+    mf_cuda_set_logits_chunks(be, r->k);
     int64_t c0, r0, k0, e0;
     mf_cuda_graph_stats(be, &c0, &r0);
     mf_cuda_d2h_stats(be, &k0, &e0);
-    st->clobbered = 0;
+    const int64_t z0 = mf_cuda_zc_count(be), l0 = mf_cu_q8v4_zc_count();
+    st->clobbered = st->hint_bad = 0;
     mf_error e;
     for (int s = 0; s < steps; s++) {
+        const bool on = r->zc == 1 || (r->zc == 2 && s % 2);
+        mf_cuda_set_logits_zc(be, on);
+        const int64_t zs = mf_cuda_zc_count(be);
         for (int64_t i = 0; i < nv; i++)
             hint[s][i] = dst[s][i] = NAN;
         mf_exec_args a = args(10 + s, 1, 64, MF_TYPE_F32);
         a.out_host = hint[s];
         a.out_node = mi;
         a.out_bytes = (size_t)nv * 4;
-        if (be->ops->begin_forward(be, &gr, &a, &e) ||
+        if (be->ops->begin_forward(be, &h.gr, &a, &e) ||
             be->ops->write_host(be, bx, 0, xs + s * d, (size_t)d * 4, &e) ||
-            be->ops->execute_node(be, &gr, ni, &bx, bn, (mf_kv_pair){-1, -1}, &a, &e) ||
-            be->ops->execute_node(be, &gr, mi, &bn, by, (mf_kv_pair){-1, -1}, &a, &e) ||
-            be->ops->end_forward(be, &gr, &a, &e) ||
-            be->ops->read_host(be, by, 0, dst[s], (size_t)n_read * 4, &e))
-            die("d2h step", &e);
+            be->ops->execute_node(be, &h.gr, ni, &bx, bn, (mf_kv_pair){-1, -1}, &a, &e) ||
+            be->ops->execute_node(be, &h.gr, mi, &bn, by, (mf_kv_pair){-1, -1}, &a, &e) ||
+            be->ops->end_forward(be, &h.gr, &a, &e) ||
+            be->ops->read_host(be, by, 0, dst[s], (size_t)r->n_read * 4, &e))
+            die("zc step", &e);
         memcpy(res + s * nv, dst[s], (size_t)nv * 4);
+        if (hint[s] != dst[s] && mf_cuda_zc_count(be) > zs)
+            for (int64_t i = 0; i < r->n_read; i++)
+                st->hint_bad += memcmp(&hint[s][i], &dst[s][i], 4) != 0;
         if (s > 0 && dst[s - 1] != dst[s] && dst[s - 1] != hint[s])
-            for (int64_t i = 0; i < n_read; i++)
+            for (int64_t i = 0; i < r->n_read; i++)
                 st->clobbered += memcmp(&dst[s - 1][i], res + (s - 1) * nv + i, 4) != 0;
     }
     int64_t c1, r1, k1, e1;
@@ -7953,12 +7994,28 @@ static void d2h_forwards(const d2h_case *c, int k, bool graphs, bool norm_mm, co
     st->reps = r1 - r0;
     st->chunked = k1 - k0;
     st->early = e1 - e0;
-    dev_free(bx); dev_free(bn); dev_free(by);
-    mf_graph_free(&gr);
+    st->zc = mf_cuda_zc_count(be) - z0;
+    st->launches = mf_cu_q8v4_zc_count() - l0;
+    d2h_head_free(&h);
+    mf_cuda_set_logits_zc(be, mf_env_int("MINFER_CUDA_LOGITS_ZC", 1) == 1);
     mf_cuda_set_logits_chunks(be, (int)mf_env_int("MINFER_CUDA_LOGITS_CHUNKS", 0));
     mf_cuda_set_fuse_norm(be, mf_env_int("MINFER_CUDA_FUSE_NORM", 1) != 0);
     mf_cuda_set_norm_mm(be, mf_env_int("MINFER_CUDA_NORM_MM", 1) != 0);
     mf_cuda_set_graphs(be, !mf_env_flag("MINFER_NO_CUDA_GRAPH"));
+}
+
+/* d2h's steps: zc_forwards with the ZC switch off (the family's subject
+ * is the chunk copies), k chunks, graphs and norm_mm as given. */
+static void d2h_forwards(const d2h_case *c, int k, bool graphs, bool norm_mm, const float *xs, int steps,
+                         float *const *hint, float *const *dst, int64_t n_read, float *res, d2h_stats *st) {
+    const zc_run r = {.zc = 0, .k = k, .graphs = graphs, .norm_mm = norm_mm, .n_read = n_read};
+    zc_stats z;
+    zc_forwards(c, &r, xs, steps, hint, dst, res, &z);
+    st->caps = z.caps;
+    st->reps = z.reps;
+    st->chunked = z.chunked;
+    st->early = z.early;
+    st->clobbered = z.clobbered;
 }
 
 /* Floats of a (n) whose bits differ from b's, NaNs in a counted too. */
@@ -8099,108 +8156,17 @@ static void zc_weights(void) {
         add_weight("zc.q6_k.3584x152064", MF_TYPE_Q6_K, 3584, 152064);
 }
 
-typedef struct zc_run {
-    int zc;          /* 1 on, 0 off, 2: on at odd steps only */
-    int k;           /* MINFER_CUDA_LOGITS_CHUNKS as well */
-    bool graphs, norm_mm;
-    int64_t n_read;  /* floats read (nv: all) */
-} zc_run;
 
-typedef struct zc_stats {
-    int64_t zc, chunked, early, caps, reps, clobbered, hint_bad, launches;
-} zc_stats;
-
-/* steps forwards of norm -> head on a fresh graph under r: step s hints
- * hint[s] and reads r->n_read floats into dst[s] (copied into res + s *
- * nv). clobbered: floats of the previous step's read buffer (when another
- * one) that changed during step s; hint_bad: floats of a hint other than
- * the read buffer that differ from the read after a ZC step. */
-static void zc_forwards(const d2h_case *c, const zc_run *r, const float *xs, int steps, float *const *hint,
-                        float *const *dst, float *res, zc_stats *st) {
-    const int64_t d = c->d, nv = c->nv;
-    char nn[32];
-    snprintf(nn, sizeof nn, "norm.%lld", (long long)d);
-    mf_graph gr;
-    graph_new(&gr, 0, 0);
-    const int32_t xi = ext(&gr, d, 1);
-    const int32_t ni = mf_g_rmsnorm(&gr, xi, nn, 1e-6f);
-    const int32_t mi = mf_g_matmul(&gr, ni, c->wn, c->t, NULL, d, nv);
-    gr.nodes[mi].flags |= MF_NODE_OUTPUT;
-    static int run_no; /* a name of its own: no graph of an earlier run replays */
-    snprintf(gr.nodes[mi].name, sizeof gr.nodes[mi].name, "zc.head.%d", run_no++);
-    const int32_t bx = dev_put(NULL, (size_t)d * 4), bn = dev_poison((size_t)d * 4);
-    const int32_t by = dev_poison((size_t)nv * 4);
-    mf_cuda_set_fuse_norm(be, true);
-    mf_cuda_set_norm_mm(be, r->norm_mm);
-    mf_cuda_set_graphs(be, r->graphs);
-    mf_cuda_set_logits_chunks(be, r->k);
-    int64_t c0, r0, k0, e0;
-    mf_cuda_graph_stats(be, &c0, &r0);
-    mf_cuda_d2h_stats(be, &k0, &e0);
-    const int64_t z0 = mf_cuda_zc_count(be), l0 = mf_cu_q8v4_zc_count();
-    st->clobbered = st->hint_bad = 0;
-    mf_error e;
-    for (int s = 0; s < steps; s++) {
-        const bool on = r->zc == 1 || (r->zc == 2 && s % 2);
-        mf_cuda_set_logits_zc(be, on);
-        const int64_t zs = mf_cuda_zc_count(be);
-        for (int64_t i = 0; i < nv; i++)
-            hint[s][i] = dst[s][i] = NAN;
-        mf_exec_args a = args(10 + s, 1, 64, MF_TYPE_F32);
-        a.out_host = hint[s];
-        a.out_node = mi;
-        a.out_bytes = (size_t)nv * 4;
-        if (be->ops->begin_forward(be, &gr, &a, &e) ||
-            be->ops->write_host(be, bx, 0, xs + s * d, (size_t)d * 4, &e) ||
-            be->ops->execute_node(be, &gr, ni, &bx, bn, (mf_kv_pair){-1, -1}, &a, &e) ||
-            be->ops->execute_node(be, &gr, mi, &bn, by, (mf_kv_pair){-1, -1}, &a, &e) ||
-            be->ops->end_forward(be, &gr, &a, &e) ||
-            be->ops->read_host(be, by, 0, dst[s], (size_t)r->n_read * 4, &e))
-            die("zc step", &e);
-        memcpy(res + s * nv, dst[s], (size_t)nv * 4);
-        if (hint[s] != dst[s] && mf_cuda_zc_count(be) > zs)
-            for (int64_t i = 0; i < r->n_read; i++)
-                st->hint_bad += memcmp(&hint[s][i], &dst[s][i], 4) != 0;
-        if (s > 0 && dst[s - 1] != dst[s] && dst[s - 1] != hint[s])
-            for (int64_t i = 0; i < r->n_read; i++)
-                st->clobbered += memcmp(&dst[s - 1][i], res + (s - 1) * nv + i, 4) != 0;
-    }
-    int64_t c1, r1, k1, e1;
-    mf_cuda_graph_stats(be, &c1, &r1);
-    mf_cuda_d2h_stats(be, &k1, &e1);
-    st->caps = c1 - c0;
-    st->reps = r1 - r0;
-    st->chunked = k1 - k0;
-    st->early = e1 - e0;
-    st->zc = mf_cuda_zc_count(be) - z0;
-    st->launches = mf_cu_q8v4_zc_count() - l0;
-    dev_free(bx); dev_free(bn); dev_free(by);
-    mf_graph_free(&gr);
-    mf_cuda_set_logits_zc(be, mf_env_int("MINFER_CUDA_LOGITS_ZC", 1) == 1);
-    mf_cuda_set_logits_chunks(be, (int)mf_env_int("MINFER_CUDA_LOGITS_CHUNKS", 0));
-    mf_cuda_set_fuse_norm(be, mf_env_int("MINFER_CUDA_FUSE_NORM", 1) != 0);
-    mf_cuda_set_norm_mm(be, mf_env_int("MINFER_CUDA_NORM_MM", 1) != 0);
-    mf_cuda_set_graphs(be, !mf_env_flag("MINFER_NO_CUDA_GRAPH"));
-}
 
 /* MINFER_CUDA_TEST_BENCH=1: host us of one replayed step (begin_forward ..
  * read_host into the hint, the engine's order), median of 30 after 5
  * warm-ups, under r (graphs on). */
 static double zc_step_us(const d2h_case *c, const zc_run *r, const float *xs, float *hint) {
     enum { WARM = 5, REPS = 30 };
-    const int64_t d = c->d, nv = c->nv;
-    char nn[32];
-    snprintf(nn, sizeof nn, "norm.%lld", (long long)d);
-    mf_graph gr;
-    graph_new(&gr, 0, 0);
-    const int32_t xi = ext(&gr, d, 1);
-    const int32_t ni = mf_g_rmsnorm(&gr, xi, nn, 1e-6f);
-    const int32_t mi = mf_g_matmul(&gr, ni, c->wn, c->t, NULL, d, nv);
-    gr.nodes[mi].flags |= MF_NODE_OUTPUT;
-    static int run_no;
-    snprintf(gr.nodes[mi].name, sizeof gr.nodes[mi].name, "zc.bench.%d", run_no++);
-    const int32_t bx = dev_put(xs, (size_t)d * 4), bn = dev_poison((size_t)d * 4);
-    const int32_t by = dev_poison((size_t)nv * 4);
+    const int64_t nv = c->nv;
+    d2h_head h;
+    d2h_head_new(&h, c, "zc.bench", xs);
+    const int32_t ni = h.ni, mi = h.mi, bx = h.bx, bn = h.bn, by = h.by;
     mf_cuda_set_graphs(be, true);
     mf_cuda_set_logits_chunks(be, r->k);
     mf_cuda_set_logits_zc(be, r->zc == 1);
@@ -8212,16 +8178,15 @@ static double zc_step_us(const d2h_case *c, const zc_run *r, const float *xs, fl
         a.out_node = mi;
         a.out_bytes = (size_t)nv * 4;
         const uint64_t t0 = mf_time_ns();
-        if (be->ops->begin_forward(be, &gr, &a, &e) ||
-            be->ops->execute_node(be, &gr, ni, &bx, bn, (mf_kv_pair){-1, -1}, &a, &e) ||
-            be->ops->execute_node(be, &gr, mi, &bn, by, (mf_kv_pair){-1, -1}, &a, &e) ||
-            be->ops->end_forward(be, &gr, &a, &e) || be->ops->read_host(be, by, 0, hint, (size_t)nv * 4, &e))
+        if (be->ops->begin_forward(be, &h.gr, &a, &e) ||
+            be->ops->execute_node(be, &h.gr, ni, &bx, bn, (mf_kv_pair){-1, -1}, &a, &e) ||
+            be->ops->execute_node(be, &h.gr, mi, &bn, by, (mf_kv_pair){-1, -1}, &a, &e) ||
+            be->ops->end_forward(be, &h.gr, &a, &e) || be->ops->read_host(be, by, 0, hint, (size_t)nv * 4, &e))
             die("zc bench step", &e);
         if (s >= WARM)
             us[s - WARM] = (float)((double)(mf_time_ns() - t0) / 1e3);
     }
-    dev_free(bx); dev_free(bn); dev_free(by);
-    mf_graph_free(&gr);
+    d2h_head_free(&h);
     mf_cuda_set_logits_zc(be, mf_env_int("MINFER_CUDA_LOGITS_ZC", 1) == 1);
     mf_cuda_set_logits_chunks(be, (int)mf_env_int("MINFER_CUDA_LOGITS_CHUNKS", 0));
     mf_cuda_set_graphs(be, !mf_env_flag("MINFER_NO_CUDA_GRAPH"));
