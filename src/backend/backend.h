@@ -49,9 +49,10 @@ typedef struct mf_kv_pair {
  * valid): where this batch starts in the KV cache, and a hint.
  * The hint: right after this forward the engine reads out_bytes from offset
  * 0 of node out_node's buffer into out_host (read_host); out_host NULL when
- * it will not (no logits wanted, another kind of read). A backend may start
- * that copy early (CUDA: MINFER_CUDA_LOGITS_CHUNKS copies the lm_head's rows
- * while later rows are computed) but must still honor any read_host as the
+ * it will not (no logits wanted, another kind of read). A backend may fill
+ * out_host early (CUDA: the lm_head writes the logits there itself,
+ * MINFER_CUDA_LOGITS_ZC, or copies its rows while later rows are computed,
+ * MINFER_CUDA_LOGITS_CHUNKS) but must still honor any read_host as the
  * contract says; backends that do not care ignore the hint. */
 typedef struct mf_exec_args {
     int32_t n_past;   /* position of the first token of the batch */

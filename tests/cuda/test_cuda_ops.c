@@ -4734,7 +4734,7 @@ static void as_case(int32_t nh, int32_t nkv, int32_t hd, int64_t n_past, int64_t
         ds_sync("attnshort variant", mf_cu_attn_short(&b, 0, st), st);
         ao_variant_cmp(&b, ob, qd * nt, ys, q8o, q8used, s8, &n_nan, &same, &q8same);
     }
-    mf_cu_set_attn_short_pf(-1);
+    mf_cu_set_attn_short_pf(mf_env_int("MINFER_CUDA_ATTN_PF", 1) != 0);
     char name[160], sub[220];
     snprintf(name, sizeof name, "attnshort %-4s heads %d/%d hd %d n_past %lld nt %lld", mf_type_name(kvt), nh, nkv, hd,
              (long long)n_past, (long long)nt);
@@ -5119,7 +5119,7 @@ static void sr_case(int32_t nh, int32_t nkv, int32_t hd, int32_t n_rot, int mode
             n.a.q8out = NULL;
         mf_cu_set_attn_short_pf(v > 0); /* MINFER_CUDA_ATTN_PF: the same bits with the L2 prefetch */
         const cudaError_t e = mf_cu_attn_short_rope(&n.a, &n.rs, st);
-        mf_cu_set_attn_short_pf(-1);
+        mf_cu_set_attn_short_pf(mf_env_int("MINFER_CUDA_ATTN_PF", 1) != 0);
         launched_ok = launched_ok && e == cudaSuccess;
         ds_sync("shortrope fused", e, st);
         float *yn = ds_get(n.out, ob), *qn_ = ds_get(n.q, ob), *kn_ = ds_get(n.k, (size_t)kvd * 4);
@@ -6876,6 +6876,38 @@ static void soa_single(uint32_t t, int64_t n_in, int64_t n_out, bool res, cudaSt
     free(x); free(hr);
 }
 
+/* The device side of one multi-weight launch of the soa tests: up to 3
+ * weights (made by the caller), the activation row x (host and device) and
+ * its q8 scratch, per weight a bias (host hb, device db; NULL: none) and an
+ * output dy (NULL: none). soa_io_free releases every part that was set. */
+typedef struct soa_io {
+    soa_dw w[3];
+    int nw;
+    float *x, *dx;
+    void *q8;
+    float *hb[3], *db[3], *dy[3];
+} soa_io;
+
+static void soa_io_new(soa_io *o, int nw, int64_t n_in) {
+    memset(o, 0, sizeof *o);
+    o->nw = nw;
+    o->x = soa_x(n_in);
+    o->dx = ds_put(o->x, (size_t)n_in * 4);
+    o->q8 = ds_alloc(mf_cu_q8_bytes(n_in, 1), 0x5a);
+}
+
+static void soa_io_free(soa_io *o) {
+    for (int k = 0; k < o->nw; k++) {
+        soa_dw_free(&o->w[k]);
+        cudaFree(o->db[k]);
+        cudaFree(o->dy[k]);
+        free(o->hb[k]);
+    }
+    cudaFree(o->dx);
+    cudaFree(o->q8);
+    free(o->x);
+}
+
 /* A fused group at nt 1: QKV (q n_in x 896, k and v x 128, biases) or
  * gate/up with the SwiGLU epilogue (n_out each). Block copies vs plane
  * copies (poisoned 0xff / 0xfe), and one run where only the first weight
@@ -6884,7 +6916,12 @@ static void soa_single(uint32_t t, int64_t n_in, int64_t n_out, bool res, cudaSt
  * float64, plane and partial bitwise the block run. */
 static void soa_fused(uint32_t t, int64_t n_in, int64_t n_out, bool swiglu, cudaStream_t st) {
     const int nw = swiglu ? 2 : 3;
-    soa_dw w[3];
+    soa_io o;
+    soa_io_new(&o, nw, n_in);
+    soa_dw *w = o.w;
+    const float *x = o.x, *dx = o.dx;
+    void *q8 = o.q8;
+    float **hb = o.hb, **db = o.db, **dy = o.dy;
     if (swiglu) {
         soa_dw_make(&w[0], t, "", n_in, n_out, st);
         soa_dw_make(&w[1], t, ".up", n_in, n_out, st);
@@ -6893,9 +6930,6 @@ static void soa_fused(uint32_t t, int64_t n_in, int64_t n_out, bool swiglu, cuda
         soa_dw_make(&w[1], t, "", n_in, 128, st);
         soa_dw_make(&w[2], t, ".v", n_in, 128, st);
     }
-    float *x = soa_x(n_in), *dx = ds_put(x, (size_t)n_in * 4);
-    void *q8 = ds_alloc(mf_cu_q8_bytes(n_in, 1), 0x5a);
-    float *hb[3] = {NULL, NULL, NULL}, *db[3] = {NULL, NULL, NULL}, *dy[3] = {NULL, NULL, NULL};
     int64_t rows[3][SOA_NS];
     double ref[3][SOA_NS], bound[3][SOA_NS];
     for (int k = 0; k < nw; k++) {
@@ -6979,14 +7013,7 @@ static void soa_fused(uint32_t t, int64_t n_in, int64_t n_out, bool swiglu, cuda
     for (int run = 0; run < 3; run++)
         for (int k = 0; k < nw; k++)
             free(out[run][k]);
-    for (int k = 0; k < nw; k++) {
-        soa_dw_free(&w[k]);
-        cudaFree(db[k]);
-        cudaFree(dy[k]);
-        free(hb[k]);
-    }
-    cudaFree(dx); cudaFree(q8);
-    free(x);
+    soa_io_free(&o);
 }
 
 /* The mixed-type QKV (MINFER_CUDA_QKV_MIX's kernel) on plane copies: the
@@ -6996,13 +7023,15 @@ static void soa_fused(uint32_t t, int64_t n_in, int64_t n_out, bool swiglu, cuda
  * pair): all bitwise the first over every output, NaN-free, and the mixed
  * kernel launched exactly in the mixed runs (mf_cu_q8v4_mix_count). */
 static void soa_mix(uint32_t tqk, uint32_t tv, cudaStream_t st) {
-    soa_dw w[3];
+    soa_io o;
+    soa_io_new(&o, 3, 896);
+    soa_dw *w = o.w;
+    const float *dx = o.dx;
+    void *q8 = o.q8;
+    float **hb = o.hb, **db = o.db, **dy = o.dy;
     soa_dw_make(&w[0], tqk, "", 896, 896, st);
     soa_dw_make(&w[1], tqk, "", 896, 128, st);
     soa_dw_make(&w[2], tv, ".v", 896, 128, st);
-    float *x = soa_x(896), *dx = ds_put(x, 896 * 4);
-    void *q8 = ds_alloc(mf_cu_q8_bytes(896, 1), 0x5a);
-    float *hb[3], *db[3], *dy[3];
     for (int k = 0; k < 3; k++) {
         hb[k] = rand_vec(w[k].n_out, 0.5f);
         db[k] = ds_put(hb[k], (size_t)w[k].n_out * 4);
@@ -7054,14 +7083,7 @@ static void soa_mix(uint32_t tqk, uint32_t tv, cudaStream_t st) {
     for (int run = 0; run < 5; run++)
         for (int k = 0; k < 3; k++)
             free(out[run][k]);
-    for (int k = 0; k < 3; k++) {
-        soa_dw_free(&w[k]);
-        cudaFree(db[k]);
-        cudaFree(dy[k]);
-        free(hb[k]);
-    }
-    cudaFree(dx); cudaFree(q8);
-    free(x);
+    soa_io_free(&o);
 }
 
 /* Through the backend (MINFER_CUDA_SOA set for the test's backend creation,

@@ -41,7 +41,6 @@
  * its own q row (only it) into shared memory before the barrier and writes
  * the same row after it. */
 #include <math.h>
-#include <stdlib.h>
 #include <string.h>
 
 #include <cuda_fp16.h>
@@ -473,8 +472,9 @@ static __device__ __forceinline__ void as_body(const mf_cu_attn_args &a, const m
 #pragma unroll
                 for (int r = 0; r < VG; r++)
                     as_ld<VW>(vb + (uint64_t)min(w0 + g0 + r, last) * rb, vw[r]);
-            if (ROPE && cur) { /* rows >= n_past: V from s_vc (a copy of the loop below; a select
-                                  of vw after the loads cost ~30 registers) */
+            if (ROPE && cur) { /* rows >= n_past: V from s_vc (a copy of the loop below: a select
+                                  of vw after the loads cost ~30 registers, and a shared lambda for
+                                  the two made ptxas spill 84 bytes in the 168-register rope kernel) */
 #pragma unroll
                 for (int r = 0; r < VG; r++) {
                     const float pr = __shfl_sync(0xffffffffu, p, g0 + r);
@@ -582,18 +582,10 @@ static void (*as_pick(const mf_cu_attn_args *a))(mf_cu_attn_args, int) {
                              : (f16 ? attn_short_kernel<128, true, NW> : attn_short_kernel<128, false, NW>);
 }
 
-static int as_pf = -1; /* MINFER_CUDA_ATTN_PF: as_prefetch before the wait; -1: the env on first use */
+static int as_pf = 1; /* MINFER_CUDA_ATTN_PF (set by the backend): as_prefetch before the wait */
 
-static int as_pf_now(void) {
-    if (as_pf < 0) {
-        const char *e = getenv("MINFER_CUDA_ATTN_PF");
-        as_pf = e && *e ? atoi(e) != 0 : 1;
-    }
-    return as_pf;
-}
-
-extern "C" void mf_cu_set_attn_short_pf(int mode) {
-    as_pf = mode < 0 ? -1 : mode != 0;
+extern "C" void mf_cu_set_attn_short_pf(int on) {
+    as_pf = on != 0;
 }
 
 extern "C" cudaError_t mf_cu_attn_short(const mf_cu_attn_args *a, int warps, cudaStream_t s) {
@@ -601,7 +593,7 @@ extern "C" cudaError_t mf_cu_attn_short(const mf_cu_attn_args *a, int warps, cud
         return cudaErrorInvalidValue;
     const int nw = warps ? warps : AS_WARPS_DEF;
     return mf_launch(nw == 4 ? as_pick<4>(a) : as_pick<AS_WARPS_DEF>(a), dim3((unsigned)a->n_head, (unsigned)a->nt),
-                     dim3(32 * nw), 0, s, *a, as_pf_now());
+                     dim3(32 * nw), 0, s, *a, as_pf);
 }
 
 /* The rope-store r describes what the fused kernel folds in: one token,
@@ -634,7 +626,7 @@ extern "C" cudaError_t mf_cu_attn_short_rope(const mf_cu_attn_args *a, const mf_
     void (*k)(mf_cu_attn_args, mf_cu_rope_store_args, int) =
         a->head_dim == 64 ? (f16 ? attn_short_rope_kernel<64, true> : attn_short_rope_kernel<64, false>)
                           : (f16 ? attn_short_rope_kernel<128, true> : attn_short_rope_kernel<128, false>);
-    return mf_launch(k, dim3((unsigned)a->n_head, 1), dim3(32 * AS_WARPS_DEF), 0, s, *a, *r, as_pf_now());
+    return mf_launch(k, dim3((unsigned)a->n_head, 1), dim3(32 * AS_WARPS_DEF), 0, s, *a, *r, as_pf);
 }
 
 #include "backend/cuda/probe.cuh"

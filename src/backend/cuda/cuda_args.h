@@ -373,9 +373,9 @@ cudaError_t mf_cu_attn_short(const mf_cu_attn_args *a, int warps, cudaStream_t s
 int mf_cu_attn_short_rope_ok(const mf_cu_attn_args *a, const mf_cu_rope_store_args *r);
 cudaError_t mf_cu_attn_short_rope(const mf_cu_attn_args *a, const mf_cu_rope_store_args *r, cudaStream_t s);
 /* MINFER_CUDA_ATTN_PF: the short-context kernels ask L2 for the cache rows of
- * earlier forwards before their PDL wait (1), or not (0); -1: the env var
- * (default 1) on the next launch. The same bits either way. */
-void mf_cu_set_attn_short_pf(int mode);
+ * earlier forwards before their PDL wait (on, the default), or not. The same
+ * bits either way. */
+void mf_cu_set_attn_short_pf(int on);
 /* Tensor-core flash prefill (attn_prefill_mma.cu): nt > 8, head_dim 64 or
  * 128, f32/f16/q8_0 cache, q/out/k/v 16-byte aligned, a device of cc >= 8.0
  * (recorded by mf_cu_attn_mma_setup, which mf_cu_probe_attn calls). mf_cu_attn

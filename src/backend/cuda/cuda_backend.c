@@ -78,8 +78,8 @@ typedef struct cu_gentry {
     bool attn_one;   /* captured with the one-kernel decode attention (attn_one_now) */
     int32_t attn_short; /* ... and with MINFER_CUDA_ATTN_SHORT as it was (tests flip it) */
     int32_t short_rope; /* ... and MINFER_CUDA_SHORT_ROPE (cu_ctx.short_rope; tests flip it) */
-    void *out_host;     /* the forward's out_host hint while MINFER_CUDA_LOGITS_CHUNKS is on (lc_key; else
-                           NULL): the graph may copy into it, so entries are found by (g, out_host) */
+    void *out_host;     /* the forward's out_host hint while LOGITS_ZC or LOGITS_CHUNKS is on (lc_key; else
+                           NULL): the graph may write into it, so entries are found by (g, out_host) */
     int32_t d2h_id;     /* the early logits copy the graph makes (d2h_bytes 0: none; cu_ctx.d2h_*) */
     size_t d2h_bytes;
     bool d2h_zc;        /* ... made by the lm_head GEMV itself (MINFER_CUDA_LOGITS_ZC), not by chunk copies */
@@ -1259,6 +1259,19 @@ static int lc_chunks(const cu_ctx *c, const mf_graph *g, int32_t node, int32_t i
     return k;
 }
 
+/* Bytes [0, bytes) of buffer id are already in host block `host` once the
+ * stream reaches this point (read_host then only waits): copied early by
+ * the lm_head's chunks, or (zc) written by its ZC epilogue. Counted for
+ * mf_cuda_d2h_stats / mf_cuda_zc_count when there are such bytes. */
+static void d2h_set(cu_ctx *c, int32_t id, void *host, size_t bytes, bool zc) {
+    c->d2h_id = id;
+    c->d2h_host = host;
+    c->d2h_bytes = bytes;
+    c->d2h_zc = zc;
+    c->n_d2h_chunked += bytes != 0 && !zc;
+    c->n_zc += bytes != 0 && zc;
+}
+
 /* The lm_head as k chunks (lc_chunks): chunk i's rows through run_multi
  * (the first quantizes x, the folded output norm applied if any; the others
  * read that int8 copy), then the copy of its rows into ea->out_host on
@@ -1299,11 +1312,7 @@ static int run_head_chunks(exec *x, const mf_matmul_meta *m, const float *in, fl
     CU_TRY(cudaStreamWaitEvent(c->stream, c->d2h_ev[LC_MAX], 0));
     if (rc)
         return rc;
-    c->d2h_id = out;
-    c->d2h_host = ea->out_host;
-    c->d2h_bytes = ea->out_bytes;
-    c->d2h_zc = false;
-    c->n_d2h_chunked++;
+    d2h_set(c, out, ea->out_host, ea->out_bytes, false);
     return 0;
 }
 
@@ -1373,11 +1382,7 @@ static int run_head_zc(exec *x, const mf_matmul_meta *m, const float *in, float 
     x->zc_host = NULL;
     if (rc)
         return rc;
-    c->d2h_id = out;
-    c->d2h_host = ea->out_host;
-    c->d2h_bytes = ea->out_bytes;
-    c->d2h_zc = true;
-    c->n_zc++;
+    d2h_set(c, out, ea->out_host, ea->out_bytes, true);
     return 0;
 }
 
@@ -2343,12 +2348,8 @@ static int cu_end_forward(mf_backend *b, const mf_graph *g, const mf_exec_args *
             CU_TRY(cudaEventRecord(c->ht.ev[1], c->stream));
         ht_mark(c, HT_LAUNCH1);
         c->n_replays++;
-        c->d2h_id = e->d2h_id; /* the graph made the early logits copy (if it captured one) */
-        c->d2h_host = e->out_host;
-        c->d2h_bytes = e->d2h_bytes;
-        c->d2h_zc = e->d2h_zc;
-        c->n_d2h_chunked += e->d2h_bytes != 0 && !e->d2h_zc;
-        c->n_zc += e->d2h_bytes != 0 && e->d2h_zc;
+        /* the graph made the early logits copy (if it captured one) */
+        d2h_set(c, e->d2h_id, e->out_host, e->d2h_bytes, e->d2h_zc);
         c->fruitless = 0;
         return 0;
     }
@@ -2654,6 +2655,7 @@ int mf_backend_cuda_new_progress(const mf_weights *w, mf_cuda_progress_fn progre
      * entry 13), bitwise the same outputs; MINFER_CUDA_LAT=0 the old kernels */
     mf_cu_set_lat(mf_env_int("MINFER_CUDA_LAT", 1) != 0);
     mf_cu_set_gemv_v4_pf((int)mf_env_int("MINFER_CUDA_GEMV_V4_PF", 3)); /* 3: auto by launch bytes */
+    mf_cu_set_attn_short_pf(mf_env_int("MINFER_CUDA_ATTN_PF", 1) != 0);
     mf_cu_set_gemv_v4_q6k((int)mf_env_int("MINFER_CUDA_GEMV_V4_Q6K", 1)); /* PERF.md entry 14 */
     mf_cu_set_gemv_v4_big((int)mf_env_int("MINFER_CUDA_GEMV_V4_BIG", 32)); /* PERF.md entry 14 */
     if (open_device(c, err))

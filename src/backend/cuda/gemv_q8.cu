@@ -1081,6 +1081,18 @@ extern "C" int mf_cu_gemv_q8_zc_ok(const mf_cu_q8_multi_args *a) {
     return u > 0 && mf_cu_q8v4_zc_ok(a->wtype[0], u, a->n_out[0], a->n_in);
 }
 
+/* The one-run v4 launches beside the plain path (FFN_Q8B's block-local
+ * gate/up, the ZC lm_head): p = weights [0, nw) of a as one run, and x
+ * quantized the way the plain v4 launch has it (the quantize kernel if x is
+ * not ready; no prologue). */
+static cudaError_t q8_v4_one_run(const mf_cu_q8_multi_args *a, q8_src *in, int nw, q8_multi *p, cudaStream_t s) {
+    memset(p, 0, sizeof *p);
+    q8_run(a, 0, nw, p);
+    q8_pro pro;
+    size_t smem;
+    return q8_src_for(in, 1, 1, &pro, &smem, s);
+}
+
 /* The fused path: one quantization of x, then one launch over every weight
  * when they share a type (else one launch per weight on the same quantized
  * activations; or one for two runs of types, q8_mix_launch). */
@@ -1117,11 +1129,7 @@ extern "C" cudaError_t mf_cu_gemv_q8_multi(const mf_cu_q8_multi_args *a, cudaStr
             q8_overlap(a->q8out, mf_cu_q8_bytes(a->n_out[0], 1), a->q8, mf_cu_q8_bytes(a->n_in, 1)))
             return cudaErrorInvalidValue;
         q8_multi p;
-        memset(&p, 0, sizeof p);
-        q8_run(a, 0, 2, &p);
-        q8_pro pro;
-        size_t smem;
-        cudaError_t e = q8_src_for(&in, 1, 1, &pro, &smem, s); /* no prologue: the quantize kernel, if any */
+        cudaError_t e = q8_v4_one_run(a, &in, 2, &p, s);
         if (e == cudaSuccess)
             e = mf_cu_q8v4_swq8_launch(&p, a->wtype[0], a->q8b_form, in.xq, in.xd, in.xs, a->n_in, a->q8out, s);
         return e != cudaSuccess ? e : cudaGetLastError();
@@ -1130,11 +1138,7 @@ extern "C" cudaError_t mf_cu_gemv_q8_multi(const mf_cu_q8_multi_args *a, cudaStr
         if (!mf_cu_gemv_q8_zc_ok(a) || ((uintptr_t)a->y_host & 31))
             return cudaErrorInvalidValue;
         q8_multi p;
-        memset(&p, 0, sizeof p);
-        q8_run(a, 0, 1, &p);
-        q8_pro pro;
-        size_t smem;
-        cudaError_t e = q8_src_for(&in, 1, 1, &pro, &smem, s); /* as the plain v4 launch quantizes x */
+        cudaError_t e = q8_v4_one_run(a, &in, 1, &p, s);
         if (e == cudaSuccess)
             e = mf_cu_q8v4_launch_zc(&p, a->wtype[0], in.xq, in.xd, in.xs, a->n_in, a->y_host, s);
         return e != cudaSuccess ? e : cudaGetLastError();
