@@ -42,6 +42,30 @@ static __device__ __forceinline__ void ld_words(const uint8_t *p, uint32_t *w) {
     }
 }
 
+/* A block of 2 + 4 NWQ bytes or fewer at a 2-byte aligned address blk (Q4_0,
+ * Q5_0, Q8_0: a 16-bit d, then the rest): NWQ + 1 aligned words cover it at
+ * either alignment, so they are loaded once and every part comes out of
+ * registers, the same instructions on every lane (no branch on the
+ * alignment, no separate load of d): w[m] = block bytes 2 + 4m .. 5 + 4m,
+ * *d16 = bytes 0-1. With sh = 0 or 16 (blk % 4 == 0 or 2), bytes 2 + 4m..
+ * are word m shifted right by sh + 16; at 32, __funnelshift_rc gives word
+ * m + 1 whole. The words read past the block (at most 2 bytes on either
+ * side) lie in the same aligned words as block bytes, so in the allocation. */
+template <int NWQ>
+static __device__ __forceinline__ void ld_block2(const uint8_t *blk, uint32_t *w, uint32_t *d16) {
+    const uintptr_t a = (uintptr_t)blk;
+    const uint32_t *b = (const uint32_t *)(a & ~(uintptr_t)3);
+    const uint32_t sh = (uint32_t)(a & 2) * 8u;
+    uint32_t r[NWQ + 1];
+#pragma unroll
+    for (int i = 0; i <= NWQ; i++)
+        r[i] = b[i];
+    *d16 = (r[0] >> sh) & 0xffffu;
+#pragma unroll
+    for (int m = 0; m < NWQ; m++)
+        w[m] = __funnelshift_rc(r[m], r[m + 1], sh + 16u);
+}
+
 template <int NW> static __device__ __forceinline__ void ld16(const uint8_t *p, uint32_t *w) {
 #pragma unroll
     for (int i = 0; i < NW / 4; i++) {
@@ -84,11 +108,10 @@ template <int T> struct q8w;
 
 template <> struct q8w<MF_TYPE_Q4_0> {
     static __device__ __forceinline__ void unit(const uint8_t *row, int64_t u, uint32_t *q, float2 *dm) {
-        const mf_block_q4_0 *b = (const mf_block_q4_0 *)row + u;
-        uint32_t w[4];
-        ld_words<2, 4>(b->qs, w);
+        uint32_t w[4], d16; /* 18-byte blocks: d, qs */
+        ld_block2<4>(row + (uint64_t)u * sizeof(mf_block_q4_0), w, &d16);
         q8_nibbles<false>(w, 0, q);
-        const float d = mf_h2f(b->d);
+        const float d = mf_h2f((uint16_t)d16);
         dm[0] = dm[1] = make_float2(d, -8.0f * d);
     }
 };
@@ -105,12 +128,10 @@ template <> struct q8w<MF_TYPE_Q4_1> {
 
 template <> struct q8w<MF_TYPE_Q5_0> {
     static __device__ __forceinline__ void unit(const uint8_t *row, int64_t u, uint32_t *q, float2 *dm) {
-        const mf_block_q5_0 *b = (const mf_block_q5_0 *)row + u;
-        uint32_t w[4], h;
-        ld_words<2, 4>(b->qs, w);
-        ld_words<2, 1>(b->qh, &h);
-        q8_nibbles<true>(w, h, q);
-        const float d = mf_h2f(b->d);
+        uint32_t w[5], d16; /* 22-byte blocks: d, qh, qs */
+        ld_block2<5>(row + (uint64_t)u * sizeof(mf_block_q5_0), w, &d16);
+        q8_nibbles<true>(w + 1, w[0], q);
+        const float d = mf_h2f((uint16_t)d16);
         dm[0] = dm[1] = make_float2(d, -16.0f * d);
     }
 };
@@ -128,9 +149,9 @@ template <> struct q8w<MF_TYPE_Q5_1> {
 
 template <> struct q8w<MF_TYPE_Q8_0> {
     static __device__ __forceinline__ void unit(const uint8_t *row, int64_t u, uint32_t *q, float2 *dm) {
-        const mf_block_q8_0 *b = (const mf_block_q8_0 *)row + u;
-        ld_words<2, 8>((const uint8_t *)b->qs, q);
-        dm[0] = dm[1] = make_float2(mf_h2f(b->d), 0.0f);
+        uint32_t d16; /* 34-byte blocks: d, qs */
+        ld_block2<8>(row + (uint64_t)u * sizeof(mf_block_q8_0), q, &d16);
+        dm[0] = dm[1] = make_float2(mf_h2f((uint16_t)d16), 0.0f);
     }
 };
 
