@@ -1624,10 +1624,16 @@ static void test_graph(void) {
     for (size_t i = 0; i < region / 2; i++)
         init[i] = mf_fp32_to_fp16(frand());
     float *xs = rand_vec(d * STEPS, 1.0f);
-    float *logits[2], *caches[2];
-    int64_t cap0, rep0, cap1, rep1;
-    for (int run_i = 0; run_i < 2; run_i++) {
-        mf_cuda_set_graphs(be, run_i == 0);
+    /* run 0: graphs, the small inputs (pos, n_past) through the input
+     * slots and their copy kernel; run 1: no graphs; run 2: graphs, slots
+     * off; run 3: slots with a copy call each (x, 3.5 KB, is never a slot's) */
+    enum { RUNS = 4 };
+    float *logits[RUNS], *caches[RUNS];
+    int64_t cap0, rep0, cap1, rep1, slots[RUNS];
+    for (int run_i = 0; run_i < RUNS; run_i++) {
+        mf_cuda_set_graphs(be, run_i != 1);
+        mf_cuda_set_input_slots(be, run_i == 0 ? 1 : run_i == 3 ? 2 : 0);
+        slots[run_i] = mf_cuda_slot_count(be);
         if (run_i == 0)
             mf_cuda_graph_stats(be, &cap0, &rep0);
         mf_kv_pair kv = {dev_put(init, region), dev_put(init, region)};
@@ -1659,17 +1665,29 @@ static void test_graph(void) {
         dev_free(kv.v);
         if (run_i == 0)
             mf_cuda_graph_stats(be, &cap1, &rep1);
+        slots[run_i] = mf_cuda_slot_count(be) - slots[run_i];
     }
     mf_cuda_set_graphs(be, !mf_env_flag("MINFER_NO_CUDA_GRAPH"));
+    mf_cuda_set_input_slots(be, (int)mf_env_int("MINFER_CUDA_INPUT_SLOTS", 1));
     char detail[120];
     snprintf(detail, sizeof detail, "%lld captures, %lld replays in %d steps", (long long)(cap1 - cap0),
              (long long)(rep1 - rep0), STEPS);
     check_true("cuda graph: decode steps replayed", cap1 - cap0 >= 1 && rep1 - rep0 >= STEPS - 3, detail);
-    const bool same = memcmp(logits[0], logits[1], (size_t)(n_out * STEPS) * 4) == 0 &&
-                      memcmp(caches[0], caches[1], 2 * region) == 0;
-    check_true("cuda graph: logits and KV identical with and without replay", same, NULL);
+    /* every step put pos in a slot, and n_past once it was captured or replayed */
+    snprintf(detail, sizeof detail, "slot writes: %lld / %lld / %lld / %lld", (long long)slots[0],
+             (long long)slots[1], (long long)slots[2], (long long)slots[3]);
+    check_true("cuda graph: pos and n_past through the input slots (switch on only)",
+               slots[0] >= 2 * STEPS - 2 && slots[1] == 0 && slots[2] == 0 && slots[3] == slots[0], detail);
+    static const char *const what[RUNS] = {NULL, "cuda graph: logits and KV identical with and without replay",
+                                           "cuda graph: logits and KV identical with the input slots on and off",
+                                           "cuda graph: logits and KV identical with the slots' kernel and copies"};
+    for (int r = 1; r < RUNS; r++) {
+        const bool same = memcmp(logits[0], logits[r], (size_t)(n_out * STEPS) * 4) == 0 &&
+                          memcmp(caches[0], caches[r], 2 * region) == 0;
+        check_true(what[r], same, NULL);
+    }
     result("cuda graph: logits finite", 0.0, 0.0, count_nan(logits[0], n_out * STEPS), NULL);
-    for (int i = 0; i < 2; i++) {
+    for (int i = 0; i < RUNS; i++) {
         free(logits[i]);
         free(caches[i]);
     }
@@ -3408,7 +3426,7 @@ typedef struct v4dec {
     const char *env, *tag;
     int def;
 } v4dec;
-static const v4dec dec_q6k = {MF_TYPE_Q6_K, mf_cu_set_gemv_v4_q6k, "MINFER_CUDA_GEMV_V4_Q6K", "q6k", 1};
+static const v4dec dec_q6k = {MF_TYPE_Q6_K, mf_cu_set_gemv_v4_q6k, "MINFER_CUDA_GEMV_V4_Q6K", "q6k", 3};
 
 static void dec_reset(const v4dec *d) {
     d->set((int)mf_env_int(d->env, d->def));
@@ -3451,7 +3469,9 @@ static void q6k_weights(const v4dec *d) {
  * v4 with the unit decoder (1 and 2 slices in flight), v4 with the slice
  * decoder (mf_cu_set_gemv_v4_q6k, 1 and 2), and the auto rule with the
  * switch at 1 and 2 (MINFER_CUDA_GEMV_V4_Q6K=1 / 2: must pick the slice
- * decoder with that many slices: bitwise the forced runs). Each against float64 on sampled rows
+ * decoder with that many slices: bitwise the forced runs), and at 3 (auto:
+ * two slices for rows of >= 4096 in a weight of <= 4 MiB, else one; bitwise
+ * the forced run it names). Each against float64 on sampled rows
  * (first, last, random) within 3e-2 and the int8 rounding bound of each
  * sampled output (family gemv's), NaN-free everywhere (poisoned output);
  * slice vs unit decoder over every output within 1e-5 (the same int8
@@ -3468,7 +3488,7 @@ static void test_q6k(const v4dec *d, int64_t n_in, int64_t n_out) {
     for (int64_t i = 0; i < n_in; i += 97) /* a few large activations: units of mixed scale */
         x[i] *= 8.0f;
     int32_t in = dev_put(x, (size_t)n_in * 4);
-    enum { NS = 48, NV = 6 };
+    enum { NS = 48, NV = 7 };
     int64_t rows[NS];
     for (int i = 0; i < NS; i++)
         rows[i] = i == 0 ? 0 : i == 1 ? n_out - 1 : i == 2 ? n_out / 2 : (int64_t)(next_u64() % (uint64_t)n_out);
@@ -3479,7 +3499,7 @@ static void test_q6k(const v4dec *d, int64_t n_in, int64_t n_out) {
     }
     snprintf(name, sizeof name, "%s %5lldx%-6lld", d->tag, (long long)n_in, (long long)n_out);
     static const char *const vname[NV] = {"v4 unit u1", "v4 unit u2", "v4 slice u1",
-                                          "v4 slice u2", "auto+slice 1", "auto+slice 2"};
+                                          "v4 slice u2", "auto+slice 1", "auto+slice 2", "auto+slice 3"};
     float *ys[NV], got[NS];
     for (int v = 0; v < NV; v++) {
         int32_t out = dev_poison((size_t)n_out * 4);
@@ -3512,9 +3532,12 @@ static void test_q6k(const v4dec *d, int64_t n_in, int64_t n_out) {
         snprintf(sub, sizeof sub, "%s [%s vs %s]", name, vname[v], vname[v - 2]);
         result(sub, rel_err_f(ys[v], ys[v - 2], n_out), 1e-5, count_nan(ys[v], n_out), NULL);
     }
+    /* switch 3: the rule's own size test, restated (Q6_K: 210 bytes a 256) */
+    const bool two = n_in >= 4096 && (double)n_out * (double)(n_in / 256) * 210.0 <= 4.0 * 1024 * 1024;
     for (int v = 4; v < NV; v++) {
-        snprintf(sub, sizeof sub, "%s [%s == %s]", name, vname[v], vname[v - 2]);
-        check_true(sub, memcmp(ys[v], ys[v - 2], (size_t)n_out * 4) == 0, "bitwise: the rule takes the slice decoder");
+        const int want = v < 6 ? v - 2 : two ? 3 : 2;
+        snprintf(sub, sizeof sub, "%s [%s == %s]", name, vname[v], vname[want]);
+        check_true(sub, memcmp(ys[v], ys[want], (size_t)n_out * 4) == 0, "bitwise: the rule takes the slice decoder");
     }
     for (int v = 0; v < NV; v++)
         free(ys[v]);
@@ -6455,7 +6478,7 @@ static void qm_fallback(int si, const qm_spec *s) {
             for (int k = 0; k < s->n_w; k++)
                 out[mix][k] = ds_get(d.y[k], (size_t)s->n_out[k] * 4);
         }
-        mf_cu_set_gemv_v4_q6k((int)mf_env_int("MINFER_CUDA_GEMV_V4_Q6K", 1));
+        mf_cu_set_gemv_v4_q6k((int)mf_env_int("MINFER_CUDA_GEMV_V4_Q6K", 3));
         bool same = true;
         int64_t nan = 0;
         for (int k = 0; k < s->n_w; k++) {

@@ -273,6 +273,22 @@ typedef struct mf_cu_copy_args {
 } mf_cu_copy_args;
 cudaError_t mf_cu_copy4d(const mf_cu_copy_args *a, cudaStream_t s);
 
+/* MINFER_CUDA_INPUT_SLOTS=1: copies n writes of the slots (the mapped
+ * pinned block whose device alias is src; bytes [0, used) hold them, 16-byte
+ * aligned) to their device addresses: write i is len[i] bytes at src +
+ * off[i] for dst[i]. One block; reads the slots when it runs (a graph
+ * replay copies what the host wrote last). */
+#define MF_CU_SLOT_N 8
+#define MF_CU_SLOT_BYTES 4096
+typedef struct mf_cu_slot_args {
+    const void *src;
+    uint32_t used;
+    int32_t n;
+    void *dst[MF_CU_SLOT_N];
+    uint32_t off[MF_CU_SLOT_N], len[MF_CU_SLOT_N];
+} mf_cu_slot_args;
+cudaError_t mf_cu_slot_copy(const mf_cu_slot_args *a, cudaStream_t s);
+
 /* Embedding gather: y[t] = dequant(W row ids[t]), W n_rows rows of n of
  * wtype. An id outside [0, n_rows) writes NaN and reports a fault. */
 typedef struct mf_cu_getrows_args {
@@ -451,8 +467,10 @@ void mf_cu_set_gemv_v4_pf(int on);
 /* u = 1 or 2: Q6_K one-token GEMVs on the v4 slice decoder (under the auto
  * rule with u slices in flight at every row count, the lm_head included;
  * a forced MINFER_CUDA_GEMV_V4=U keeps its U) instead of the unit decoder /
- * v1; 0: the old rule and decoder (MINFER_CUDA_GEMV_V4_Q6K=u, default 1;
- * gemv_q8v4.cu). Process-wide, set at backend creation (tests flip it). */
+ * v1; 3: the slice decoder with two slices for rows of >= 4096 in a weight
+ * of <= 4 MiB, else one; 0: the old rule and decoder
+ * (MINFER_CUDA_GEMV_V4_Q6K=u, default 3; gemv_q8v4.cu). Process-wide, set at
+ * backend creation (tests flip it). */
 void mf_cu_set_gemv_v4_q6k(int u);
 /* The auto rule's Q4_K threshold: weights of at least mib MiB take two
  * slices in flight, smaller ones one (MINFER_CUDA_GEMV_V4_BIG, default 32;

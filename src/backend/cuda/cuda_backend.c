@@ -46,6 +46,12 @@
  * combine). The kernel leaves every counter it touched at 0 again, so the
  * next launch and graph replays find zeros. */
 #define CNT_MAX 65536
+/* MINFER_CUDA_INPUT_SLOTS: a recorded forward's small inputs (token ids,
+ * positions, n_past) wait in fixed pinned slots and are copied by the
+ * forward's own first launches, inside its CUDA graph */
+#define SLOT_BYTES MF_CU_SLOT_BYTES
+#define SLOT_N MF_CU_SLOT_N /* deferred writes a forward */
+#define SLOT_MAX_W 256      /* bytes of one write that may wait in a slot */
 
 typedef struct cu_buf {
     void *p;
@@ -59,6 +65,13 @@ typedef struct cu_call {
     int32_t in[MF_MAX_SRC];
     mf_kv_pair kv;
 } cu_call;
+
+/* One input write waiting in the slots: n bytes at slot offset off, for
+ * device address dst. */
+typedef struct cu_slotw {
+    void *dst;
+    uint32_t off, n;
+} cu_slotw;
 
 /* A forward seen before: the graph's nodes, the calls, the shapes and the
  * scratch pointers they launched with; exec once captured. */
@@ -84,6 +97,8 @@ typedef struct cu_gentry {
     size_t d2h_bytes;
     bool d2h_zc;        /* ... made by the lm_head GEMV itself (MINFER_CUDA_LOGITS_ZC), not by chunk copies */
     int32_t zc;         /* captured with MINFER_CUDA_LOGITS_ZC as it was (cu_ctx.logits_zc; tests flip it) */
+    cu_slotw slotw[SLOT_N]; /* the input copies the graph makes from the slots (cu_ctx.slotw) */
+    int32_t n_slotw;
     uint64_t used;
 } cu_gentry;
 
@@ -127,6 +142,20 @@ typedef struct cu_ctx {
 
     uint8_t *pin;           /* pinned staging for host copies */
     size_t pin_used;
+    /* MINFER_CUDA_INPUT_SLOTS (default 1): while a forward is recorded, its
+     * small write_host calls (and the n_past upload) only fill these pinned
+     * slots; the copies out of them are the first launches of run_calls, so
+     * a captured graph holds them and a replay costs no copy call at all.
+     * slot_live: a launch that reads the slots is queued and the stream has
+     * not been waited for since (the next forward's writes wait first). */
+    int input_slots; /* 1: one kernel copies them (slot_copy.cu), 2: a copy call each, 0: off */
+    uint8_t *slot;
+    void *slot_dev;  /* the slots' device alias (mapped) */
+    cu_slotw slotw[SLOT_N];
+    int32_t n_slotw;
+    uint32_t slot_used;
+    bool slot_live;
+    int64_t n_slot_w; /* writes that took a slot (mf_cuda_slot_count) */
 
     void *scr[N_SCRATCH];
     size_t scr_cap[N_SCRATCH];
@@ -373,6 +402,7 @@ static int cu_wait(cu_ctx *c, const char *what, mf_error *err) {
         }
     }
     c->pin_used = 0;
+    c->slot_live = false;
     volatile mf_cu_fault *f = c->fault;
     if (f && f->code != MF_CU_FAULT_NONE) {
         int32_t code = f->code, node = f->node;
@@ -466,6 +496,65 @@ static int check_window(cu_ctx *c, int32_t id, size_t off, size_t nbytes, const 
     return 0;
 }
 
+/* A launch of no node (a forward's graph, the slot copy) in the ring. */
+static void ring_note(cu_ctx *c, const char *op, const char *what, int64_t d0, int64_t d1) {
+    cu_trace *t = &c->ring[c->n_launched++ % TRACE_N];
+    memset(t, 0, sizeof *t);
+    t->node = -1;
+    snprintf(t->name, sizeof t->name, "forward");
+    t->op = op;
+    t->kernel = what;
+    t->d0 = d0;
+    t->d1 = d1;
+}
+
+/* MINFER_CUDA_INPUT_SLOTS: puts n bytes for device address dst into the
+ * slots. 1: not taken (switch off, too big, slots full), copy it now; 0:
+ * waiting in a slot; -1: error. Waits for the stream when a queued launch
+ * still reads the slots (a decode loop has waited already: its logits read). */
+static int slot_put(cu_ctx *c, void *dst, const void *src, size_t n, mf_error *err) {
+    const uint32_t at = (c->slot_used + 15u) & ~15u;
+    if (!c->input_slots || !c->slot || n == 0 || n > SLOT_MAX_W || c->n_slotw == SLOT_N ||
+        at + n > SLOT_BYTES)
+        return 1;
+    if (c->slot_live && cu_wait(c, "input slots", err))
+        return -1;
+    memcpy(c->slot + at, src, n);
+    c->slotw[c->n_slotw++] = (cu_slotw){.dst = dst, .off = at, .n = (uint32_t)n};
+    c->slot_used = at + (uint32_t)n;
+    c->n_slot_w++;
+    return 0;
+}
+
+/* The copies out of the slots, in stream order before whatever follows
+ * (inside a capture: the graph's first nodes). Kept for a capture's
+ * fallback; cleared (slot_clear) once they are in a graph or ran. */
+static int slot_issue(cu_ctx *c, mf_error *err) {
+    if (c->n_slotw == 0)
+        return 0;
+    c->slot_live = true;
+    if (c->input_slots == 1 && c->slot_dev) {
+        mf_cu_slot_args a = {.src = c->slot_dev, .used = c->slot_used, .n = c->n_slotw};
+        for (int32_t i = 0; i < c->n_slotw; i++) {
+            a.dst[i] = c->slotw[i].dst;
+            a.off[i] = c->slotw[i].off;
+            a.len[i] = c->slotw[i].n;
+        }
+        ring_note(c, "inputs", "slot_copy", c->n_slotw, c->slot_used);
+        CU_TRY(mf_cu_slot_copy(&a, c->stream));
+        return 0;
+    }
+    for (int32_t i = 0; i < c->n_slotw; i++)
+        CU_TRY(cudaMemcpyAsync(c->slotw[i].dst, c->slot + c->slotw[i].off, c->slotw[i].n, cudaMemcpyHostToDevice,
+                               c->stream));
+    return 0;
+}
+
+static void slot_clear(cu_ctx *c) {
+    c->n_slotw = 0;
+    c->slot_used = 0;
+}
+
 /* Copies into pinned staging and enqueues the upload; waits only when the
  * staging area is full. */
 static int cu_write_host(mf_backend *b, int32_t id, size_t off, const void *src, size_t nbytes,
@@ -478,6 +567,11 @@ static int cu_write_host(mf_backend *b, int32_t id, size_t off, const void *src,
     if (flush_pending(b, err))
         return -1;
     c->d2h_bytes = 0; /* the early logits copy is no longer what the buffer holds next */
+    if (c->recording && c->n_rec == 0) { /* before the forward's first node: maybe a slot */
+        const int rc = slot_put(c, (uint8_t *)c->bufs[id].p + off, src, nbytes, err);
+        if (rc <= 0)
+            return rc;
+    }
     const uint8_t *s = src;
     while (nbytes > 0) {
         size_t chunk = nbytes < PIN_BYTES ? nbytes : PIN_BYTES;
@@ -2193,6 +2287,11 @@ static void gentry_clear(cu_gentry *e) {
 
 static int run_calls(mf_backend *b, const mf_graph *g, const cu_call *calls, int32_t n,
                      const mf_exec_args *a, mf_error *err) {
+    cu_ctx *c = CX(b);
+    if (slot_issue(c, err))
+        return -1;
+    if (!c->capturing) /* a capture keeps them: its fallback issues them again */
+        slot_clear(c);
     for (int32_t i = 0; i < n; i++)
         if (exec_now(b, g, calls[i].node, calls[i].in, calls[i].out, calls[i].kv, a, err))
             return -1;
@@ -2218,6 +2317,7 @@ static int cu_begin_forward(mf_backend *b, const mf_graph *g, const mf_exec_args
     c->pend_node = -1; /* likewise a node it deferred (end_forward flushes one on success) */
     c->rs_node = -1;
     c->d2h_bytes = 0;
+    slot_clear(c); /* likewise its slot writes */
     if (!c->graphs_on || a->n_tokens > GRAPH_MAX_T)
         return 0;
     c->recording = true;
@@ -2260,15 +2360,19 @@ static bool gentry_matches(const cu_ctx *c, const cu_gentry *e) {
            e->n_ctx == c->rec_a.n_ctx && e->kv_type == c->rec_a.kv_type &&
            e->attn_one == attn_one_now(c, &c->rec_a) && e->attn_short == c->attn_short &&
            e->short_rope == c->short_rope && e->out_host == lc_key(c, &c->rec_a) && e->zc == c->logits_zc &&
-           memcmp(e->scr, c->scr, sizeof e->scr) == 0 &&
+           memcmp(e->scr, c->scr, sizeof e->scr) == 0 && e->n_slotw == c->n_slotw &&
+           memcmp(e->slotw, c->slotw, (size_t)c->n_slotw * sizeof *c->slotw) == 0 &&
            memcmp(e->calls, c->rec, (size_t)c->n_rec * sizeof *c->rec) == 0 &&
            ((g->stamp != 0 && e->stamp == g->stamp) ||
             memcmp(e->nodes, g->nodes, (size_t)g->n_nodes * sizeof *g->nodes) == 0);
 }
 
 /* Enqueues the upload of the forward's n_past to dev_npast (before the
- * graph's kernels, in stream order). */
+ * graph's kernels, in stream order), or puts it into the input slots. */
 static int upload_npast(cu_ctx *c, int32_t n_past, mf_error *err) {
+    const int rc = slot_put(c, c->dev_npast, &n_past, sizeof n_past, err);
+    if (rc <= 0)
+        return rc;
     if (c->pin_used + 256 > PIN_BYTES && cu_wait(c, "n_past upload", err))
         return -1;
     memcpy(c->pin + c->pin_used, &n_past, sizeof n_past);
@@ -2279,14 +2383,7 @@ static int upload_npast(cu_ctx *c, int32_t n_past, mf_error *err) {
 }
 
 static void trace_graph(cu_ctx *c, const char *what, int32_t n_calls) {
-    cu_trace *t = &c->ring[c->n_launched++ % TRACE_N];
-    memset(t, 0, sizeof *t);
-    t->node = -1;
-    snprintf(t->name, sizeof t->name, "forward");
-    t->op = "graph";
-    t->kernel = what;
-    t->d0 = n_calls;
-    t->d1 = 1;
+    ring_note(c, "graph", what, n_calls, 1);
 }
 
 /* Captures the recorded calls into e->exec; false (nothing launched, the
@@ -2310,6 +2407,8 @@ static bool capture(mf_backend *b, cu_gentry *e, mf_error *err) {
     }
     if (graph)
         cudaGraphDestroy(graph);
+    if (ok)
+        slot_clear(c); /* the graph copies them out of the slots */
     if (!ok) {
         cudaGetLastError();
         mf_log(MF_LOG_DEBUG, "cuda: graph capture abandoned (%s); running the forward plainly",
@@ -2328,6 +2427,10 @@ static int cu_end_forward(mf_backend *b, const mf_graph *g, const mf_exec_args *
     c->recording = false;
     if (c->n_rec == 0 || (int64_t)a->n_past + a->n_tokens > a->n_ctx)
         return run_calls(b, g, c->rec, c->n_rec, a, err); /* the plain path reports it */
+    /* n_past for the captured kernels: into the slots (part of what a graph
+     * must match), or uploaded now, ahead of the graph */
+    if (upload_npast(c, a->n_past, err))
+        return -1;
     cu_gentry *e = NULL;
     for (int i = 0; i < N_GENTRY; i++) /* two sessions' logits buffers: two entries, no recaptures */
         if (c->ge[i].g == g && c->ge[i].out_host == lc_key(c, &c->rec_a))
@@ -2336,8 +2439,6 @@ static int cu_end_forward(mf_backend *b, const mf_graph *g, const mf_exec_args *
     if (match && e->exec) {
         ht_mark(c, HT_MATCH);
         e->used = ++c->ge_clock;
-        if (upload_npast(c, a->n_past, err))
-            return -1;
         trace_graph(c, "cudaGraphLaunch", c->n_rec);
         c->ht.live = c->ht.on;
         ht_mark(c, HT_LAUNCH0);
@@ -2347,6 +2448,8 @@ static int cu_end_forward(mf_backend *b, const mf_graph *g, const mf_exec_args *
         if (c->ht.live)
             CU_TRY(cudaEventRecord(c->ht.ev[1], c->stream));
         ht_mark(c, HT_LAUNCH1);
+        c->slot_live = c->slot_live || c->n_slotw > 0; /* the graph's first nodes read them */
+        slot_clear(c);
         c->n_replays++;
         /* the graph made the early logits copy (if it captured one) */
         d2h_set(c, e->d2h_id, e->out_host, e->d2h_bytes, e->d2h_zc);
@@ -2355,14 +2458,13 @@ static int cu_end_forward(mf_backend *b, const mf_graph *g, const mf_exec_args *
     }
     if (match && !e->no_capture) {
         e->used = ++c->ge_clock;
-        if (upload_npast(c, a->n_past, err))
-            return -1;
         if (capture(b, e, err)) {
             trace_graph(c, "cudaGraphLaunch(first)", c->n_rec);
             e->d2h_id = c->d2h_id; /* what the captured calls copied early (run_head_chunks) */
             e->d2h_bytes = c->d2h_host == e->out_host ? c->d2h_bytes : 0;
             e->d2h_zc = c->d2h_zc;
             CU_TRY(cudaGraphLaunch(e->exec, c->stream));
+            c->slot_live = c->slot_live || e->n_slotw > 0;
             c->n_captures++;
             if (++c->fruitless >= FRUITLESS_MAX) {
                 mf_log(MF_LOG_INFO, "cuda: %d graph captures without a replay; CUDA graphs off",
@@ -2374,6 +2476,9 @@ static int cu_end_forward(mf_backend *b, const mf_graph *g, const mf_exec_args *
         e->no_capture = true;
         return run_calls(b, g, c->rec, c->n_rec, a, err);
     }
+    cu_slotw slotw[SLOT_N]; /* the layout a capture of this forward will copy (run_calls clears it) */
+    const int32_t n_slotw = c->n_slotw;
+    memcpy(slotw, c->slotw, sizeof slotw);
     if (run_calls(b, g, c->rec, c->n_rec, a, err))
         return -1;
     if (match)
@@ -2407,6 +2512,8 @@ static int cu_end_forward(mf_backend *b, const mf_graph *g, const mf_exec_args *
     e->short_rope = c->short_rope;
     e->out_host = lc_key(c, a);
     e->zc = c->logits_zc;
+    memcpy(e->slotw, slotw, sizeof slotw);
+    e->n_slotw = n_slotw;
     memcpy(e->scr, c->scr, sizeof e->scr);
     e->used = ++c->ge_clock;
     return 0;
@@ -2461,6 +2568,8 @@ static void cu_free(mf_backend *b) {
     free(c->soff);
     if (c->pin)
         cudaFreeHost(c->pin);
+    if (c->slot)
+        cudaFreeHost(c->slot);
     if (c->fault)
         cudaFreeHost(c->fault);
     if (c->stream)
@@ -2643,6 +2752,9 @@ int mf_backend_cuda_new_progress(const mf_weights *w, mf_cuda_progress_fn progre
     c->rs_node = -1;
     c->pend_node = -1;
     c->graphs_on = !mf_env_flag("MINFER_NO_CUDA_GRAPH");
+    c->input_slots = (int)mf_env_int("MINFER_CUDA_INPUT_SLOTS", 1);
+    if (c->input_slots < 0 || c->input_slots > 2)
+        c->input_slots = 1;
     c->trace = mf_env_flag("MINFER_TRACE");
     if (mf_env_flag("MINFER_CUDA_HOST_TIMES") &&
         cudaEventCreate(&c->ht.ev[0]) == cudaSuccess && cudaEventCreate(&c->ht.ev[1]) == cudaSuccess)
@@ -2656,13 +2768,17 @@ int mf_backend_cuda_new_progress(const mf_weights *w, mf_cuda_progress_fn progre
     mf_cu_set_lat(mf_env_int("MINFER_CUDA_LAT", 1) != 0);
     mf_cu_set_gemv_v4_pf((int)mf_env_int("MINFER_CUDA_GEMV_V4_PF", 3)); /* 3: auto by launch bytes */
     mf_cu_set_attn_short_pf(mf_env_int("MINFER_CUDA_ATTN_PF", 1) != 0);
-    mf_cu_set_gemv_v4_q6k((int)mf_env_int("MINFER_CUDA_GEMV_V4_Q6K", 1)); /* PERF.md entry 14 */
+    mf_cu_set_gemv_v4_q6k((int)mf_env_int("MINFER_CUDA_GEMV_V4_Q6K", 3)); /* PERF.md entries 14, 18 */
     mf_cu_set_gemv_v4_big((int)mf_env_int("MINFER_CUDA_GEMV_V4_BIG", 32)); /* PERF.md entry 14 */
     if (open_device(c, err))
         goto fail;
     cudaError_t e = cudaStreamCreateWithFlags(&c->stream, cudaStreamNonBlocking);
     if (e == cudaSuccess)
         e = cudaMallocHost((void **)&c->pin, PIN_BYTES);
+    if (e == cudaSuccess)
+        e = cudaHostAlloc((void **)&c->slot, SLOT_BYTES, cudaHostAllocMapped);
+    if (e == cudaSuccess)
+        e = cudaHostGetDevicePointer(&c->slot_dev, c->slot, 0);
     if (e == cudaSuccess)
         e = cudaHostAlloc((void **)&c->fault, sizeof *c->fault, cudaHostAllocMapped);
     if (e == cudaSuccess)
@@ -2812,6 +2928,14 @@ void mf_cuda_set_graphs(mf_backend *b, bool on) {
     cu_ctx *c = CX(b);
     c->graphs_on = on;
     c->fruitless = 0;
+}
+
+void mf_cuda_set_input_slots(mf_backend *b, int mode) {
+    CX(b)->input_slots = mode >= 0 && mode <= 2 ? mode : 1;
+}
+
+int64_t mf_cuda_slot_count(const mf_backend *b) {
+    return CX(b)->n_slot_w;
 }
 
 void mf_cuda_fuse_stats(const mf_backend *b, int64_t *adds, int64_t *norms) {

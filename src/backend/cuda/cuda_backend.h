@@ -132,6 +132,12 @@ int64_t mf_cuda_short_rope_count(const mf_backend *b);
  * forwards were captured and replayed. */
 void mf_cuda_set_graphs(mf_backend *b, bool on);
 void mf_cuda_graph_stats(const mf_backend *b, int64_t *captures, int64_t *replays);
+/* Tests: MINFER_CUDA_INPUT_SLOTS as at creation (a recorded forward's small
+ * write_host calls and n_past wait in pinned slots that its graph copies
+ * from: 1 with one kernel, 2 with a copy each; 0 off), and how many writes
+ * took a slot so far. */
+void mf_cuda_set_input_slots(mf_backend *b, int mode);
+int64_t mf_cuda_slot_count(const mf_backend *b);
 /* Tests: MINFER_CUDA_LOGITS_CHUNKS=k as at creation (2..16; 0 or anything
  * else: off, exactly the old launches and copies): a one-token int8 lm_head
  * whose rows the engine reads right after (mf_exec_args' out_host hint, in a

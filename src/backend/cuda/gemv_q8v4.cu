@@ -501,7 +501,15 @@ static int v4_pf_of(const q8_multi *p, bool sw) {
     return b <= V4_PF_ALL_BYTES ? 2 : 1;
 }
 static int v4_big_mib = 32; /* mf_cu_set_gemv_v4_big (MINFER_CUDA_GEMV_V4_BIG): Q4_K weights from this many MiB take U 2 */
-static int v4_q6k = 1; /* mf_cu_set_gemv_v4_q6k (MINFER_CUDA_GEMV_V4_Q6K): Q6_K on v4s<V4_Q6K_SLICE>, the rule's U */
+static int v4_q6k = 3; /* mf_cu_set_gemv_v4_q6k (MINFER_CUDA_GEMV_V4_Q6K): Q6_K on v4s<V4_Q6K_SLICE>, the rule's U (3: auto) */
+/* MINFER_CUDA_GEMV_V4_Q6K=3 (auto, the default): two slices in flight for
+ * a Q6_K weight of <= 4 MiB with rows of >= 4096 (the 0.5B down GEMV, 896 x
+ * 4864: 5.5 -> 5.4 us a layer; H200, PERF.md entry 18: 0.5B Q4_K_M tg128
+ * 1,731.9 with =1 -> 1,755.0), one elsewhere. Two everywhere lost 3.5 % on
+ * the 7B and 5 % on the 4B: a small V (the 7B's 512 x 3584) with two slices
+ * loses its mixed QKV launch, which has one-slice instances only. */
+#define V4_Q6K_U2_BYTES ((uint64_t)4 << 20)
+#define V4_Q6K_U2_MIN_IN 4096
 
 static int v4_ui(int u) {
     return u == 2 ? 1 : 0;
@@ -611,6 +619,10 @@ int mf_cu_q8v4_u(int mode, uint32_t wtype, int64_t rows, int64_t n_in) {
         return 0;
     if (mode > 0)
         return mode;
+    if (wtype == MF_TYPE_Q6_K && v4_q6k == 3) /* auto: two slices for long rows of a small weight */
+        return n_in >= V4_Q6K_U2_MIN_IN && (double)rows * (double)(n_in / 256) * 210.0 <= (double)V4_Q6K_U2_BYTES
+                   ? 2
+                   : 1;
     if (wtype == MF_TYPE_Q6_K && v4_q6k)
         return v4_q6k;
     if (wtype == MF_TYPE_Q6_K && rows > 65536)
@@ -898,7 +910,7 @@ void mf_cu_set_gemv_v4_big(int mib) {
 }
 
 void mf_cu_set_gemv_v4_q6k(int u) {
-    v4_q6k = u == 2 ? 2 : u != 0;
+    v4_q6k = u == 2 || u == 3 ? u : u != 0;
 }
 
 void mf_cu_q8v4_probe(int sms) {
