@@ -72,11 +72,11 @@
  * With MINFER_CUDA_TEST_BENCH=1 one line per shape: v1, v3, v4 us and GB/s
  * over 256 MB of rotating weight copies (HBM, not L2).
  * Family q6k: the v4 GEMV's Q6_K slice decoder (gemv_q8v4.cu,
- * MINFER_CUDA_GEMV_V4_Q6K, default 1, hook mf_cu_set_gemv_v4_q6k) at nt 1: 3584 x
+ * MINFER_CUDA_GEMV_V4_Q6K, default 3, hook mf_cu_set_gemv_v4_q6k) at nt 1: 3584 x
  * 4099 / 152064 (7B lm_head), 18944 -> 3584, 3584 -> 512, 9728 -> 2560,
  * 2560 -> 1024, 4864 -> 896 (odd super-block count: rows 2-byte aligned),
  * 256 -> 97, 1280 -> 33; unit vs slice decoder with 1 and 2 slices in
- * flight and the auto rule with the switch at 1 and 2, vs float64 (3e-2 and
+ * flight and the auto rule with the switch at 1, 2 and 3, vs float64 (3e-2 and
  * the int8 rounding bound per sampled output), slice vs unit decoder on
  * every output (1e-5), auto rule == forced run bitwise; FUSED_FFN (Q6_K
  * SwiGLU) and FUSED_QKV with a Q6_K V on the slice decoder (u1, u2).
