@@ -10,8 +10,10 @@
  * the stream against a deadline, then reads the device fault word. Host
  * copies go through a pinned staging area: write_host copies the caller's
  * bytes there and enqueues the upload (so it returns before the copy runs),
- * read_host waits for the stream first. Every CUDA call is checked; its
- * error names the call and file:line. */
+ * except a recorded forward's small inputs, which wait in the input slots
+ * for the forward's first kernel (slot_put); read_host waits for the stream
+ * first. Every CUDA call is checked; its error names the call and
+ * file:line. */
 #include "backend/cuda/cuda_backend.h"
 
 #include <stdio.h>
