@@ -57,6 +57,19 @@
 #define AS_MAX_NT 8
 #define AS_MAX_G 8
 
+/* One V row's share of P.V: p times the lane's DPL elements into the even
+ * (acc0) or odd (acc1) row accumulator (two chains, rows alternating). */
+template <int DPL>
+static __device__ __forceinline__ void as_pv(float p, const float *vf, int odd, float *acc0, float *acc1) {
+#pragma unroll
+    for (int i = 0; i < DPL; i++) {
+        if (odd)
+            acc1[i] = fmaf(p, vf[i], acc1[i]);
+        else
+            acc0[i] = fmaf(p, vf[i], acc0[i]);
+    }
+}
+
 /* NW 32-bit words from p (16-byte aligned when NW >= 4, 8 when NW == 2):
  * K rows (NW = hd * element bytes / 4) and a lane's V elements of a row. */
 template <int NW>
@@ -484,13 +497,7 @@ static __device__ __forceinline__ void as_body(const mf_cu_attn_args &a, const m
                     for (int i = 0; i < VW; i++)
                         vv[i] = w0 + g0 + r >= np ? s_vc[lane * VW + i] : vw[r][i];
                     as_cvt<F16, VW>(vv, vf);
-#pragma unroll
-                    for (int i = 0; i < DPL; i++) {
-                        if (r & 1)
-                            acc1[i] = fmaf(pr, vf[i], acc1[i]);
-                        else
-                            acc0[i] = fmaf(pr, vf[i], acc0[i]);
-                    }
+                    as_pv<DPL>(pr, vf, r & 1, acc0, acc1);
                 }
                 continue;
             }
@@ -499,13 +506,7 @@ static __device__ __forceinline__ void as_body(const mf_cu_attn_args &a, const m
                 const float pr = __shfl_sync(0xffffffffu, p, g0 + r);
                 float vf[DPL];
                 as_cvt<F16, VW>(vw[r], vf);
-#pragma unroll
-                for (int i = 0; i < DPL; i++) {
-                    if (r & 1)
-                        acc1[i] = fmaf(pr, vf[i], acc1[i]);
-                    else
-                        acc0[i] = fmaf(pr, vf[i], acc0[i]);
-                }
+                as_pv<DPL>(pr, vf, r & 1, acc0, acc1);
             }
         }
     }

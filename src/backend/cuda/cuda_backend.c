@@ -51,9 +51,7 @@
 /* MINFER_CUDA_INPUT_SLOTS: a recorded forward's small inputs (token ids,
  * positions, n_past) wait in fixed pinned slots and are copied by the
  * forward's own first launches, inside its CUDA graph */
-#define SLOT_BYTES MF_CU_SLOT_BYTES
-#define SLOT_N MF_CU_SLOT_N /* deferred writes a forward */
-#define SLOT_MAX_W 256      /* bytes of one write that may wait in a slot */
+#define SLOT_MAX_W 256 /* bytes of one write that may wait in a slot (MF_CU_SLOT_N writes, MF_CU_SLOT_BYTES) */
 
 typedef struct cu_buf {
     void *p;
@@ -99,7 +97,7 @@ typedef struct cu_gentry {
     size_t d2h_bytes;
     bool d2h_zc;        /* ... made by the lm_head GEMV itself (MINFER_CUDA_LOGITS_ZC), not by chunk copies */
     int32_t zc;         /* captured with MINFER_CUDA_LOGITS_ZC as it was (cu_ctx.logits_zc; tests flip it) */
-    cu_slotw slotw[SLOT_N]; /* the input copies the graph makes from the slots (cu_ctx.slotw) */
+    cu_slotw slotw[MF_CU_SLOT_N]; /* the input copies the graph makes from the slots (cu_ctx.slotw) */
     int32_t n_slotw;
     uint64_t used;
 } cu_gentry;
@@ -153,7 +151,7 @@ typedef struct cu_ctx {
     int input_slots; /* 1: one kernel copies them (slot_copy.cu), 2: a copy call each, 0: off */
     uint8_t *slot;
     void *slot_dev;  /* the slots' device alias (mapped) */
-    cu_slotw slotw[SLOT_N];
+    cu_slotw slotw[MF_CU_SLOT_N];
     int32_t n_slotw;
     uint32_t slot_used;
     bool slot_live;
@@ -516,8 +514,8 @@ static void ring_note(cu_ctx *c, const char *op, const char *what, int64_t d0, i
  * still reads the slots (a decode loop has waited already: its logits read). */
 static int slot_put(cu_ctx *c, void *dst, const void *src, size_t n, mf_error *err) {
     const uint32_t at = (c->slot_used + 15u) & ~15u;
-    if (!c->input_slots || !c->slot || n == 0 || n > SLOT_MAX_W || c->n_slotw == SLOT_N ||
-        at + n > SLOT_BYTES)
+    if (!c->input_slots || !c->slot || n == 0 || n > SLOT_MAX_W || c->n_slotw == MF_CU_SLOT_N ||
+        at + n > MF_CU_SLOT_BYTES)
         return 1;
     if (c->slot_live && cu_wait(c, "input slots", err))
         return -1;
@@ -1579,6 +1577,20 @@ static int run_rope_store(exec *x, const mf_qkv_meta *m, float *sq, float *sk, c
     return launched(x, qn ? "rope_store(qk norm)" : "rope_store", nt, m->n_head, mf_cu_rope_store(&a, x->c->stream));
 }
 
+/* Whether a live node from index `from` on reads node's output: a fold
+ * that never writes that output (or writes it late) needs none to. */
+static bool read_from(const mf_graph *g, int32_t node, int32_t from) {
+    for (int32_t i = from; i < g->n_nodes; i++) {
+        const mf_node *v = &g->nodes[i];
+        if (v->flags & MF_NODE_DEAD)
+            continue;
+        for (int32_t k = 0; k < v->n_src && k < MF_MAX_SRC; k++)
+            if (v->src[k] == node)
+                return true;
+    }
+    return false;
+}
+
 /* MINFER_CUDA_SHORT_ROPE: whether this FUSED_QKV node's rope-store (one
  * token) is left to the ATTN node right after it, decided once here: that
  * node's q is this node's output and nothing else reads it (so the roped q
@@ -1601,16 +1613,8 @@ static bool rope_deferrable(const exec *x, const mf_qkv_meta *m, int64_t nt, con
     const mf_node *u = &g->nodes[node + 1];
     if (u->op != MF_OP_ATTN || (u->flags & MF_NODE_DEAD) || u->n_src < 1 || u->src[0] != node ||
         u->meta.attn.n_head != m->n_head || u->meta.attn.n_head_kv != m->n_head_kv ||
-        u->meta.attn.head_dim != m->head_dim)
+        u->meta.attn.head_dim != m->head_dim || read_from(g, node, node + 2))
         return false;
-    for (int32_t i = node + 2; i < g->n_nodes; i++) {
-        const mf_node *v = &g->nodes[i];
-        if (v->flags & MF_NODE_DEAD)
-            continue;
-        for (int32_t k = 0; k < v->n_src && k < MF_MAX_SRC; k++)
-            if (v->src[k] == node)
-                return false;
-    }
     const mf_cu_attn_args p = {.kv_type = ea->kv_type, .nt = 1, .n_past = ea->n_past, .n_past_dev = x->npast_dev,
                                .n_head = m->n_head, .n_head_kv = m->n_head_kv, .head_dim = m->head_dim,
                                .n_ctx = ea->n_ctx};
@@ -1762,15 +1766,7 @@ static bool add_fusable(const cu_ctx *c, const mf_graph *g, int32_t node, int64_
         mf_node_nelem(&g->nodes[a->src[0]]) != mf_node_nelem(a) ||
         mf_node_nelem(&g->nodes[a->src[1]]) != mf_node_nelem(a))
         return false;
-    for (int32_t i = node + 2; i < g->n_nodes; i++) {
-        const mf_node *u = &g->nodes[i];
-        if (u->flags & MF_NODE_DEAD)
-            continue;
-        for (int32_t k = 0; k < u->n_src && k < MF_MAX_SRC; k++)
-            if (u->src[k] == node)
-                return false;
-    }
-    return true;
+    return !read_from(g, node, node + 2);
 }
 
 /* RMSNORM + quantization (MINFER_CUDA_FUSE_NORM), the same deferral: an
@@ -1808,15 +1804,10 @@ static bool norm_fusable(const cu_ctx *c, const mf_graph *g, int32_t node) {
     for (int i = 0; i < k; i++)
         if (!mm_ok(mm[i]) || !mf_cu_q8_supported(mm[i]->wtype, mm[i]->n_in) || mm[i]->n_in != n->ne[0])
             return false;
-    for (int32_t i = node + 1; i < g->n_nodes; i++) {
-        const mf_node *v = &g->nodes[i];
-        if (v->flags & MF_NODE_DEAD)
-            continue;
-        for (int32_t s = (i == node + 1) ? 1 : 0; s < v->n_src && s < MF_MAX_SRC; s++)
-            if (v->src[s] == node)
-                return false;
-    }
-    return true;
+    for (int32_t s = 1; s < u->n_src && s < MF_MAX_SRC; s++) /* the norm is u's input 0 only */
+        if (u->src[s] == node)
+            return false;
+    return !read_from(g, node, node + 2);
 }
 
 static int exec_node(mf_backend *b, const mf_graph *g, int32_t node, const int32_t *in, int32_t out,
@@ -2384,10 +2375,6 @@ static int upload_npast(cu_ctx *c, int32_t n_past, mf_error *err) {
     return 0;
 }
 
-static void trace_graph(cu_ctx *c, const char *what, int32_t n_calls) {
-    ring_note(c, "graph", what, n_calls, 1);
-}
-
 /* Captures the recorded calls into e->exec; false (nothing launched, the
  * stream out of capture mode) when any part fails. */
 static bool capture(mf_backend *b, cu_gentry *e, mf_error *err) {
@@ -2441,7 +2428,7 @@ static int cu_end_forward(mf_backend *b, const mf_graph *g, const mf_exec_args *
     if (match && e->exec) {
         ht_mark(c, HT_MATCH);
         e->used = ++c->ge_clock;
-        trace_graph(c, "cudaGraphLaunch", c->n_rec);
+        ring_note(c, "graph", "cudaGraphLaunch", c->n_rec, 1);
         c->ht.live = c->ht.on;
         ht_mark(c, HT_LAUNCH0);
         if (c->ht.live)
@@ -2450,7 +2437,8 @@ static int cu_end_forward(mf_backend *b, const mf_graph *g, const mf_exec_args *
         if (c->ht.live)
             CU_TRY(cudaEventRecord(c->ht.ev[1], c->stream));
         ht_mark(c, HT_LAUNCH1);
-        c->slot_live = c->slot_live || c->n_slotw > 0; /* the graph's first nodes read them */
+        if (c->n_slotw) /* the graph's first node reads them */
+            c->slot_live = true;
         slot_clear(c);
         c->n_replays++;
         /* the graph made the early logits copy (if it captured one) */
@@ -2461,12 +2449,11 @@ static int cu_end_forward(mf_backend *b, const mf_graph *g, const mf_exec_args *
     if (match && !e->no_capture) {
         e->used = ++c->ge_clock;
         if (capture(b, e, err)) {
-            trace_graph(c, "cudaGraphLaunch(first)", c->n_rec);
+            ring_note(c, "graph", "cudaGraphLaunch(first)", c->n_rec, 1);
             e->d2h_id = c->d2h_id; /* what the captured calls copied early (run_head_chunks) */
             e->d2h_bytes = c->d2h_host == e->out_host ? c->d2h_bytes : 0;
             e->d2h_zc = c->d2h_zc;
-            CU_TRY(cudaGraphLaunch(e->exec, c->stream));
-            c->slot_live = c->slot_live || e->n_slotw > 0;
+            CU_TRY(cudaGraphLaunch(e->exec, c->stream)); /* slot_issue in the capture marked the slots live */
             c->n_captures++;
             if (++c->fruitless >= FRUITLESS_MAX) {
                 mf_log(MF_LOG_INFO, "cuda: %d graph captures without a replay; CUDA graphs off",
@@ -2478,7 +2465,7 @@ static int cu_end_forward(mf_backend *b, const mf_graph *g, const mf_exec_args *
         e->no_capture = true;
         return run_calls(b, g, c->rec, c->n_rec, a, err);
     }
-    cu_slotw slotw[SLOT_N]; /* the layout a capture of this forward will copy (run_calls clears it) */
+    cu_slotw slotw[MF_CU_SLOT_N]; /* the layout a capture of this forward will copy (run_calls clears it) */
     const int32_t n_slotw = c->n_slotw;
     memcpy(slotw, c->slotw, sizeof slotw);
     if (run_calls(b, g, c->rec, c->n_rec, a, err))
@@ -2754,9 +2741,7 @@ int mf_backend_cuda_new_progress(const mf_weights *w, mf_cuda_progress_fn progre
     c->rs_node = -1;
     c->pend_node = -1;
     c->graphs_on = !mf_env_flag("MINFER_NO_CUDA_GRAPH");
-    c->input_slots = (int)mf_env_int("MINFER_CUDA_INPUT_SLOTS", 1);
-    if (c->input_slots < 0 || c->input_slots > 2)
-        c->input_slots = 1;
+    mf_cuda_set_input_slots(b, (int)mf_env_int("MINFER_CUDA_INPUT_SLOTS", 1));
     c->trace = mf_env_flag("MINFER_TRACE");
     if (mf_env_flag("MINFER_CUDA_HOST_TIMES") &&
         cudaEventCreate(&c->ht.ev[0]) == cudaSuccess && cudaEventCreate(&c->ht.ev[1]) == cudaSuccess)
@@ -2778,7 +2763,7 @@ int mf_backend_cuda_new_progress(const mf_weights *w, mf_cuda_progress_fn progre
     if (e == cudaSuccess)
         e = cudaMallocHost((void **)&c->pin, PIN_BYTES);
     if (e == cudaSuccess)
-        e = cudaHostAlloc((void **)&c->slot, SLOT_BYTES, cudaHostAllocMapped);
+        e = cudaHostAlloc((void **)&c->slot, MF_CU_SLOT_BYTES, cudaHostAllocMapped);
     if (e == cudaSuccess)
         e = cudaHostGetDevicePointer(&c->slot_dev, c->slot, 0);
     if (e == cudaSuccess)
