@@ -39,7 +39,12 @@
 #include "backend/cuda/q8w_soa.cuh"
 
 #define V4_R Q8_PAIR_R
-#define V4_PIPE(T) ((T) == MF_TYPE_Q4_K) /* next batch in flight while this one is computed */
+/* The loop with the next batch in flight while this one is computed: Q4_K,
+ * and Q6_K on the slice decoder at two slices (the auto rule gives those
+ * only to small weights with long rows, the 0.5B down GEMV, where a warp's
+ * second batch otherwise waits for a whole round trip of its own: Nsight
+ * Compute, PERF.md entry 18, 85 % of cycles with no eligible warp). */
+#define V4_PIPE(T, U) ((T) == MF_TYPE_Q4_K || ((T) == V4_Q6K_SLICE && (U) == 2))
 
 /* Slice k of a row: the weight bytes (fetch, loads only) and its dot with
  * the activation (dot, after the loads land). Default: slice = unit k. */
@@ -275,10 +280,10 @@ static __device__ __forceinline__ void v4_zc_store(const q8_multi &p, int64_t g,
  * groups; block-uniform trip count, so every warp reaches q8_reduce's
  * barrier once per group); ks warps share a row pair, warp kp taking slice
  * batches kp, kp + ks, ... of 32 U slices. Software-pipelined: a warp's
- * batches form one stream across its row pairs, and for Q4_K (V4_PIPE)
- * the loads of the next batch (in this row pair or the next one) are issued
- * before the current batch is computed, so a warp always has weight bytes
- * in flight. The other types measured faster without (H200, PERF.md entry
+ * batches form one stream across its row pairs, and for Q4_K and the
+ * two-slice Q6_K (V4_PIPE) the loads of the next batch (in this row pair or
+ * the next one) are issued before the current batch is computed, so a warp
+ * always has weight bytes in flight. The other types measured faster without (H200, PERF.md entry
  * 13: their decoders keep more registers per slice, and the second buffer
  * costs them occupancy), so they load the next batch after the current one.
  * v4_rows is that loop for block bx of a grid of gx blocks (the single-type
@@ -382,7 +387,7 @@ static __device__ __forceinline__ void v4_rows(const q8_multi &p, const int8_t *
     mf_pdl_wait();
     mf_pdl_trigger();
     const uint8_t *row[R];
-    if constexpr (!V4_PIPE(T)) { /* one batch in flight at a time */
+    if constexpr (!V4_PIPE(T, U)) { /* one batch in flight at a time */
         for (int64_t bg = bx; bg < n_grp; bg += gx) {
             rows_of(bg, row);
             float acc[R] = {};
