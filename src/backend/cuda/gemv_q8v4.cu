@@ -46,21 +46,25 @@
  * Compute, PERF.md entry 18, 85 % of cycles with no eligible warp). */
 #define V4_PIPE(T, U) ((T) == MF_TYPE_Q4_K || ((T) == V4_Q6K_SLICE && (U) == 2))
 
-/* Slice k of a row: the weight bytes (fetch, loads only) and its dot with
- * the activation (dot, after the loads land). Default: slice = unit k. */
+/* Slice k of a row: the weight bytes (fetch, loads only), the activation
+ * it meets (afetch, loads only: the same for every row, so a row pair
+ * shares it) and its dot (after both land). Default: slice = unit k. */
 template <int T> struct v4s {
     struct raw {
         uint32_t q[8];
         float2 dm[2];
     };
+    typedef q8_act act;
     static __device__ __forceinline__ void fetch(const uint8_t *row, int64_t k, raw &r) {
         q8w<T>::unit(row, k, r.q, r.dm);
     }
-    static __device__ __forceinline__ float dot(const raw &r, int64_t k, const int8_t *__restrict__ xq,
-                                                const float *__restrict__ xd, const int32_t *__restrict__ xs) {
-        const int4 *xp = (const int4 *)(xq + k * 32);
-        const int32_t hs = xs[k];
-        return xd[k] * q8_unit_dot(r.q, xp[0], xp[1], r.dm, (float)(int16_t)(hs & 0xffff), (float)(int16_t)(hs >> 16));
+    static __device__ __forceinline__ void afetch(int64_t k, const int8_t *__restrict__ xq,
+                                                  const float *__restrict__ xd, const int32_t *__restrict__ xs,
+                                                  act &x) {
+        q8_act_fetch(k, xq, xd, xs, x);
+    }
+    static __device__ __forceinline__ float dot(const raw &r, const act &x, int64_t) {
+        return x.d * q8_unit_dot(r.q, x.a, x.c, r.dm, (float)(int16_t)(x.hs & 0xffff), (float)(int16_t)(x.hs >> 16));
     }
 };
 
@@ -103,15 +107,30 @@ template <> struct v4s<MF_TYPE_Q4_K> {
         r.hd = *(const uint4 *)sb;
         r.qs = *(const uint4 *)(sb + 16 + 16 * (k & 7));
     }
+    /* half h of activation units ua and ua + 1 (sub-blocks 2g and 2g + 1) */
+    struct act {
+        int4 a, b;
+        int32_t sa, sb;
+        float da, db;
+    };
+    static __device__ __forceinline__ void afetch(int64_t k, const int8_t *__restrict__ xq,
+                                                  const float *__restrict__ xd, const int32_t *__restrict__ xs,
+                                                  act &x) {
+        const int c = (int)(k & 7), g = c >> 1, h = c & 1;
+        const int64_t ua = (k & ~(int64_t)7) + 2 * g;
+        x.a = *(const int4 *)(xq + ua * 32 + 16 * h);
+        x.b = *(const int4 *)(xq + (ua + 1) * 32 + 16 * h);
+        x.sa = xs[ua];
+        x.sb = xs[ua + 1];
+        x.da = xd[ua];
+        x.db = xd[ua + 1];
+    }
     /* The high nibbles stay in place (bits 4-7: 16 q) and go through an
      * unsigned x signed dp4a, so the 1/16 is folded into the sub-block's
      * scale; the scale and min products stay integer until one convert. */
-    static __device__ __forceinline__ float dot(const raw &r, int64_t k, const int8_t *__restrict__ xq,
-                                                const float *__restrict__ xd, const int32_t *__restrict__ xs) {
+    static __device__ __forceinline__ float dot(const raw &r, const act &x, int64_t k) {
         const int c = (int)(k & 7), g = c >> 1, h = c & 1;
-        const int64_t ua = (k & ~(int64_t)7) + 2 * g; /* activation units of sub-blocks 2g and 2g + 1 */
-        const int4 a = *(const int4 *)(xq + ua * 32 + 16 * h);
-        const int4 b = *(const int4 *)(xq + (ua + 1) * 32 + 16 * h);
+        const int4 a = x.a, b = x.b;
         const uint32_t lo = 0x0f0f0f0fu, hi = 0xf0f0f0f0u;
         int sa = v4_dp4a_us(r.qs.x & lo, a.x, 0);
         sa = v4_dp4a_us(r.qs.y & lo, a.y, sa);
@@ -121,13 +140,13 @@ template <> struct v4s<MF_TYPE_Q4_K> {
         sb = v4_dp4a_us(r.qs.y & hi, b.y, sb);
         sb = v4_dp4a_us(r.qs.z & hi, b.z, sb);
         sb = v4_dp4a_us(r.qs.w & hi, b.w, sb);
-        const int sxa = (int)(int16_t)(xs[ua] >> (16 * h)), sxb = (int)(int16_t)(xs[ua + 1] >> (16 * h));
+        const int sxa = (int)(int16_t)(x.sa >> (16 * h)), sxb = (int)(int16_t)(x.sb >> (16 * h));
         int sc[2], m[2];
         v4_k4_scale_min2(r.hd.y, r.hd.z, r.hd.w, 2 * g, sc, m);
         const float d = mf_h2f((uint16_t)(r.hd.x & 0xffffu)), dmin = mf_h2f((uint16_t)(r.hd.x >> 16));
         const float ta = d * (float)(sa * sc[0]) - dmin * (float)(m[0] * sxa);
         const float tb = (0.0625f * d) * (float)(sb * sc[1]) - dmin * (float)(m[1] * sxb);
-        return xd[ua] * ta + xd[ua + 1] * tb;
+        return x.da * ta + x.db * tb;
     }
 };
 
@@ -172,28 +191,39 @@ template <> struct v4s<V4_Q6K_SLICE> {
             r.sc[p] = sc[2 * p];
         r.dsh = (uint32_t)*(const uint16_t *)(sb + 208) | a2 << 19;
     }
+    /* bytes 8i.. of activation units kb .. kb + 3, their scales and half sums */
+    struct act {
+        int2 x[4];
+        float4 dx;
+        int4 hs;
+    };
+    static __device__ __forceinline__ void afetch(int64_t k, const int8_t *__restrict__ xq,
+                                                  const float *__restrict__ xd, const int32_t *__restrict__ xs,
+                                                  act &a) {
+        const uint32_t kb = (uint32_t)k & ~3u;
+        const int i = (int)k & 3;
+        const int2 *xp = (const int2 *)(xq + (kb * 32u + 8u * (uint32_t)i));
+#pragma unroll
+        for (int p = 0; p < 4; p++)
+            a.x[p] = xp[4 * p];
+        /* kb % 4 == 0, n_in % 256 == 0 and cudaMalloc'd q8 buffers: 16-byte aligned */
+        a.dx = *(const float4 *)(xd + kb);
+        a.hs = *(const int4 *)(xs + kb);
+    }
     /* The offset: lanes i and i ^ 1 share their pieces' scales, d and
      * activation units and together cover each piece's 16-element
      * activation half, whose sum s16 the quantization stored (xs); so the
      * even lane adds -32 s16 for both (the pair is in one batch, counted or
-     * dropped together) and the odd lane nothing. That part, like every
-     * activation load, depends on k only: plain loads and integer ops the
-     * compiler shares between the two rows of a pair. */
-    static __device__ __forceinline__ float dot(const raw &r, int64_t k, const int8_t *__restrict__ xq,
-                                                const float *__restrict__ xd, const int32_t *__restrict__ xs) {
-        const uint32_t kb = (uint32_t)k & ~3u; /* activation units kb + p, bytes 8i.. of each */
+     * dropped together) and the odd lane nothing. That part depends on k
+     * only: integer ops the compiler shares between the two rows of a pair. */
+    static __device__ __forceinline__ float dot(const raw &r, const act &a, int64_t k) {
         const int i = (int)k & 3;
-        const int2 *xp = (const int2 *)(xq + (kb * 32u + 8u * (uint32_t)i));
-        /* kb % 4 == 0, n_in % 256 == 0 and cudaMalloc'd q8 buffers: 16-byte aligned */
-        const float4 dx = *(const float4 *)(xd + kb);
-        const int4 hs = *(const int4 *)(xs + kb);
+        const float4 dx = a.dx;
+        const int4 hs = a.hs;
         const int off = i & 1 ? 0 : -32, hsh = 16 * (i >> 1);
         int acc[4] = {off * (int)(int16_t)(hs.x >> hsh), off * (int)(int16_t)(hs.y >> hsh),
                       off * (int)(int16_t)(hs.z >> hsh), off * (int)(int16_t)(hs.w >> hsh)};
-        int2 x[4];
-#pragma unroll
-        for (int p = 0; p < 4; p++)
-            x[p] = xp[4 * p];
+        const int2 *x = a.x;
         const uint32_t sh = r.dsh >> 16, m4 = 0x0f0f0f0fu, m2 = 0x30303030u;
 #pragma unroll
         for (int j = 0; j < 2; j++) { /* word j of each piece: elements l = 8i + 4j .. 8i + 4j + 3 */
@@ -276,6 +306,37 @@ static __device__ __forceinline__ void v4_zc_store(const q8_multi &p, int64_t g,
     }
 }
 
+/* The epilogue's loads for row pair g of a plain (no SwiGLU) launch: each
+ * row's bias and residual element (q8_row_store's, one token), issued when
+ * the pair's group starts, so the store after the reduction does not wait
+ * a round trip for them; the residual was written before this kernel's
+ * PDL wait and no other block writes row g's outputs, so reading it early
+ * reads the same value (also where y is the residual itself). */
+struct v4_epi {
+    float b[V4_R], x[V4_R];
+};
+static __device__ __forceinline__ void v4_epi_fetch(const q8_multi &p, int64_t g, int64_t total, v4_epi &e) {
+#pragma unroll
+    for (int r = 0; r < V4_R; r++) {
+        int w;
+        const int64_t o = q8_pair_row<false>(p, g, r, total, &w);
+        e.b[r] = o >= 0 && p.bias[w] ? p.bias[w][o] : 0.0f;
+        e.x[r] = o >= 0 && p.res[w] ? p.res[w][o] : 0.0f;
+    }
+}
+/* q8_pair_store<false, 1>(p, g, total, acc, 0, 1) with the loads of e:
+ * the same expression, so the same bits */
+static __device__ __forceinline__ void v4_epi_store(const q8_multi &p, int64_t g, int64_t total, const float *acc,
+                                                    const v4_epi &e) {
+#pragma unroll
+    for (int r = 0; r < V4_R; r++) {
+        int w;
+        const int64_t o = q8_pair_row<false>(p, g, r, total, &w);
+        if (o >= 0)
+            p.y[w][o] = p.res[w] ? e.x[r] + (acc[r] + e.b[r]) : acc[r] + e.b[r];
+    }
+}
+
 /* Grid: x = blocks looping over groups of (Q8_WARPS / ks) row pairs (n_grp
  * groups; block-uniform trip count, so every warp reaches q8_reduce's
  * barrier once per group); ks warps share a row pair, warp kp taking slice
@@ -298,6 +359,13 @@ static __device__ __forceinline__ void v4_rows(const q8_multi &p, const int8_t *
     static_assert(!ZC || (U == 1 && !SWIGLU), "MINFER_CUDA_LOGITS_ZC: one slice, one weight");
     constexpr int R = V4_R;
     typedef typename v4s<T>::raw raw;
+    typedef typename v4s<T>::act act;
+    /* one batch in registers: U slices of each row of the pair, and the
+     * activation of each slice (shared by the rows) */
+    struct batch {
+        raw w[U][R];
+        act x[U];
+    };
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
     const int kp = warp % ks, ppb = Q8_WARPS / ks;
     const int64_t n_units = n_in / 32;
@@ -312,7 +380,7 @@ static __device__ __forceinline__ void v4_rows(const q8_multi &p, const int8_t *
             row[r] = p.w[w] + (uint64_t)(o < 0 ? 0 : o) * p.row_bytes[w]; /* past the end: row 0, no store */
         }
     };
-    auto fetch = [&](const uint8_t *const *row, int64_t base, raw (*wr)[R]) {
+    auto fetch = [&](const uint8_t *const *row, int64_t base, batch &b) {
 #pragma unroll
         for (int j = 0; j < U; j++) {
             int64_t k = base + 32 * j + lane;
@@ -320,31 +388,42 @@ static __device__ __forceinline__ void v4_rows(const q8_multi &p, const int8_t *
 #pragma unroll
             for (int r = 0; r < R; r++)
                 if constexpr (V4_IS_SOA(T))
-                    v4s<T>::fetch(row[r], k, n_units, wr[j][r]);
+                    v4s<T>::fetch(row[r], k, n_units, b.w[j][r]);
                 else
-                    v4s<T>::fetch(row[r], k, wr[j][r]);
+                    v4s<T>::fetch(row[r], k, b.w[j][r]);
+            v4s<T>::afetch(k, xq, xd, xs, b.x[j]);
         }
     };
-    auto dots = [&](const raw (*wr)[R], int64_t base, float *acc) {
+    auto dots = [&](const batch &b, int64_t base, float *acc) {
 #pragma unroll
         for (int j = 0; j < U; j++) {
             const int64_t k = base + 32 * j + lane;
             const int64_t kk = k < n_units ? k : n_units - 1;
 #pragma unroll
             for (int r = 0; r < R; r++) {
-                const float v = v4s<T>::dot(wr[j][r], kk, xq, xd, xs);
+                const float v = v4s<T>::dot(b.w[j][r], b.x[j], kk);
                 acc[r] += k < n_units ? v : 0.0f;
             }
         }
     };
     /* the row pair's sums across its ks warps, then bias / residual / SwiGLU and the store */
     [[maybe_unused]] int zslot = 0; /* ZC: the staging slot of this group (two, alternating) */
+    constexpr bool EPI = !SWIGLU && !ZC;
+    v4_epi epi;
+    auto epi_fetch = [&](int64_t bg) { /* at a group's start, by the warp that stores */
+        if constexpr (EPI)
+            if (kp == 0)
+                v4_epi_fetch(p, bg * ppb + warp / ks, total, epi);
+    };
     auto finish = [&](int64_t bg, float *acc) {
         q8_reduce<R>(acc, part, lane, warp, ks);
         if constexpr (ZC) {
             v4_zc_store(p, bg, total, acc, lane, warp, yh, zst[zslot ^= 1]);
         } else if (lane == 0 && kp == 0) {
-            q8_pair_store<SWIGLU, 1>(p, bg * ppb + warp / ks, total, acc, 0, 1);
+            if constexpr (EPI)
+                v4_epi_store(p, bg * ppb + warp / ks, total, acc, epi);
+            else
+                q8_pair_store<SWIGLU, 1>(p, bg * ppb + warp / ks, total, acc, 0, 1);
         }
         if (ks > 1) /* part[] is rewritten by the next group's reduction */
             __syncthreads();
@@ -390,22 +469,32 @@ static __device__ __forceinline__ void v4_rows(const q8_multi &p, const int8_t *
     if constexpr (!V4_PIPE(T, U)) { /* one batch in flight at a time */
         for (int64_t bg = bx; bg < n_grp; bg += gx) {
             rows_of(bg, row);
+            epi_fetch(bg);
             float acc[R] = {};
-            for (int64_t base = first; base < n_units; base += step) { /* warp-uniform */
-                raw wr[U][R];
-                fetch(row, base, wr);
-                dots(wr, base, acc);
+            /* each batch's loads in the block before its dots' loop body:
+             * fetched and used in one block, the compiler interleaved them
+             * and the first dp4a waited before the rest were issued */
+            int64_t base = first;
+            batch b;
+            if (base < n_units) /* warp-uniform */
+                fetch(row, base, b);
+            while (base < n_units) {
+                dots(b, base, acc);
+                base += step;
+                if (base < n_units)
+                    fetch(row, base, b);
             }
             finish(bg, acc);
         }
         return;
     }
     int64_t bg = bx, base = first;
-    raw cur[U][R];
+    batch cur;
     rows_of(bg, row);
     if (busy && bg < n_grp)
         fetch(row, base, cur);
     while (bg < n_grp) { /* block-uniform */
+        epi_fetch(bg);
         float acc[R] = {};
         int64_t nbg = bg;
         const uint8_t *nrow[R];
@@ -422,15 +511,11 @@ static __device__ __forceinline__ void v4_rows(const q8_multi &p, const int8_t *
 #pragma unroll
                 for (int r = 0; r < R; r++)
                     nrow[r] = row[r];
-            raw nxt[U][R];
+            batch nxt;
             if (nbg < n_grp)
                 fetch(nrow, nbase, nxt);
             dots(cur, base, acc);
-#pragma unroll
-            for (int j = 0; j < U; j++)
-#pragma unroll
-                for (int r = 0; r < R; r++)
-                    cur[j][r] = nxt[j][r];
+            cur = nxt;
             base = nbase;
             if (nbg != bg)
                 break;
@@ -996,8 +1081,13 @@ void mf_cu_q8v4_probe(int sms) {
 
 /* NW warps x OPW consecutive outputs (NW * OPW = 32: the block's int8
  * unit), G of them (2 G rows) loaded before any is computed (OPW / G
- * rounds a warp); LATE: mf_pdl_trigger() after the stores. */
-template <int T, int NW, int OPW, int G, bool LATE>
+ * rounds a warp); LATE: mf_pdl_trigger() after the stores; XE: each round's
+ * loads in the block before the loop body that uses them, so all are
+ * issued before the first wait (else fetched and used in one block, where
+ * the compiler interleaves them with the dots: one or two more round trips,
+ * fewer registers; the register-capped forms and Q6_K spill under XE,
+ * ptxas -v, nvcc 13.0 sm_90). */
+template <int T, int NW, int OPW, int G, bool LATE, bool XE>
 static __device__ __forceinline__ void swq8_body(const q8_multi &p, const int8_t *__restrict__ xq,
                                                  const float *__restrict__ xd, const int32_t *__restrict__ xs,
                                                  int64_t n_in, int pf, int8_t *__restrict__ oq,
@@ -1024,29 +1114,51 @@ static __device__ __forceinline__ void swq8_body(const q8_multi &p, const int8_t
     if (!LATE)
         mf_pdl_trigger();
     float acc[OPW][2] = {};
+    raw wr[G][2];
+    typename v4s<T>::act x; /* the same unit for every row of the round */
+    auto fetch = [&](int g0, int64_t kk) { /* loads only */
 #pragma unroll
-    for (int g0 = 0; g0 < OPW; g0 += G) /* an output's sum runs over its slices in the same order every form */
-        for (int64_t base = 0; base < n_units; base += 32) { /* warp-uniform */
-            const int64_t k = base + lane;
-            const int64_t kk = k < n_units ? k : n_units - 1; /* read again, not added */
-            raw wr[G][2];
+        for (int i = 0; i < G; i++)
 #pragma unroll
-            for (int i = 0; i < G; i++)
+            for (int r = 0; r < 2; r++) {
+                if constexpr (V4_IS_SOA(T))
+                    v4s<T>::fetch(row[g0 + i][r], kk, n_units, wr[i][r]);
+                else
+                    v4s<T>::fetch(row[g0 + i][r], kk, wr[i][r]);
+            }
+        if constexpr (XE)
+            v4s<T>::afetch(kk, xq, xd, xs, x);
+    };
+    auto dots = [&](int g0, int64_t k) {
+        if constexpr (!XE)
+            v4s<T>::afetch(k < n_units ? k : n_units - 1, xq, xd, xs, x);
 #pragma unroll
-                for (int r = 0; r < 2; r++) {
-                    if constexpr (V4_IS_SOA(T))
-                        v4s<T>::fetch(row[g0 + i][r], kk, n_units, wr[i][r]);
-                    else
-                        v4s<T>::fetch(row[g0 + i][r], kk, wr[i][r]);
-                }
+        for (int i = 0; i < G; i++)
 #pragma unroll
-            for (int i = 0; i < G; i++)
+            for (int r = 0; r < 2; r++) {
+                const float v = v4s<T>::dot(wr[i][r], x, k < n_units ? k : n_units - 1);
+                acc[g0 + i][r] += k < n_units ? v : 0.0f;
+            }
+    };
+    /* an output's sum runs over its slices in the same order every form */
 #pragma unroll
-                for (int r = 0; r < 2; r++) {
-                    const float v = v4s<T>::dot(wr[i][r], kk, xq, xd, xs);
-                    acc[g0 + i][r] += k < n_units ? v : 0.0f;
-                }
+    for (int g0 = 0; g0 < OPW; g0 += G) {
+        if constexpr (XE) { /* a round's loads in the block before the loop body that uses them (v4_rows) */
+            int64_t base = 0;
+            fetch(g0, lane < n_units ? lane : n_units - 1);
+            while (base < n_units) { /* warp-uniform */
+                dots(g0, base + lane);
+                base += 32;
+                if (base < n_units)
+                    fetch(g0, base + lane < n_units ? base + lane : n_units - 1);
+            }
+        } else {
+            for (int64_t base = 0; base < n_units; base += 32) { /* warp-uniform */
+                fetch(g0, base + lane < n_units ? base + lane : n_units - 1); /* read again, not added */
+                dots(g0, base + lane);
+            }
         }
+    }
 #pragma unroll
     for (int i = 0; i < OPW; i++)
 #pragma unroll
@@ -1085,7 +1197,9 @@ gemv_q8v4_swq8_kernel(q8_multi p, const int8_t *__restrict__ xq, const float *__
                       const int32_t *__restrict__ xs, int64_t n_in, int pf, int8_t *__restrict__ oq,
                       float *__restrict__ od, int32_t *__restrict__ os) {
     __shared__ float hs[32];
-    swq8_body<T, NW, OPW, G, LATE>(p, xq, xd, xs, n_in, pf, oq, od, os, hs);
+    constexpr bool q6 = T == MF_TYPE_Q6_K || T == V4_Q6K_SLICE;
+    constexpr bool xe = !q6 && NW == SWQ_WARPS && (MINB == 2 || G < OPW); /* forms 1, 4, 5 */
+    swq8_body<T, NW, OPW, G, LATE, xe>(p, xq, xd, xs, n_in, pf, oq, od, os, hs);
 }
 
 #define SWQ_FOR_EACH_INST(X) \

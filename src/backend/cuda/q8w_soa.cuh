@@ -39,27 +39,33 @@
  *   xd[k] * fma(m, sx1, fma(d, s1, fma(d, s0, m * sx0)))
  * - left to nvcc, the same expression here came out as fma(m, sx0, d * s0),
  * another rounding. The integer part is q8_unit_dot's (q8_unit_isum). */
-static __device__ __forceinline__ float soa_unit_dot(const uint32_t *q, float2 dm, int64_t k,
-                                                     const int8_t *__restrict__ xq, const float *__restrict__ xd,
-                                                     const int32_t *__restrict__ xs) {
-    const int4 *xp = (const int4 *)(xq + k * 32);
-    const int4 a = xp[0], c = xp[1];
-    const int32_t hs = xs[k];
-    const float sx0 = (float)(int16_t)(hs & 0xffff), sx1 = (float)(int16_t)(hs >> 16);
+static __device__ __forceinline__ float soa_unit_dot(const uint32_t *q, float2 dm, const q8_act &x) {
+    const float sx0 = (float)(int16_t)(x.hs & 0xffff), sx1 = (float)(int16_t)(x.hs >> 16);
     int s0, s1;
-    q8_unit_isum(q, a, c, s0, s1);
+    q8_unit_isum(q, x.a, x.c, s0, s1);
     float t = __fmul_rn(dm.y, sx0);
     t = __fmaf_rn(dm.x, (float)s0, t);
     t = __fmaf_rn(dm.x, (float)s1, t);
     t = __fmaf_rn(dm.y, sx1, t);
-    return __fmul_rn(xd[k], t);
+    return __fmul_rn(x.d, t);
 }
 
 /* q8soa<T>: T the block type; QS the qs bytes of a unit (its plane stride).
- * fetch(row, k, n, raw): loads only (n: units a row); dot: after they land. */
+ * fetch(row, k, n, raw): loads only (n: units a row); afetch: the unit's
+ * activation (loads only); dot: after both land. */
 template <int T> struct q8soa;
 
-template <> struct q8soa<MF_TYPE_Q4_0> {
+/* the unit decoders' activation part, shared by every q8soa<T> */
+struct q8soa_act {
+    typedef q8_act act;
+    static __device__ __forceinline__ void afetch(int64_t k, const int8_t *__restrict__ xq,
+                                                  const float *__restrict__ xd, const int32_t *__restrict__ xs,
+                                                  act &x) {
+        q8_act_fetch(k, xq, xd, xs, x);
+    }
+};
+
+template <> struct q8soa<MF_TYPE_Q4_0> : q8soa_act {
     static constexpr int QS = 16;
     struct raw {
         uint4 qs;
@@ -69,17 +75,16 @@ template <> struct q8soa<MF_TYPE_Q4_0> {
         r.qs = ((const uint4 *)row)[k];
         r.d = ((const uint16_t *)(row + 16 * n))[k];
     }
-    static __device__ __forceinline__ float dot(const raw &r, int64_t k, const int8_t *__restrict__ xq,
-                                                const float *__restrict__ xd, const int32_t *__restrict__ xs) {
+    static __device__ __forceinline__ float dot(const raw &r, const act &x, int64_t) {
         const uint32_t w[4] = {r.qs.x, r.qs.y, r.qs.z, r.qs.w};
         uint32_t q[8];
         q8_nibbles<false>(w, 0, q);
         const float d = mf_h2f((uint16_t)r.d);
-        return soa_unit_dot(q, make_float2(d, __fmul_rn(-8.0f, d)), k, xq, xd, xs);
+        return soa_unit_dot(q, make_float2(d, __fmul_rn(-8.0f, d)), x);
     }
 };
 
-template <> struct q8soa<MF_TYPE_Q5_0> {
+template <> struct q8soa<MF_TYPE_Q5_0> : q8soa_act {
     static constexpr int QS = 16;
     struct raw {
         uint4 qs;
@@ -90,17 +95,16 @@ template <> struct q8soa<MF_TYPE_Q5_0> {
         r.qh = ((const uint32_t *)(row + 16 * n))[k];
         r.d = ((const uint16_t *)(row + 20 * n))[k];
     }
-    static __device__ __forceinline__ float dot(const raw &r, int64_t k, const int8_t *__restrict__ xq,
-                                                const float *__restrict__ xd, const int32_t *__restrict__ xs) {
+    static __device__ __forceinline__ float dot(const raw &r, const act &x, int64_t) {
         const uint32_t w[4] = {r.qs.x, r.qs.y, r.qs.z, r.qs.w};
         uint32_t q[8];
         q8_nibbles<true>(w, r.qh, q);
         const float d = mf_h2f((uint16_t)r.d);
-        return soa_unit_dot(q, make_float2(d, __fmul_rn(-16.0f, d)), k, xq, xd, xs);
+        return soa_unit_dot(q, make_float2(d, __fmul_rn(-16.0f, d)), x);
     }
 };
 
-template <> struct q8soa<MF_TYPE_Q8_0> {
+template <> struct q8soa<MF_TYPE_Q8_0> : q8soa_act {
     static constexpr int QS = 32;
     struct raw {
         uint4 lo, hi;
@@ -111,10 +115,9 @@ template <> struct q8soa<MF_TYPE_Q8_0> {
         r.hi = ((const uint4 *)row)[2 * k + 1];
         r.d = ((const uint16_t *)(row + 32 * n))[k];
     }
-    static __device__ __forceinline__ float dot(const raw &r, int64_t k, const int8_t *__restrict__ xq,
-                                                const float *__restrict__ xd, const int32_t *__restrict__ xs) {
+    static __device__ __forceinline__ float dot(const raw &r, const act &x, int64_t) {
         const uint32_t q[8] = {r.lo.x, r.lo.y, r.lo.z, r.lo.w, r.hi.x, r.hi.y, r.hi.z, r.hi.w};
-        return soa_unit_dot(q, make_float2(mf_h2f((uint16_t)r.d), 0.0f), k, xq, xd, xs);
+        return soa_unit_dot(q, make_float2(mf_h2f((uint16_t)r.d), 0.0f), x);
     }
 };
 
