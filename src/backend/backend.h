@@ -93,6 +93,14 @@ typedef struct mf_backend_ops {
     /* Optional hooks around one forward (CUDA graph capture/replay). */
     int (*begin_forward)(mf_backend *b, const mf_graph *g, const mf_exec_args *args, mf_error *err);
     int (*end_forward)(mf_backend *b, const mf_graph *g, const mf_exec_args *args, mf_error *err);
+    /* Optional, between begin_forward (and the inputs) and end_forward of a
+     * forward that is one split on this backend: stands for all its
+     * execute_node calls when the backend has seen them in an earlier
+     * forward of the same graph build (g->stamp), which the engine makes in
+     * the same order with the same node, buffer and KV ids in every forward
+     * of one build. Returns 1 when it took them (the engine then makes
+     * none), 0 when it cannot (the engine makes them), -1 on error. */
+    int (*repeat_calls)(mf_backend *b, const mf_graph *g, const mf_exec_args *args, mf_error *err);
 
     /* Optional: host memory the backend copies outputs into fastest (CUDA:
      * pinned, so read_host into it is one DMA and no staging copy). NULL

@@ -1626,13 +1626,17 @@ static void test_graph(void) {
     float *xs = rand_vec(d * STEPS, 1.0f);
     /* run 0: graphs, the small inputs (pos, n_past) through the input
      * slots and their copy kernel; run 1: no graphs; run 2: graphs, slots
-     * off; run 3: slots with a copy call each (x, 3.5 KB, is never a slot's) */
-    enum { RUNS = 4 };
+     * off; run 3: slots with a copy call each (x, 3.5 KB, is never a slot's);
+     * run 4: as run 0, the graph stamped as an engine build (a stamp no
+     * build reaches; its own, as the KV buffers are new) and each step's
+     * calls through repeat_calls where it takes them */
+    enum { RUNS = 5 };
     float *logits[RUNS], *caches[RUNS];
-    int64_t cap0, rep0, cap1, rep1, slots[RUNS];
+    int64_t cap0, rep0, cap1, rep1, slots[RUNS], rpt0 = mf_cuda_repeat_count(be), rpt_taken = 0;
     for (int run_i = 0; run_i < RUNS; run_i++) {
         mf_cuda_set_graphs(be, run_i != 1);
-        mf_cuda_set_input_slots(be, run_i == 0 ? 1 : run_i == 3 ? 2 : 0);
+        mf_cuda_set_input_slots(be, run_i == 0 || run_i == 4 ? 1 : run_i == 3 ? 2 : 0);
+        g.stamp = run_i == 4 ? UINT64_MAX - 1 : 0;
         slots[run_i] = mf_cuda_slot_count(be);
         if (run_i == 0)
             mf_cuda_graph_stats(be, &cap0, &rep0);
@@ -1646,7 +1650,11 @@ static void test_graph(void) {
                 be->ops->write_host(be, bx, 0, xs + st * d, (size_t)d * 4, &e) ||
                 be->ops->write_host(be, bp, 0, &pos, 4, &e))
                 die("graph test: begin/inputs", &e);
-            for (int k = 0; k < 4; k++) {
+            int took = 0;
+            if (run_i == 4 && (took = be->ops->repeat_calls(be, &g, &a, &e)) < 0)
+                die("graph test: repeat_calls", &e);
+            rpt_taken += took;
+            for (int k = 0; k < 4 && !took; k++) {
                 mf_kv_pair nkv = k == 1 || k == 2 ? kv : (mf_kv_pair){-1, -1};
                 if (be->ops->execute_node(be, &g, nodes[k], ins[k], outs[k], nkv, &a, &e))
                     die("graph test: execute", &e);
@@ -1669,7 +1677,12 @@ static void test_graph(void) {
     }
     mf_cuda_set_graphs(be, !mf_env_flag("MINFER_NO_CUDA_GRAPH"));
     mf_cuda_set_input_slots(be, (int)mf_env_int("MINFER_CUDA_INPUT_SLOTS", 1));
+    g.stamp = 0;
     char detail[120];
+    snprintf(detail, sizeof detail, "%lld of %d steps through repeat_calls (count %lld)", (long long)rpt_taken,
+             STEPS, (long long)(mf_cuda_repeat_count(be) - rpt0));
+    check_true("cuda graph: repeat_calls takes the recorded build's calls (steps 1 ..)",
+               rpt_taken >= STEPS - 1 && mf_cuda_repeat_count(be) - rpt0 == rpt_taken, detail);
     snprintf(detail, sizeof detail, "%lld captures, %lld replays in %d steps", (long long)(cap1 - cap0),
              (long long)(rep1 - rep0), STEPS);
     check_true("cuda graph: decode steps replayed", cap1 - cap0 >= 1 && rep1 - rep0 >= STEPS - 3, detail);
@@ -1680,7 +1693,8 @@ static void test_graph(void) {
                slots[0] >= 2 * STEPS - 2 && slots[1] == 0 && slots[2] == 0 && slots[3] == slots[0], detail);
     static const char *const what[RUNS] = {NULL, "cuda graph: logits and KV identical with and without replay",
                                            "cuda graph: logits and KV identical with the input slots on and off",
-                                           "cuda graph: logits and KV identical with the slots' kernel and copies"};
+                                           "cuda graph: logits and KV identical with the slots' kernel and copies",
+                                           "cuda graph: logits and KV identical with the calls through repeat_calls"};
     for (int r = 1; r < RUNS; r++) {
         const bool same = memcmp(logits[0], logits[r], (size_t)(n_out * STEPS) * 4) == 0 &&
                           memcmp(caches[0], caches[r], 2 * region) == 0;
@@ -3236,6 +3250,30 @@ static void test_gemv(const gv_case *c, int64_t nt, bool bias) {
         snprintf(sub, sizeof sub, "%s [%s vs v3]", name, vname[v]);
         result(sub, rel_err_f(ys[v], ys[0], ny), 1e-5, count_nan(ys[v], ny), NULL);
     }
+    /* the v4 load orders (MINFER_CUDA_GEMV_V4_EARLY / _EPI forced off and
+     * on, each way round): the same expressions, so the same bits */
+    for (int u = 1; u <= 2 && nt == 1; u++) {
+        float *yo[2];
+        for (int on = 0; on < 2; on++) {
+            int32_t out = dev_poison((size_t)ny * 4);
+            mf_exec_args a = args(0, nt, 1, MF_TYPE_F32);
+            mf_cuda_set_matmul_mode(be, -2);
+            mf_cuda_set_gemv_v4(be, u);
+            mf_cu_set_gemv_v4_early(on);
+            mf_cu_set_gemv_v4_epi(1 - on);
+            run_ok(&g, mi, &in, out, (mf_kv_pair){-1, -1}, &a);
+            mf_cu_set_gemv_v4_early((int)mf_env_int("MINFER_CUDA_GEMV_V4_EARLY", 2));
+            mf_cu_set_gemv_v4_epi((int)mf_env_int("MINFER_CUDA_GEMV_V4_EPI", 2));
+            mf_cuda_reset_gemv(be);
+            mf_cuda_set_matmul_mode(be, 0);
+            yo[on] = dev_get(out, (size_t)ny * 4);
+            dev_free(out);
+        }
+        snprintf(sub, sizeof sub, "%s [v4 u%d early+no epi vs epi, bitwise]", name, u);
+        check_true(sub, memcmp(yo[0], yo[1], (size_t)ny * 4) == 0 && count_nan(yo[0], ny) == 0, NULL);
+        free(yo[0]);
+        free(yo[1]);
+    }
     for (int v = 0; v < nv; v++)
         free(ys[v]);
     free(got); free(wr); free(ref); free(bound); free(x);
@@ -3383,6 +3421,16 @@ static void gemv_family(void) {
         test_fuse_add(MF_TYPE_Q4_K, 3584, 3584, 1);
         mf_cuda_reset_gemv(be);
     }
+    /* the residual epilogue with its loads at the group's start and the E
+     * instances, forced (the auto rule gives them to <= 4 MiB only) */
+    mf_cuda_set_gemv_v4(be, 1);
+    mf_cu_set_gemv_v4_early(1);
+    mf_cu_set_gemv_v4_epi(1);
+    test_fuse_add(MF_TYPE_Q4_K, 3584, 3584, 1);
+    test_fuse_add(MF_TYPE_Q4_0, 896, 896, 1);
+    mf_cu_set_gemv_v4_early((int)mf_env_int("MINFER_CUDA_GEMV_V4_EARLY", 2));
+    mf_cu_set_gemv_v4_epi((int)mf_env_int("MINFER_CUDA_GEMV_V4_EPI", 2));
+    mf_cuda_reset_gemv(be);
     if (!(getenv("MINFER_CUDA_TEST_BENCH") && atoi(getenv("MINFER_CUDA_TEST_BENCH")) > 0))
         return;
     static const uint32_t bt[] = {MF_TYPE_Q4_0, MF_TYPE_Q4_K, MF_TYPE_Q6_K, MF_TYPE_Q8_0};

@@ -2,7 +2,8 @@
  * random F32 weights) through the engine on [cpu], on [ref, cpu] (splits at
  * every op ref refuses) and in alternate mode (node by node): same logits.
  * Also: graph reuse identity, KV migration when a rebuild moves attention,
- * KV type conversion, and the errors (op nobody runs, context overflow). */
+ * KV type conversion, the errors (op nobody runs, context overflow), and a
+ * backend's repeat_calls hook (the engine's same-calls-per-build promise). */
 #include <math.h>
 #include <stdint.h>
 #include <stdlib.h>
@@ -375,12 +376,126 @@ MF_TEST(host_memory_and_read_without_synchronize) {
     }
 }
 
+/* A CPU backend with a repeat_calls of its own: it keeps the calls of each
+ * graph build's first forward; on every second forward of a known build it
+ * makes them itself (returns 1), otherwise it returns 0 and checks that the
+ * calls the engine then makes are the kept ones, in order (the promise the
+ * hook relies on). Forwards of several builds (prefill, decode) and a KV
+ * type change (a rebuild that moves the KV regions) in one engine. */
+enum { REP_MAX = 256 };
+typedef struct rep_call {
+    int32_t node, out, in[MF_MAX_SRC];
+    mf_kv_pair kv;
+} rep_call;
+static struct {
+    uint64_t stamp;
+    rep_call calls[REP_MAX];
+    int n;
+} rep_builds[8];
+static int rep_nb, rep_cur = -1, rep_pos, rep_mismatch, rep_taken, rep_declined, rep_fwd;
+static mf_backend_ops rep_ops;
+
+static int rep_build(uint64_t stamp) {
+    for (int i = 0; i < rep_nb; i++)
+        if (rep_builds[i].stamp == stamp)
+            return i;
+    return -1;
+}
+static int rep_begin(mf_backend *b, const mf_graph *g, const mf_exec_args *a, mf_error *err) {
+    (void)b, (void)a, (void)err;
+    rep_fwd++;
+    rep_pos = 0;
+    rep_cur = rep_build(g->stamp);
+    if (rep_cur < 0 && rep_nb < 8) { /* first forward of this build: keep its calls */
+        rep_cur = rep_nb++;
+        rep_builds[rep_cur].stamp = g->stamp;
+        rep_builds[rep_cur].n = -1;
+    }
+    return 0;
+}
+static int rep_exec(mf_backend *b, const mf_graph *g, int32_t node, const int32_t *in, int32_t out, mf_kv_pair kv,
+                    const mf_exec_args *a, mf_error *err) {
+    if (rep_cur >= 0) {
+        rep_call k = {.node = node, .out = out, .kv = kv};
+        for (int i = 0; i < g->nodes[node].n_src; i++)
+            k.in[i] = in[i];
+        if (rep_builds[rep_cur].n < 0) { /* recording */
+            if (rep_pos < REP_MAX)
+                rep_builds[rep_cur].calls[rep_pos] = k;
+        } else if (rep_pos >= rep_builds[rep_cur].n ||
+                   memcmp(&rep_builds[rep_cur].calls[rep_pos], &k, sizeof k) != 0) {
+            rep_mismatch++;
+        }
+        rep_pos++;
+    }
+    return cpu_ops->execute_node(b, g, node, in, out, kv, a, err);
+}
+static int rep_end(mf_backend *b, const mf_graph *g, const mf_exec_args *a, mf_error *err) {
+    (void)b, (void)g, (void)a, (void)err;
+    if (rep_cur >= 0 && rep_builds[rep_cur].n < 0)
+        rep_builds[rep_cur].n = rep_pos <= REP_MAX ? rep_pos : 0;
+    else if (rep_cur >= 0 && rep_pos != rep_builds[rep_cur].n)
+        rep_mismatch++;
+    return 0;
+}
+static int rep_repeat(mf_backend *b, const mf_graph *g, const mf_exec_args *a, mf_error *err) {
+    if (rep_cur < 0 || rep_builds[rep_cur].n <= 0 || rep_fwd % 2) {
+        rep_declined++;
+        return 0;
+    }
+    for (int i = 0; i < rep_builds[rep_cur].n; i++) {
+        const rep_call *k = &rep_builds[rep_cur].calls[i];
+        if (cpu_ops->execute_node(b, g, k->node, k->in, k->out, k->kv, a, err))
+            return -1;
+    }
+    rep_pos = rep_builds[rep_cur].n;
+    rep_taken++;
+    return 1;
+}
+
+MF_TEST(repeat_calls_same_logits_and_same_calls) {
+    static float want[9 * NV], got[9 * NV];
+    mf_engine *e0 = make(CFG_CPU, MF_TYPE_F32);
+    run_seq(e0, MF_TYPE_F32, want);
+    mf_engine_free(e0);
+    mf_backend *b;
+    mf_error err;
+    MF_ASSERT(mf_backend_cpu_new(W, 2, &b, &err) == 0);
+    cpu_ops = b->ops;
+    rep_ops = *b->ops;
+    rep_ops.begin_forward = rep_begin;
+    rep_ops.execute_node = rep_exec;
+    rep_ops.end_forward = rep_end;
+    rep_ops.repeat_calls = rep_repeat;
+    b->ops = &rep_ops;
+    mf_engine_opts o = {.n_layers = NL, .kv_dim = KVD, .n_ctx = NCTX, .kv_type = MF_TYPE_F32, .n_vocab = NV};
+    mf_engine *e;
+    MF_ASSERT(mf_engine_new(&o, &b, 1, &e, &err) == 0);
+    for (int rep = 0; rep < 2; rep++) { /* the second sequence: every build known from the first */
+        for (int i = 0; i < 9 * NV; i++)
+            got[i] = NAN;
+        run_seq(e, MF_TYPE_F32, got);
+        CHECK_MSG(maxdiff(got, want, 9 * NV) == 0.0, "pass %d: logits differ by %.3g", rep,
+                  maxdiff(got, want, 9 * NV));
+    }
+    CHECK_MSG(rep_mismatch == 0, "%d calls differ from the same build's earlier forward", rep_mismatch);
+    CHECK_MSG(rep_taken >= 2 && rep_declined >= 2, "repeat taken %d, declined %d", rep_taken, rep_declined);
+    /* a KV type change rebuilds (new stamp) and moves the regions: the
+     * hook sees a new build, never the old calls */
+    const int nb0 = rep_nb;
+    static float f16[9 * NV];
+    run_seq(e, MF_TYPE_F16, f16);
+    CHECK_MSG(rep_nb > nb0 && rep_mismatch == 0, "builds %d -> %d, mismatches %d", nb0, rep_nb, rep_mismatch);
+    mf_engine_free(e);
+}
+
 int main(int argc, char **argv) {
     setup();
     static const mf_test_entry tests[] = {
         MF_T(cpu_vs_ref_cpu_vs_alternate_same_logits), MF_T(graph_reuse_and_rebuild_identity),
         MF_T(kv_migrates_when_attention_moves), MF_T(kv_type_change_converts_contents),
         MF_T(errors_name_the_problem), MF_T(host_memory_and_read_without_synchronize),
+        MF_T(repeat_calls_same_logits_and_same_calls),
     };
     int rc = mf_test_run(tests, (int)(sizeof tests / sizeof tests[0]), argc, argv);
     mf_weights_free(W);

@@ -256,6 +256,8 @@ typedef struct cu_ctx {
     int32_t *dev_npast;      /* n_past of the forward, read by captured kernels */
     int32_t fruitless;       /* captures since the last replay */
     int64_t n_captures, n_replays;
+    bool repeat;             /* MINFER_CUDA_REPEAT (default 1): cu_repeat_calls takes a recorded build's calls */
+    int64_t n_repeats;
     int64_t n_fused_add, n_fused_norm; /* launches of the two deferrals (mf_cuda_fuse_stats) */
     cu_host_times ht;        /* MINFER_CUDA_HOST_TIMES=1: where a replayed forward's wall time goes */
     struct {                 /* cu_host_alloc's pinned blocks (read_host copies into them directly) */
@@ -2346,6 +2348,33 @@ static int cu_execute_node(mf_backend *b, const mf_graph *g, int32_t node, const
     return 0;
 }
 
+/* The engine's repeat_calls: the calls of a forward of graph build
+ * g->stamp, taken from an entry that recorded that build (its calls are the
+ * ones the engine would make now, backend.h), so end_forward matches and
+ * replays without ~170 execute_node calls (MINFER_CUDA_REPEAT, default on). */
+static int cu_repeat_calls(mf_backend *b, const mf_graph *g, const mf_exec_args *a, mf_error *err) {
+    cu_ctx *c = CX(b);
+    (void)err;
+    if (!c->repeat || !c->recording || c->n_rec != 0 || g != c->rec_g || g->stamp == 0 ||
+        a->n_past != c->rec_a.n_past || a->n_tokens != c->rec_a.n_tokens)
+        return 0;
+    const cu_gentry *e = NULL;
+    for (int i = 0; i < N_GENTRY && !e; i++)
+        if (c->ge[i].g == g && c->ge[i].stamp == g->stamp && c->ge[i].n_tokens == a->n_tokens && c->ge[i].calls)
+            e = &c->ge[i];
+    if (!e)
+        return 0;
+    if (c->cap_rec < e->n_calls) {
+        c->cap_rec = e->n_calls;
+        c->rec = mf_realloc(c->rec, (size_t)c->cap_rec * sizeof *c->rec);
+    }
+    ht_mark(c, HT_REC0);
+    memcpy(c->rec, e->calls, (size_t)e->n_calls * sizeof *c->rec);
+    c->n_rec = e->n_calls;
+    c->n_repeats++;
+    return 1;
+}
+
 static bool gentry_matches(const cu_ctx *c, const cu_gentry *e) {
     const mf_graph *g = c->rec_g;
     return e->g == g && e->n_nodes == g->n_nodes && e->kv_dim == g->kv_dim &&
@@ -2584,6 +2613,7 @@ static const mf_backend_ops cu_ops = {
     .has_weight = cu_has_weight,
     .begin_forward = cu_begin_forward,
     .end_forward = cu_end_forward,
+    .repeat_calls = cu_repeat_calls,
     .free = cu_free,
 };
 
@@ -2742,6 +2772,7 @@ int mf_backend_cuda_new_progress(const mf_weights *w, mf_cuda_progress_fn progre
     c->pend_node = -1;
     c->graphs_on = !mf_env_flag("MINFER_NO_CUDA_GRAPH");
     mf_cuda_set_input_slots(b, (int)mf_env_int("MINFER_CUDA_INPUT_SLOTS", 1));
+    c->repeat = mf_env_int("MINFER_CUDA_REPEAT", 1) != 0;
     c->trace = mf_env_flag("MINFER_TRACE");
     if (mf_env_flag("MINFER_CUDA_HOST_TIMES") &&
         cudaEventCreate(&c->ht.ev[0]) == cudaSuccess && cudaEventCreate(&c->ht.ev[1]) == cudaSuccess)
@@ -2757,6 +2788,8 @@ int mf_backend_cuda_new_progress(const mf_weights *w, mf_cuda_progress_fn progre
     mf_cu_set_attn_short_pf(mf_env_int("MINFER_CUDA_ATTN_PF", 1) != 0);
     mf_cu_set_gemv_v4_q6k((int)mf_env_int("MINFER_CUDA_GEMV_V4_Q6K", 3)); /* PERF.md entries 14, 18 */
     mf_cu_set_gemv_v4_big((int)mf_env_int("MINFER_CUDA_GEMV_V4_BIG", 32)); /* PERF.md entry 14 */
+    mf_cu_set_gemv_v4_early((int)mf_env_int("MINFER_CUDA_GEMV_V4_EARLY", 2)); /* PERF.md entry 19 */
+    mf_cu_set_gemv_v4_epi((int)mf_env_int("MINFER_CUDA_GEMV_V4_EPI", 2));
     if (open_device(c, err))
         goto fail;
     cudaError_t e = cudaStreamCreateWithFlags(&c->stream, cudaStreamNonBlocking);
@@ -2951,4 +2984,12 @@ void mf_cuda_d2h_stats(const mf_backend *b, int64_t *chunked, int64_t *early_rea
 void mf_cuda_graph_stats(const mf_backend *b, int64_t *captures, int64_t *replays) {
     *captures = CX(b)->n_captures;
     *replays = CX(b)->n_replays;
+}
+
+void mf_cuda_set_repeat(mf_backend *b, bool on) {
+    CX(b)->repeat = on;
+}
+
+int64_t mf_cuda_repeat_count(const mf_backend *b) {
+    return CX(b)->n_repeats;
 }

@@ -132,6 +132,11 @@ int64_t mf_cuda_short_rope_count(const mf_backend *b);
  * forwards were captured and replayed. */
 void mf_cuda_set_graphs(mf_backend *b, bool on);
 void mf_cuda_graph_stats(const mf_backend *b, int64_t *captures, int64_t *replays);
+/* MINFER_CUDA_REPEAT (default on): the engine's repeat_calls hook takes a
+ * forward's calls from a recorded forward of the same graph build; the count
+ * of forwards it took. */
+void mf_cuda_set_repeat(mf_backend *b, bool on);
+int64_t mf_cuda_repeat_count(const mf_backend *b);
 /* Tests: MINFER_CUDA_INPUT_SLOTS as at creation (a recorded forward's small
  * write_host calls and n_past wait in pinned slots that its graph copies
  * from: 1 with one kernel, 2 with a copy each; 0 off), and how many writes

@@ -350,18 +350,18 @@ static __device__ __forceinline__ void v4_epi_store(const q8_multi &p, int64_t g
  * v4_rows is that loop for block bx of a grid of gx blocks (the single-type
  * kernel: blockIdx.x of gridDim.x; the mixed-type kernel: its blocks split
  * into one such grid per weight type); part is the block's reduction buffer. */
-template <int T, int U, bool SWIGLU, bool ZC = false>
+template <int T, int U, bool SWIGLU, bool ZC = false, bool E = false>
 static __device__ __forceinline__ void v4_rows(const q8_multi &p, const int8_t *__restrict__ xq,
                                                const float *__restrict__ xd, const int32_t *__restrict__ xs,
-                                               int64_t n_in, int ks, int64_t n_grp, int pf, float (*part)[V4_R],
-                                               unsigned bx, unsigned gx, float *yh = nullptr,
+                                               int64_t n_in, int ks, int64_t n_grp, int pf, bool epi_on,
+                                               float (*part)[V4_R], unsigned bx, unsigned gx, float *yh = nullptr,
                                                float (*zst)[Q8_WARPS * V4_R] = nullptr) {
     static_assert(!ZC || (U == 1 && !SWIGLU), "MINFER_CUDA_LOGITS_ZC: one slice, one weight");
     constexpr int R = V4_R;
     typedef typename v4s<T>::raw raw;
     typedef typename v4s<T>::act act;
-    /* one batch in registers: U slices of each row of the pair, and the
-     * activation of each slice (shared by the rows) */
+    /* one batch in registers: U slices of each row of the pair, and (E)
+     * the activation of each slice (shared by the rows) */
     struct batch {
         raw w[U][R];
         act x[U];
@@ -391,7 +391,8 @@ static __device__ __forceinline__ void v4_rows(const q8_multi &p, const int8_t *
                     v4s<T>::fetch(row[r], k, n_units, b.w[j][r]);
                 else
                     v4s<T>::fetch(row[r], k, b.w[j][r]);
-            v4s<T>::afetch(k, xq, xd, xs, b.x[j]);
+            if constexpr (E)
+                v4s<T>::afetch(k, xq, xd, xs, b.x[j]);
         }
     };
     auto dots = [&](const batch &b, int64_t base, float *acc) {
@@ -399,9 +400,12 @@ static __device__ __forceinline__ void v4_rows(const q8_multi &p, const int8_t *
         for (int j = 0; j < U; j++) {
             const int64_t k = base + 32 * j + lane;
             const int64_t kk = k < n_units ? k : n_units - 1;
+            act xl;
+            if constexpr (!E)
+                v4s<T>::afetch(kk, xq, xd, xs, xl);
 #pragma unroll
             for (int r = 0; r < R; r++) {
-                const float v = v4s<T>::dot(b.w[j][r], b.x[j], kk);
+                const float v = v4s<T>::dot(b.w[j][r], E ? b.x[j] : xl, kk);
                 acc[r] += k < n_units ? v : 0.0f;
             }
         }
@@ -412,7 +416,7 @@ static __device__ __forceinline__ void v4_rows(const q8_multi &p, const int8_t *
     v4_epi epi;
     auto epi_fetch = [&](int64_t bg) { /* at a group's start, by the warp that stores */
         if constexpr (EPI)
-            if (kp == 0)
+            if (epi_on && kp == 0)
                 v4_epi_fetch(p, bg * ppb + warp / ks, total, epi);
     };
     auto finish = [&](int64_t bg, float *acc) {
@@ -420,7 +424,7 @@ static __device__ __forceinline__ void v4_rows(const q8_multi &p, const int8_t *
         if constexpr (ZC) {
             v4_zc_store(p, bg, total, acc, lane, warp, yh, zst[zslot ^= 1]);
         } else if (lane == 0 && kp == 0) {
-            if constexpr (EPI)
+            if (EPI && epi_on)
                 v4_epi_store(p, bg * ppb + warp / ks, total, acc, epi);
             else
                 q8_pair_store<SWIGLU, 1>(p, bg * ppb + warp / ks, total, acc, 0, 1);
@@ -471,18 +475,27 @@ static __device__ __forceinline__ void v4_rows(const q8_multi &p, const int8_t *
             rows_of(bg, row);
             epi_fetch(bg);
             float acc[R] = {};
-            /* each batch's loads in the block before its dots' loop body:
-             * fetched and used in one block, the compiler interleaved them
-             * and the first dp4a waited before the rest were issued */
-            int64_t base = first;
-            batch b;
-            if (base < n_units) /* warp-uniform */
-                fetch(row, base, b);
-            while (base < n_units) {
-                dots(b, base, acc);
-                base += step;
-                if (base < n_units)
+            if constexpr (E) {
+                /* each batch's loads in the block before its dots' loop
+                 * body: fetched and used in one block, the compiler
+                 * interleaved them and the first dp4a waited before the
+                 * rest were issued */
+                int64_t base = first;
+                batch b;
+                if (base < n_units) /* warp-uniform */
                     fetch(row, base, b);
+                while (base < n_units) {
+                    dots(b, base, acc);
+                    base += step;
+                    if (base < n_units)
+                        fetch(row, base, b);
+                }
+            } else {
+                for (int64_t base = first; base < n_units; base += step) { /* warp-uniform */
+                    batch b;
+                    fetch(row, base, b);
+                    dots(b, base, acc);
+                }
             }
             finish(bg, acc);
         }
@@ -529,12 +542,12 @@ static __device__ __forceinline__ void v4_rows(const q8_multi &p, const int8_t *
     }
 }
 
-template <int T, int U, bool SWIGLU>
+template <int T, int U, bool SWIGLU, bool E>
 static __global__ void __launch_bounds__(32 * Q8_WARPS)
 gemv_q8v4_kernel(q8_multi p, const int8_t *__restrict__ xq, const float *__restrict__ xd,
-                 const int32_t *__restrict__ xs, int64_t n_in, int ks, int64_t n_grp, int pf) {
+                 const int32_t *__restrict__ xs, int64_t n_in, int ks, int64_t n_grp, int pf, bool epi) {
     __shared__ float part[Q8_WARPS][V4_R];
-    v4_rows<T, U, SWIGLU>(p, xq, xd, xs, n_in, ks, n_grp, pf, part, blockIdx.x, gridDim.x);
+    v4_rows<T, U, SWIGLU, false, E>(p, xq, xd, xs, n_in, ks, n_grp, pf, epi, part, blockIdx.x, gridDim.x);
 }
 
 /* MINFER_CUDA_LOGITS_ZC: the single-weight, one-slice, one-warp-per-row-pair
@@ -546,7 +559,7 @@ gemv_q8v4_zc_kernel(q8_multi p, const int8_t *__restrict__ xq, const float *__re
                     float *__restrict__ yh) {
     __shared__ float part[Q8_WARPS][V4_R];
     __shared__ __align__(16) float zst[2][Q8_WARPS * V4_R];
-    v4_rows<T, 1, false, true>(p, xq, xd, xs, n_in, ks, n_grp, pf, part, blockIdx.x, gridDim.x, yh, zst);
+    v4_rows<T, 1, false, true>(p, xq, xd, xs, n_in, ks, n_grp, pf, false, part, blockIdx.x, gridDim.x, yh, zst);
 }
 
 /* Two runs of weights of different types sharing the input (Q/K of one
@@ -558,25 +571,37 @@ gemv_q8v4_zc_kernel(q8_multi p, const int8_t *__restrict__ xq, const float *__re
  * the separate launches, so are its bits; the kernel only removes the
  * second launch (and its wait for the first) from the chain. One slice in
  * flight, no SwiGLU: the only form the QKV of those models takes. */
-template <int TA, int TB>
+template <int TA, int TB, bool E>
 static __global__ void __launch_bounds__(32 * Q8_WARPS)
 gemv_q8v4_mix_kernel(q8_multi pa, q8_multi pb, const int8_t *__restrict__ xq, const float *__restrict__ xd,
                      const int32_t *__restrict__ xs, int64_t n_in, int ksa, int ksb, int64_t n_grpa, int64_t n_grpb,
-                     unsigned nba, int pf) {
+                     unsigned nba, int pf, bool epi) {
     __shared__ float part[Q8_WARPS][V4_R];
     if (blockIdx.x < nba) /* block-uniform */
-        v4_rows<TA, 1, false>(pa, xq, xd, xs, n_in, ksa, n_grpa, pf, part, blockIdx.x, nba);
+        v4_rows<TA, 1, false, false, E>(pa, xq, xd, xs, n_in, ksa, n_grpa, pf, epi, part, blockIdx.x, nba);
     else
-        v4_rows<TB, 1, false>(pb, xq, xd, xs, n_in, ksb, n_grpb, pf, part, blockIdx.x - nba, gridDim.x - nba);
+        v4_rows<TB, 1, false, false, E>(pb, xq, xd, xs, n_in, ksb, n_grpb, pf, epi, part, blockIdx.x - nba,
+                                        gridDim.x - nba);
 }
 
 #define V4_FOR_EACH_TYPE(X) X(MF_TYPE_Q4_0) X(MF_TYPE_Q5_0) X(MF_TYPE_Q8_0) X(MF_TYPE_Q4_K) X(MF_TYPE_Q6_K)
 
-/* Resident blocks per SM of each instance (mf_cu_q8v4_probe), [type][U index][swiglu]. */
+/* Resident blocks per SM of each instance (mf_cu_q8v4_probe), [type][U
+ * index][swiglu]; v4_ebps: the early-load (E) instances, [type][U index]. */
 static int v4_bps[V4_N_INST][2][2];
+static int v4_ebps[V4_N_INST][2];
 static int v4_sms = 132;
 static int v4_pf = 1; /* mf_cu_set_gemv_v4_pf (MINFER_CUDA_GEMV_V4_PF): 0 off, 1 first batch, 2 every batch, 3 auto */
+static int v4_early = 2; /* mf_cu_set_gemv_v4_early (MINFER_CUDA_GEMV_V4_EARLY): 0 off, 1 on, 2 auto */
+static int v4_epi_mode = 2; /* mf_cu_set_gemv_v4_epi (MINFER_CUDA_GEMV_V4_EPI): 0 off, 1 on, 2 auto */
 #define V4_PF_ALL_BYTES ((uint64_t)4 << 20)
+
+static uint64_t v4_bytes(const q8_multi *p, bool sw) {
+    uint64_t b = 0;
+    for (int i = 0; i < p->n_w; i++)
+        b += (uint64_t)(sw ? p->n_out[0] : p->start[i + 1] - p->start[i]) * p->row_bytes[i];
+    return b;
+}
 
 /* The kernels' pf for a launch of p: under 3 (auto), every batch of the
  * first row group (2) when the launch's weights are at most 4 MiB (the 0.5B
@@ -585,10 +610,13 @@ static int v4_pf = 1; /* mf_cu_set_gemv_v4_pf (MINFER_CUDA_GEMV_V4_PF): 0 off, 1
 static int v4_pf_of(const q8_multi *p, bool sw) {
     if (v4_pf != 3)
         return v4_pf;
-    uint64_t b = 0;
-    for (int i = 0; i < p->n_w; i++)
-        b += (uint64_t)(sw ? p->n_out[0] : p->start[i + 1] - p->start[i]) * p->row_bytes[i];
-    return b <= V4_PF_ALL_BYTES ? 2 : 1;
+    return v4_bytes(p, sw) <= V4_PF_ALL_BYTES ? 2 : 1;
+}
+
+/* A lever's 0 / 1 / 2 (auto: the latency-bound launches, weights of at most
+ * 4 MiB: the 0.5B's) for a plain (no SwiGLU) launch of weights bytes b. */
+static bool v4_lever(int mode, uint64_t b) {
+    return mode == 1 || (mode == 2 && b <= V4_PF_ALL_BYTES);
 }
 static int v4_big_mib = 32; /* mf_cu_set_gemv_v4_big (MINFER_CUDA_GEMV_V4_BIG): Q4_K weights from this many MiB take U 2 */
 static int v4_q6k = 3; /* mf_cu_set_gemv_v4_q6k (MINFER_CUDA_GEMV_V4_Q6K): Q6_K on v4s<V4_Q6K_SLICE>, the rule's U (3: auto) */
@@ -609,14 +637,16 @@ static int v4_ui(int u) {
  * groups *n_grp, and the block count it returns (at most one wave). The
  * mixed-type launch plans each run with it too: ks fixes a row's summation
  * order, so both launch forms must take the same. */
-template <int T, int U, bool SW> static int64_t v4_plan(const q8_multi *p, int64_t n_in, int *ks_out, int64_t *n_grp) {
+template <int T, int U, bool SW, bool E = false>
+static int64_t v4_plan(const q8_multi *p, int64_t n_in, int *ks_out, int64_t *n_grp) {
     const int64_t n_units = n_in / 32;
     const int64_t rows = SW ? p->n_out[0] : p->start[p->n_w];
     const int64_t pairs = SW ? rows : (rows + V4_R - 1) / V4_R;
-    const int bps = v4_bps[T][v4_ui(U)][SW];
+    const int bps = E ? v4_ebps[T][v4_ui(U)] : v4_bps[T][v4_ui(U)][SW];
     const int64_t wave = (int64_t)v4_sms * (bps > 0 ? bps : 4);
     /* ks by the block-copy instance's wave: a plane instance (fewer
-     * registers, maybe more blocks a SM) sums a row in the same order */
+     * registers, maybe more blocks a SM) or an E one (more) sums a row in
+     * the same order */
     const int kbps = v4_bps[v4_base(T)][v4_ui(U)][SW];
     const int64_t kwave = (int64_t)v4_sms * (kbps > 0 ? kbps : 4);
     /* more warps per row pair while each still gets a batch of 32 U slices
@@ -630,13 +660,28 @@ template <int T, int U, bool SW> static int64_t v4_plan(const q8_multi *p, int64
     return *n_grp < wave ? *n_grp : wave;
 }
 
-template <int T, int U, bool SW> static cudaError_t v4_go(const q8_multi *p, const int8_t *xq, const float *xd,
-                                                          const int32_t *xs, int64_t n_in, cudaStream_t s) {
+template <int T, int U, bool SW, bool E> static cudaError_t v4_go_e(const q8_multi *p, const int8_t *xq,
+                                                                    const float *xd, const int32_t *xs, int64_t n_in,
+                                                                    bool epi, cudaStream_t s) {
     int ks;
     int64_t n_grp;
-    const int64_t blocks = v4_plan<T, U, SW>(p, n_in, &ks, &n_grp);
-    return mf_launch(gemv_q8v4_kernel<T, U, SW>, dim3((unsigned)blocks), dim3(32 * Q8_WARPS), 0, s, *p, xq, xd, xs,
-                     n_in, ks, n_grp, v4_pf_of(p, SW));
+    const int64_t blocks = v4_plan<T, U, SW, E>(p, n_in, &ks, &n_grp);
+    return mf_launch(gemv_q8v4_kernel<T, U, SW, E>, dim3((unsigned)blocks), dim3(32 * Q8_WARPS), 0, s, *p, xq, xd,
+                     xs, n_in, ks, n_grp, v4_pf_of(p, SW), epi);
+}
+
+/* A plain launch takes the E instance and the epilogue loads by their
+ * levers (MINFER_CUDA_GEMV_V4_EARLY / _EPI); a SwiGLU launch neither. */
+template <int T, int U, bool SW> static cudaError_t v4_go(const q8_multi *p, const int8_t *xq, const float *xd,
+                                                          const int32_t *xs, int64_t n_in, cudaStream_t s) {
+    if constexpr (SW) {
+        return v4_go_e<T, U, SW, false>(p, xq, xd, xs, n_in, false, s);
+    } else {
+        const uint64_t b = v4_bytes(p, false);
+        const bool epi = v4_lever(v4_epi_mode, b);
+        return v4_lever(v4_early, b) ? v4_go_e<T, U, SW, true>(p, xq, xd, xs, n_in, epi, s)
+                                     : v4_go_e<T, U, SW, false>(p, xq, xd, xs, n_in, epi, s);
+    }
 }
 
 /* The type pairs with a mixed-type kernel (instance ids: V4_Q6K_SLICE for
@@ -651,30 +696,41 @@ template <int T, int U, bool SW> static cudaError_t v4_go(const q8_multi *p, con
     X(0, MF_TYPE_Q4_K, V4_Q6K_SLICE) X(1, MF_TYPE_Q5_0, MF_TYPE_Q8_0) X(2, MF_TYPE_Q4_0, MF_TYPE_Q5_0) \
     X(3, V4_SOA_Q5_0, V4_SOA_Q8_0) X(4, V4_SOA_Q4_0, V4_SOA_Q5_0) /* 1, 2 on plane copies (MINFER_CUDA_SOA) */
 #define V4_N_MIX 5
-static int v4_mix_bps[V4_N_MIX]; /* resident blocks per SM of each mixed instance (mf_cu_q8v4_probe) */
+static int v4_mix_bps[V4_N_MIX][2]; /* resident blocks per SM of each mixed instance, [E] (mf_cu_q8v4_probe) */
 static int64_t v4_mix_launches;  /* mf_cu_q8v4_mix_count */
 
 /* Run a (pa, instance ia) and run b in one launch: each run's grid as its
  * own launch would plan it, the two together cut to one wave of the mixed
  * instance (each keeps at least one block; a block loops over its run's
  * groups, so the cut changes no result). */
-template <int TA, int TB>
-static cudaError_t v4_go_mix(const q8_multi *pa, const q8_multi *pb, int mi, const int8_t *xq, const float *xd,
-                             const int32_t *xs, int64_t n_in, cudaStream_t s) {
+template <int TA, int TB, bool E>
+static cudaError_t v4_go_mix_e(const q8_multi *pa, const q8_multi *pb, int mi, const int8_t *xq, const float *xd,
+                               const int32_t *xs, int64_t n_in, bool epi, cudaStream_t s) {
     int ksa, ksb;
     int64_t ga, gb;
-    int64_t ba = v4_plan<TA, 1, false>(pa, n_in, &ksa, &ga), bb = v4_plan<TB, 1, false>(pb, n_in, &ksb, &gb);
-    const int bps = v4_mix_bps[mi];
+    int64_t ba = v4_plan<TA, 1, false, E>(pa, n_in, &ksa, &ga), bb = v4_plan<TB, 1, false, E>(pb, n_in, &ksb, &gb);
+    const int bps = v4_mix_bps[mi][E];
     const int64_t wave = (int64_t)v4_sms * (bps > 0 ? bps : 4);
     if (ba + bb > wave && wave >= 2) {
         const int64_t a = wave * ba / (ba + bb);
         ba = a < 1 ? 1 : a > wave - 1 ? wave - 1 : a;
         bb = wave - ba;
     }
-    const cudaError_t e = mf_launch(gemv_q8v4_mix_kernel<TA, TB>, dim3((unsigned)(ba + bb)), dim3(32 * Q8_WARPS), 0,
-                                    s, *pa, *pb, xq, xd, xs, n_in, ksa, ksb, ga, gb, (unsigned)ba, v4_pf_of(pa, false));
+    const cudaError_t e =
+        mf_launch(gemv_q8v4_mix_kernel<TA, TB, E>, dim3((unsigned)(ba + bb)), dim3(32 * Q8_WARPS), 0, s, *pa, *pb, xq,
+                  xd, xs, n_in, ksa, ksb, ga, gb, (unsigned)ba, v4_pf_of(pa, false), epi);
     v4_mix_launches += e == cudaSuccess;
     return e;
+}
+
+/* the levers by the two runs' bytes together (one launch) */
+template <int TA, int TB>
+static cudaError_t v4_go_mix(const q8_multi *pa, const q8_multi *pb, int mi, const int8_t *xq, const float *xd,
+                             const int32_t *xs, int64_t n_in, cudaStream_t s) {
+    const uint64_t b = v4_bytes(pa, false) + v4_bytes(pb, false);
+    const bool epi = v4_lever(v4_epi_mode, b);
+    return v4_lever(v4_early, b) ? v4_go_mix_e<TA, TB, true>(pa, pb, mi, xq, xd, xs, n_in, epi, s)
+                                 : v4_go_mix_e<TA, TB, false>(pa, pb, mi, xq, xd, xs, n_in, epi, s);
 }
 
 int64_t mf_cu_q8v4_mix_count(void) {
@@ -983,12 +1039,15 @@ cudaError_t mf_cu_q8v4_launch_mix(const q8_multi *pa, uint32_t ta, int ua, const
 
 template <int T, int U> static void v4_occ() {
     int n = 0;
-    if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&n, gemv_q8v4_kernel<T, U, false>, 32 * Q8_WARPS, 0) ==
+    if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&n, gemv_q8v4_kernel<T, U, false, false>, 32 * Q8_WARPS, 0) ==
         cudaSuccess)
         v4_bps[T][v4_ui(U)][0] = n;
-    if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&n, gemv_q8v4_kernel<T, U, true>, 32 * Q8_WARPS, 0) ==
+    if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&n, gemv_q8v4_kernel<T, U, true, false>, 32 * Q8_WARPS, 0) ==
         cudaSuccess)
         v4_bps[T][v4_ui(U)][1] = n;
+    if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&n, gemv_q8v4_kernel<T, U, false, true>, 32 * Q8_WARPS, 0) ==
+        cudaSuccess)
+        v4_ebps[T][v4_ui(U)] = n;
 }
 
 void mf_cu_set_gemv_v4_pf(int on) {
@@ -997,6 +1056,14 @@ void mf_cu_set_gemv_v4_pf(int on) {
 
 void mf_cu_set_gemv_v4_big(int mib) {
     v4_big_mib = mib < 0 ? 32 : mib;
+}
+
+void mf_cu_set_gemv_v4_early(int mode) {
+    v4_early = mode >= 0 && mode <= 2 ? mode : 2;
+}
+
+void mf_cu_set_gemv_v4_epi(int mode) {
+    v4_epi_mode = mode >= 0 && mode <= 2 ? mode : 2;
 }
 
 void mf_cu_set_gemv_v4_q6k(int u) {
@@ -1012,10 +1079,13 @@ void mf_cu_q8v4_probe(int sms) {
     MF_CASE(V4_SOA_Q4_0) MF_CASE(V4_SOA_Q5_0) MF_CASE(V4_SOA_Q8_0)
 #undef MF_CASE
     int n = 0;
-#define MF_CASE(I, A, B)                                                                                 \
-    if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&n, gemv_q8v4_mix_kernel<A, B>, 32 * Q8_WARPS, 0) == \
-        cudaSuccess)                                                                                     \
-        v4_mix_bps[I] = n;
+#define MF_CASE(I, A, B)                                                                                         \
+    if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&n, gemv_q8v4_mix_kernel<A, B, false>, 32 * Q8_WARPS, 0) == \
+        cudaSuccess)                                                                                             \
+        v4_mix_bps[I][0] = n;                                                                                    \
+    if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&n, gemv_q8v4_mix_kernel<A, B, true>, 32 * Q8_WARPS, 0) ==  \
+        cudaSuccess)                                                                                             \
+        v4_mix_bps[I][1] = n;
     V4_FOR_EACH_MIX(MF_CASE)
 #undef MF_CASE
 #define MF_CASE(I)                                                                                          \
@@ -1081,13 +1151,11 @@ void mf_cu_q8v4_probe(int sms) {
 
 /* NW warps x OPW consecutive outputs (NW * OPW = 32: the block's int8
  * unit), G of them (2 G rows) loaded before any is computed (OPW / G
- * rounds a warp); LATE: mf_pdl_trigger() after the stores; XE: each round's
- * loads in the block before the loop body that uses them, so all are
- * issued before the first wait (else fetched and used in one block, where
- * the compiler interleaves them with the dots: one or two more round trips,
- * fewer registers; the register-capped forms and Q6_K spill under XE,
- * ptxas -v, nvcc 13.0 sm_90). */
-template <int T, int NW, int OPW, int G, bool LATE, bool XE>
+ * rounds a warp); LATE: mf_pdl_trigger() after the stores. A round's loads
+ * and its dots share one block, where the compiler interleaves them (the
+ * v4 kernel's E form, every load before the first wait, measured slower
+ * here: gate/up 3.67 -> 3.88 us a layer, H200 run 2 of session 9). */
+template <int T, int NW, int OPW, int G, bool LATE>
 static __device__ __forceinline__ void swq8_body(const q8_multi &p, const int8_t *__restrict__ xq,
                                                  const float *__restrict__ xd, const int32_t *__restrict__ xs,
                                                  int64_t n_in, int pf, int8_t *__restrict__ oq,
@@ -1114,51 +1182,31 @@ static __device__ __forceinline__ void swq8_body(const q8_multi &p, const int8_t
     if (!LATE)
         mf_pdl_trigger();
     float acc[OPW][2] = {};
-    raw wr[G][2];
-    typename v4s<T>::act x; /* the same unit for every row of the round */
-    auto fetch = [&](int g0, int64_t kk) { /* loads only */
 #pragma unroll
-        for (int i = 0; i < G; i++)
+    for (int g0 = 0; g0 < OPW; g0 += G) /* an output's sum runs over its slices in the same order every form */
+        for (int64_t base = 0; base < n_units; base += 32) { /* warp-uniform */
+            const int64_t k = base + lane;
+            const int64_t kk = k < n_units ? k : n_units - 1; /* read again, not added */
+            raw wr[G][2];
 #pragma unroll
-            for (int r = 0; r < 2; r++) {
-                if constexpr (V4_IS_SOA(T))
-                    v4s<T>::fetch(row[g0 + i][r], kk, n_units, wr[i][r]);
-                else
-                    v4s<T>::fetch(row[g0 + i][r], kk, wr[i][r]);
-            }
-        if constexpr (XE)
+            for (int i = 0; i < G; i++)
+#pragma unroll
+                for (int r = 0; r < 2; r++) {
+                    if constexpr (V4_IS_SOA(T))
+                        v4s<T>::fetch(row[g0 + i][r], kk, n_units, wr[i][r]);
+                    else
+                        v4s<T>::fetch(row[g0 + i][r], kk, wr[i][r]);
+                }
+            typename v4s<T>::act x; /* the same unit for every row of the round */
             v4s<T>::afetch(kk, xq, xd, xs, x);
-    };
-    auto dots = [&](int g0, int64_t k) {
-        if constexpr (!XE)
-            v4s<T>::afetch(k < n_units ? k : n_units - 1, xq, xd, xs, x);
 #pragma unroll
-        for (int i = 0; i < G; i++)
+            for (int i = 0; i < G; i++)
 #pragma unroll
-            for (int r = 0; r < 2; r++) {
-                const float v = v4s<T>::dot(wr[i][r], x, k < n_units ? k : n_units - 1);
-                acc[g0 + i][r] += k < n_units ? v : 0.0f;
-            }
-    };
-    /* an output's sum runs over its slices in the same order every form */
-#pragma unroll
-    for (int g0 = 0; g0 < OPW; g0 += G) {
-        if constexpr (XE) { /* a round's loads in the block before the loop body that uses them (v4_rows) */
-            int64_t base = 0;
-            fetch(g0, lane < n_units ? lane : n_units - 1);
-            while (base < n_units) { /* warp-uniform */
-                dots(g0, base + lane);
-                base += 32;
-                if (base < n_units)
-                    fetch(g0, base + lane < n_units ? base + lane : n_units - 1);
-            }
-        } else {
-            for (int64_t base = 0; base < n_units; base += 32) { /* warp-uniform */
-                fetch(g0, base + lane < n_units ? base + lane : n_units - 1); /* read again, not added */
-                dots(g0, base + lane);
-            }
+                for (int r = 0; r < 2; r++) {
+                    const float v = v4s<T>::dot(wr[i][r], x, kk);
+                    acc[g0 + i][r] += k < n_units ? v : 0.0f;
+                }
         }
-    }
 #pragma unroll
     for (int i = 0; i < OPW; i++)
 #pragma unroll
@@ -1197,9 +1245,7 @@ gemv_q8v4_swq8_kernel(q8_multi p, const int8_t *__restrict__ xq, const float *__
                       const int32_t *__restrict__ xs, int64_t n_in, int pf, int8_t *__restrict__ oq,
                       float *__restrict__ od, int32_t *__restrict__ os) {
     __shared__ float hs[32];
-    constexpr bool q6 = T == MF_TYPE_Q6_K || T == V4_Q6K_SLICE;
-    constexpr bool xe = !q6 && NW == SWQ_WARPS && (MINB == 2 || G < OPW); /* forms 1, 4, 5 */
-    swq8_body<T, NW, OPW, G, LATE, xe>(p, xq, xd, xs, n_in, pf, oq, od, os, hs);
+    swq8_body<T, NW, OPW, G, LATE>(p, xq, xd, xs, n_in, pf, oq, od, os, hs);
 }
 
 #define SWQ_FOR_EACH_INST(X) \
