@@ -3250,8 +3250,8 @@ static void test_gemv(const gv_case *c, int64_t nt, bool bias) {
         snprintf(sub, sizeof sub, "%s [%s vs v3]", name, vname[v]);
         result(sub, rel_err_f(ys[v], ys[0], ny), 1e-5, count_nan(ys[v], ny), NULL);
     }
-    /* the v4 load orders (MINFER_CUDA_GEMV_V4_EARLY / _EPI forced off and
-     * on, each way round): the same expressions, so the same bits */
+    /* the v4 early-load instances (MINFER_CUDA_GEMV_V4_EARLY forced off and
+     * on): the same expressions, so the same bits */
     for (int u = 1; u <= 2 && nt == 1; u++) {
         float *yo[2];
         for (int on = 0; on < 2; on++) {
@@ -3260,16 +3260,14 @@ static void test_gemv(const gv_case *c, int64_t nt, bool bias) {
             mf_cuda_set_matmul_mode(be, -2);
             mf_cuda_set_gemv_v4(be, u);
             mf_cu_set_gemv_v4_early(on);
-            mf_cu_set_gemv_v4_epi(1 - on);
             run_ok(&g, mi, &in, out, (mf_kv_pair){-1, -1}, &a);
             mf_cu_set_gemv_v4_early((int)mf_env_int("MINFER_CUDA_GEMV_V4_EARLY", 2));
-            mf_cu_set_gemv_v4_epi((int)mf_env_int("MINFER_CUDA_GEMV_V4_EPI", 2));
             mf_cuda_reset_gemv(be);
             mf_cuda_set_matmul_mode(be, 0);
             yo[on] = dev_get(out, (size_t)ny * 4);
             dev_free(out);
         }
-        snprintf(sub, sizeof sub, "%s [v4 u%d early+no epi vs epi, bitwise]", name, u);
+        snprintf(sub, sizeof sub, "%s [v4 u%d early-load off vs on, bitwise]", name, u);
         check_true(sub, memcmp(yo[0], yo[1], (size_t)ny * 4) == 0 && count_nan(yo[0], ny) == 0, NULL);
         free(yo[0]);
         free(yo[1]);
@@ -3421,15 +3419,15 @@ static void gemv_family(void) {
         test_fuse_add(MF_TYPE_Q4_K, 3584, 3584, 1);
         mf_cuda_reset_gemv(be);
     }
-    /* the residual epilogue with its loads at the group's start and the E
-     * instances, forced (the auto rule gives them to <= 4 MiB only) */
-    mf_cuda_set_gemv_v4(be, 1);
-    mf_cu_set_gemv_v4_early(1);
-    mf_cu_set_gemv_v4_epi(1);
-    test_fuse_add(MF_TYPE_Q4_K, 3584, 3584, 1);
-    test_fuse_add(MF_TYPE_Q4_0, 896, 896, 1);
+    /* the residual epilogue of the E instances (its loads at the group's
+     * start), forced on and off (the auto rule gives them to <= 4 MiB) */
+    for (int on = 0; on < 2; on++) {
+        mf_cuda_set_gemv_v4(be, 1);
+        mf_cu_set_gemv_v4_early(on);
+        test_fuse_add(MF_TYPE_Q4_0, 896, 896, 1);
+        test_fuse_add(MF_TYPE_Q6_K, 2560, small ? 256 : 9728, 1);
+    }
     mf_cu_set_gemv_v4_early((int)mf_env_int("MINFER_CUDA_GEMV_V4_EARLY", 2));
-    mf_cu_set_gemv_v4_epi((int)mf_env_int("MINFER_CUDA_GEMV_V4_EPI", 2));
     mf_cuda_reset_gemv(be);
     if (!(getenv("MINFER_CUDA_TEST_BENCH") && atoi(getenv("MINFER_CUDA_TEST_BENCH")) > 0))
         return;

@@ -476,15 +476,14 @@ void mf_cu_set_gemv_v4_q6k(int u);
  * slices in flight, smaller ones one (MINFER_CUDA_GEMV_V4_BIG, default 32;
  * 0: two everywhere, the session-3 rule). Process-wide, like the above. */
 void mf_cu_set_gemv_v4_big(int mib);
-/* The v4 GEMV's load order for plain (no SwiGLU) launches. early: a batch's
- * activation loaded with its weight bytes and the one-batch loop's loads in
- * the block before its body (the "E" instances: one round trip a batch,
- * more registers); epi: each row's bias and residual loaded when its group
- * starts, not after the reduction. Each 0 off, 1 on, 2 auto (launches of <=
- * 4 MiB of weights); MINFER_CUDA_GEMV_V4_EARLY / _EPI, gemv_q8v4.cu. Same
- * bits every way. Process-wide, set at backend creation (tests flip them). */
+/* The v4 GEMV's early-load instances (E) for plain (no SwiGLU) launches of
+ * the unit decoders (Q4_0 / Q5_0 / Q8_0, their plane copies, Q6_K's unit
+ * decoder) on the one-batch loop: a batch's activation loaded with its
+ * weight bytes before anything waits, each row's bias and residual when its
+ * group starts. 0 off, 1 on, 2 auto (launches of <= 4 MiB of weights);
+ * MINFER_CUDA_GEMV_V4_EARLY, default 2, gemv_q8v4.cu. Same bits every way.
+ * Process-wide, set at backend creation (tests flip it). */
 void mf_cu_set_gemv_v4_early(int mode);
-void mf_cu_set_gemv_v4_epi(int mode);
 /* Test entry: the int8 GEMV's activation quantization alone, nt rows of n_in
  * (n_in % 32 == 0) into q8 (mf_cu_q8_bytes layout), RMSNorm'ed by w (NULL:
  * none) and eps first when norm. */

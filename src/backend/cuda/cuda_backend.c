@@ -2470,6 +2470,8 @@ static int cu_end_forward(mf_backend *b, const mf_graph *g, const mf_exec_args *
             c->slot_live = true;
         slot_clear(c);
         c->n_replays++;
+        if (g->stamp) /* matched by its nodes: this build's calls too (cu_repeat_calls) */
+            e->stamp = g->stamp;
         /* the graph made the early logits copy (if it captured one) */
         d2h_set(c, e->d2h_id, e->out_host, e->d2h_bytes, e->d2h_zc);
         c->fruitless = 0;
@@ -2789,7 +2791,6 @@ int mf_backend_cuda_new_progress(const mf_weights *w, mf_cuda_progress_fn progre
     mf_cu_set_gemv_v4_q6k((int)mf_env_int("MINFER_CUDA_GEMV_V4_Q6K", 3)); /* PERF.md entries 14, 18 */
     mf_cu_set_gemv_v4_big((int)mf_env_int("MINFER_CUDA_GEMV_V4_BIG", 32)); /* PERF.md entry 14 */
     mf_cu_set_gemv_v4_early((int)mf_env_int("MINFER_CUDA_GEMV_V4_EARLY", 2)); /* PERF.md entry 19 */
-    mf_cu_set_gemv_v4_epi((int)mf_env_int("MINFER_CUDA_GEMV_V4_EPI", 2));
     if (open_device(c, err))
         goto fail;
     cudaError_t e = cudaStreamCreateWithFlags(&c->stream, cudaStreamNonBlocking);

@@ -46,9 +46,10 @@
  * Compute, PERF.md entry 18, 85 % of cycles with no eligible warp). */
 #define V4_PIPE(T, U) ((T) == MF_TYPE_Q4_K || ((T) == V4_Q6K_SLICE && (U) == 2))
 
-/* Slice k of a row: the weight bytes (fetch, loads only), the activation
- * it meets (afetch, loads only: the same for every row, so a row pair
- * shares it) and its dot (after both land). Default: slice = unit k. */
+/* Slice k of a row: the weight bytes (fetch, loads only) and its dot with
+ * the activation (dot, after the loads land). Default: slice = unit k. The
+ * unit decoders (this one and the plane copies') also have the activation
+ * apart: afetch (loads only) and dot_x, for the early-load instances (E). */
 template <int T> struct v4s {
     struct raw {
         uint32_t q[8];
@@ -58,12 +59,18 @@ template <int T> struct v4s {
     static __device__ __forceinline__ void fetch(const uint8_t *row, int64_t k, raw &r) {
         q8w<T>::unit(row, k, r.q, r.dm);
     }
+    static __device__ __forceinline__ float dot(const raw &r, int64_t k, const int8_t *__restrict__ xq,
+                                                const float *__restrict__ xd, const int32_t *__restrict__ xs) {
+        const int4 *xp = (const int4 *)(xq + k * 32);
+        const int32_t hs = xs[k];
+        return xd[k] * q8_unit_dot(r.q, xp[0], xp[1], r.dm, (float)(int16_t)(hs & 0xffff), (float)(int16_t)(hs >> 16));
+    }
     static __device__ __forceinline__ void afetch(int64_t k, const int8_t *__restrict__ xq,
                                                   const float *__restrict__ xd, const int32_t *__restrict__ xs,
                                                   act &x) {
         q8_act_fetch(k, xq, xd, xs, x);
     }
-    static __device__ __forceinline__ float dot(const raw &r, const act &x, int64_t) {
+    static __device__ __forceinline__ float dot_x(const raw &r, const act &x) {
         return x.d * q8_unit_dot(r.q, x.a, x.c, r.dm, (float)(int16_t)(x.hs & 0xffff), (float)(int16_t)(x.hs >> 16));
     }
 };
@@ -107,30 +114,15 @@ template <> struct v4s<MF_TYPE_Q4_K> {
         r.hd = *(const uint4 *)sb;
         r.qs = *(const uint4 *)(sb + 16 + 16 * (k & 7));
     }
-    /* half h of activation units ua and ua + 1 (sub-blocks 2g and 2g + 1) */
-    struct act {
-        int4 a, b;
-        int32_t sa, sb;
-        float da, db;
-    };
-    static __device__ __forceinline__ void afetch(int64_t k, const int8_t *__restrict__ xq,
-                                                  const float *__restrict__ xd, const int32_t *__restrict__ xs,
-                                                  act &x) {
-        const int c = (int)(k & 7), g = c >> 1, h = c & 1;
-        const int64_t ua = (k & ~(int64_t)7) + 2 * g;
-        x.a = *(const int4 *)(xq + ua * 32 + 16 * h);
-        x.b = *(const int4 *)(xq + (ua + 1) * 32 + 16 * h);
-        x.sa = xs[ua];
-        x.sb = xs[ua + 1];
-        x.da = xd[ua];
-        x.db = xd[ua + 1];
-    }
     /* The high nibbles stay in place (bits 4-7: 16 q) and go through an
      * unsigned x signed dp4a, so the 1/16 is folded into the sub-block's
      * scale; the scale and min products stay integer until one convert. */
-    static __device__ __forceinline__ float dot(const raw &r, const act &x, int64_t k) {
+    static __device__ __forceinline__ float dot(const raw &r, int64_t k, const int8_t *__restrict__ xq,
+                                                const float *__restrict__ xd, const int32_t *__restrict__ xs) {
         const int c = (int)(k & 7), g = c >> 1, h = c & 1;
-        const int4 a = x.a, b = x.b;
+        const int64_t ua = (k & ~(int64_t)7) + 2 * g; /* activation units of sub-blocks 2g and 2g + 1 */
+        const int4 a = *(const int4 *)(xq + ua * 32 + 16 * h);
+        const int4 b = *(const int4 *)(xq + (ua + 1) * 32 + 16 * h);
         const uint32_t lo = 0x0f0f0f0fu, hi = 0xf0f0f0f0u;
         int sa = v4_dp4a_us(r.qs.x & lo, a.x, 0);
         sa = v4_dp4a_us(r.qs.y & lo, a.y, sa);
@@ -140,13 +132,13 @@ template <> struct v4s<MF_TYPE_Q4_K> {
         sb = v4_dp4a_us(r.qs.y & hi, b.y, sb);
         sb = v4_dp4a_us(r.qs.z & hi, b.z, sb);
         sb = v4_dp4a_us(r.qs.w & hi, b.w, sb);
-        const int sxa = (int)(int16_t)(x.sa >> (16 * h)), sxb = (int)(int16_t)(x.sb >> (16 * h));
+        const int sxa = (int)(int16_t)(xs[ua] >> (16 * h)), sxb = (int)(int16_t)(xs[ua + 1] >> (16 * h));
         int sc[2], m[2];
         v4_k4_scale_min2(r.hd.y, r.hd.z, r.hd.w, 2 * g, sc, m);
         const float d = mf_h2f((uint16_t)(r.hd.x & 0xffffu)), dmin = mf_h2f((uint16_t)(r.hd.x >> 16));
         const float ta = d * (float)(sa * sc[0]) - dmin * (float)(m[0] * sxa);
         const float tb = (0.0625f * d) * (float)(sb * sc[1]) - dmin * (float)(m[1] * sxb);
-        return x.da * ta + x.db * tb;
+        return xd[ua] * ta + xd[ua + 1] * tb;
     }
 };
 
@@ -191,39 +183,28 @@ template <> struct v4s<V4_Q6K_SLICE> {
             r.sc[p] = sc[2 * p];
         r.dsh = (uint32_t)*(const uint16_t *)(sb + 208) | a2 << 19;
     }
-    /* bytes 8i.. of activation units kb .. kb + 3, their scales and half sums */
-    struct act {
-        int2 x[4];
-        float4 dx;
-        int4 hs;
-    };
-    static __device__ __forceinline__ void afetch(int64_t k, const int8_t *__restrict__ xq,
-                                                  const float *__restrict__ xd, const int32_t *__restrict__ xs,
-                                                  act &a) {
-        const uint32_t kb = (uint32_t)k & ~3u;
-        const int i = (int)k & 3;
-        const int2 *xp = (const int2 *)(xq + (kb * 32u + 8u * (uint32_t)i));
-#pragma unroll
-        for (int p = 0; p < 4; p++)
-            a.x[p] = xp[4 * p];
-        /* kb % 4 == 0, n_in % 256 == 0 and cudaMalloc'd q8 buffers: 16-byte aligned */
-        a.dx = *(const float4 *)(xd + kb);
-        a.hs = *(const int4 *)(xs + kb);
-    }
     /* The offset: lanes i and i ^ 1 share their pieces' scales, d and
      * activation units and together cover each piece's 16-element
      * activation half, whose sum s16 the quantization stored (xs); so the
      * even lane adds -32 s16 for both (the pair is in one batch, counted or
-     * dropped together) and the odd lane nothing. That part depends on k
-     * only: integer ops the compiler shares between the two rows of a pair. */
-    static __device__ __forceinline__ float dot(const raw &r, const act &a, int64_t k) {
+     * dropped together) and the odd lane nothing. That part, like every
+     * activation load, depends on k only: plain loads and integer ops the
+     * compiler shares between the two rows of a pair. */
+    static __device__ __forceinline__ float dot(const raw &r, int64_t k, const int8_t *__restrict__ xq,
+                                                const float *__restrict__ xd, const int32_t *__restrict__ xs) {
+        const uint32_t kb = (uint32_t)k & ~3u; /* activation units kb + p, bytes 8i.. of each */
         const int i = (int)k & 3;
-        const float4 dx = a.dx;
-        const int4 hs = a.hs;
+        const int2 *xp = (const int2 *)(xq + (kb * 32u + 8u * (uint32_t)i));
+        /* kb % 4 == 0, n_in % 256 == 0 and cudaMalloc'd q8 buffers: 16-byte aligned */
+        const float4 dx = *(const float4 *)(xd + kb);
+        const int4 hs = *(const int4 *)(xs + kb);
         const int off = i & 1 ? 0 : -32, hsh = 16 * (i >> 1);
         int acc[4] = {off * (int)(int16_t)(hs.x >> hsh), off * (int)(int16_t)(hs.y >> hsh),
                       off * (int)(int16_t)(hs.z >> hsh), off * (int)(int16_t)(hs.w >> hsh)};
-        const int2 *x = a.x;
+        int2 x[4];
+#pragma unroll
+        for (int p = 0; p < 4; p++)
+            x[p] = xp[4 * p];
         const uint32_t sh = r.dsh >> 16, m4 = 0x0f0f0f0fu, m2 = 0x30303030u;
 #pragma unroll
         for (int j = 0; j < 2; j++) { /* word j of each piece: elements l = 8i + 4j .. 8i + 4j + 3 */
@@ -251,9 +232,13 @@ template <> struct v4s<V4_Q6K_SLICE> {
 #define V4_SOA_Q8_0 (V4_Q6K_SLICE + 3)
 #define V4_N_INST (V4_Q6K_SLICE + 4)
 #define V4_IS_SOA(T) ((T) >= V4_SOA_Q4_0 && (T) <= V4_SOA_Q8_0)
-template <> struct v4s<V4_SOA_Q4_0> : q8soa<MF_TYPE_Q4_0> {};
-template <> struct v4s<V4_SOA_Q5_0> : q8soa<MF_TYPE_Q5_0> {};
-template <> struct v4s<V4_SOA_Q8_0> : q8soa<MF_TYPE_Q8_0> {};
+template <> struct v4s<V4_SOA_Q4_0> : q8soa_dec<MF_TYPE_Q4_0> {};
+template <> struct v4s<V4_SOA_Q5_0> : q8soa_dec<MF_TYPE_Q5_0> {};
+template <> struct v4s<V4_SOA_Q8_0> : q8soa_dec<MF_TYPE_Q8_0> {};
+/* Instances with the early-load form (E): the unit decoders on the
+ * one-batch loop (not the K-quant slice decoders: Q4_K runs pipelined, and
+ * the two-slice Q6_K there lost 0.37 us a layer with it, H200 session 9) */
+#define V4_HAS_E(T, U) ((T) != MF_TYPE_Q4_K && (T) != V4_Q6K_SLICE && !V4_PIPE(T, U))
 
 /* The block type an instance decodes (plane instances: their type's). */
 static constexpr __host__ __device__ int v4_base(int t) {
@@ -308,10 +293,10 @@ static __device__ __forceinline__ void v4_zc_store(const q8_multi &p, int64_t g,
 
 /* The epilogue's loads for row pair g of a plain (no SwiGLU) launch: each
  * row's bias and residual element (q8_row_store's, one token), issued when
- * the pair's group starts, so the store after the reduction does not wait
- * a round trip for them; the residual was written before this kernel's
- * PDL wait and no other block writes row g's outputs, so reading it early
- * reads the same value (also where y is the residual itself). */
+ * the pair's group starts (E instances), so the store after the reduction
+ * does not wait a round trip for them; the residual was written before this
+ * kernel's PDL wait and no other block writes row g's outputs, so reading
+ * it early reads the same value (also where y is the residual itself). */
 struct v4_epi {
     float b[V4_R], x[V4_R];
 };
@@ -324,8 +309,8 @@ static __device__ __forceinline__ void v4_epi_fetch(const q8_multi &p, int64_t g
         e.x[r] = o >= 0 && p.res[w] ? p.res[w][o] : 0.0f;
     }
 }
-/* q8_pair_store<false, 1>(p, g, total, acc, 0, 1) with the loads of e:
- * the same expression, so the same bits */
+/* q8_pair_store<false, 1>(p, g, total, acc, 0, 1) with the loads of e: the
+ * same expression, so the same bits */
 static __device__ __forceinline__ void v4_epi_store(const q8_multi &p, int64_t g, int64_t total, const float *acc,
                                                     const v4_epi &e) {
 #pragma unroll
@@ -349,23 +334,25 @@ static __device__ __forceinline__ void v4_epi_store(const q8_multi &p, int64_t g
  * costs them occupancy), so they load the next batch after the current one.
  * v4_rows is that loop for block bx of a grid of gx blocks (the single-type
  * kernel: blockIdx.x of gridDim.x; the mixed-type kernel: its blocks split
- * into one such grid per weight type); part is the block's reduction buffer. */
+ * into one such grid per weight type); part is the block's reduction buffer.
+ * E (MINFER_CUDA_GEMV_V4_EARLY; unit decoders on the one-batch loop, plain
+ * launches): a batch's activation is loaded with its weight bytes, in the
+ * block before the loop body that uses them, and the epilogue's bias and
+ * residual when the group starts. Left to the compiler (SASS, nvcc 13.0
+ * sm_90), the one-block form issues some loads (the second row, d, xd)
+ * only after the first dp4a has waited for the rest, and the store waits
+ * for the residual after the reduction: one or two more round trips. Same
+ * expressions, same bits; more registers. */
 template <int T, int U, bool SWIGLU, bool ZC = false, bool E = false>
 static __device__ __forceinline__ void v4_rows(const q8_multi &p, const int8_t *__restrict__ xq,
                                                const float *__restrict__ xd, const int32_t *__restrict__ xs,
-                                               int64_t n_in, int ks, int64_t n_grp, int pf, bool epi_on,
-                                               float (*part)[V4_R], unsigned bx, unsigned gx, float *yh = nullptr,
+                                               int64_t n_in, int ks, int64_t n_grp, int pf, float (*part)[V4_R],
+                                               unsigned bx, unsigned gx, float *yh = nullptr,
                                                float (*zst)[Q8_WARPS * V4_R] = nullptr) {
     static_assert(!ZC || (U == 1 && !SWIGLU), "MINFER_CUDA_LOGITS_ZC: one slice, one weight");
+    static_assert(!E || (V4_HAS_E(T, U) && !SWIGLU && !ZC), "the early-load form: unit decoders, plain launches");
     constexpr int R = V4_R;
     typedef typename v4s<T>::raw raw;
-    typedef typename v4s<T>::act act;
-    /* one batch in registers: U slices of each row of the pair, and (E)
-     * the activation of each slice (shared by the rows) */
-    struct batch {
-        raw w[U][R];
-        act x[U];
-    };
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
     const int kp = warp % ks, ppb = Q8_WARPS / ks;
     const int64_t n_units = n_in / 32;
@@ -380,7 +367,7 @@ static __device__ __forceinline__ void v4_rows(const q8_multi &p, const int8_t *
             row[r] = p.w[w] + (uint64_t)(o < 0 ? 0 : o) * p.row_bytes[w]; /* past the end: row 0, no store */
         }
     };
-    auto fetch = [&](const uint8_t *const *row, int64_t base, batch &b) {
+    auto fetch = [&](const uint8_t *const *row, int64_t base, raw (*wr)[R]) {
 #pragma unroll
         for (int j = 0; j < U; j++) {
             int64_t k = base + 32 * j + lane;
@@ -388,43 +375,32 @@ static __device__ __forceinline__ void v4_rows(const q8_multi &p, const int8_t *
 #pragma unroll
             for (int r = 0; r < R; r++)
                 if constexpr (V4_IS_SOA(T))
-                    v4s<T>::fetch(row[r], k, n_units, b.w[j][r]);
+                    v4s<T>::fetch(row[r], k, n_units, wr[j][r]);
                 else
-                    v4s<T>::fetch(row[r], k, b.w[j][r]);
-            if constexpr (E)
-                v4s<T>::afetch(k, xq, xd, xs, b.x[j]);
+                    v4s<T>::fetch(row[r], k, wr[j][r]);
         }
     };
-    auto dots = [&](const batch &b, int64_t base, float *acc) {
+    auto dots = [&](const raw (*wr)[R], int64_t base, float *acc) {
 #pragma unroll
         for (int j = 0; j < U; j++) {
             const int64_t k = base + 32 * j + lane;
             const int64_t kk = k < n_units ? k : n_units - 1;
-            act xl;
-            if constexpr (!E)
-                v4s<T>::afetch(kk, xq, xd, xs, xl);
 #pragma unroll
             for (int r = 0; r < R; r++) {
-                const float v = v4s<T>::dot(b.w[j][r], E ? b.x[j] : xl, kk);
+                const float v = v4s<T>::dot(wr[j][r], kk, xq, xd, xs);
                 acc[r] += k < n_units ? v : 0.0f;
             }
         }
     };
     /* the row pair's sums across its ks warps, then bias / residual / SwiGLU and the store */
     [[maybe_unused]] int zslot = 0; /* ZC: the staging slot of this group (two, alternating) */
-    constexpr bool EPI = !SWIGLU && !ZC;
-    v4_epi epi;
-    auto epi_fetch = [&](int64_t bg) { /* at a group's start, by the warp that stores */
-        if constexpr (EPI)
-            if (epi_on && kp == 0)
-                v4_epi_fetch(p, bg * ppb + warp / ks, total, epi);
-    };
+    [[maybe_unused]] v4_epi epi;
     auto finish = [&](int64_t bg, float *acc) {
         q8_reduce<R>(acc, part, lane, warp, ks);
         if constexpr (ZC) {
             v4_zc_store(p, bg, total, acc, lane, warp, yh, zst[zslot ^= 1]);
         } else if (lane == 0 && kp == 0) {
-            if (EPI && epi_on)
+            if constexpr (E)
                 v4_epi_store(p, bg * ppb + warp / ks, total, acc, epi);
             else
                 q8_pair_store<SWIGLU, 1>(p, bg * ppb + warp / ks, total, acc, 0, 1);
@@ -470,44 +446,63 @@ static __device__ __forceinline__ void v4_rows(const q8_multi &p, const int8_t *
     mf_pdl_wait();
     mf_pdl_trigger();
     const uint8_t *row[R];
+    if constexpr (E) {
+        typedef typename v4s<T>::act act;
+        raw wr[U][R];
+        act xa[U];
+        auto fetch_e = [&](int64_t base) { /* the weights and the activation: loads only */
+            fetch(row, base, wr);
+#pragma unroll
+            for (int j = 0; j < U; j++) {
+                const int64_t k = base + 32 * j + lane;
+                v4s<T>::afetch(k < n_units ? k : n_units - 1, xq, xd, xs, xa[j]);
+            }
+        };
+        for (int64_t bg = bx; bg < n_grp; bg += gx) {
+            rows_of(bg, row);
+            if (kp == 0) /* the warp that stores */
+                v4_epi_fetch(p, bg * ppb + warp / ks, total, epi);
+            float acc[R] = {};
+            int64_t base = first;
+            if (base < n_units) /* warp-uniform */
+                fetch_e(base);
+            while (base < n_units) {
+#pragma unroll
+                for (int j = 0; j < U; j++) {
+                    const int64_t k = base + 32 * j + lane;
+#pragma unroll
+                    for (int r = 0; r < R; r++) {
+                        const float v = v4s<T>::dot_x(wr[j][r], xa[j]);
+                        acc[r] += k < n_units ? v : 0.0f;
+                    }
+                }
+                base += step;
+                if (base < n_units)
+                    fetch_e(base);
+            }
+            finish(bg, acc);
+        }
+        return;
+    }
     if constexpr (!V4_PIPE(T, U)) { /* one batch in flight at a time */
         for (int64_t bg = bx; bg < n_grp; bg += gx) {
             rows_of(bg, row);
-            epi_fetch(bg);
             float acc[R] = {};
-            if constexpr (E) {
-                /* each batch's loads in the block before its dots' loop
-                 * body: fetched and used in one block, the compiler
-                 * interleaved them and the first dp4a waited before the
-                 * rest were issued */
-                int64_t base = first;
-                batch b;
-                if (base < n_units) /* warp-uniform */
-                    fetch(row, base, b);
-                while (base < n_units) {
-                    dots(b, base, acc);
-                    base += step;
-                    if (base < n_units)
-                        fetch(row, base, b);
-                }
-            } else {
-                for (int64_t base = first; base < n_units; base += step) { /* warp-uniform */
-                    batch b;
-                    fetch(row, base, b);
-                    dots(b, base, acc);
-                }
+            for (int64_t base = first; base < n_units; base += step) { /* warp-uniform */
+                raw wr[U][R];
+                fetch(row, base, wr);
+                dots(wr, base, acc);
             }
             finish(bg, acc);
         }
         return;
     }
     int64_t bg = bx, base = first;
-    batch cur;
+    raw cur[U][R];
     rows_of(bg, row);
     if (busy && bg < n_grp)
         fetch(row, base, cur);
     while (bg < n_grp) { /* block-uniform */
-        epi_fetch(bg);
         float acc[R] = {};
         int64_t nbg = bg;
         const uint8_t *nrow[R];
@@ -524,11 +519,15 @@ static __device__ __forceinline__ void v4_rows(const q8_multi &p, const int8_t *
 #pragma unroll
                 for (int r = 0; r < R; r++)
                     nrow[r] = row[r];
-            batch nxt;
+            raw nxt[U][R];
             if (nbg < n_grp)
                 fetch(nrow, nbase, nxt);
             dots(cur, base, acc);
-            cur = nxt;
+#pragma unroll
+            for (int j = 0; j < U; j++)
+#pragma unroll
+                for (int r = 0; r < R; r++)
+                    cur[j][r] = nxt[j][r];
             base = nbase;
             if (nbg != bg)
                 break;
@@ -542,12 +541,12 @@ static __device__ __forceinline__ void v4_rows(const q8_multi &p, const int8_t *
     }
 }
 
-template <int T, int U, bool SWIGLU, bool E>
+template <int T, int U, bool SWIGLU, bool E = false>
 static __global__ void __launch_bounds__(32 * Q8_WARPS)
 gemv_q8v4_kernel(q8_multi p, const int8_t *__restrict__ xq, const float *__restrict__ xd,
-                 const int32_t *__restrict__ xs, int64_t n_in, int ks, int64_t n_grp, int pf, bool epi) {
+                 const int32_t *__restrict__ xs, int64_t n_in, int ks, int64_t n_grp, int pf) {
     __shared__ float part[Q8_WARPS][V4_R];
-    v4_rows<T, U, SWIGLU, false, E>(p, xq, xd, xs, n_in, ks, n_grp, pf, epi, part, blockIdx.x, gridDim.x);
+    v4_rows<T, U, SWIGLU, false, E>(p, xq, xd, xs, n_in, ks, n_grp, pf, part, blockIdx.x, gridDim.x);
 }
 
 /* MINFER_CUDA_LOGITS_ZC: the single-weight, one-slice, one-warp-per-row-pair
@@ -559,7 +558,7 @@ gemv_q8v4_zc_kernel(q8_multi p, const int8_t *__restrict__ xq, const float *__re
                     float *__restrict__ yh) {
     __shared__ float part[Q8_WARPS][V4_R];
     __shared__ __align__(16) float zst[2][Q8_WARPS * V4_R];
-    v4_rows<T, 1, false, true>(p, xq, xd, xs, n_in, ks, n_grp, pf, false, part, blockIdx.x, gridDim.x, yh, zst);
+    v4_rows<T, 1, false, true>(p, xq, xd, xs, n_in, ks, n_grp, pf, part, blockIdx.x, gridDim.x, yh, zst);
 }
 
 /* Two runs of weights of different types sharing the input (Q/K of one
@@ -571,29 +570,28 @@ gemv_q8v4_zc_kernel(q8_multi p, const int8_t *__restrict__ xq, const float *__re
  * the separate launches, so are its bits; the kernel only removes the
  * second launch (and its wait for the first) from the chain. One slice in
  * flight, no SwiGLU: the only form the QKV of those models takes. */
-template <int TA, int TB, bool E>
+template <int TA, int TB, bool E = false>
 static __global__ void __launch_bounds__(32 * Q8_WARPS)
 gemv_q8v4_mix_kernel(q8_multi pa, q8_multi pb, const int8_t *__restrict__ xq, const float *__restrict__ xd,
                      const int32_t *__restrict__ xs, int64_t n_in, int ksa, int ksb, int64_t n_grpa, int64_t n_grpb,
-                     unsigned nba, int pf, bool epi) {
+                     unsigned nba, int pf) {
     __shared__ float part[Q8_WARPS][V4_R];
     if (blockIdx.x < nba) /* block-uniform */
-        v4_rows<TA, 1, false, false, E>(pa, xq, xd, xs, n_in, ksa, n_grpa, pf, epi, part, blockIdx.x, nba);
+        v4_rows<TA, 1, false, false, E>(pa, xq, xd, xs, n_in, ksa, n_grpa, pf, part, blockIdx.x, nba);
     else
-        v4_rows<TB, 1, false, false, E>(pb, xq, xd, xs, n_in, ksb, n_grpb, pf, epi, part, blockIdx.x - nba,
+        v4_rows<TB, 1, false, false, E>(pb, xq, xd, xs, n_in, ksb, n_grpb, pf, part, blockIdx.x - nba,
                                         gridDim.x - nba);
 }
 
 #define V4_FOR_EACH_TYPE(X) X(MF_TYPE_Q4_0) X(MF_TYPE_Q5_0) X(MF_TYPE_Q8_0) X(MF_TYPE_Q4_K) X(MF_TYPE_Q6_K)
 
 /* Resident blocks per SM of each instance (mf_cu_q8v4_probe), [type][U
- * index][swiglu]; v4_ebps: the early-load (E) instances, [type][U index]. */
+ * index][swiglu]; v4_ebps: the E instances (plain), [type][U index]. */
 static int v4_bps[V4_N_INST][2][2];
 static int v4_ebps[V4_N_INST][2];
 static int v4_sms = 132;
 static int v4_pf = 1; /* mf_cu_set_gemv_v4_pf (MINFER_CUDA_GEMV_V4_PF): 0 off, 1 first batch, 2 every batch, 3 auto */
 static int v4_early = 2; /* mf_cu_set_gemv_v4_early (MINFER_CUDA_GEMV_V4_EARLY): 0 off, 1 on, 2 auto */
-static int v4_epi_mode = 2; /* mf_cu_set_gemv_v4_epi (MINFER_CUDA_GEMV_V4_EPI): 0 off, 1 on, 2 auto */
 #define V4_PF_ALL_BYTES ((uint64_t)4 << 20)
 
 static uint64_t v4_bytes(const q8_multi *p, bool sw) {
@@ -613,10 +611,10 @@ static int v4_pf_of(const q8_multi *p, bool sw) {
     return v4_bytes(p, sw) <= V4_PF_ALL_BYTES ? 2 : 1;
 }
 
-/* A lever's 0 / 1 / 2 (auto: the latency-bound launches, weights of at most
- * 4 MiB: the 0.5B's) for a plain (no SwiGLU) launch of weights bytes b. */
-static bool v4_lever(int mode, uint64_t b) {
-    return mode == 1 || (mode == 2 && b <= V4_PF_ALL_BYTES);
+/* Whether a plain launch of b weight bytes takes its E instance: under 2
+ * (auto) the latency-bound launches of <= 4 MiB (the 0.5B's) */
+static bool v4_early_of(uint64_t b) {
+    return v4_early == 1 || (v4_early == 2 && b <= V4_PF_ALL_BYTES);
 }
 static int v4_big_mib = 32; /* mf_cu_set_gemv_v4_big (MINFER_CUDA_GEMV_V4_BIG): Q4_K weights from this many MiB take U 2 */
 static int v4_q6k = 3; /* mf_cu_set_gemv_v4_q6k (MINFER_CUDA_GEMV_V4_Q6K): Q6_K on v4s<V4_Q6K_SLICE>, the rule's U (3: auto) */
@@ -660,28 +658,17 @@ static int64_t v4_plan(const q8_multi *p, int64_t n_in, int *ks_out, int64_t *n_
     return *n_grp < wave ? *n_grp : wave;
 }
 
-template <int T, int U, bool SW, bool E> static cudaError_t v4_go_e(const q8_multi *p, const int8_t *xq,
-                                                                    const float *xd, const int32_t *xs, int64_t n_in,
-                                                                    bool epi, cudaStream_t s) {
+template <int T, int U, bool SW, bool E = false>
+static cudaError_t v4_go(const q8_multi *p, const int8_t *xq, const float *xd, const int32_t *xs, int64_t n_in,
+                         cudaStream_t s) {
+    if constexpr (!E && !SW && V4_HAS_E(T, U))
+        if (v4_early_of(v4_bytes(p, false)))
+            return v4_go<T, U, SW, true>(p, xq, xd, xs, n_in, s);
     int ks;
     int64_t n_grp;
     const int64_t blocks = v4_plan<T, U, SW, E>(p, n_in, &ks, &n_grp);
     return mf_launch(gemv_q8v4_kernel<T, U, SW, E>, dim3((unsigned)blocks), dim3(32 * Q8_WARPS), 0, s, *p, xq, xd,
-                     xs, n_in, ks, n_grp, v4_pf_of(p, SW), epi);
-}
-
-/* A plain launch takes the E instance and the epilogue loads by their
- * levers (MINFER_CUDA_GEMV_V4_EARLY / _EPI); a SwiGLU launch neither. */
-template <int T, int U, bool SW> static cudaError_t v4_go(const q8_multi *p, const int8_t *xq, const float *xd,
-                                                          const int32_t *xs, int64_t n_in, cudaStream_t s) {
-    if constexpr (SW) {
-        return v4_go_e<T, U, SW, false>(p, xq, xd, xs, n_in, false, s);
-    } else {
-        const uint64_t b = v4_bytes(p, false);
-        const bool epi = v4_lever(v4_epi_mode, b);
-        return v4_lever(v4_early, b) ? v4_go_e<T, U, SW, true>(p, xq, xd, xs, n_in, epi, s)
-                                     : v4_go_e<T, U, SW, false>(p, xq, xd, xs, n_in, epi, s);
-    }
+                     xs, n_in, ks, n_grp, v4_pf_of(p, SW));
 }
 
 /* The type pairs with a mixed-type kernel (instance ids: V4_Q6K_SLICE for
@@ -703,9 +690,12 @@ static int64_t v4_mix_launches;  /* mf_cu_q8v4_mix_count */
  * own launch would plan it, the two together cut to one wave of the mixed
  * instance (each keeps at least one block; a block loops over its run's
  * groups, so the cut changes no result). */
-template <int TA, int TB, bool E>
-static cudaError_t v4_go_mix_e(const q8_multi *pa, const q8_multi *pb, int mi, const int8_t *xq, const float *xd,
-                               const int32_t *xs, int64_t n_in, bool epi, cudaStream_t s) {
+template <int TA, int TB, bool E = false>
+static cudaError_t v4_go_mix(const q8_multi *pa, const q8_multi *pb, int mi, const int8_t *xq, const float *xd,
+                             const int32_t *xs, int64_t n_in, cudaStream_t s) {
+    if constexpr (!E && V4_HAS_E(TA, 1) && V4_HAS_E(TB, 1)) /* the E form by the two runs' bytes together */
+        if (v4_early_of(v4_bytes(pa, false) + v4_bytes(pb, false)))
+            return v4_go_mix<TA, TB, true>(pa, pb, mi, xq, xd, xs, n_in, s);
     int ksa, ksb;
     int64_t ga, gb;
     int64_t ba = v4_plan<TA, 1, false, E>(pa, n_in, &ksa, &ga), bb = v4_plan<TB, 1, false, E>(pb, n_in, &ksb, &gb);
@@ -716,21 +706,10 @@ static cudaError_t v4_go_mix_e(const q8_multi *pa, const q8_multi *pb, int mi, c
         ba = a < 1 ? 1 : a > wave - 1 ? wave - 1 : a;
         bb = wave - ba;
     }
-    const cudaError_t e =
-        mf_launch(gemv_q8v4_mix_kernel<TA, TB, E>, dim3((unsigned)(ba + bb)), dim3(32 * Q8_WARPS), 0, s, *pa, *pb, xq,
-                  xd, xs, n_in, ksa, ksb, ga, gb, (unsigned)ba, v4_pf_of(pa, false), epi);
+    const cudaError_t e = mf_launch(gemv_q8v4_mix_kernel<TA, TB, E>, dim3((unsigned)(ba + bb)), dim3(32 * Q8_WARPS), 0,
+                                    s, *pa, *pb, xq, xd, xs, n_in, ksa, ksb, ga, gb, (unsigned)ba, v4_pf_of(pa, false));
     v4_mix_launches += e == cudaSuccess;
     return e;
-}
-
-/* the levers by the two runs' bytes together (one launch) */
-template <int TA, int TB>
-static cudaError_t v4_go_mix(const q8_multi *pa, const q8_multi *pb, int mi, const int8_t *xq, const float *xd,
-                             const int32_t *xs, int64_t n_in, cudaStream_t s) {
-    const uint64_t b = v4_bytes(pa, false) + v4_bytes(pb, false);
-    const bool epi = v4_lever(v4_epi_mode, b);
-    return v4_lever(v4_early, b) ? v4_go_mix_e<TA, TB, true>(pa, pb, mi, xq, xd, xs, n_in, epi, s)
-                                 : v4_go_mix_e<TA, TB, false>(pa, pb, mi, xq, xd, xs, n_in, epi, s);
 }
 
 int64_t mf_cu_q8v4_mix_count(void) {
@@ -1039,15 +1018,16 @@ cudaError_t mf_cu_q8v4_launch_mix(const q8_multi *pa, uint32_t ta, int ua, const
 
 template <int T, int U> static void v4_occ() {
     int n = 0;
-    if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&n, gemv_q8v4_kernel<T, U, false, false>, 32 * Q8_WARPS, 0) ==
+    if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&n, gemv_q8v4_kernel<T, U, false>, 32 * Q8_WARPS, 0) ==
         cudaSuccess)
         v4_bps[T][v4_ui(U)][0] = n;
-    if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&n, gemv_q8v4_kernel<T, U, true, false>, 32 * Q8_WARPS, 0) ==
+    if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&n, gemv_q8v4_kernel<T, U, true>, 32 * Q8_WARPS, 0) ==
         cudaSuccess)
         v4_bps[T][v4_ui(U)][1] = n;
-    if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&n, gemv_q8v4_kernel<T, U, false, true>, 32 * Q8_WARPS, 0) ==
-        cudaSuccess)
-        v4_ebps[T][v4_ui(U)] = n;
+    if constexpr (V4_HAS_E(T, U))
+        if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&n, gemv_q8v4_kernel<T, U, false, true>, 32 * Q8_WARPS,
+                                                          0) == cudaSuccess)
+            v4_ebps[T][v4_ui(U)] = n;
 }
 
 void mf_cu_set_gemv_v4_pf(int on) {
@@ -1060,10 +1040,6 @@ void mf_cu_set_gemv_v4_big(int mib) {
 
 void mf_cu_set_gemv_v4_early(int mode) {
     v4_early = mode >= 0 && mode <= 2 ? mode : 2;
-}
-
-void mf_cu_set_gemv_v4_epi(int mode) {
-    v4_epi_mode = mode >= 0 && mode <= 2 ? mode : 2;
 }
 
 void mf_cu_set_gemv_v4_q6k(int u) {
@@ -1079,12 +1055,14 @@ void mf_cu_q8v4_probe(int sms) {
     MF_CASE(V4_SOA_Q4_0) MF_CASE(V4_SOA_Q5_0) MF_CASE(V4_SOA_Q8_0)
 #undef MF_CASE
     int n = 0;
-#define MF_CASE(I, A, B)                                                                                         \
-    if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&n, gemv_q8v4_mix_kernel<A, B, false>, 32 * Q8_WARPS, 0) == \
-        cudaSuccess)                                                                                             \
-        v4_mix_bps[I][0] = n;                                                                                    \
-    if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&n, gemv_q8v4_mix_kernel<A, B, true>, 32 * Q8_WARPS, 0) ==  \
-        cudaSuccess)                                                                                             \
+#define MF_CASE(I, A, B)                                                                                 \
+    if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&n, gemv_q8v4_mix_kernel<A, B>, 32 * Q8_WARPS, 0) == \
+        cudaSuccess)                                                                                     \
+        v4_mix_bps[I][0] = n;                                                                            \
+    if (V4_HAS_E(A, 1) && V4_HAS_E(B, 1) &&                                                              \
+        cudaOccupancyMaxActiveBlocksPerMultiprocessor(                                                   \
+            &n, gemv_q8v4_mix_kernel<A, B, V4_HAS_E(A, 1) && V4_HAS_E(B, 1)>, 32 * Q8_WARPS, 0) ==       \
+            cudaSuccess)                                                                                 \
         v4_mix_bps[I][1] = n;
     V4_FOR_EACH_MIX(MF_CASE)
 #undef MF_CASE
@@ -1151,10 +1129,7 @@ void mf_cu_q8v4_probe(int sms) {
 
 /* NW warps x OPW consecutive outputs (NW * OPW = 32: the block's int8
  * unit), G of them (2 G rows) loaded before any is computed (OPW / G
- * rounds a warp); LATE: mf_pdl_trigger() after the stores. A round's loads
- * and its dots share one block, where the compiler interleaves them (the
- * v4 kernel's E form, every load before the first wait, measured slower
- * here: gate/up 3.67 -> 3.88 us a layer, H200 run 2 of session 9). */
+ * rounds a warp); LATE: mf_pdl_trigger() after the stores. */
 template <int T, int NW, int OPW, int G, bool LATE>
 static __device__ __forceinline__ void swq8_body(const q8_multi &p, const int8_t *__restrict__ xq,
                                                  const float *__restrict__ xd, const int32_t *__restrict__ xs,
@@ -1197,13 +1172,11 @@ static __device__ __forceinline__ void swq8_body(const q8_multi &p, const int8_t
                     else
                         v4s<T>::fetch(row[g0 + i][r], kk, wr[i][r]);
                 }
-            typename v4s<T>::act x; /* the same unit for every row of the round */
-            v4s<T>::afetch(kk, xq, xd, xs, x);
 #pragma unroll
             for (int i = 0; i < G; i++)
 #pragma unroll
                 for (int r = 0; r < 2; r++) {
-                    const float v = v4s<T>::dot(wr[i][r], x, kk);
+                    const float v = v4s<T>::dot(wr[i][r], kk, xq, xd, xs);
                     acc[g0 + i][r] += k < n_units ? v : 0.0f;
                 }
         }

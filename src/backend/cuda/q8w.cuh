@@ -275,13 +275,10 @@ static __device__ __forceinline__ float q8_unit_dot(const uint32_t *q, int4 a, i
     return m[0].x * (float)s0 + m[0].y * sx0 + m[1].x * (float)s1 + m[1].y * sx1;
 }
 
-/* One unit's activation for the v4 decoders: its 32 int8 (a: elements 0-15,
- * c: 16-31), its two 16-element sums (xs, low / high half) and its scale
- * (xd). The v4 GEMVs load it with the batch's weight bytes (loads only, no
- * use), so a batch's dot waits for one round trip: left inside the dot, the
- * compiler issued these loads (and some of the weight loads) after the
- * first dp4a had waited for the rest (SASS of the H200 build, PERF.md entry
- * 19), one more L1 / L2 round trip in every batch's chain. */
+/* One unit's activation for the v4 GEMV's early-load instances (E, see
+ * gemv_q8v4.cu): its 32 int8 (a: elements 0-15, c: 16-31), its two
+ * 16-element sums (xs, low / high half) and its scale (xd), loaded with the
+ * batch's weight bytes, before anything waits. */
 struct q8_act {
     int4 a, c;
     int32_t hs;

@@ -30,42 +30,29 @@
 #include "backend/cuda/dequant.cuh"
 #include "backend/cuda/q8w.cuh"
 
-/* v4s<T>::dot of the generic decoder for weight integers q and the unit's
- * (d, offset d) pair dm (both halves share it in these types), unit k. The
- * float steps are spelled out with the _rn intrinsics (never contracted or
- * reordered) in the order nvcc 13 contracts q8_unit_dot's expression in
+/* The float part of v4s<T>::dot of the generic decoder, before the
+ * activation unit's scale: weight integer sums s0 / s1 of the two halves,
+ * the unit's (d, offset d) pair dm (both halves share it in these types)
+ * and the activation half sums sx0 / sx1. The float steps are spelled out with
+ * the _rn intrinsics (never contracted or reordered) in the order nvcc 13 contracts q8_unit_dot's expression in
  * every block-copy instance of gemv_q8v4.cu (PTX checked: the offset
  * product of the first half is the one left a mul):
  *   xd[k] * fma(m, sx1, fma(d, s1, fma(d, s0, m * sx0)))
  * - left to nvcc, the same expression here came out as fma(m, sx0, d * s0),
  * another rounding. The integer part is q8_unit_dot's (q8_unit_isum). */
-static __device__ __forceinline__ float soa_unit_dot(const uint32_t *q, float2 dm, const q8_act &x) {
-    const float sx0 = (float)(int16_t)(x.hs & 0xffff), sx1 = (float)(int16_t)(x.hs >> 16);
-    int s0, s1;
-    q8_unit_isum(q, x.a, x.c, s0, s1);
+static __device__ __forceinline__ float soa_unit_t(float2 dm, int s0, int s1, float sx0, float sx1) {
     float t = __fmul_rn(dm.y, sx0);
     t = __fmaf_rn(dm.x, (float)s0, t);
     t = __fmaf_rn(dm.x, (float)s1, t);
-    t = __fmaf_rn(dm.y, sx1, t);
-    return __fmul_rn(x.d, t);
+    return __fmaf_rn(dm.y, sx1, t);
 }
 
 /* q8soa<T>: T the block type; QS the qs bytes of a unit (its plane stride).
- * fetch(row, k, n, raw): loads only (n: units a row); afetch: the unit's
- * activation (loads only); dot: after both land. */
+ * fetch(row, k, n, raw): loads only (n: units a row); words(raw, q, dm):
+ * the unit's 8 words of weight integers and its (d, offset d) pair. */
 template <int T> struct q8soa;
 
-/* the unit decoders' activation part, shared by every q8soa<T> */
-struct q8soa_act {
-    typedef q8_act act;
-    static __device__ __forceinline__ void afetch(int64_t k, const int8_t *__restrict__ xq,
-                                                  const float *__restrict__ xd, const int32_t *__restrict__ xs,
-                                                  act &x) {
-        q8_act_fetch(k, xq, xd, xs, x);
-    }
-};
-
-template <> struct q8soa<MF_TYPE_Q4_0> : q8soa_act {
+template <> struct q8soa<MF_TYPE_Q4_0> {
     static constexpr int QS = 16;
     struct raw {
         uint4 qs;
@@ -75,16 +62,15 @@ template <> struct q8soa<MF_TYPE_Q4_0> : q8soa_act {
         r.qs = ((const uint4 *)row)[k];
         r.d = ((const uint16_t *)(row + 16 * n))[k];
     }
-    static __device__ __forceinline__ float dot(const raw &r, const act &x, int64_t) {
+    static __device__ __forceinline__ void words(const raw &r, uint32_t *q, float2 &dm) {
         const uint32_t w[4] = {r.qs.x, r.qs.y, r.qs.z, r.qs.w};
-        uint32_t q[8];
         q8_nibbles<false>(w, 0, q);
         const float d = mf_h2f((uint16_t)r.d);
-        return soa_unit_dot(q, make_float2(d, __fmul_rn(-8.0f, d)), x);
+        dm = make_float2(d, __fmul_rn(-8.0f, d));
     }
 };
 
-template <> struct q8soa<MF_TYPE_Q5_0> : q8soa_act {
+template <> struct q8soa<MF_TYPE_Q5_0> {
     static constexpr int QS = 16;
     struct raw {
         uint4 qs;
@@ -95,16 +81,15 @@ template <> struct q8soa<MF_TYPE_Q5_0> : q8soa_act {
         r.qh = ((const uint32_t *)(row + 16 * n))[k];
         r.d = ((const uint16_t *)(row + 20 * n))[k];
     }
-    static __device__ __forceinline__ float dot(const raw &r, const act &x, int64_t) {
+    static __device__ __forceinline__ void words(const raw &r, uint32_t *q, float2 &dm) {
         const uint32_t w[4] = {r.qs.x, r.qs.y, r.qs.z, r.qs.w};
-        uint32_t q[8];
         q8_nibbles<true>(w, r.qh, q);
         const float d = mf_h2f((uint16_t)r.d);
-        return soa_unit_dot(q, make_float2(d, __fmul_rn(-16.0f, d)), x);
+        dm = make_float2(d, __fmul_rn(-16.0f, d));
     }
 };
 
-template <> struct q8soa<MF_TYPE_Q8_0> : q8soa_act {
+template <> struct q8soa<MF_TYPE_Q8_0> {
     static constexpr int QS = 32;
     struct raw {
         uint4 lo, hi;
@@ -115,9 +100,47 @@ template <> struct q8soa<MF_TYPE_Q8_0> : q8soa_act {
         r.hi = ((const uint4 *)row)[2 * k + 1];
         r.d = ((const uint16_t *)(row + 32 * n))[k];
     }
-    static __device__ __forceinline__ float dot(const raw &r, const act &x, int64_t) {
-        const uint32_t q[8] = {r.lo.x, r.lo.y, r.lo.z, r.lo.w, r.hi.x, r.hi.y, r.hi.z, r.hi.w};
-        return soa_unit_dot(q, make_float2(mf_h2f((uint16_t)r.d), 0.0f), x);
+    static __device__ __forceinline__ void words(const raw &r, uint32_t *q, float2 &dm) {
+        const uint32_t w[8] = {r.lo.x, r.lo.y, r.lo.z, r.lo.w, r.hi.x, r.hi.y, r.hi.z, r.hi.w};
+        for (int i = 0; i < 8; i++)
+            q[i] = w[i];
+        dm = make_float2(mf_h2f((uint16_t)r.d), 0.0f);
+    }
+};
+
+/* The v4 decoder of a plane copy (gemv_q8v4.cu's v4s<V4_SOA_*>): dot loads
+ * the unit's activation itself, at the points the one-block loop always
+ * had them (the int8 and half sums first, the scale last); afetch / dot_x
+ * take it apart, for the early-load instances (E). */
+template <int T> struct q8soa_dec : q8soa<T> {
+    typedef typename q8soa<T>::raw raw;
+    typedef q8_act act;
+    static __device__ __forceinline__ float dot(const raw &r, int64_t k, const int8_t *__restrict__ xq,
+                                                const float *__restrict__ xd, const int32_t *__restrict__ xs) {
+        uint32_t q[8];
+        float2 dm;
+        q8soa<T>::words(r, q, dm);
+        const int4 *xp = (const int4 *)(xq + k * 32);
+        const int4 a = xp[0], c = xp[1];
+        const int32_t hs = xs[k];
+        const float sx0 = (float)(int16_t)(hs & 0xffff), sx1 = (float)(int16_t)(hs >> 16);
+        int s0, s1;
+        q8_unit_isum(q, a, c, s0, s1);
+        return __fmul_rn(xd[k], soa_unit_t(dm, s0, s1, sx0, sx1));
+    }
+    static __device__ __forceinline__ void afetch(int64_t k, const int8_t *__restrict__ xq,
+                                                  const float *__restrict__ xd, const int32_t *__restrict__ xs,
+                                                  act &x) {
+        q8_act_fetch(k, xq, xd, xs, x);
+    }
+    static __device__ __forceinline__ float dot_x(const raw &r, const act &x) {
+        uint32_t q[8];
+        float2 dm;
+        q8soa<T>::words(r, q, dm);
+        const float sx0 = (float)(int16_t)(x.hs & 0xffff), sx1 = (float)(int16_t)(x.hs >> 16);
+        int s0, s1;
+        q8_unit_isum(q, x.a, x.c, s0, s1);
+        return __fmul_rn(x.d, soa_unit_t(dm, s0, s1, sx0, sx1));
     }
 };
 
