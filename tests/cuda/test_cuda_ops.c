@@ -3420,7 +3420,10 @@ static void gemv_family(void) {
         mf_cuda_reset_gemv(be);
     }
     /* the residual epilogue of the E instances (its loads at the group's
-     * start), forced on and off (the auto rule gives them to <= 4 MiB) */
+     * start), forced on and off (the auto rule gives them to <= 4 MiB); the
+     * random stream is put back after, so the families after this one test
+     * the same data as before these cases existed */
+    const uint64_t rng0 = rng;
     for (int on = 0; on < 2; on++) {
         mf_cuda_set_gemv_v4(be, 1);
         mf_cu_set_gemv_v4_early(on);
@@ -3429,6 +3432,7 @@ static void gemv_family(void) {
     }
     mf_cu_set_gemv_v4_early((int)mf_env_int("MINFER_CUDA_GEMV_V4_EARLY", 2));
     mf_cuda_reset_gemv(be);
+    rng = rng0;
     if (!(getenv("MINFER_CUDA_TEST_BENCH") && atoi(getenv("MINFER_CUDA_TEST_BENCH")) > 0))
         return;
     static const uint32_t bt[] = {MF_TYPE_Q4_0, MF_TYPE_Q4_K, MF_TYPE_Q6_K, MF_TYPE_Q8_0};
