@@ -323,21 +323,33 @@ static void wrap_hfree(mf_backend *b, void *p) {
         }
 }
 
-static mf_engine *make_wrapped(bool read_waits) {
+/* A CPU backend whose ops table is *ops: a copy of the CPU's (cpu_ops) that
+ * the caller has dressed, through dress(ops); an engine on it alone. */
+static mf_engine *make_dressed(mf_backend_ops *ops, void (*dress)(mf_backend_ops *ops)) {
     mf_backend *b;
     mf_error err;
     MF_ASSERT(mf_backend_cpu_new(W, 2, &b, &err) == 0);
     cpu_ops = b->ops;
-    host_ops = *b->ops;
-    host_ops.synchronize = wrap_sync;
-    host_ops.host_alloc = wrap_halloc;
-    host_ops.host_free = wrap_hfree;
-    host_ops.read_host_waits = read_waits;
-    b->ops = &host_ops;
+    *ops = *b->ops;
+    dress(ops);
+    b->ops = ops;
     mf_engine_opts o = {.n_layers = NL, .kv_dim = KVD, .n_ctx = NCTX, .kv_type = MF_TYPE_F32, .n_vocab = NV};
     mf_engine *e;
     MF_ASSERT(mf_engine_new(&o, &b, 1, &e, &err) == 0);
     return e;
+}
+
+static bool host_read_waits;
+static void dress_host(mf_backend_ops *ops) {
+    ops->synchronize = wrap_sync;
+    ops->host_alloc = wrap_halloc;
+    ops->host_free = wrap_hfree;
+    ops->read_host_waits = host_read_waits;
+}
+
+static mf_engine *make_wrapped(bool read_waits) {
+    host_read_waits = read_waits;
+    return make_dressed(&host_ops, dress_host);
 }
 
 /* Output memory from the backend (zeroed, given back through host_free, a
@@ -453,24 +465,19 @@ static int rep_repeat(mf_backend *b, const mf_graph *g, const mf_exec_args *a, m
     return 1;
 }
 
+static void dress_rep(mf_backend_ops *ops) {
+    ops->begin_forward = rep_begin;
+    ops->execute_node = rep_exec;
+    ops->end_forward = rep_end;
+    ops->repeat_calls = rep_repeat;
+}
+
 MF_TEST(repeat_calls_same_logits_and_same_calls) {
     static float want[9 * NV], got[9 * NV];
     mf_engine *e0 = make(CFG_CPU, MF_TYPE_F32);
     run_seq(e0, MF_TYPE_F32, want);
     mf_engine_free(e0);
-    mf_backend *b;
-    mf_error err;
-    MF_ASSERT(mf_backend_cpu_new(W, 2, &b, &err) == 0);
-    cpu_ops = b->ops;
-    rep_ops = *b->ops;
-    rep_ops.begin_forward = rep_begin;
-    rep_ops.execute_node = rep_exec;
-    rep_ops.end_forward = rep_end;
-    rep_ops.repeat_calls = rep_repeat;
-    b->ops = &rep_ops;
-    mf_engine_opts o = {.n_layers = NL, .kv_dim = KVD, .n_ctx = NCTX, .kv_type = MF_TYPE_F32, .n_vocab = NV};
-    mf_engine *e;
-    MF_ASSERT(mf_engine_new(&o, &b, 1, &e, &err) == 0);
+    mf_engine *e = make_dressed(&rep_ops, dress_rep);
     for (int rep = 0; rep < 2; rep++) { /* the second sequence: every build known from the first */
         for (int i = 0; i < 9 * NV; i++)
             got[i] = NAN;
