@@ -18,13 +18,19 @@
 // slice, so from HBM like a model's weights); the final values must equal N:
 // a read that saw a stale value (or the NaN poison) would not. Grids alternate
 // between two sizes (b1, b2) like norm-quant (4 blocks) and GEMV (112-448).
-//   nvcc -O3 -arch=sm_90 scripts/pdl-chain-bench.cu -o pdl-chain-bench
+// The launches and the wait / trigger are minfer's own (pdl.cuh: mf_launch
+// with mf_cu_pdl_on set per mode, mf_pdl_wait, mf_pdl_trigger).
+//   nvcc -O3 -arch=sm_90 -I src scripts/pdl-chain-bench.cu -o pdl-chain-bench
 //   ./pdl-chain-bench [N=168] [b1=4] [b2=144] [threads=128] [kb=0]
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
 
 #include <cuda_runtime.h>
+
+#include "backend/cuda/pdl.cuh"
+
+int mf_cu_pdl_on; /* pdl.cu's switch (that file is not linked here): set per mode */
 
 #define CK(x)                                                                                   \
     do {                                                                                        \
@@ -56,9 +62,9 @@ __device__ __forceinline__ unsigned ld_acquire(const unsigned *p) {
 template <int MODE>
 __global__ void chain_kernel(chain_args a) {
     if (MODE == MODE_PDL)
-        asm volatile("griddepcontrol.wait;" ::: "memory");
+        mf_pdl_wait();
     if (MODE != MODE_PLAIN)
-        asm volatile("griddepcontrol.launch_dependents;" :::);
+        mf_pdl_trigger();
     __shared__ float s_sum;
     if (MODE == MODE_FLAG && a.n_prev > 0) {
         if (threadIdx.x == 0)
@@ -91,21 +97,13 @@ __global__ void chain_kernel(chain_args a) {
 }
 
 static void launch(int mode, dim3 g, dim3 b, const chain_args &a, cudaStream_t s) {
-    cudaLaunchConfig_t cfg = {};
-    cfg.gridDim = g;
-    cfg.blockDim = b;
-    cfg.stream = s;
-    cudaLaunchAttribute at[1];
-    at[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
-    at[0].val.programmaticStreamSerializationAllowed = 1;
-    cfg.attrs = at;
-    cfg.numAttrs = mode == MODE_PLAIN ? 0 : 1;
+    mf_cu_pdl_on = mode != MODE_PLAIN;
     if (mode == MODE_PLAIN)
-        CK(cudaLaunchKernelEx(&cfg, chain_kernel<MODE_PLAIN>, a));
+        CK(mf_launch(chain_kernel<MODE_PLAIN>, g, b, 0, s, a));
     else if (mode == MODE_PDL)
-        CK(cudaLaunchKernelEx(&cfg, chain_kernel<MODE_PDL>, a));
+        CK(mf_launch(chain_kernel<MODE_PDL>, g, b, 0, s, a));
     else
-        CK(cudaLaunchKernelEx(&cfg, chain_kernel<MODE_FLAG>, a));
+        CK(mf_launch(chain_kernel<MODE_FLAG>, g, b, 0, s, a));
 }
 
 int main(int argc, char **argv) {

@@ -348,10 +348,11 @@ static __device__ __forceinline__ void asr_finish(const mf_cu_attn_args &a, cons
  * those, so nothing this forward writes is touched, and a prefetch is a hint
  * (no register waits on it, no fault). By the time the wait returns, the
  * first tile's loads find L2 instead of HBM: the weights streamed since the
- * last token evict the cache rows. n_past_dev is read early; the host's
- * upload of it precedes the graph's first kernel, which every kernel of the
- * PDL chain started after. */
-template <int RB, int NW>
+ * last token evict the cache rows. n_past_dev is read early: it was written
+ * (by the input slots' copy kernel or the host's upload) before the
+ * forward's third kernel, and in a PDL chain a kernel starts only after the
+ * one two before it completed; at worst a stale value misdirects a hint. */
+template <int RB>
 static __device__ __forceinline__ void as_prefetch(const mf_cu_attn_args &a) {
     const int np = a.n_past_dev ? *a.n_past_dev : (int)a.n_past;
     const int row = 32 * (int)(threadIdx.x >> 5) + (int)(threadIdx.x & 31);
@@ -389,7 +390,7 @@ static __device__ __forceinline__ void as_body(const mf_cu_attn_args &a, const m
     if constexpr (ROPE)
         asr_prewait<HD>(*ra, pre);
     if (pf)
-        as_prefetch<HD * ES, NW>(a);
+        as_prefetch<HD * ES>(a);
     mf_pdl_wait();
     mf_pdl_trigger(); /* the o GEMV may be scheduled; it waits for this grid to finish */
     const int h = blockIdx.x, t = blockIdx.y;

@@ -458,9 +458,8 @@ void mf_cu_set_wide(int norm, int rope);
  * ones they replace: on by default, MINFER_CUDA_LAT=0 runs exactly the old
  * kernels. Set once at backend creation (tests flip it). */
 void mf_cu_set_lat(int on);
-/* The v4 GEMV's pre-wait L2 prefetch of each block's first batch
- * (MINFER_CUDA_GEMV_V4_PF, default on; gemv_q8v4.cu). */
-/* MINFER_CUDA_GEMV_V4_PF: 0 off, 1 the first weight batch into L2 before the
+/* The v4 GEMV's pre-wait L2 prefetch (MINFER_CUDA_GEMV_V4_PF, default 3;
+ * gemv_q8v4.cu): 0 off, 1 each block's first weight batch into L2 before the
  * PDL wait, 2 every batch of the block's first row group, 3 auto (2 for a
  * launch of <= 4 MiB of weights, else 1) */
 void mf_cu_set_gemv_v4_pf(int on);

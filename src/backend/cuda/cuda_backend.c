@@ -2695,10 +2695,13 @@ static int mma_cfg_from_env(void) {
     return c >= 0 && c < MF_CU_MMA_N_CFG ? (int)c : 2;
 }
 
+/* MINFER_CUDA_FFN_Q8B's default block form (H200 session 7 runs 1-2: form 4) */
+#define FFN_Q8B_DEFAULT 4
+
 /* MINFER_CUDA_FFN_Q8B's value as the block form it names: 0 off, 1 ..
- * MF_CU_Q8B_FORMS that form, anything else form 1 (on, today's kernel). */
+ * MF_CU_Q8B_FORMS that form, anything else the default. */
 static int ffn_q8b_form(int64_t v) {
-    return v >= 0 && v <= MF_CU_Q8B_FORMS ? (int)v : 4;
+    return v >= 0 && v <= MF_CU_Q8B_FORMS ? (int)v : FFN_Q8B_DEFAULT;
 }
 
 /* The int8 GEMV's kernel choice as the environment asks (at creation, and
@@ -2711,7 +2714,7 @@ static void gemv_from_env(cu_ctx *c) {
     const int64_t u = mf_env_int("MINFER_CUDA_GEMV_V4", c->gemv_v1 || !c->gemv_auto ? 0 : -1);
     c->gemv_v4 = u >= -1 && u <= 2 ? (int)u : -1;
     c->qkv_mix = mf_env_int("MINFER_CUDA_QKV_MIX", 1) != 0; /* on: H200 device run 2 of session 6 (PERF.md entry 16) */
-    c->ffn_q8b = ffn_q8b_form(mf_env_int("MINFER_CUDA_FFN_Q8B", 4)); /* default form 4 (session 7 runs 1-2) */
+    c->ffn_q8b = ffn_q8b_form(mf_env_int("MINFER_CUDA_FFN_Q8B", FFN_Q8B_DEFAULT));
 }
 
 int mf_backend_cuda_new_progress(const mf_weights *w, mf_cuda_progress_fn progress, void *user,
@@ -2815,7 +2818,7 @@ int mf_backend_cuda_new_progress(const mf_weights *w, mf_cuda_progress_fn progre
     memset(c->fault, 0, sizeof *c->fault);
     /* opt-in until measured on the H200 (docs/ENV.md): the logits copy overlapped with the lm_head */
     lc_set(c, mf_env_int("MINFER_CUDA_LOGITS_CHUNKS", 0));
-    /* opt-in until measured on the H200 (docs/ENV.md): the lm_head GEMV writes the logits to the host itself */
+    /* on by default (H200 session 7, PERF.md entry 17): the lm_head GEMV writes the logits to the host itself */
     c->logits_zc = mf_env_int("MINFER_CUDA_LOGITS_ZC", 1) == 1;
     if (upload_weights(c, progress, user, err) || build_soa(c, err))
         goto fail;
@@ -2876,7 +2879,7 @@ void mf_cuda_set_gemv_v4(mf_backend *b, int u) {
 }
 
 void mf_cuda_set_ffn_q8b(mf_backend *b, int mode) {
-    CX(b)->ffn_q8b = ffn_q8b_form(mode < 0 ? mf_env_int("MINFER_CUDA_FFN_Q8B", 4) : mode);
+    CX(b)->ffn_q8b = ffn_q8b_form(mode < 0 ? mf_env_int("MINFER_CUDA_FFN_Q8B", FFN_Q8B_DEFAULT) : mode);
 }
 
 void mf_cuda_q8_ready_stats(const mf_backend *b, int64_t *read) {

@@ -87,12 +87,12 @@ void mf_cuda_set_gemv_v4(mf_backend *b, int u);
  * by-product (x_q8_ready: the ATTN_ONE decode's quantized output) since
  * creation; a captured graph counts once, at its capture. */
 void mf_cuda_q8_ready_stats(const mf_backend *b, int64_t *read);
-/* Tests: MINFER_CUDA_FFN_Q8B (default on): a decode FUSED_FFN's SwiGLU GEMV
+/* Tests: MINFER_CUDA_FFN_Q8B (default 4): a decode FUSED_FFN's SwiGLU GEMV
  * also writes the down GEMV's int8 input (that GEMV then launches no
  * quantize kernel). 1 .. MF_CU_Q8B_FORMS (cuda_args.h): on, with that block
- * form of the kernel (1 today's; same bits every form); 0 off; -1 what the
- * environment says; another value: form 1. Graphs captured before keep
- * what they captured. */
+ * form of the kernel (same bits every form); 0 off; -1 what the
+ * environment says; another value: the default form. Graphs captured
+ * before keep what they captured. */
 void mf_cuda_set_ffn_q8b(mf_backend *b, int mode);
 /* The int8 GEMV's quantizing prologue (opt-in MINFER_CUDA_GEMV_PROLOGUE=1): 0 off
  * (the separate quantize / norm-quant kernels), 1 the auto rule

@@ -1100,17 +1100,17 @@ void mf_cu_q8v4_probe(int sms) {
  * 0.5B's 4864, one wave on 132 SMs at 2 blocks a SM. */
 #define SWQ_MAX_IN 2048  /* the size rule: n_in up to this (0.5B / 1.5B gate/up: latency-bound) */
 
-/* The block forms (MINFER_CUDA_FFN_Q8B=1 .. 5, args field q8b_form; session
- * 7 prep, none measured yet). Form 1 made the down GEMV after it slower in
- * the H200 timeline (PERF.md entry 16), likeliest through residency: the
- * down GEMV's blocks are launched (PDL) while this kernel runs and become
- * resident, and issue their pre-wait L2 prefetch, only in the registers it
- * leaves free. The other forms keep a block per int8 unit and each
+/* The block forms (MINFER_CUDA_FFN_Q8B=1 .. 5, args field q8b_form;
+ * default 4, H200 session 7, PERF.md entry 17). Form 1 made the down GEMV
+ * after it slower in the H200 timeline (PERF.md entry 16), likeliest
+ * through residency: the down GEMV's blocks are launched (PDL) while this
+ * kernel runs and become resident, and issue their pre-wait L2 prefetch,
+ * only in the registers it leaves free. The other forms keep a block per int8 unit and each
  * output's arithmetic (so every bit) and change only the footprint
  * (registers a thread from ptxas -v, nvcc 13.0 sm_90, Q4_0 / Q5_0 / Q4_K /
  * Q6_K slice; a block's registers = threads x that rounded up to 8):
  *   1: 8 warps x 4 outputs, 8 rows in flight a warp, (256, 2): 96 / 95 /
- *      100 / 128 (today's);
+ *      100 / 128 (the first form);
  *   2: 16 warps x 2 outputs, 4 rows in flight, (512, 2): 56 / 64 / 63 / 64;
  *      lighter a thread but not a block (512 x 56 = 28672 > 256 x 96);
  *   3: form 1 under (256, 3): 80 everywhere (65536 / 768 down to the
@@ -1122,8 +1122,7 @@ void mf_cu_q8v4_probe(int sms) {
  *      (a diagnostic: the down GEMV's blocks then land on a GPU this kernel
  *      is leaving, as they did after the 19-block quantize kernel, at the
  *      price of their pre-wait prefetch's head start).
- * The residency arithmetic and the predictions: /work/briefs/
- * cuda-perf-notes.md ("Session 7 prep, swq8lite"). */
+ * The measurements: PERF.md entry 17. */
 #define SWQ_WARPS 8
 #define SWQ_OPW 4        /* form 1: consecutive outputs a warp: SWQ_WARPS * SWQ_OPW = 32, one int8 unit */
 
