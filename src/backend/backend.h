@@ -54,6 +54,20 @@ typedef struct mf_kv_pair {
  * MINFER_CUDA_LOGITS_ZC, or copies its rows while later rows are computed,
  * MINFER_CUDA_LOGITS_CHUNKS) but must still honor any read_host as the
  * contract says; backends that do not care ignore the hint. */
+/* The sequences of a paged forward (ATTN_PAGED). The KV pool is the
+ * layer's region cut into blocks of block_size rows; sequence s's position
+ * p lives in row tables[s][p / block_size] * block_size + p % block_size.
+ * Token t belongs to sequence seq[t] at position pos[t] and attends to that
+ * sequence's positions [0, pos[t]] (its own K/V row is written first). */
+typedef struct mf_kv_batch {
+    int32_t n_tokens;
+    const int32_t *seq;          /* [n_tokens] index into tables */
+    const int32_t *pos;          /* [n_tokens] */
+    int32_t n_seqs;
+    const int32_t *const *tables; /* [n_seqs] block ids, each covering its sequence's pos */
+    int32_t block_size;
+} mf_kv_batch;
+
 typedef struct mf_exec_args {
     int32_t n_past;   /* position of the first token of the batch */
     int32_t n_tokens; /* tokens in the batch (== graph params n_tokens) */
@@ -62,6 +76,7 @@ typedef struct mf_exec_args {
     void *out_host;    /* the hint (above); NULL: none */
     int32_t out_node;  /* the output node (valid with out_host) */
     size_t out_bytes;  /* bytes the engine reads from offset 0 */
+    const mf_kv_batch *batch; /* paged forwards only (graph params paged); else NULL */
 } mf_exec_args;
 
 typedef struct mf_backend_ops {

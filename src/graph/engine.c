@@ -471,7 +471,7 @@ static int fill_inputs(mf_engine *e, const int32_t *tokens, const mf_exec_args *
                     e->pos_cap = a->n_tokens;
                 }
                 for (int32_t t = 0; t < a->n_tokens; t++)
-                    e->pos[t] = a->n_past + t;
+                    e->pos[t] = a->batch ? a->batch->pos[t] : a->n_past + t;
                 data = e->pos;
             }
             break;
@@ -595,6 +595,10 @@ int mf_engine_reserve(mf_engine *e, mf_graph_params *p, mf_graph_build_fn build,
     return 0;
 }
 
+static int forward_run(mf_engine *e, mf_graph_params *p, mf_graph_build_fn build, void *build_ctx,
+                       const int32_t *tokens, int32_t n_past, const mf_kv_batch *batch,
+                       float *logits, mf_error *err);
+
 int mf_engine_forward(mf_engine *e, mf_graph_params *p, mf_graph_build_fn build, void *build_ctx,
                       const int32_t *tokens, int32_t n_past, float *logits, mf_error *err) {
     if (p->n_tokens <= 0 || n_past < 0)
@@ -602,10 +606,62 @@ int mf_engine_forward(mf_engine *e, mf_graph_params *p, mf_graph_build_fn build,
     if ((int64_t)n_past + p->n_tokens > (p->n_ctx ? p->n_ctx : e->o.n_ctx))
         return mf_errorf(err, "forward: context full: n_past %d + n_tokens %d > n_ctx %d", n_past,
                          p->n_tokens, p->n_ctx ? p->n_ctx : e->o.n_ctx);
+    if (p->paged)
+        return mf_errorf(err, "forward: a paged graph needs mf_engine_forward_batch");
+    return forward_run(e, p, build, build_ctx, tokens, n_past, NULL, logits, err);
+}
+
+int mf_engine_forward_batch(mf_engine *e, mf_graph_params *p, mf_graph_build_fn build,
+                            void *build_ctx, const int32_t *tokens, const mf_kv_batch *b,
+                            float *logits, mf_error *err) {
+    if (!p->paged || !b || b->n_tokens != p->n_tokens || p->n_tokens <= 0 || b->block_size <= 0)
+        return mf_errorf(err, "forward: batch of %d tokens for a %s graph of %d (block size %d)",
+                         b ? b->n_tokens : 0, p->paged ? "paged" : "non-paged", p->n_tokens,
+                         b ? b->block_size : 0);
+    for (int32_t t = 0; t < b->n_tokens; t++) {
+        const int32_t s = b->seq[t], pos = b->pos[t];
+        if (s < 0 || s >= b->n_seqs || pos < 0)
+            return mf_errorf(err, "forward: token %d: sequence %d of %d, position %d", t, s,
+                             b->n_seqs, pos);
+        const int64_t row = (int64_t)b->tables[s][pos / b->block_size] * b->block_size +
+                            pos % b->block_size;
+        if (row < 0 || row >= e->o.n_ctx)
+            return mf_errorf(err, "forward: token %d (sequence %d, position %d) maps to KV row "
+                             "%lld outside the pool's %d", t, s, pos, (long long)row, e->o.n_ctx);
+    }
+    return forward_run(e, p, build, build_ctx, tokens, 0, b, logits, err);
+}
+
+int mf_engine_kv_copy_rows(mf_engine *e, int64_t dst, int64_t src, int64_t n, mf_error *err) {
+    if (n <= 0)
+        return 0;
+    if (dst < 0 || src < 0 || dst + n > e->o.n_ctx || src + n > e->o.n_ctx)
+        return mf_errorf(err, "engine: KV copy of %lld rows %lld -> %lld outside %d rows",
+                         (long long)n, (long long)src, (long long)dst, e->o.n_ctx);
+    for (int32_t l = 0; l < e->o.n_layers; l++) {
+        const kv_region *r = &e->kv[l];
+        if (r->backend < 0)
+            return mf_errorf(err, "engine: KV copy: layer %d has no region yet", l);
+        mf_backend *b = e->be[r->backend];
+        const size_t row = mf_type_row_size(r->type, e->o.kv_dim), nb = row * (size_t)n;
+        void *h = host_buf(e, nb);
+        const int32_t ids[2] = {r->k, r->v};
+        for (int w = 0; w < 2; w++)
+            if (b->ops->read_host(b, ids[w], (size_t)src * row, h, nb, err) ||
+                b->ops->write_host(b, ids[w], (size_t)dst * row, h, nb, err))
+                return mf_error_prefix(err, "engine: KV copy of layer %d", l);
+    }
+    return 0;
+}
+
+static int forward_run(mf_engine *e, mf_graph_params *p, mf_graph_build_fn build, void *build_ctx,
+                       const int32_t *tokens, int32_t n_past, const mf_kv_batch *batch,
+                       float *logits, mf_error *err) {
     if (prepare(e, p, build, build_ctx, "forward", err))
         return -1;
 
-    mf_exec_args a = {.n_past = n_past, .n_tokens = p->n_tokens, .n_ctx = p->n_ctx, .kv_type = p->kv_type};
+    mf_exec_args a = {.n_past = n_past, .n_tokens = p->n_tokens, .n_ctx = p->n_ctx, .kv_type = p->kv_type,
+                      .batch = batch};
     int32_t out = -1;
     for (int32_t i = 0; logits && i < e->g.n_nodes; i++)
         if ((e->g.nodes[i].flags & MF_NODE_OUTPUT) && !(e->g.nodes[i].flags & MF_NODE_DEAD))

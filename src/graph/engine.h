@@ -55,6 +55,17 @@ mf_backend *mf_engine_backend(const mf_engine *e, int i);
 int mf_engine_forward(mf_engine *e, mf_graph_params *p, mf_graph_build_fn build, void *build_ctx,
                       const int32_t *tokens, int32_t n_past, float *logits, mf_error *err);
 
+/* A paged forward (p->paged): the tokens of many sequences, their positions
+ * and KV slots in b (b->n_tokens == p->n_tokens; every slot row inside the
+ * engine's n_ctx rows). logits: n_tokens rows. */
+int mf_engine_forward_batch(mf_engine *e, mf_graph_params *p, mf_graph_build_fn build,
+                            void *build_ctx, const int32_t *tokens, const mf_kv_batch *b,
+                            float *logits, mf_error *err);
+
+/* Copies KV rows [src, src + n) to [dst, dst + n) in every layer's K and V
+ * regions (a copy-on-write block). The regions must be placed (reserve). */
+int mf_engine_kv_copy_rows(mf_engine *e, int64_t dst, int64_t src, int64_t n, mf_error *err);
+
 /* Reserve at session creation: makes the cached graph the one for p (as a
  * forward of p->n_tokens tokens would: n_ctx and backends filled in, the
  * graph built, assigned, fused and its buffers allocated) and places every

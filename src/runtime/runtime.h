@@ -40,6 +40,15 @@ struct minfer_session {
     int32_t n_logits;           /* rows valid in logits */
 };
 
+/* The engine of a session or a minfer_multi: the model's backends (the GPU
+ * ones through the all-weights-registered gate, *gpu says whether one passed)
+ * over KV regions of n_rows rows. */
+int mf_rt_make_engine(const minfer_model *mm, int32_t n_rows, uint32_t kv_type, mf_engine **out,
+                      bool *gpu, mf_error *err);
+/* "f32" / "f16" / "q8_0" -> the type; source names where the name came from. */
+int mf_rt_parse_cache_type(const char *name, const char *source, int64_t kv_dim, uint32_t *out,
+                           mf_error *err);
+
 /* ---- sampler internals ------------------------------------------------------------ */
 
 typedef struct mf_cand {

@@ -23,8 +23,8 @@ static void set_err(char *err, size_t errlen, const mf_error *e) {
         snprintf(err, errlen, "%s", e->msg);
 }
 
-static int parse_cache_type(const char *name, const char *source, int64_t kv_dim, uint32_t *out,
-                            mf_error *err) {
+int mf_rt_parse_cache_type(const char *name, const char *source, int64_t kv_dim, uint32_t *out,
+                           mf_error *err) {
     if (!strcmp(name, "f32"))
         *out = MF_TYPE_F32;
     else if (!strcmp(name, "f16"))
@@ -89,8 +89,8 @@ static int check_host_memory(const minfer_session *s, uint64_t kv_bytes, mf_erro
 
 /* Makes the engine backends in the model's priority list and decides who
  * takes part: a GPU backend only through the all-weights-registered gate. */
-static int make_engine(minfer_session *s, mf_error *err) {
-    const minfer_model *mm = s->model;
+int mf_rt_make_engine(const minfer_model *mm, int32_t n_rows, uint32_t kv_type, mf_engine **out,
+                      bool *gpu, mf_error *err) {
     const mf_model *m = mm->m;
     mf_backend *be[MF_RT_MAX_BACKENDS];
     int n = 0;
@@ -114,7 +114,7 @@ static int make_engine(minfer_session *s, mf_error *err) {
     }
     /* The gate runs before any graph exists: all or nothing per GPU backend. */
     bool off[MF_RT_MAX_BACKENDS] = {false};
-    s->gpu = false;
+    *gpu = false;
     for (int i = 0; i < n; i++) {
         const char *missing = NULL;
         if (be[i]->is_gpu && !mf_model_weights_on(m, be[i], &missing)) {
@@ -124,18 +124,18 @@ static int make_engine(minfer_session *s, mf_error *err) {
             off[i] = true;
             continue;
         }
-        s->gpu |= be[i]->is_gpu;
+        *gpu |= be[i]->is_gpu;
     }
     mf_engine_opts eo = {.n_layers = m->hp.n_layer,
                          .kv_dim = (int64_t)m->hp.n_head_kv * m->hp.head_dim,
-                         .n_ctx = s->n_ctx,
-                         .kv_type = s->kv_type,
+                         .n_ctx = n_rows,
+                         .kv_type = kv_type,
                          .n_vocab = m->hp.n_vocab};
-    if (mf_engine_new(&eo, be, n, &s->eng, err)) /* frees the backends on failure */
+    if (mf_engine_new(&eo, be, n, out, err)) /* frees the backends on failure */
         return mf_error_prefix(err, "session");
     for (int i = 0; i < n; i++)
         if (off[i])
-            mf_engine_set_backend_enabled(s->eng, i, false);
+            mf_engine_set_backend_enabled(*out, i, false);
     return 0;
 }
 
@@ -175,7 +175,7 @@ minfer_session *minfer_session_new(minfer_model *mm, const minfer_session_option
         ct = o->cache_type && *o->cache_type ? o->cache_type : "f32";
         src = "cache type";
     }
-    if (parse_cache_type(ct, src, kv_dim, &s->kv_type, &e))
+    if (mf_rt_parse_cache_type(ct, src, kv_dim, &s->kv_type, &e))
         goto fail;
 
     s->fuse_off[MF_FUSE_QKV] = s->fuse_off[MF_FUSE_QKV_NORM] = mf_env_flag("MINFER_NO_FUSE_QKV");
@@ -190,7 +190,7 @@ minfer_session *minfer_session_new(minfer_model *mm, const minfer_session_option
         fprintf(stderr, "session: n_ctx %d, KV cache %s %.2f MiB (%d layers x 2 x %d x %lld)\n",
                 s->n_ctx, mf_type_name(s->kv_type), (double)kv_bytes / (1024.0 * 1024.0),
                 hp->n_layer, s->n_ctx, (long long)kv_dim);
-    if (make_engine(s, &e))
+    if (mf_rt_make_engine(s->model, s->n_ctx, s->kv_type, &s->eng, &s->gpu, &e))
         goto fail;
     /* pinned by the GPU backend when there is one: each decode step's logits
      * then come back in one DMA with no staging copy */

@@ -456,6 +456,24 @@ static int cpu_execute_node(mf_backend *b, const mf_graph *g, int32_t id, const 
             return NODE_ERR("%lld rows of a %d-row cache", (long long)n->ne[1], a->n_ctx);
         mf_cpu_kv_load(a->kv_type, bufp(c, n->meta.kv.which ? kv.v : kv.k), g->kv_dim, n->ne[1], y);
         return 0;
+    case MF_OP_ATTN_PAGED: {
+        const mf_attn_meta *m = &n->meta.attn;
+        const mf_kv_batch *kb = a->batch;
+        if (kv.k < 0 || kv.v < 0)
+            return NODE_ERR("no KV regions for layer %d", m->layer);
+        if (!kb || kb->n_tokens != n->ne[1])
+            return NODE_ERR("a paged forward of %lld tokens without its batch (%d tokens)",
+                            (long long)n->ne[1], kb ? kb->n_tokens : 0);
+        const mf_cpu_paged pg = {.seq = kb->seq, .pos = kb->pos, .n_seqs = kb->n_seqs,
+                                 .tables = kb->tables, .block_size = kb->block_size};
+        const float *xk = bufp(c, in[1]), *xv = bufp(c, in[2]);
+        float *dst = (x0 == (void *)y) ? scratch(c, 0, (size_t)nel) : y;
+        mf_cpu_attn_paged(c->cpu, &pg, x0, xk, xv, n->ne[1], m->n_head, m->n_head_kv, m->head_dim,
+                          bufp(c, kv.k), bufp(c, kv.v), a->kv_type, m->scale, dst);
+        if (dst != y)
+            memcpy(y, dst, (size_t)nel * sizeof(float));
+        return 0;
+    }
     case MF_OP_ATTN: {
         const mf_attn_meta *m = &n->meta.attn;
         if (check_kv(g, id, kv, a, n->ne[1], err))

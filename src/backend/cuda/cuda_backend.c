@@ -931,6 +931,8 @@ static bool cu_supports_op(const mf_backend *b, const mf_node *n) {
         return norm_weight_ok(c, n->meta.norm.weight);
     case MF_OP_ATTN:
         return n->meta.attn.head_dim > 0 && n->meta.attn.head_dim <= MF_CU_ATTN_MAX_HEAD_DIM;
+    case MF_OP_ATTN_PAGED:
+        return false; /* no batched paged kernel yet: the node (and its layer's KV) runs on the CPU */
     case MF_OP_FUSED_QKV:
     case MF_OP_FUSED_QKV_NORM:
         if (!mm_ok(&n->meta.qkv.q) || !mm_ok(&n->meta.qkv.k) || !mm_ok(&n->meta.qkv.v))
