@@ -1,7 +1,7 @@
 /* test_runtime_multi.c - many sequences in one forward on the real model
  * ($MINFER_MODEL): a sequence's logits in a batch are bitwise those it gets
  * alone (prefill and decode, blocks placed apart so the paged attention
- * gathers), the paged path agrees with the single-sequence session, a fork
+ * gathers), the paged path gives the single-sequence session's bits, a fork
  * shares its prefix copy-on-write without disturbing the source, the prompt
  * cache reuses the longest prefix, and bad batches / a full pool are errors
  * that change nothing. Skips (passes) when no model. */
@@ -150,8 +150,8 @@ static void paged_agrees_with_session(void) {
         double md = 0;
         for (int32_t i = 0; i < n_vocab; i++)
             md = fmax(md, fabs((double)a[i] - c[i]));
-        CHECK_MSG(md < 2e-2, "step %d: paged vs session max |diff| %g", step, md);
-        CHECK_EQ_INT(argmax(a), argmax(c));
+        /* the same per-row kernels on the same values: the same bits */
+        CHECK_MSG(md == 0, "step %d: paged vs session max |diff| %g", step, md);
         int32_t t = argmax(a), ps = len + step;
         CHECK(minfer_decode(s, t, err, sizeof err) == 0);
         minfer_batch d = {.n_tokens = 1, .token = &t, .seq_id = &sq, .pos = &ps};
