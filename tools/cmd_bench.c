@@ -68,7 +68,9 @@ static void usage(FILE *f) {
             "      --membw              measure memory read bandwidth per thread count and "
             "add\n"
             "                           '%% of membw' to tg rows\n"
-            "  -h, --help               this text\n",
+            "  -h, --help               this text\n"
+            "Batched mode (many sequences together, like llama-batched-bench): any of\n"
+            "-npp, -ntg, -npl; see 'minfer bench -npl 1 --help'.\n",
             MF_DEFAULT_MODEL);
 }
 
@@ -547,6 +549,8 @@ static minfer_model *load_model(const bench_opts *o, int32_t n_threads) {
 }
 
 int mf_cmd_bench(int argc, char **argv) {
+    if (mf_bench_is_batched(argc, argv))
+        return mf_cmd_bench_batched(argc, argv);
     bench_opts o;
     int rc = parse(argc, argv, &o);
     if (rc)
