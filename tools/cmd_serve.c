@@ -898,6 +898,37 @@ static void follow_job(answer *a, server *sv, sv_job *j) {
     }
 }
 
+/* Waits while the job is queued, watching the socket. Returns true when it
+ * left the queue (admitted or ended), false when the client left first. */
+static bool wait_admitted(answer *a, sv_job *j) {
+    for (;;) {
+        pthread_mutex_lock(&j->mu);
+        if (j->state == SV_QUEUED) {
+            struct timespec ts;
+            clock_gettime(CLOCK_REALTIME, &ts);
+            ts.tv_nsec += 50 * 1000000L;
+            if (ts.tv_nsec >= 1000000000L) {
+                ts.tv_sec++;
+                ts.tv_nsec -= 1000000000L;
+            }
+            pthread_cond_timedwait(&j->cv, &j->mu, &ts);
+        }
+        const bool queued = j->state == SV_QUEUED;
+        pthread_mutex_unlock(&j->mu);
+        if (!queued)
+            return true;
+        if (client_gone(a->c->fd)) {
+            a->gone = true;
+            atomic_store(&j->cancel, 1);
+            pthread_mutex_lock(&j->mu);
+            while (j->state != SV_DONE)
+                pthread_cond_wait(&j->cv, &j->mu);
+            pthread_mutex_unlock(&j->mu);
+            return false;
+        }
+    }
+}
+
 /* POST /v1/completions and /v1/chat/completions. */
 static int handle_completion(server *sv, conn *c, const mf_http_request *req, bool chat, char *log,
                              size_t log_cap) {
@@ -974,7 +1005,15 @@ static int handle_completion(server *sv, conn *c, const mf_http_request *req, bo
              (unsigned long long)time(NULL), nr & 0xffff);
     answer a = {.c = c, .stream = g.stream, .chat = chat, .id = id, .model_id = sv->model_id,
                 .created = (long long)time(NULL), .n_top = g.n_top};
-    if (g.stream) {
+    if (g.stream && wait_admitted(&a, j)) {
+        /* refused before it ran (shutdown, an error): a plain status, no stream */
+        pthread_mutex_lock(&j->mu);
+        const bool early = j->state == SV_DONE && !j->finish;
+        pthread_mutex_unlock(&j->mu);
+        if (early)
+            g.stream = a.stream = false;
+    }
+    if (g.stream && !a.gone) {
         c->keep = false; /* an event stream ends with the connection */
         if (mf_http_start_events(c->fd) ||
             (chat && !send_chunk(&a, sv, "", 0, NULL, NULL, NULL, NULL, 0, 0, true))) {

@@ -170,6 +170,24 @@ static void slot_end(sv_sched *s, int32_t k, const char *finish, int status, con
     sv_job_release(j);
 }
 
+/* Ends the queued jobs whose client left, keeping the others in order
+ * (s->mu held): a client that leaves the queue does not wait for a slot. */
+static void drop_cancelled(sv_sched *s) {
+    int32_t kept = 0;
+    for (int32_t i = 0; i < s->q_n; i++) {
+        sv_job *j = s->q[(s->q_head + i) % s->o.queue_max];
+        if (atomic_load(&j->cancel)) {
+            s->n_finished[finish_index("cancelled")]++;
+            job_end(j, "cancelled", 0, "");
+            sv_job_release(j);
+            continue;
+        }
+        s->q[(s->q_head + kept) % s->o.queue_max] = j;
+        kept++;
+    }
+    s->q_n = kept;
+}
+
 /* Takes queued jobs into free slots (s->mu held). */
 static void admit(sv_sched *s) {
     while (s->q_n > 0 && s->n_run < s->o.n_slots) {
@@ -210,6 +228,7 @@ static void admit(sv_sched *s) {
         j->state = SV_RUNNING;
         j->slot = k;
         j->n_cached = reused;
+        pthread_cond_broadcast(&j->cv);
         pthread_mutex_unlock(&j->mu);
     }
 }
@@ -414,6 +433,7 @@ static void *sched_main(void *arg) {
             }
         }
         const bool past_grace = s->stopping && mf_time_ns() >= s->stop_deadline_ns;
+        drop_cancelled(s);
         if (!s->stopping)
             admit(s);
         pthread_mutex_unlock(&s->mu);
