@@ -103,16 +103,17 @@ static void usage(FILE *f) {
             "      --max-tokens-max N   larger max_tokens: 400 (default 4096)\n"
             "  -t, --threads N          CPU threads (default 0: all cores)\n"
             "  -ctk, --cache-type TYPE  KV cache type f32, f16, q8_0 (default f32)\n"
-            "  -ngl, --n-gpu-layers N   -1 all layers on the GPU, 0 none\n"
-            "      --device NAME        cpu, cuda, auto (default auto)\n"
+            "  -ngl, --n-gpu-layers N   -1 all layers on the GPU, 0 none\n",
+            SV_MAX_TOP > 5 ? 5 : SV_MAX_TOP, MF_DEFAULT_MODEL);
+    fprintf(f, "      --device NAME        %s or auto (default auto)\n", minfer_build_devices());
+    fprintf(f,
             "      --chat-template NAME chatml, llama3, llama2, gemma, phi3, zephyr "
             "(default: the model's)\n"
             "      --timeout N          seconds a client has to send a request once it\n"
             "                           starts (default 10)\n"
             "      --idle-timeout N     seconds a kept-alive connection may wait idle (30)\n"
             "      --shutdown-grace N   seconds running requests get at shutdown (default 5)\n"
-            "  -h, --help               this text\n",
-            SV_MAX_TOP > 5 ? 5 : SV_MAX_TOP, MF_DEFAULT_MODEL);
+            "  -h, --help               this text\n");
 }
 
 /* Returns 0 ok, 1 help printed, 2 bad usage (message printed). */

@@ -9,6 +9,7 @@
 #include <string.h>
 
 #include "runtime/kvpool.h"
+#include "runtime/levers.h"
 #include "runtime/runtime.h"
 
 #define DEFAULT_CTX 4096
@@ -83,7 +84,7 @@ minfer_multi *minfer_multi_new(minfer_model *model, const minfer_multi_options *
                   o->block_size);
         goto fail;
     }
-    const char *ct = mf_env_str("MINFER_CACHE_TYPE", NULL);
+    const char *ct = mf_lever_str("MINFER_CACHE_TYPE");
     const char *src = "MINFER_CACHE_TYPE";
     if (!ct || !*ct) {
         ct = o->cache_type && *o->cache_type ? o->cache_type : "f32";
@@ -96,7 +97,7 @@ minfer_multi *minfer_multi_new(minfer_model *model, const minfer_multi_options *
     {
         mf_graph_params p;
         params(mm, 1, 1, &p);
-        mm->fuse_swiglu = !mf_env_flag("MINFER_NO_FUSE_SWIGLU") &&
+        mm->fuse_swiglu = !mf_lever_flag("MINFER_NO_FUSE_SWIGLU") &&
                           mf_engine_supports_fused(mm->eng, &p, MF_FUSE_SWIGLU);
     }
     /* the cache may hold as many ended sequences as there are live ones, twice */
