@@ -269,14 +269,6 @@ int mf_cmd_bench_batched(int argc, char **argv) {
         fprintf(stderr, "bench: %s\n", err);
         return 1;
     }
-    if (!o.json) {
-        printf("model: %s (%s), backend %s, n_batch %d, commit %s\n\n", o.model, minfer_model_desc(m),
-               minfer_model_backend(m), o.n_batch, MINFER_BUILD_COMMIT);
-        printf("|    PP |     TG |    B |   N_KV |   T_PP s | S_PP t/s |   T_TG s | S_TG t/s |      T s |    S t/s |\n"
-               "|-------|--------|------|--------|----------|----------|----------|----------|----------|----------|\n");
-    } else {
-        printf("[");
-    }
     int n_out = 0, failed = 0;
     for (int i = 0; i < o.pp.n; i++)
         for (int k = 0; k < o.tg.n; k++)
@@ -288,6 +280,14 @@ int mf_cmd_bench_batched(int argc, char **argv) {
                 }
                 const double s_pp = (double)r.b * r.pp / r.t_pp, s_tg = (double)r.b * r.tg / r.t_tg,
                              t = r.t_pp + r.t_tg, s = (double)r.n_kv / t;
+                if (n_out == 0 && !o.json) /* the head with the first row: a failed run prints none */
+                    printf("model: %s (%s), backend %s, n_batch %d, commit %s\n\n"
+                           "|    PP |     TG |    B |   N_KV |   T_PP s | S_PP t/s |   T_TG s | S_TG t/s |      T s |    S t/s |\n"
+                           "|-------|--------|------|--------|----------|----------|----------|----------|----------|----------|\n",
+                           o.model, minfer_model_desc(m), minfer_model_backend(m), o.n_batch,
+                           MINFER_BUILD_COMMIT);
+                if (n_out == 0 && o.json)
+                    printf("[");
                 if (o.json)
                     printf("%s\n  {\"pp\": %d, \"tg\": %d, \"pl\": %d, \"n_kv\": %lld, \"t_pp\": %.6f, "
                            "\"speed_pp\": %.3f, \"t_tg\": %.6f, \"speed_tg\": %.3f, \"t\": %.6f, "
@@ -300,7 +300,7 @@ int mf_cmd_bench_batched(int argc, char **argv) {
                 fflush(stdout);
                 n_out++;
             }
-    if (o.json)
+    if (o.json && n_out)
         printf("\n]\n");
     minfer_model_free(m);
     return failed;

@@ -249,17 +249,20 @@ int minfer_multi_decode(minfer_multi *mm, const minfer_batch *b, char *err, size
                     mm->out_row[i] = o++;
                 r++;
             }
-    if ((size_t)n_out > mm->logits_rows) {
+    /* a batch that wants no logits (a prompt chunk) still ends in one row
+     * of lm_head: the graph has an output; nothing maps to it */
+    const int32_t n_rows = n_out > 0 ? n_out : 1;
+    if ((size_t)n_rows > mm->logits_rows) {
         free(mm->logits);
-        mm->logits = mf_malloc((size_t)n_out * (size_t)n_vocab * sizeof *mm->logits);
-        mm->logits_rows = (size_t)n_out;
+        mm->logits = mf_malloc((size_t)n_rows * (size_t)n_vocab * sizeof *mm->logits);
+        mm->logits_rows = (size_t)n_rows;
     }
     for (int32_t s = 0; s < p->n_live; s++)
         mm->tables[s] = p->seq[s].blocks;
     const mf_kv_batch kb = {.n_tokens = nt, .seq = mm->f_seq, .pos = mm->f_pos, .n_seqs = p->n_live,
                             .tables = mm->tables, .block_size = p->block_size};
     mf_graph_params gp;
-    params(mm, nt, n_out, &gp);
+    params(mm, nt, n_rows, &gp);
     if (mf_engine_forward_batch(mm->eng, &gp, mf_model_build_graph, mm->model->m, mm->f_tok, &kb,
                                 mm->logits, &e))
         goto rewind;

@@ -291,6 +291,13 @@ static void bad_batches_change_nothing(void) {
     CHECK(minfer_multi_decode(m, &b, err, sizeof err) != 0);
     CHECK_STR_CONTAINS(err, "vocabulary");
     CHECK(minfer_seq_new(m, err, sizeof err) < 0); /* both slots live */
+    /* a batch that wants no logits (a prompt chunk) runs and exposes none */
+    bool none[2] = {false, false};
+    minfer_batch nb = {.n_tokens = 2, .token = (int32_t[]){5, 6}, .seq_id = (int32_t[]){c, c},
+                       .pos = (int32_t[]){0, 1}, .logits = none};
+    CHECK_MSG(minfer_multi_decode(m, &nb, err, sizeof err) == 0, "%s", err);
+    CHECK(minfer_multi_logits(m, 0) == NULL && minfer_multi_logits(m, 1) == NULL);
+    CHECK_EQ_INT(minfer_seq_len(m, c), 2);
     minfer_multi_free(m);
 }
 
