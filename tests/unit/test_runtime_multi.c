@@ -292,6 +292,7 @@ static void bad_batches_change_nothing(void) {
     CHECK_STR_CONTAINS(err, "vocabulary");
     CHECK(minfer_seq_new(m, err, sizeof err) < 0); /* both slots live */
     /* a batch that wants no logits (a prompt chunk) runs and exposes none */
+    CHECK(minfer_seq_remove(m, a, err, sizeof err) == 0); /* its blocks back to the pool */
     bool none[2] = {false, false};
     minfer_batch nb = {.n_tokens = 2, .token = (int32_t[]){5, 6}, .seq_id = (int32_t[]){c, c},
                        .pos = (int32_t[]){0, 1}, .logits = none};
