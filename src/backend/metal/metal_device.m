@@ -14,7 +14,6 @@
 
 #include <errno.h>
 #include <pthread.h>
-#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -35,7 +34,7 @@ typedef struct wait_rec {
     pthread_mutex_t mu;
     pthread_cond_t cv;
     bool done;
-    atomic_int refs;
+    int refs; /* under mu */
 } wait_rec;
 
 struct mf_mtl_dev {
@@ -52,13 +51,15 @@ struct mf_mtl_dev {
     id<MTLCommandBuffer> cb;               /* open command buffer or nil */
     id<MTLComputeCommandEncoder> enc;      /* its encoder */
     int n_encoded;                         /* dispatches in cb */
-    wait_rec *wait;                        /* cb's completion */
     char ring[RING][LABEL];                /* last dispatches, oldest first from ring_pos */
     uint64_t ring_pos;
 };
 
 static void wait_unref(wait_rec *w) {
-    if (atomic_fetch_sub(&w->refs, 1) == 1) {
+    pthread_mutex_lock(&w->mu);
+    const int left = --w->refs;
+    pthread_mutex_unlock(&w->mu);
+    if (left == 0) {
         pthread_cond_destroy(&w->cv);
         pthread_mutex_destroy(&w->mu);
         free(w);
@@ -77,7 +78,7 @@ static wait_rec *wait_new(void) {
 #endif
     pthread_cond_init(&w->cv, &ca);
     pthread_condattr_destroy(&ca);
-    atomic_init(&w->refs, 2);
+    w->refs = 2;
     return w;
 }
 
@@ -242,10 +243,6 @@ void mf_mtl_dev_close(mf_mtl_dev *d) {
         (void)mf_mtl_submit(d, &e);
     }
     drop_cb(d);
-    if (d->wait) {
-        wait_unref(d->wait);
-        d->wait = NULL;
-    }
     if (d->capturing)
         [[MTLCaptureManager sharedCaptureManager] stopCapture];
     for (int i = 0; i < d->n_pipes; i++)
