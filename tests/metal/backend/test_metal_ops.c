@@ -172,7 +172,7 @@ static int run_on(int on, tcase *c, const run_opts *ro, float *out, int64_t out_
         MF_ASSERT(mf_backend_ref_new(W, &b[nb++], err) == 0);
     }
     MF_ASSERT(mf_backend_cpu_new(W, 2, &b[nb++], err) == 0);
-    mf_engine_opts eo = {.n_layers = 1, .kv_dim = ro->kv_dim ? ro->kv_dim : 64, .n_ctx = ro->n_ctx ? ro->n_ctx : 16,
+    mf_engine_opts eo = {.n_layers = 1, .kv_dim = ro->kv_dim ? ro->kv_dim : 64, .n_ctx = ro->n_ctx ? ro->n_ctx : 128,
                          .kv_type = ro->kv_type, .n_vocab = out_n};
     mf_engine *e;
     if (mf_engine_new(&eo, b, nb, &e, err))
@@ -312,8 +312,7 @@ static void mm_case(uint32_t t, int64_t n_in, int64_t n_out, int64_t nt, const c
     char label[128];
     snprintf(label, sizeof label, "matmul %s %lldx%lld nt %lld%s%s", mf_type_name(t), (long long)n_in,
              (long long)n_out, (long long)nt, bias ? " +bias" : "", tag);
-    bool refused = is_k(t) && n_in % 256;
-    metal_vs(ON_REF, label, &c, &ro, n_out * nt, 1e-3, refused ? MF_BACKEND_CPU : MF_BACKEND_METAL);
+    metal_vs(ON_REF, label, &c, &ro, n_out * nt, 1e-3, MF_BACKEND_METAL);
     free_ext(&ro);
 }
 
@@ -340,10 +339,26 @@ MF_TEST(matmul_real_widths_and_bias) {
     mm_case(MF_TYPE_F16, 4864, 100, 64, NULL, "");
 }
 
-MF_TEST(kquant_rows_not_256_go_to_cpu) {
-    /* K = 896 = 3.5 super-blocks: Metal refuses (the node runs on the CPU) */
-    mm_case(MF_TYPE_Q4_K, 896, 64, 1, NULL, " (refused)");
-    mm_case(MF_TYPE_Q6_K, 896, 64, 7, NULL, " (refused)");
+MF_TEST(kquant_rows_not_256_are_refused) {
+    /* K = 896 = 3.5 super-blocks: the K-quant kernels index whole
+     * super-blocks, so Metal refuses the node (it makes a split, the CPU
+     * would get it); K = 2560 is taken. */
+    mf_backend *b = NULL;
+    mf_error err = {{0}};
+    CHECK_MSG(mf_backend_metal_new(W, NULL, &b, &err) == 0, "%s", err.msg);
+    if (!b)
+        return;
+    mf_node n = {.op = MF_OP_MATMUL, .ne = {100, 1, 1, 1}};
+    const uint32_t kts[] = {MF_TYPE_Q2_K, MF_TYPE_Q3_K, MF_TYPE_Q4_K, MF_TYPE_Q5_K, MF_TYPE_Q6_K};
+    for (int i = 0; i < 5; i++) {
+        n.meta.matmul = (mf_matmul_meta){"w", kts[i], NULL, 896, 100};
+        CHECK_MSG(!b->ops->supports_op(b, &n), "%s K 896 accepted", mf_type_name(kts[i]));
+        n.meta.matmul.n_in = 2560;
+        CHECK_MSG(b->ops->supports_op(b, &n), "%s K 2560 refused", mf_type_name(kts[i]));
+    }
+    n.meta.matmul = (mf_matmul_meta){"w", MF_TYPE_Q4_0, NULL, 900, 100}; /* not whole 32-blocks */
+    CHECK(!b->ops->supports_op(b, &n));
+    mf_backend_free(b);
 }
 
 MF_TEST(matmul_gemm_and_gemv_tiers_agree) {
@@ -485,7 +500,7 @@ int main(int argc, char **argv) {
     static const mf_test_entry tests[] = {
         MF_T(elementwise_and_rows_vs_ref),    MF_T(rmsnorm_widths_vs_ref),
         MF_T(matmul_every_type_vs_ref),       MF_T(matmul_real_widths_and_bias),
-        MF_T(kquant_rows_not_256_go_to_cpu),  MF_T(matmul_gemm_and_gemv_tiers_agree),
+        MF_T(kquant_rows_not_256_are_refused),  MF_T(matmul_gemm_and_gemv_tiers_agree),
         MF_T(embed_every_type_vs_ref),        MF_T(rope_and_qknorm_vs_cpu),
         MF_T(kv_store_load_every_cache_type_vs_cpu), MF_T(attention_vs_cpu),
         MF_T(fused_ffn_vs_plain_on_ref),      MF_T(kernel_list_is_complete),
