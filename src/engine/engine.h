@@ -29,9 +29,9 @@ typedef struct mf_engine_opts {
 } mf_engine_opts;
 
 /* Takes ownership of the backends, also on failure (in priority order: the
- * first whose supports_op says yes gets a node). Per forward, each backend
- * running a split gets begin_forward before the inputs are filled and
- * end_forward after its last node, before the final synchronize. */
+ * first whose supports_op says yes gets a node). Per forward each split goes
+ * to its backend's execute_split when it has one, else node by node through
+ * execute_node; the last backend is synchronized before the output is read. */
 int mf_engine_new(const mf_engine_opts *o, mf_backend **backends, int n_backends, mf_engine **out,
                   mf_error *err);
 void mf_engine_free(mf_engine *e);

@@ -115,9 +115,11 @@ static int make_engine(minfer_session *s, mf_error *err) {
     /* The gate runs before any graph exists: all or nothing per GPU backend. */
     bool off[MF_RT_MAX_BACKENDS] = {false};
     s->gpu = false;
+    const char *const *names = NULL;
+    const int32_t n_names = mf_model_graph_weights(m, &names);
     for (int i = 0; i < n; i++) {
         const char *missing = NULL;
-        if (be[i]->is_gpu && !mf_model_weights_on(m, be[i], &missing)) {
+        if (be[i]->is_gpu && !mf_backend_weights_on(be[i], names, n_names, &missing)) {
             fprintf(stderr,
                     "session: %s does not hold weight '%s'; the whole graph runs on the CPU\n",
                     be[i]->ops->name(be[i]), missing);
