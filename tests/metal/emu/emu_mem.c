@@ -97,6 +97,39 @@ void mf_emu_mem_label_range(const void *p, size_t len, const char *label)
     pthread_mutex_unlock(&g_mu);
 }
 
+void mf_emu_mem_register(void *map, size_t map_len, void *data, size_t len, const char *label)
+{
+    pthread_mutex_lock(&g_mu);
+    region *r = add_region();
+    if (r) {
+        r->map = (uintptr_t)map;
+        r->map_len = map_len;
+        r->data = (uintptr_t)data;
+        r->len = len;
+        set_label(r, label);
+    }
+    pthread_mutex_unlock(&g_mu);
+}
+
+void mf_emu_mem_unregister(void *data)
+{
+    pthread_mutex_lock(&g_mu);
+    for (int i = 0; i < g_nregions; i++)
+        if (g_regions[i].data == (uintptr_t)data) {
+            memset(&g_regions[i], 0, sizeof g_regions[i]);
+            break;
+        }
+    pthread_mutex_unlock(&g_mu);
+}
+
+static void (*g_fault_hook)(void *addr);
+
+void mf_emu_set_fault_hook(void (*hook)(void *addr))
+{
+    g_fault_hook = hook;
+    mf_emu_install_fault_handler();
+}
+
 void mf_emu_set_label(void *p, const char *label)
 {
     pthread_mutex_lock(&g_mu);
@@ -142,18 +175,16 @@ static void fault_handler(int sig, siginfo_t *si, void *uc)
 {
     (void)uc;
     mf_emu_fault(si->si_addr); /* does not return inside a dispatch */
+    if (g_fault_hook)
+        g_fault_hook(si->si_addr); /* does not return when the address is its */
     /* not ours: the previous handler (or the default action) */
     struct sigaction *old = sig == SIGSEGV ? &g_old_segv : &g_old_bus;
     sigaction(sig, old, NULL);
     raise(sig);
 }
 
-void mf_emu_install_fault_handler(void)
+static void install(void)
 {
-    static int done;
-    if (done)
-        return;
-    done = 1;
     struct sigaction sa;
     memset(&sa, 0, sizeof sa);
     sa.sa_sigaction = fault_handler;
@@ -161,4 +192,10 @@ void mf_emu_install_fault_handler(void)
     sigemptyset(&sa.sa_mask);
     sigaction(SIGSEGV, &sa, &g_old_segv);
     sigaction(SIGBUS, &sa, &g_old_bus);
+}
+
+void mf_emu_install_fault_handler(void)
+{
+    static pthread_once_t once = PTHREAD_ONCE_INIT;
+    pthread_once(&once, install);
 }

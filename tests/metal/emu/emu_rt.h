@@ -90,8 +90,17 @@ int mf_emu_get_schedule(uint64_t *seed);
  * element faults. The fault message names the label. */
 void *mf_emu_alloc(size_t len, const char *label);
 void mf_emu_free(void *p);
-/* Registers memory not from mf_emu_alloc (a NoCopy wrap) for fault naming. */
+/* Relabels memory from mf_emu_alloc or mf_emu_mem_register. */
 void mf_emu_set_label(void *p, const char *label);
+/* Names memory mapped elsewhere for fault messages: [map, map + map_len) is
+ * the whole mapping (guard pages included; 0/0 for none), [data, data + len)
+ * the bytes. mf_emu_mem_unregister(data) forgets it. */
+void mf_emu_mem_register(void *map, size_t map_len, void *data, size_t len, const char *label);
+void mf_emu_mem_unregister(void *data);
+/* Called for a fault outside a dispatch (the stand-in names host access to
+ * a buffer in flight); the hook does not return when it claims the fault. */
+void mf_emu_set_fault_hook(void (*hook)(void *addr));
+void mf_emu_install_fault_handler(void);
 
 /* ---- called by the prelude, on a fiber ---- */
 typedef struct mf_emu_simd_view {
