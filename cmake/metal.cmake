@@ -39,7 +39,7 @@ if(_mf_metal_build)
     COMMENT "embedding the Metal kernels")
   add_library(mf_metal STATIC ${MF_METAL_DIR}/metal_backend.c ${MF_METAL_DIR}/metal_device.m ${_embed})
   target_include_directories(mf_metal PUBLIC ${CMAKE_SOURCE_DIR}/src ${CMAKE_SOURCE_DIR}/include)
-  target_link_libraries(mf_metal PUBLIC mf_ir mf_quant mf_base)
+  target_link_libraries(mf_metal PUBLIC mf_backend mf_ir mf_quant mf_base)
   target_compile_definitions(mf_metal PUBLIC MINFER_HAVE_METAL=1)
   # manual retain/release; blocks for the completion handlers
   target_compile_options(mf_metal PRIVATE $<$<COMPILE_LANGUAGE:OBJC>:-fblocks -fno-objc-arc>)

@@ -307,6 +307,9 @@ static int host_io(metal_be *m, int32_t id, size_t off, void *host, size_t n, bo
     if (off > p->bytes || n > p->bytes - off)
         return mf_errorf(err, "metal: %s of [%zu, %zu) outside buffer %d of %zu bytes",
                          write ? "write_host" : "read_host", off, off + n, id, p->bytes);
+    if (mf_mtl_dev_failed(m->dev))
+        return mf_errorf(err, "metal: %s of buffer %d: the device failed earlier (its buffers may still be "
+                              "in use by the GPU)", write ? "write_host" : "read_host", id);
     if (mf_mtl_dev_pending(m->dev))
         return mf_errorf(err, "metal: %s of buffer %d while a command buffer is open (synchronize first)",
                          write ? "write_host" : "read_host", id);
@@ -377,7 +380,7 @@ static bool attn_ok(int32_t n_head, int32_t n_head_kv, int32_t head_dim) {
     return head_dim > 0 && head_dim <= 256 && n_head_kv > 0 && n_head % n_head_kv == 0;
 }
 
-static bool metal_supports_op(const mf_backend *b, const mf_node *n) {
+static bool metal_can_run(const mf_backend *b, const mf_node *n) {
     const metal_be *m = MB(b);
     switch (n->op) {
     case MF_OP_INPUT:
@@ -595,10 +598,6 @@ static int op_matmul(xc *x) {
 }
 
 /* ---- the other ops ---------------------------------------------------------------------- */
-
-static int op_nothing(xc *x) {
-    return 0;
-}
 
 static int op_binary(xc *x) {
     const mf_node *n = x->n;
@@ -899,45 +898,91 @@ static int op_fused_ffn(xc *x) {
 
 /* ---- the op table ------------------------------------------------------------------------ */
 
-typedef int (*op_fn)(xc *x);
-
-static const op_fn op_table[MF_OP_COUNT] = {
-    [MF_OP_INPUT] = op_nothing,
-    [MF_OP_RESHAPE] = op_nothing,
-    [MF_OP_ADD] = op_binary,
-    [MF_OP_MUL] = op_binary,
-    [MF_OP_SWIGLU] = op_binary,
-    [MF_OP_SCALE] = op_unary,
-    [MF_OP_SILU] = op_unary,
-    [MF_OP_RMSNORM] = op_norm,
-    [MF_OP_QKNORM] = op_norm,
-    [MF_OP_MATMUL] = op_matmul,
-    [MF_OP_GETROWS] = op_getrows,
-    [MF_OP_ROPE] = op_rope,
-    [MF_OP_KVCACHE_STORE] = op_kv_store,
-    [MF_OP_KVCACHE_LOAD] = op_kv_load,
-    [MF_OP_ATTN] = op_attn,
-    [MF_OP_VIEW] = op_view,
-    [MF_OP_PERMUTE] = op_permute,
-    [MF_OP_FUSED_QKV] = op_fused_qkv,
-    [MF_OP_FUSED_QKV_NORM] = op_fused_qkv,
-    [MF_OP_FUSED_FFN] = op_fused_ffn,
-};
-
-static int metal_execute_node(mf_backend *b, const mf_graph *g, int32_t id, const int32_t *in, int32_t out,
-                              mf_kv_pair kv, const mf_exec_args *args, mf_error *err) {
+/* The shared head of every executor: the call's buffers checked, the device
+ * not failed. */
+static int xc_make(xc *x, mf_backend *b, const mf_graph *g, const mf_node_call *c, const mf_exec_args *a,
+                   mf_error *err) {
     metal_be *m = MB(b);
-    xc x = {.m = m, .g = g, .id = id, .n = &g->nodes[id], .in = in, .out = out, .kv = kv, .a = args, .err = err};
-    if ((unsigned)x.n->op >= MF_OP_COUNT || !op_table[x.n->op] || !metal_supports_op(b, x.n))
-        return XERR(&x, "not supported by the metal backend%s", "");
+    *x = (xc){.m = m, .g = g, .id = c->node, .n = &g->nodes[c->node], .in = c->in, .out = c->out,
+              .kv = c->kv, .a = a, .err = err};
     if (mf_mtl_dev_failed(m->dev))
-        return XERR(&x, "the Metal device failed earlier (a GPU timeout or error); refusing further work%s", "");
-    if (mf_node_nelem(x.n) > 0 && x.n->op != MF_OP_INPUT && x.n->op != MF_OP_KVCACHE_STORE && !pb(m, out))
-        return XERR(&x, "no output buffer (id %d)", out);
-    for (int i = 0; i < x.n->n_src; i++)
-        if (x.n->op != MF_OP_INPUT && !pb(m, in[i]) && mf_node_nbytes(&g->nodes[x.n->src[i]]) > 0)
-            return XERR(&x, "src %d has no buffer (id %d)", i, in[i]);
-    return op_table[x.n->op](&x);
+        return XERR(x, "the Metal device failed earlier (a GPU timeout or error); refusing further work%s", "");
+    if (mf_node_nelem(x->n) > 0 && x->n->op != MF_OP_KVCACHE_STORE && !pb(m, c->out))
+        return XERR(x, "no output buffer (id %d)", c->out);
+    for (int i = 0; i < x->n->n_src; i++)
+        if (!pb(m, c->in[i]) && mf_node_nbytes(&g->nodes[x->n->src[i]]) > 0)
+            return XERR(x, "src %d has no buffer (id %d)", i, c->in[i]);
+    return 0;
+}
+
+#define MF_METAL_EXEC(fn)                                                                           \
+    static int x_##fn(mf_backend *b, const mf_graph *g, const mf_node_call *c, const mf_exec_args *a, \
+                      mf_error *err) {                                                              \
+        xc x;                                                                                       \
+        return xc_make(&x, b, g, c, a, err) ? -1 : fn(&x);                                          \
+    }
+MF_METAL_EXEC(op_binary)
+MF_METAL_EXEC(op_unary)
+MF_METAL_EXEC(op_norm)
+MF_METAL_EXEC(op_matmul)
+MF_METAL_EXEC(op_getrows)
+MF_METAL_EXEC(op_rope)
+MF_METAL_EXEC(op_kv_store)
+MF_METAL_EXEC(op_kv_load)
+MF_METAL_EXEC(op_attn)
+MF_METAL_EXEC(op_view)
+MF_METAL_EXEC(op_permute)
+MF_METAL_EXEC(op_fused_qkv)
+MF_METAL_EXEC(op_fused_ffn)
+
+#define RUN(fn) {metal_can_run, x_##fn}
+static const mf_op_entry metal_op_table[] = {
+    [MF_OP_INPUT] = {NULL, mf_op_nothing},
+    [MF_OP_ADD] = RUN(op_binary),
+    [MF_OP_MUL] = RUN(op_binary),
+    [MF_OP_SCALE] = RUN(op_unary),
+    [MF_OP_SILU] = RUN(op_unary),
+    [MF_OP_SWIGLU] = RUN(op_binary),
+    [MF_OP_RMSNORM] = RUN(op_norm),
+    [MF_OP_QKNORM] = RUN(op_norm),
+    [MF_OP_MATMUL] = RUN(op_matmul),
+    [MF_OP_GETROWS] = RUN(op_getrows),
+    [MF_OP_ROPE] = RUN(op_rope),
+    [MF_OP_KVCACHE_STORE] = RUN(op_kv_store),
+    [MF_OP_KVCACHE_LOAD] = RUN(op_kv_load),
+    [MF_OP_ATTN] = RUN(op_attn),
+    /* the model graphs never emit SOFTMAX (attention does its own): the CPU's */
+    [MF_OP_SOFTMAX] = {NULL, NULL},
+    [MF_OP_VIEW] = RUN(op_view),
+    [MF_OP_RESHAPE] = {NULL, mf_op_nothing},
+    [MF_OP_PERMUTE] = RUN(op_permute),
+    [MF_OP_FUSED_QKV] = RUN(op_fused_qkv),
+    [MF_OP_FUSED_QKV_NORM] = RUN(op_fused_qkv),
+    [MF_OP_FUSED_FFN] = RUN(op_fused_ffn),
+    /* the CUDA epilogue fusion; the session asks for it only when FUSED_QKV is off */
+    [MF_OP_QKV_BIAS_ROPE_STORE] = {NULL, NULL},
+};
+MF_OP_TABLE_CHECK(metal_op_table);
+#undef RUN
+
+/* One command buffer per split: the host inputs written into their shared
+ * buffers (no command buffer is open: the engine synchronized the split
+ * before), every call encoded behind a buffer barrier; synchronize, at the
+ * split's end, commits and waits. */
+static int metal_execute_split(mf_backend *b, const mf_split_call *s, mf_error *err) {
+    metal_be *m = MB(b);
+    if (mf_mtl_dev_failed(m->dev))
+        return mf_errorf(err, "metal: the device failed earlier (a GPU timeout or error); refusing split %d",
+                         s->index);
+    for (int32_t i = 0; i < s->n_host_inputs; i++) {
+        const mf_host_input *h = &s->host_inputs[i];
+        if (host_io(m, h->buf, 0, (void *)h->data, h->nbytes, true, err))
+            return -1;
+    }
+    for (int32_t i = 0; i < s->n_calls; i++)
+        if (mf_backend_execute_node(b, s->g, &s->calls[i], s->args, err))
+            return -1;
+    return 0;
 }
 
 /* ---- life ---------------------------------------------------------------------------------- */
@@ -966,19 +1011,23 @@ static void metal_free(mf_backend *b) {
     free(m);
 }
 
+static const char *metal_describe(const mf_backend *b) {
+    return mf_mtl_dev_name(MB(b)->dev);
+}
+
 static const mf_backend_ops metal_ops = {
     .name = metal_name,
-    .supports_op = metal_supports_op,
+    .op_table = metal_op_table,
     .supports_fused = metal_supports_fused,
     .alloc_buffer = metal_alloc_buffer,
     .free_buffer = metal_free_buffer,
     .alloc_fresh = metal_alloc_fresh,
-    .execute_node = metal_execute_node,
+    .execute_split = metal_execute_split,
     .read_host = metal_read_host,
     .write_host = metal_write_host,
     .synchronize = metal_synchronize,
     .has_weight = metal_has_weight,
-    .read_host_waits = false,
+    .describe = metal_describe,
     .free = metal_free,
 };
 

@@ -94,7 +94,9 @@ int main(int argc, char **argv) {
         return 1;
     }
     const char *missing = NULL;
-    bool gpu = mf_model_weights_on(m, be[0], &missing);
+    const char *const *names = NULL;
+    const int32_t n_names = mf_model_graph_weights(m, &names);
+    bool gpu = mf_backend_weights_on(be[0], names, n_names, &missing);
     if (!gpu)
         fprintf(stderr, "metal_logits: metal does not hold weight '%s'; the whole graph runs on the CPU\n",
                 missing);
