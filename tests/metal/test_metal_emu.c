@@ -386,11 +386,16 @@ MF_TEST(test_gemv_896)
     bind(&l, 2, y, (size_t)n * 4);
     bind(&l, 3, &a, sizeof a);
     char err[512];
-    struct timespec t0, t1;
-    clock_gettime(CLOCK_MONOTONIC, &t0);
-    int rc = mf_emu_dispatch(&l, err, sizeof err);
-    clock_gettime(CLOCK_MONOTONIC, &t1);
-    CHECK_MSG(rc == 0, "%s", err);
+    double best = 1e30;
+    for (int rep = 0; rep < 3; rep++) { /* the best of three (the first warms the stacks) */
+        struct timespec t0, t1;
+        clock_gettime(CLOCK_MONOTONIC, &t0);
+        int rc = mf_emu_dispatch(&l, err, sizeof err);
+        clock_gettime(CLOCK_MONOTONIC, &t1);
+        CHECK_MSG(rc == 0, "%s", err);
+        double ms = (double)(t1.tv_sec - t0.tv_sec) * 1e3 + (double)(t1.tv_nsec - t0.tv_nsec) / 1e6;
+        best = ms < best ? ms : best;
+    }
     double maxd = 0;
     for (int r = 0; r < n; r++) {
         double ref = 0;
@@ -399,8 +404,7 @@ MF_TEST(test_gemv_896)
         maxd = d > maxd ? d : maxd;
     }
     CHECK_MSG(maxd < 1e-3, "max diff %g", maxd);
-    printf("     gemv 896x896 f32: %.2f ms (not asserted)\n",
-           (double)(t1.tv_sec - t0.tv_sec) * 1e3 + (double)(t1.tv_nsec - t0.tv_nsec) / 1e6);
+    printf("     gemv 896x896 f32: %.2f ms (best of 3, not asserted)\n", best);
     mf_emu_free(w);
     mf_emu_free(x);
     mf_emu_free(y);

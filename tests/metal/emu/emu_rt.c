@@ -8,6 +8,7 @@
 #include "emu_rt.h"
 #include "emu_internal.h"
 
+#include <pthread.h>
 #include <setjmp.h>
 #include <signal.h>
 #include <stdarg.h>
@@ -266,6 +267,28 @@ static int fiber_boot(worker *w, fiber *f)
 
 
 
+/* A thread's worker goes with the thread (queues' GPU threads come and go). */
+static pthread_key_t g_key;
+static pthread_once_t g_key_once = PTHREAD_ONCE_INIT;
+
+static void worker_free(void *p)
+{
+    worker *w = p;
+    for (int i = 0; i < MF_EMU_MAX_THREADS; i++)
+        if (w->fibers[i].map) munmap(w->fibers[i].map, w->fibers[i].map_len);
+    mf_emu_mem_unregister(w->tg_map + MF_EMU_TG_LIMIT);
+    munmap(w->tg_map, w->tg_map_len);
+    if (w->altstack) {
+        stack_t ss = { .ss_sp = NULL, .ss_size = 0, .ss_flags = SS_DISABLE };
+        sigaltstack(&ss, NULL);
+        free(w->altstack);
+    }
+    free(w);
+    g_w = NULL;
+}
+
+static void key_create(void) { pthread_key_create(&g_key, worker_free); }
+
 static worker *worker_get(void)
 {
     if (g_w)
@@ -282,12 +305,21 @@ static worker *worker_get(void)
     }
     mprotect(w->tg_map + MF_EMU_TG_LIMIT, pg, PROT_NONE);
     mf_emu_mem_label_range(w->tg_map + MF_EMU_TG_LIMIT, pg, "threadgroup memory (end)");
-    /* faults are handled on their own stack: a fiber's may be the one that overflowed */
-    size_t alt = 64 * 1024;
-    w->altstack = malloc(alt);
-    stack_t ss = { .ss_sp = w->altstack, .ss_size = alt, .ss_flags = 0 };
-    sigaltstack(&ss, NULL);
+    /* faults are handled on their own stack: a fiber's may be the one that
+     * overflowed (a sanitizer runtime may have installed one already) */
+    stack_t old;
+    if (sigaltstack(NULL, &old) == 0 && (old.ss_flags & SS_DISABLE)) {
+        size_t alt = 64 * 1024;
+        w->altstack = malloc(alt);
+        stack_t ss = { .ss_sp = w->altstack, .ss_size = alt, .ss_flags = 0 };
+        if (w->altstack && sigaltstack(&ss, NULL) != 0) {
+            free(w->altstack);
+            w->altstack = NULL;
+        }
+    }
     mf_emu_install_fault_handler();
+    pthread_once(&g_key_once, key_create);
+    pthread_setspecific(g_key, w);
     g_w = w;
     return w;
 }
@@ -304,6 +336,10 @@ int mf_emu_fault(void *addr)
         fail(w, "memory fault at %p (%s) in thread %u", addr, what, w->cur->tid);
     else
         fail(w, "memory fault at %p (%s)", addr, what);
+#ifdef MF_EMU_ASAN
+    if (w->cur) /* the fiber is abandoned: back to the thread's own stack */
+        __sanitizer_start_switch_fiber(NULL, w->main_bottom, w->main_size);
+#endif
     siglongjmp(w->fault, 1);
 }
 
@@ -561,7 +597,12 @@ int mf_emu_dispatch(const mf_emu_launch *l, char *err, size_t errcap)
         order[i] = i;
     uint32_t ngroups = l->groups[0] * l->groups[1] * l->groups[2];
     w->in_dispatch = 1;
-    if (sigsetjmp(w->fault, 1) == 0) {
+    if (sigsetjmp(w->fault, 1) != 0) {
+#ifdef MF_EMU_ASAN
+        if (w->cur)
+            __sanitizer_finish_switch_fiber(NULL, NULL, NULL);
+#endif
+    } else {
         for (uint32_t g = 0; g < ngroups && !w->failed; g++) {
             uint32_t gi = sched == MF_EMU_REVERSE ? ngroups - 1 - g : g;
             w->group[0] = gi % l->groups[0];
