@@ -132,6 +132,41 @@ MF_TEST(test_dispatch_end_to_end)
     [pool drain];
 }
 
+/* The handler block outlives the frame that made it: Block_copy must really
+ * copy (gnustep-base has a _Block_copy that does not). */
+static waiter g_late;
+static int g_late_value;
+static void __attribute__((noinline)) add_late_handler(id<MTLCommandBuffer> cb)
+{
+    int value = 12345;
+    waiter *w = &g_late;
+    [cb addCompletedHandler:^(id<MTLCommandBuffer> c) {
+        (void)c;
+        g_late_value = value;
+        on_complete(c, w);
+    }];
+}
+static int __attribute__((noinline)) scribble_stack(int n)
+{
+    volatile char buf[4096];
+    for (int i = 0; i < (int)sizeof buf; i++) buf[i] = (char)(i + n);
+    return buf[n % 4096];
+}
+
+MF_TEST(test_handler_outlives_its_frame)
+{
+    NSAutoreleasePool *pool = [NSAutoreleasePool new];
+    waiter_init(&g_late);
+    g_late_value = 0;
+    id<MTLCommandBuffer> cb = [g_q commandBuffer];
+    add_late_handler(cb);
+    scribble_stack(7);
+    [cb commit];
+    CHECK(waiter_wait(&g_late, 10000));
+    CHECK_EQ_INT(g_late_value, 12345);
+    [pool drain];
+}
+
 MF_TEST(test_kernel_faults_error_status)
 {
     NSAutoreleasePool *pool = [NSAutoreleasePool new];
@@ -417,7 +452,8 @@ int main(int argc, char **argv)
     g_q = [g_dev newCommandQueue];
     NSError *err = nil;
     g_lib = [g_dev newLibraryWithSource:@"// the kernels come from the emulator's registry" options:nil error:&err];
-    static const mf_test_entry tests[] = { MF_T(test_dispatch_end_to_end), MF_T(test_kernel_faults_error_status),
+    static const mf_test_entry tests[] = { MF_T(test_dispatch_end_to_end), MF_T(test_handler_outlives_its_frame),
+                                           MF_T(test_kernel_faults_error_status),
                                            MF_T(test_validation_checks),   MF_T(test_race_rule),
                                            MF_T(test_hang_hook),           MF_T(test_registry_hooks),
                                            MF_T(test_host_access_in_flight) };
