@@ -9,7 +9,7 @@
 #      gcc and run under qemu-user (NEON kernels against their scalar twins)
 #   5. Metal on Linux: clang build of the Metal backend against the stand-in
 #      framework and the MSL emulator (tests/metal), `ctest -L metal`; the
-#      emulator's own tests again under ASan+UBSan
+#      emulator's and the stand-in's own tests again under ASan+UBSan
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 cd "$root"
@@ -58,13 +58,14 @@ CC=clang CXX=clang++ OBJC=clang cmake -S . -B build-metal -DCMAKE_BUILD_TYPE=Rel
       -DMINFER_PYTHON="$root/.venv/bin/python" >/dev/null
 cmake --build build-metal -j"$jobs"
 ctest --test-dir build-metal -L metal --output-on-failure -j"$jobs"
-echo "== the MSL emulator under ASan+UBSan =="
+echo "== the MSL emulator and the stand-in framework under ASan+UBSan =="
 CC=clang CXX=clang++ OBJC=clang cmake -S . -B build-metal-asan -DCMAKE_BUILD_TYPE=RelWithDebInfo \
       -DMINFER_WERROR=ON -DMINFER_SANITIZE=ON -DMINFER_CUDA=OFF -DMINFER_METAL_EMU=ON \
       -DMINFER_PYTHON="$root/.venv/bin/python" >/dev/null
-cmake --build build-metal-asan -j"$jobs" --target test_metal_emu
+cmake --build build-metal-asan -j"$jobs" --target test_metal_emu test_metal_standin
 ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=print_stacktrace=1 \
-    ctest --test-dir build-metal-asan -R '^metal_emu_' --output-on-failure -j"$jobs"
+    LSAN_OPTIONS=suppressions="$root/tests/metal/lsan.supp" \
+    ctest --test-dir build-metal-asan -R '^metal_(emu_|standin)' --output-on-failure -j"$jobs"
 
 echo "== ARM64 (cross gcc + qemu-user) =="
 bash scripts/test-arm64.sh build-arm64
