@@ -32,11 +32,14 @@ if(_mf_metal_build)
   endif()
   enable_language(OBJC)
   set(_embed ${CMAKE_BINARY_DIR}/mf_metal_source.c)
+  # lists cross the command line joined by '|' (a ';' would split the command)
+  string(REPLACE ";" "|" _hdrs "${MF_METAL_HEADERS}")
+  string(REPLACE ";" "|" _srcs "${MF_METAL_KERNELS}")
   add_custom_command(OUTPUT ${_embed}
-    COMMAND ${CMAKE_COMMAND} -DOUT=${_embed} "-DHEADERS=${MF_METAL_HEADERS}" "-DSOURCES=${MF_METAL_KERNELS}"
+    COMMAND ${CMAKE_COMMAND} -DOUT=${_embed} -DHEADERS=${_hdrs} -DSOURCES=${_srcs}
             -P ${CMAKE_SOURCE_DIR}/cmake/metal_embed.cmake
     DEPENDS ${MF_METAL_KERNELS} ${MF_METAL_HEADERS} ${CMAKE_SOURCE_DIR}/cmake/metal_embed.cmake
-    COMMENT "embedding the Metal kernels")
+    COMMENT "embedding the Metal kernels" VERBATIM)
   add_library(mf_metal STATIC ${MF_METAL_DIR}/metal_backend.c ${MF_METAL_DIR}/metal_device.m ${_embed})
   target_include_directories(mf_metal PUBLIC ${CMAKE_SOURCE_DIR}/src ${CMAKE_SOURCE_DIR}/include)
   target_link_libraries(mf_metal PUBLIC mf_backend mf_ir mf_quant mf_base)

@@ -2,7 +2,9 @@
 # into one MSL translation unit (local #include "..." lines dropped: the
 # headers come first, each once) and writes it as a C byte array
 # mf_metal_source[] for newLibraryWithSource at start.
-# In: OUT (the .c to write), HEADERS and SOURCES (;-separated paths).
+# In: OUT (the .c to write), HEADERS and SOURCES (|-separated paths).
+string(REPLACE "|" ";" HEADERS "${HEADERS}")
+string(REPLACE "|" ";" SOURCES "${SOURCES}")
 set(_msl "")
 foreach(f ${HEADERS} ${SOURCES})
   file(READ ${f} _t)

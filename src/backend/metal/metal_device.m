@@ -12,6 +12,7 @@
 #import <Foundation/Foundation.h>
 #import <Metal/Metal.h>
 
+#include <Block.h>
 #include <errno.h>
 #include <pthread.h>
 #include <stdio.h>
@@ -27,14 +28,14 @@ struct mf_mtl_buf {
     id<MTLBuffer> b;
 };
 
-/* One command buffer's completion, shared by the waiter and the handler:
- * the last of the two to let go frees it (a late handler after a timeout
- * still finds it). */
+/* One command buffer's completion. The handler (a heap copy of its block,
+ * so its captures outlive the submitting frame) only sets done under the
+ * mutex; the waiter frees both once it has seen done. After a timeout both
+ * are left alive on purpose: the handler may still run. */
 typedef struct wait_rec {
     pthread_mutex_t mu;
     pthread_cond_t cv;
     bool done;
-    int refs; /* under mu */
 } wait_rec;
 
 struct mf_mtl_dev {
@@ -55,15 +56,10 @@ struct mf_mtl_dev {
     uint64_t ring_pos;
 };
 
-static void wait_unref(wait_rec *w) {
-    pthread_mutex_lock(&w->mu);
-    const int left = --w->refs;
-    pthread_mutex_unlock(&w->mu);
-    if (left == 0) {
-        pthread_cond_destroy(&w->cv);
-        pthread_mutex_destroy(&w->mu);
-        free(w);
-    }
+static void wait_free(wait_rec *w) {
+    pthread_cond_destroy(&w->cv);
+    pthread_mutex_destroy(&w->mu);
+    free(w);
 }
 
 static wait_rec *wait_new(void) {
@@ -78,7 +74,6 @@ static wait_rec *wait_new(void) {
 #endif
     pthread_cond_init(&w->cv, &ca);
     pthread_condattr_destroy(&ca);
-    w->refs = 2;
     return w;
 }
 
@@ -389,14 +384,15 @@ int mf_mtl_submit(mf_mtl_dev *d, mf_error *err) {
         [pool drain];
         return mf_errorf(err, "metal: out of memory");
     }
-    [d->cb addCompletedHandler:^(id<MTLCommandBuffer> cb) {
+    MTLCommandBufferHandler handler = Block_copy(^(id<MTLCommandBuffer> cb) {
         (void)cb;
-        pthread_mutex_lock(&w->mu);
-        w->done = true;
-        pthread_cond_broadcast(&w->cv);
-        pthread_mutex_unlock(&w->mu);
-        wait_unref(w);
-    }];
+        wait_rec *ww = w;
+        pthread_mutex_lock(&ww->mu);
+        ww->done = true;
+        pthread_cond_broadcast(&ww->cv);
+        pthread_mutex_unlock(&ww->mu);
+    });
+    [d->cb addCompletedHandler:handler];
     [d->cb commit];
     bool done = wait_for(w, d->timeout_ms);
     int rc = 0;
@@ -416,7 +412,10 @@ int mf_mtl_submit(mf_mtl_dev *d, mf_error *err) {
                        d->name, (int)[d->cb status], e ? [[e localizedDescription] UTF8String] : "no error",
                        ring);
     }
-    wait_unref(w);
+    if (done) {
+        Block_release(handler);
+        wait_free(w);
+    }
     drop_cb(d);
     [pool drain];
     return rc;
