@@ -254,6 +254,17 @@ MF_TEST(test_simd_collectives)
     for (int i = 0; i < 16; i++) s16 += x[i];
     CHECK_NEAR(y[0], s16, 0);
     CHECK_NEAR(y[15], s16, 0);
+    /* a divergent branch: each side's collective over its own lanes */
+    mf_emu_launch d = launch("mf_t_simd_divergent", 1, 32);
+    bind(&d, 0, x, 32 * sizeof(float));
+    bind(&d, 1, y, 9 * 32 * sizeof(float));
+    CHECK_MSG(mf_emu_dispatch(&d, err, sizeof err) == 0, "%s", err);
+    float s12 = 0, m20 = x[12];
+    for (int i = 0; i < 12; i++) s12 += x[i];
+    for (int i = 12; i < 32; i++) m20 = x[i] > m20 ? x[i] : m20;
+    int dbad = 0;
+    for (int i = 0; i < 32; i++) dbad += y[i] != (i < 12 ? s12 : m20);
+    CHECK_EQ_INT(dbad, 0);
     mf_emu_free(x);
     mf_emu_free(y);
 }

@@ -44,6 +44,7 @@ typedef struct fiber {
     int started;        /* bootstrapped: sits at the top of its loop */
     uint32_t tid, lane, sg;
     uint32_t simd_gen;  /* generation of the collective it last joined */
+    uint32_t simd_mask; /* the lanes it exchanged with there */
     const char *wfile;  /* where it waits */
     unsigned wline;
 #ifdef MF_EMU_ASAN
@@ -54,9 +55,7 @@ typedef struct fiber {
 typedef struct simdgroup {
     uint32_t live, arrived;
     uint32_t gen;
-    uint32_t mask[2];
-    const char *file;
-    unsigned line;
+
     unsigned char slots[2][MF_EMU_SIMD_WIDTH][MF_EMU_SLOT_BYTES];
 } simdgroup;
 
@@ -344,17 +343,31 @@ int mf_emu_fault(void *addr)
 }
 
 /* ---- synchronisation ------------------------------------------------------ */
+/* Every live lane of the simdgroup waits at a collective: release them.
+ * Lanes at the same call site exchange with each other (the active lanes of
+ * a divergent branch, as SIMT hardware runs it). */
 static void simd_release(worker *w, simdgroup *s)
 {
     uint32_t gen = s->gen++;
-    s->mask[gen & 1] = s->arrived;
     uint32_t base = (uint32_t)(s - w->sgs) * MF_EMU_SIMD_WIDTH;
-    for (uint32_t l = 0; l < MF_EMU_SIMD_WIDTH; l++)
-        if (s->arrived >> l & 1u) {
-            fiber *f = &w->fibers[base + l];
-            f->state = F_RUN;
-            f->simd_gen = gen;
+    uint32_t left = s->arrived;
+    while (left) {
+        fiber *lead = &w->fibers[base + (uint32_t)__builtin_ctz(left)];
+        uint32_t group = 0;
+        for (uint32_t l = 0; l < MF_EMU_SIMD_WIDTH; l++) {
+            const fiber *f = &w->fibers[base + l];
+            if ((left >> l & 1u) && f->wline == lead->wline && strcmp(f->wfile, lead->wfile) == 0)
+                group |= 1u << l;
         }
+        for (uint32_t l = 0; l < MF_EMU_SIMD_WIDTH; l++)
+            if (group >> l & 1u) {
+                fiber *f = &w->fibers[base + l];
+                f->state = F_RUN;
+                f->simd_gen = gen;
+                f->simd_mask = group;
+            }
+        left &= ~group;
+    }
     s->arrived = 0;
 }
 
@@ -363,14 +376,6 @@ void mf_emu_simd_sync(const void *val, unsigned size, mf_emu_simd_view *out, con
     worker *w = g_w;
     fiber *f = w->cur;
     simdgroup *s = &w->sgs[f->sg];
-    if (s->arrived == 0) {
-        s->file = file;
-        s->line = line;
-    } else if (s->line != line || strcmp(s->file, file) != 0) {
-        fail(w, "DIVERGENCE: simdgroup %u: lanes at simd collectives %s:%u and %s:%u", f->sg, s->file, s->line,
-             file, line);
-        to_sched(w, f);
-    }
     if (size)
         memcpy(s->slots[s->gen & 1][f->lane], val, size);
     s->arrived |= 1u << f->lane;
@@ -382,7 +387,7 @@ void mf_emu_simd_sync(const void *val, unsigned size, mf_emu_simd_view *out, con
     else
         to_sched(w, f);
     out->slots = &s->slots[f->simd_gen & 1][0][0];
-    out->mask = s->mask[f->simd_gen & 1];
+    out->mask = f->simd_mask;
     out->lane = f->lane;
 }
 

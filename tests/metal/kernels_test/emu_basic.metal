@@ -183,3 +183,15 @@ kernel void mf_t_gemv(device const float *w [[buffer(0)]],
         y[row] = s;
     }
 }
+
+// Divergent collectives: each branch reduces over its own active lanes.
+kernel void mf_t_simd_divergent(device const float *x [[buffer(0)]],
+                                device float *y [[buffer(1)]],
+                                uint lane [[thread_index_in_simdgroup]]) {
+    float v = x[lane];
+    if (lane < 12) {
+        y[lane] = simd_sum(v);
+    } else {
+        y[lane] = simd_max(v);
+    }
+}
