@@ -363,14 +363,18 @@ template <class TD, class TA, class TB, class TC>
 static inline void simdgroup_multiply_accumulate(simdgroup_matrix<TD, 8, 8> &d, const simdgroup_matrix<TA, 8, 8> &a,
                                                  const simdgroup_matrix<TB, 8, 8> &b,
                                                  const simdgroup_matrix<TC, 8, 8> &c) {
-    TD out[64];
+    float fa[64], fb[64], acc[64];
+    for (int i = 0; i < 64; i++) {
+        fa[i] = (float)a.e[i];
+        fb[i] = (float)b.e[i];
+        acc[i] = (float)c.e[i];
+    }
     for (int r = 0; r < 8; r++)
-        for (int j = 0; j < 8; j++) {
-            float s = (float)c.e[r * 8 + j];
-            for (int k = 0; k < 8; k++) s += (float)a.e[r * 8 + k] * (float)b.e[k * 8 + j];
-            out[r * 8 + j] = (TD)s;
+        for (int k = 0; k < 8; k++) {
+            float av = fa[r * 8 + k];
+            for (int j = 0; j < 8; j++) acc[r * 8 + j] += av * fb[k * 8 + j];
         }
-    for (int i = 0; i < 64; i++) d.e[i] = out[i];
+    for (int i = 0; i < 64; i++) d.e[i] = (TD)acc[i];
 }
 template <class TD, class TA, class TB>
 static inline void simdgroup_multiply(simdgroup_matrix<TD, 8, 8> &d, const simdgroup_matrix<TA, 8, 8> &a,
