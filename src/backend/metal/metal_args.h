@@ -83,6 +83,19 @@ typedef struct mf_mtl_mm_args {
     int32_t has_bias;
 } mf_mtl_mm_args;
 
+/* The fused decode GEMVs: up to three weights of one type and one K, rows
+ * n0, n1, n2 (FFN: n0 = n1, gate and up); bit j of has_bias: weight j has a
+ * bias of its rows. */
+typedef struct mf_mtl_mm3_args {
+    int64_t row_bytes;
+    int32_t n_in;
+    int32_t n0;
+    int32_t n1;
+    int32_t n2;
+    int32_t nt;
+    int32_t has_bias;
+} mf_mtl_mm3_args;
+
 /* KV store / load: rows of kv_dim elements, row_bytes apart in the cache;
  * store writes src rows t at cache rows pos0 + t. */
 typedef struct mf_mtl_kv_args {
@@ -118,6 +131,7 @@ _Static_assert(sizeof(mf_mtl_norm_args) == 24, "norm args");
 _Static_assert(sizeof(mf_mtl_rope_args) == 32, "rope args");
 _Static_assert(sizeof(mf_mtl_getrows_args) == 24, "getrows args");
 _Static_assert(sizeof(mf_mtl_mm_args) == 24, "mm args");
+_Static_assert(sizeof(mf_mtl_mm3_args) == 32, "mm3 args");
 _Static_assert(sizeof(mf_mtl_kv_args) == 24, "kv args");
 _Static_assert(sizeof(mf_mtl_attn_args) == 40, "attn args");
 #endif

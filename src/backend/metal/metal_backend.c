@@ -31,6 +31,8 @@
 #define K_GETROWS(t) K_WT(getrows, t)
 #define K_GEMV(t) K_WT(gemv, t)
 #define K_GEMM(t) K_WT(gemm, t)
+#define K_GEMV3(t) K_WT(gemv3, t)
+#define K_GEMVSW(t) K_WT(gemv_swiglu, t)
 #define MF_KERNELS(K)                                                                           \
     K(add, "mf_add") K(mul, "mf_mul") K(swiglu, "mf_swiglu") K(scale, "mf_scale")               \
     K(silu, "mf_silu") K(copy2d, "mf_copy2d") K(permute, "mf_permute")                          \
@@ -55,6 +57,12 @@ enum {
 #define X(t) K_GEMM(t)
     MF_WTYPES(X)
 #undef X
+#define X(t) K_GEMV3(t)
+    MF_WTYPES(X)
+#undef X
+#define X(t) K_GEMVSW(t)
+    MF_WTYPES(X)
+#undef X
 #undef K
     KN_COUNT
 };
@@ -69,6 +77,12 @@ static const char *const kernel_names[KN_COUNT] = {
     MF_WTYPES(X)
 #undef X
 #define X(t) K_GEMM(t)
+    MF_WTYPES(X)
+#undef X
+#define X(t) K_GEMV3(t)
+    MF_WTYPES(X)
+#undef X
+#define X(t) K_GEMVSW(t)
     MF_WTYPES(X)
 #undef X
 #undef K
@@ -597,6 +611,48 @@ static int op_matmul(xc *x) {
     return copy2d(x, B(s, 0), BID(x, x->out), 1, mm->n_out * nt, 0, 0, 0);
 }
 
+/* The fused decode GEMVs: n (3: q, k, v packed per token; 2 with swiglu:
+ * gate and up into silu(gate) * up) weights of one type and one K. */
+static int matmul3_into(xc *x, const mf_matmul_meta *const *mm, int n, mf_mtl_bind xb, mf_mtl_bind yb,
+                        int64_t nt, bool swiglu) {
+    bool kq = false;
+    int wi = wtype_index(mm[0]->wtype, &kq);
+    if (wi < 0 || mm[0]->n_in % 32 || (kq && mm[0]->n_in % 256))
+        return XERR(x, "weight '%s': %s rows of K = %lld cannot be fused", mm[0]->weight,
+                    mf_type_name(mm[0]->wtype), (long long)mm[0]->n_in);
+    mf_mtl_mm3_args a = {.row_bytes = (int64_t)mf_type_row_size(mm[0]->wtype, mm[0]->n_in),
+                         .n_in = (int32_t)mm[0]->n_in, .nt = (int32_t)nt};
+    mf_mtl_bind w[3], bias[3];
+    int32_t *nr[3] = {&a.n0, &a.n1, &a.n2};
+    for (int j = 0; j < 3; j++) {
+        w[j] = bias[j] = B(x->m->dummy, 0);
+        if (j >= n)
+            continue;
+        if (mm[j]->wtype != mm[0]->wtype || mm[j]->n_in != mm[0]->n_in)
+            return XERR(x, "fused weights '%s' (%s, K %lld) and '%s' (%s, K %lld) differ", mm[0]->weight,
+                        mf_type_name(mm[0]->wtype), (long long)mm[0]->n_in, mm[j]->weight,
+                        mf_type_name(mm[j]->wtype), (long long)mm[j]->n_in);
+        const wreg *r = weight(x, mm[j]->weight, mm[j]->wtype, mm[j]->n_in, mm[j]->n_out);
+        if (!r)
+            return -1;
+        w[j] = B(r->buf, r->offset);
+        *nr[j] = (int32_t)mm[j]->n_out;
+        if (mm[j]->bias) {
+            const wreg *b = vec_weight(x, mm[j]->bias, mm[j]->n_out);
+            if (!b)
+                return -1;
+            bias[j] = B(b->buf, b->offset);
+            a.has_bias |= 1 << j;
+        }
+    }
+    if (swiglu) {
+        mf_mtl_bind bufs[6] = {w[0], w[1], xb, yb, bias[0], bias[1]};
+        return launch(x, KN_gemv_swiglu_f32 + wi, bufs, 6, &a, sizeof a, 0, cdiv(a.n0, 4), 1, 1, 128);
+    }
+    mf_mtl_bind bufs[8] = {w[0], w[1], w[2], xb, yb, bias[0], bias[1], bias[2]};
+    return launch(x, KN_gemv3_f32 + wi, bufs, 8, &a, sizeof a, 0, cdiv((int64_t)a.n0 + a.n1 + a.n2, 4), 1, 1, 128);
+}
+
 /* ---- the other ops ---------------------------------------------------------------------- */
 
 static int op_binary(xc *x) {
@@ -859,25 +915,35 @@ static int op_fused_qkv(xc *x) {
                     (long long)q->v.n_out, (long long)x->g->kv_dim);
     if (check_kv(x, nt))
         return -1;
-    mf_mtl_buf *sq = scratch(x->m, 0, (size_t)(q->q.n_out * nt) * sizeof(float), x->err);
+    mf_mtl_buf *sq = scratch(x->m, 0, (size_t)((q->q.n_out + q->k.n_out + q->v.n_out) * nt) * sizeof(float), x->err);
     mf_mtl_buf *sk = sq ? scratch(x->m, 1, (size_t)(q->k.n_out * nt) * sizeof(float), x->err) : NULL;
     mf_mtl_buf *sv = sk ? scratch(x->m, 2, (size_t)(q->v.n_out * nt) * sizeof(float), x->err) : NULL;
     if (!sv)
         return -1;
     mf_mtl_bind xb = BID(x, x->in[0]), pos = BID(x, x->in[1]);
-    if (matmul_into(x, &q->q, xb, B(sq, 0), nt) || matmul_into(x, &q->k, xb, B(sk, 0), nt) ||
-        matmul_into(x, &q->v, xb, B(sv, 0), nt))
+    mf_mtl_bind bq = B(sq, 0), bk = B(sk, 0), bv = B(sv, 0);
+    if (nt == 1 && q->q.wtype == q->k.wtype && q->q.wtype == q->v.wtype) {
+        /* decode: one GEMV for the three projections into one packed row
+         * q | k | v (scratch 0), the rest works on views of it */
+        int rc = matmul3_into(x, (const mf_matmul_meta *[]){&q->q, &q->k, &q->v}, 3, xb, B(sq, 0), nt, false);
+        if (rc)
+            return rc;
+        bk = B(sq, (size_t)q->q.n_out * sizeof(float));
+        bv = B(sq, (size_t)(q->q.n_out + q->k.n_out) * sizeof(float));
+    } else if (matmul_into(x, &q->q, xb, bq, nt) || matmul_into(x, &q->k, xb, bk, nt) ||
+               matmul_into(x, &q->v, xb, bv, nt)) {
         return -1;
+    }
     if (n->op == MF_OP_FUSED_QKV_NORM || (q->q_norm && q->k_norm)) {
-        if (norm_rows(x, B(sq, 0), B(sq, 0), q->q_norm, q->head_dim, nt * q->n_head, q->norm_eps) ||
-            norm_rows(x, B(sk, 0), B(sk, 0), q->k_norm, q->head_dim, nt * q->n_head_kv, q->norm_eps))
+        if (norm_rows(x, bq, bq, q->q_norm, q->head_dim, nt * q->n_head, q->norm_eps) ||
+            norm_rows(x, bk, bk, q->k_norm, q->head_dim, nt * q->n_head_kv, q->norm_eps))
             return -1;
     }
-    if (rope_rows(x, B(sq, 0), pos, rq, nt) || rope_rows(x, B(sk, 0), pos, rk, nt))
+    if (rope_rows(x, bq, pos, rq, nt) || rope_rows(x, bk, pos, rk, nt))
         return -1;
-    if (kv_store(x, B(sk, 0), B(sv, 0), nt))
+    if (kv_store(x, bk, bv, nt))
         return -1;
-    return copy2d(x, B(sq, 0), BID(x, x->out), 1, q->q.n_out * nt, 0, 0, 0);
+    return copy2d(x, bq, BID(x, x->out), 1, q->q.n_out * nt, 0, 0, 0);
 }
 
 static int op_fused_ffn(xc *x) {
@@ -891,6 +957,13 @@ static int op_fused_ffn(xc *x) {
     if (!su)
         return -1;
     mf_mtl_bind xb = BID(x, x->in[0]);
+    if (nt <= 8 && f->gate.wtype == f->up.wtype && !use_gemm(x->m, nt, nf)) {
+        /* the GEMV tier: gate, up and SwiGLU in one dispatch into scratch
+         * (the output may alias x) */
+        if (matmul3_into(x, (const mf_matmul_meta *[]){&f->gate, &f->up}, 2, xb, B(sg, 0), nt, true))
+            return -1;
+        return copy2d(x, B(sg, 0), BID(x, x->out), 1, nf * nt, 0, 0, 0);
+    }
     if (matmul_into(x, &f->gate, xb, B(sg, 0), nt) || matmul_into(x, &f->up, xb, B(su, 0), nt))
         return -1;
     return ew(x, KN_swiglu, B(sg, 0), B(su, 0), BID(x, x->out), nf * nt, nf * nt, 0.0f, true);

@@ -114,6 +114,7 @@ int main(int argc, char **argv) {
     const int64_t nv = m->hp.n_vocab;
     float *rows = malloc((size_t)(n_prompt + n_dec) * (size_t)nv * sizeof(float));
     int rc = 0, splits = 0, metal_nodes = 0;
+    int64_t dispatch0 = 0, decode_dispatches = 0; /* Metal dispatches of the last decode step */
     const bool qwen3 = m->arch == MF_ARCH_QWEN3;
     for (int step = 0; step <= n_dec && !rc; step++) {
         const int nt = step ? 1 : n_prompt, n_past = step ? n_prompt + step - 1 : 0;
@@ -126,9 +127,11 @@ int main(int argc, char **argv) {
         if (rebuild)
             mf_engine_invalidate(e);
         float *dst = rows + (size_t)(step ? n_prompt + step - 1 : 0) * (size_t)nv;
+        dispatch0 = mf_metal_n_dispatches(mf_engine_backend(e, 0));
         rc = mf_engine_forward(e, &p, mf_model_build_graph, m, tokens + n_past, n_past, dst, &err);
         if (rc)
             break;
+        decode_dispatches = mf_metal_n_dispatches(mf_engine_backend(e, 0)) - dispatch0;
         splits = mf_engine_n_splits(e);
         const mf_graph *g = mf_engine_graph(e);
         metal_nodes = 0;
@@ -157,8 +160,8 @@ int main(int argc, char **argv) {
             for (int i = 0; i < n_prompt + n_dec; i++)
                 fprintf(f, "%s%d", i ? ", " : "", tokens[i]);
             fprintf(f, "], \"n_vocab\": %lld, \"n_rows\": %d, \"splits\": %d, \"metal_nodes\": %d, "
-                       "\"bin\": \"%s.bin\"}\n",
-                    (long long)nv, n_prompt + n_dec, splits, metal_nodes, out);
+                       "\"dispatches\": %lld, \"bin\": \"%s.bin\"}\n",
+                    (long long)nv, n_prompt + n_dec, splits, metal_nodes, (long long)decode_dispatches, out);
             fclose(f);
         }
         if (rc)

@@ -127,6 +127,10 @@ def main():
                                  ((), {"MINFER_METAL_GEMM": "0"}, "gemv tier forced"),
                                  ((), {"MINFER_ATTN_CHUNK": "2"}, "attention chunks of 2")):
             head, L, _ = metal(path, *flags, env=env, n_dec=5)
+            if what == "fusions off":
+                check(head["dispatches"] > base["dispatches"] > 0,
+                      f"{arch} {wt}: a fused decode step makes {base['dispatches']} dispatches, "
+                      f"unfused {head['dispatches']}")
             check(head["tokens"] == base["tokens"], f"{arch} {wt}: greedy tokens differ with {what}: "
                   f"{head['tokens']} vs {base['tokens']}")
             if what == "second run":

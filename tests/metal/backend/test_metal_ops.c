@@ -51,7 +51,7 @@ static void add_weight(const char *name, uint32_t type, int64_t n_in, int64_t n_
 /* ---- cases ------------------------------------------------------------------------------ */
 
 enum { C_ADD, C_MUL, C_MUL_BCAST, C_SCALE, C_SILU, C_SILU_MUL, C_RMSNORM, C_VIEW, C_PERMUTE, C_ROWS,
-       C_EMBED, C_MATMUL, C_ROPE, C_QKNORM, C_STORE_LOAD, C_ATTN, C_FFN_FUSED, C_FFN_PLAIN };
+       C_EMBED, C_MATMUL, C_ROPE, C_QKNORM, C_STORE_LOAD, C_ATTN, C_FFN_FUSED, C_FFN_PLAIN, C_QKV_FUSED, C_QKV_PLAIN };
 
 typedef struct tcase {
     int kind;
@@ -62,6 +62,8 @@ typedef struct tcase {
     mf_rope_meta rope;
     int64_t n_kv;
     int32_t n_head, n_head_kv, head_dim;
+    bool qk_norm;        /* QKV: Qwen3's per-head norms */
+    bool read_kv;        /* QKV: output K + 1000 V of the cache instead of Q */
     int32_t target;      /* node index of the op under test (set by the builder) */
     int64_t out_nelem;
 } tcase;
@@ -131,12 +133,48 @@ static int build_case(void *ctx, const mf_graph_params *p, mf_graph *g, mf_error
         o = mf_g_fused_ffn(g, x, &m);
         break;
     }
+    case C_QKV_FUSED:
+    case C_QKV_PLAIN: {
+        int32_t pos = mf_g_input(g, MF_INPUT_POSITIONS, MF_DTYPE_I32, nt, 1);
+        const int64_t qd = (int64_t)c->n_head * c->head_dim, kd = (int64_t)c->n_head_kv * c->head_dim;
+        mf_qkv_meta m = {.layer = 0, .n_head = c->n_head, .n_head_kv = c->n_head_kv, .head_dim = c->head_dim,
+                         .norm_eps = 1e-6f, .rope_q = c->rope, .rope_k = c->rope};
+        m.rope_k.n_head = c->n_head_kv;
+        m.q = (mf_matmul_meta){"fq", c->wtype, "fq.b", c->w, qd};
+        m.k = (mf_matmul_meta){"fk", c->wtype, "fk.b", c->w, kd};
+        m.v = (mf_matmul_meta){"fv", c->wtype, "fv.b", c->w, kd};
+        if (c->qk_norm) {
+            m.q_norm = "qn.64";
+            m.k_norm = "kn.64";
+        }
+        int32_t st;
+        if (c->kind == C_QKV_FUSED) {
+            o = st = mf_g_fused_qkv(g, x, pos, &m);
+        } else {
+            int32_t q = mf_g_matmul(g, x, "fq", c->wtype, "fq.b", c->w, qd);
+            int32_t k = mf_g_matmul(g, x, "fk", c->wtype, "fk.b", c->w, kd);
+            int32_t v = mf_g_matmul(g, x, "fv", c->wtype, "fv.b", c->w, kd);
+            if (c->qk_norm) {
+                q = mf_g_qknorm(g, q, "qn.64", c->head_dim, 1e-6f);
+                k = mf_g_qknorm(g, k, "kn.64", c->head_dim, 1e-6f);
+            }
+            o = mf_g_rope(g, q, pos, &m.rope_q);
+            st = mf_g_kv_store(g, mf_g_rope(g, k, pos, &m.rope_k), v, 0);
+        }
+        c->target = o;
+        if (c->read_kv) {
+            int32_t r1 = mf_g_reshape(g, mf_g_kv_load(g, st, 0, 0, c->n_kv), kd * c->n_kv, 1);
+            int32_t r2 = mf_g_reshape(g, mf_g_kv_load(g, st, 0, 1, c->n_kv), kd * c->n_kv, 1);
+            o = mf_g_add(g, r1, mf_g_scale(g, r2, 1000.0f));
+        }
+        break;
+    }
     case C_FFN_PLAIN:
         o = mf_g_swiglu(g, mf_g_matmul(g, x, c->weight, c->wtype, NULL, c->w, c->n_out),
                         mf_g_matmul(g, x, c->up, c->wtype, NULL, c->w, c->n_out));
         break;
     }
-    if (c->kind != C_EMBED && c->kind != C_STORE_LOAD)
+    if (c->kind != C_EMBED && c->kind != C_STORE_LOAD && c->kind != C_QKV_FUSED && c->kind != C_QKV_PLAIN)
         c->target = o;
     g->nodes[o].flags |= MF_NODE_OUTPUT;
     if (!g->nodes[o].name[0])
@@ -481,10 +519,58 @@ MF_TEST(fused_ffn_vs_plain_on_ref) {
     }
 }
 
+MF_TEST(fused_qkv_vs_plain_graph) {
+    /* FUSED_QKV (decode: one GEMV for q | k | v) and FUSED_QKV_NORM against
+     * the same math as plain nodes on [ref, cpu]: the roped Q, and the K / V
+     * rows it stored */
+    const uint32_t ts[] = {MF_TYPE_Q8_0, MF_TYPE_Q4_K};
+    add_weight("qn.64", MF_TYPE_F32, 64, 1, 1, 1.0f);
+    add_weight("kn.64", MF_TYPE_F32, 64, 1, 1, 1.0f);
+    for (int i = 0; i < 2; i++) {
+        const int64_t n_in = 512;
+        mf_weights_free(W); /* fresh fq / fk / fv of this type */
+        W = mf_weights_new();
+        add_weight("qn.64", MF_TYPE_F32, 64, 1, 1, 1.0f);
+        add_weight("kn.64", MF_TYPE_F32, 64, 1, 1, 1.0f);
+        add_weight("fq", ts[i], n_in, 8 * 64, 2, 1.0f);
+        add_weight("fk", ts[i], n_in, 2 * 64, 2, 1.0f);
+        add_weight("fv", ts[i], n_in, 2 * 64, 2, 1.0f);
+        add_weight("fq.b", MF_TYPE_F32, 8 * 64, 1, 1, 1.0f);
+        add_weight("fk.b", MF_TYPE_F32, 2 * 64, 1, 1, 1.0f);
+        add_weight("fv.b", MF_TYPE_F32, 2 * 64, 1, 1, 1.0f);
+        for (int v = 0; v < 8; v++) {
+            const bool norm = v & 1, kvout = v & 2;
+            const int64_t nt = (v & 4) ? 7 : 1;
+            tcase fused = {.kind = C_QKV_FUSED, .w = n_in, .nt = nt, .wtype = ts[i], .n_head = 8, .n_head_kv = 2,
+                           .head_dim = 64, .n_kv = 5 + nt, .qk_norm = norm, .read_kv = kvout,
+                           .rope = {.n_head = 8, .head_dim = 64, .n_rot = 64, .mode = MF_ROPE_NEOX,
+                                    .theta = 10000.0f, .freq_scale = 1.0f}};
+            tcase plain = fused;
+            plain.kind = C_QKV_PLAIN;
+            const int64_t out_n = kvout ? 2 * 64 * fused.n_kv : 8 * 64 * nt;
+            run_opts ro = {.kv_type = MF_TYPE_F32, .kv_dim = 128, .n_past = 5};
+            set_ext(&ro, 0, n_in * nt, 1.0f);
+            float *a = malloc((size_t)out_n * 4), *b = malloc((size_t)out_n * 4);
+            mf_error err = {{0}};
+            int wa = -1, wb = -1;
+            CHECK_MSG(run_on(ON_METAL, &fused, &ro, a, out_n, &wa, &err) == 0, "fused qkv: %s", err.msg);
+            CHECK_MSG(run_on(ON_REF, &plain, &ro, b, out_n, &wb, &err) == 0, "plain qkv: %s", err.msg);
+            double bm, m = max_err(a, b, out_n, &bm);
+            CHECK_MSG(m <= 1e-3 * bm && bm > 0, "fused qkv %s nt %lld norm %d %s: max diff %.3g of %.3g",
+                      mf_type_name(ts[i]), (long long)nt, norm, kvout ? "K/V" : "Q", m, bm);
+            CHECK_EQ_INT(wa, MF_BACKEND_METAL);
+            n_cases++;
+            free(a);
+            free(b);
+            free_ext(&ro);
+        }
+    }
+}
+
 MF_TEST(kernel_list_is_complete) {
     /* the backend resolves every name at start: the list covers every
      * family and weight type */
-    CHECK(mf_metal_n_kernels() >= 19 + 3 * N_TYPES);
+    CHECK(mf_metal_n_kernels() >= 19 + 5 * N_TYPES);
     for (int i = 0; i < mf_metal_n_kernels(); i++)
         CHECK(mf_metal_kernel_name(i) && !strncmp(mf_metal_kernel_name(i), "mf_", 3));
     CHECK(mf_metal_kernel_name(mf_metal_n_kernels()) == NULL);
@@ -503,7 +589,8 @@ int main(int argc, char **argv) {
         MF_T(kquant_rows_not_256_are_refused),  MF_T(matmul_gemm_and_gemv_tiers_agree),
         MF_T(embed_every_type_vs_ref),        MF_T(rope_and_qknorm_vs_cpu),
         MF_T(kv_store_load_every_cache_type_vs_cpu), MF_T(attention_vs_cpu),
-        MF_T(fused_ffn_vs_plain_on_ref),      MF_T(kernel_list_is_complete),
+        MF_T(fused_ffn_vs_plain_on_ref),      MF_T(fused_qkv_vs_plain_graph),
+        MF_T(kernel_list_is_complete),
         MF_T(count),
     };
     int rc = mf_test_run(tests, (int)(sizeof tests / sizeof tests[0]), argc, argv);
