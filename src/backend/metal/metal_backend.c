@@ -1107,6 +1107,10 @@ static const mf_backend_ops metal_ops = {
 /* The kernels' MSL, generated at build time from kernels/ *.metal. */
 extern const char mf_metal_source[];
 
+uint32_t mf_metal_auto_cache_type(int32_t n_layers, int64_t kv_dim) {
+    return (int64_t)n_layers * kv_dim >= 8192 ? MF_TYPE_F16 : MF_TYPE_F32;
+}
+
 int64_t mf_metal_n_dispatches(const mf_backend *b) {
     return MB(b)->n_dispatch;
 }
@@ -1117,6 +1121,13 @@ int mf_backend_metal_new(const mf_weights *w, const mf_metal_opts *o, mf_backend
         return mf_errorf(err, "metal backend: no weight table");
     metal_be *m = mf_calloc(1, sizeof *m);
     read_levers(&m->lv);
+    if (o && o->backend) {
+        if (o->backend->gpu_timeout_ms > 0)
+            m->lv.timeout_ms = (int)(o->backend->gpu_timeout_ms > 3600000 ? 3600000 : o->backend->gpu_timeout_ms);
+        m->lv.trace = o->backend->trace;
+        if (!o->backend->fusion)
+            m->lv.fuse_qkv = m->lv.fuse_ffn = m->lv.fuse_qkv_norm = false;
+    }
     if (m->lv.disable) {
         free(m);
         return mf_errorf(err, "metal: disabled (MINFER_DISABLE_METAL / MINFER_DISABLE_MPS)");

@@ -41,7 +41,7 @@ int main(int argc, char **argv) {
     const char *path = argv[1], *toks = NULL, *out = "metal_logits", *withhold = NULL;
     int n_dec = 0;
     bool no_fuse = false, rebuild = false;
-    uint32_t kv_type = MF_TYPE_F32;
+    uint32_t kv_type = 0; /* 0: the Metal policy's choice (mf_metal_auto_cache_type) */
     for (int i = 2; i < argc; i++) {
         if (!strcmp(argv[i], "--tokens") && i + 1 < argc)
             toks = argv[++i];
@@ -100,6 +100,8 @@ int main(int argc, char **argv) {
     if (!gpu)
         fprintf(stderr, "metal_logits: metal does not hold weight '%s'; the whole graph runs on the CPU\n",
                 missing);
+    if (!kv_type)
+        kv_type = mf_metal_auto_cache_type(m->hp.n_layer, (int64_t)m->hp.n_head_kv * m->hp.head_dim);
     const int n_ctx = n_prompt + n_dec + 1;
     mf_engine_opts eo = {.n_layers = m->hp.n_layer, .kv_dim = (int64_t)m->hp.n_head_kv * m->hp.head_dim,
                          .n_ctx = n_ctx, .kv_type = kv_type, .n_vocab = m->hp.n_vocab};

@@ -125,6 +125,31 @@ MF_TEST(levers_refuse_startup) {
     CHECK(b == NULL);
 }
 
+MF_TEST(cache_policy_and_runtime_levers) {
+    /* f16 for the 7B class (28 layers x kv 512), f32 for a 0.5B (24 x 128) */
+    CHECK_EQ_INT(mf_metal_auto_cache_type(28, 512), MF_TYPE_F16);
+    CHECK_EQ_INT(mf_metal_auto_cache_type(36, 1024), MF_TYPE_F16);
+    CHECK_EQ_INT(mf_metal_auto_cache_type(24, 128), MF_TYPE_F32);
+    /* the runtime's options: fusion off withdraws the fused ops */
+    mf_backend_options bo;
+    mf_backend_options_default(&bo);
+    bo.fusion = false;
+    mf_metal_opts mo = {.backend = &bo};
+    mf_backend *b = NULL;
+    mf_error err = {{0}};
+    CHECK_MSG(mf_backend_metal_new(W, &mo, &b, &err) == 0, "%s", err.msg);
+    if (!b)
+        return;
+    CHECK(!b->ops->supports_fused(b, MF_FUSE_FFN));
+    CHECK(!b->ops->supports_fused(b, MF_FUSE_QKV));
+    CHECK(b->ops->supports_fused(b, MF_FUSE_SWIGLU));
+    mf_backend_free(b);
+    bo.fusion = true;
+    CHECK_MSG(mf_backend_metal_new(W, &mo, &b, &err) == 0, "%s", err.msg);
+    CHECK(b && b->ops->supports_fused(b, MF_FUSE_FFN));
+    mf_backend_free(b);
+}
+
 MF_TEST(unindexable_shapes_are_refused) {
     mf_backend *b = NULL;
     mf_error err = {{0}};
@@ -174,7 +199,7 @@ int main(int argc, char **argv) {
     static const mf_test_entry tests[] = {
         MF_T(clean_run_has_no_findings), MF_T(missing_kernel_fails_startup_naming_it),
         MF_T(thread_limit_guard_names_the_numbers), MF_T(levers_refuse_startup),
-        MF_T(unindexable_shapes_are_refused), MF_T(hang_times_out_names_dispatches_and_fails_device),
+        MF_T(cache_policy_and_runtime_levers), MF_T(unindexable_shapes_are_refused), MF_T(hang_times_out_names_dispatches_and_fails_device),
     };
     int rc = mf_test_run(tests, (int)(sizeof tests / sizeof tests[0]), argc, argv);
     mf_weights_free(W);
