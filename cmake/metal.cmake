@@ -44,6 +44,7 @@ if(_mf_metal_build)
   target_include_directories(mf_metal PUBLIC ${CMAKE_SOURCE_DIR}/src ${CMAKE_SOURCE_DIR}/include)
   target_link_libraries(mf_metal PUBLIC mf_backend mf_ir mf_quant mf_base)
   target_compile_definitions(mf_metal PUBLIC MINFER_HAVE_METAL=1)
+  list(APPEND MF_GPU_LIBS mf_metal) # the registry and libminfer link it
   # manual retain/release; blocks for the completion handlers
   target_compile_options(mf_metal PRIVATE $<$<COMPILE_LANGUAGE:OBJC>:-fblocks -fno-objc-arc>)
   if(APPLE)

@@ -104,10 +104,10 @@ int mf_engine_new(const mf_engine_opts *o, mf_backend **backends, int n_backends
     for (int i = 0; i < n_backends; i++)
         e->be[i] = backends[i];
     e->enabled = (1u << n_backends) - 1;
-    e->alternate = mf_env_flag("MINFER_ALTERNATE_BACKENDS");
-    e->trace = mf_env_int("MINFER_GRAPH_TRACE", 0) > 0;
-    e->trace_nodes = mf_env_int("MINFER_GRAPH_TRACE", 0) >= 2; /* 2: also every node */
-    e->profile = mf_env_flag("MINFER_OP_PROFILE");
+    e->alternate = o->alternate;
+    e->trace = o->trace > 0;
+    e->trace_nodes = o->trace >= 2;
+    e->profile = o->profile;
     e->kv = mf_malloc(((size_t)o->n_layers + 1) * sizeof *e->kv);
     for (int32_t l = 0; l < o->n_layers; l++)
         e->kv[l] = (kv_region){.backend = -1, .k = -1, .v = -1, .type = o->kv_type};
