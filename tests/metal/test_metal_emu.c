@@ -44,6 +44,9 @@ MF_TEST(test_registry)
 {
     CHECK(mf_emu_find("mf_t_rowsum") != NULL);
     CHECK(mf_emu_find("mf_t_no_such_kernel") == NULL);
+    int found = 0;
+    for (int i = 0; i < mf_emu_kernel_count(); i++) found += strcmp(mf_emu_kernel_name(i), "mf_t_gemv") == 0;
+    CHECK_EQ_INT(found, 1);
     const mf_emu_kernel *k = mf_emu_find("mf_t_rowsum");
     if (!k) return;
     CHECK_EQ_INT(k->nargs, 9);
@@ -162,6 +165,15 @@ MF_TEST(test_guard_overrun)
     CHECK_MSG(mf_emu_dispatch(&l, err, sizeof err) == 0, "%s", err);
     CHECK_NEAR(y[63], 2.0, 0);
     mf_emu_free(y);
+    /* threadgroup memory: its end touches a guard page too */
+    t_args b = { 1, 0 };
+    mf_emu_launch t = launch("mf_t_tg_overrun", 1, 64);
+    bind(&t, 0, &b, sizeof b);
+    t.tg_len[0] = 64 * sizeof(float);
+    CHECK(mf_emu_dispatch(&t, err, sizeof err) != 0);
+    CHECK_STR_CONTAINS(err, "in threadgroup memory (end)");
+    b.n = 0;
+    CHECK_MSG(mf_emu_dispatch(&t, err, sizeof err) == 0, "%s", err);
 }
 
 MF_TEST(test_argument_checks)

@@ -384,6 +384,10 @@ MF_TEST(test_registry_hooks)
     NSAutoreleasePool *pool = [NSAutoreleasePool new];
     id<MTLFunction> f = [g_lib newFunctionWithName:@"mf_no_such_kernel"];
     CHECK(f == nil);
+    CHECK([[g_lib functionNames] containsObject:@"mf_t_rowsum"]);
+    mf_standin_hide_kernel("mf_t_rowsum", 1);
+    CHECK(![[g_lib functionNames] containsObject:@"mf_t_rowsum"]);
+    mf_standin_hide_kernel("mf_t_rowsum", 0);
     CHECK_EQ_INT(mf_standin_hide_kernel("mf_t_rowsum", 1), 0);
     CHECK(pipeline("mf_t_rowsum") == nil);
     mf_standin_hide_kernel("mf_t_rowsum", 0);

@@ -116,6 +116,14 @@ int mf_emu_hide(const char *name, int hidden)
     return -1;
 }
 
+const char *mf_emu_kernel_name(int i)
+{
+    for (mf_emu_kernel *k = g_kernels; k; k = k->next)
+        if (!k->hidden && i-- == 0)
+            return k->name;
+    return NULL;
+}
+
 int mf_emu_kernel_count(void)
 {
     int n = 0;
@@ -241,6 +249,7 @@ static int fiber_boot(worker *w, fiber *f)
             return -1;
         }
         mprotect(f->map, pg, PROT_NONE); /* stack overflow faults, not corrupts */
+        mf_emu_mem_label_range(f->map, pg, "a fiber's stack guard (the kernel overflowed its stack)");
     }
     ucontext_t uc, back;
     if (getcontext(&uc) != 0)
@@ -274,7 +283,10 @@ static void worker_free(void *p)
 {
     worker *w = p;
     for (int i = 0; i < MF_EMU_MAX_THREADS; i++)
-        if (w->fibers[i].map) munmap(w->fibers[i].map, w->fibers[i].map_len);
+        if (w->fibers[i].map) {
+            mf_emu_mem_unregister(w->fibers[i].map);
+            munmap(w->fibers[i].map, w->fibers[i].map_len);
+        }
     mf_emu_mem_unregister(w->tg_map + MF_EMU_TG_LIMIT);
     munmap(w->tg_map, w->tg_map_len);
     if (w->altstack) {

@@ -63,6 +63,7 @@ const mf_emu_kernel *mf_emu_find(const char *name);
  * add a kernel not built from a .metal file (a deliberately faulty one). */
 int mf_emu_hide(const char *name, int hidden);
 int mf_emu_kernel_count(void);
+const char *mf_emu_kernel_name(int i); /* i < mf_emu_kernel_count(), else NULL */
 
 /* A dispatch: dispatchThreadgroups:threadsPerThreadgroup: with its bindings. */
 typedef struct mf_emu_launch {

@@ -195,3 +195,10 @@ kernel void mf_t_simd_divergent(device const float *x [[buffer(0)]],
         y[lane] = simd_max(v);
     }
 }
+
+// Writes threadgroup memory one float past what the host set.
+kernel void mf_t_tg_overrun(threadgroup float *shmem [[threadgroup(0)]],
+                            constant mf_t_args &a [[buffer(0)]],
+                            uint tid [[thread_index_in_threadgroup]]) {
+    shmem[tid + a.n] = 1.0f;
+}

@@ -436,9 +436,10 @@ static const mf_emu_kernel *resolve_kernel(const char *name)
 }
 - (NSArray<NSString *> *)functionNames
 {
-    /* the registry has no iterator in its API: names of the kernels the
-     * library resolves are what newFunctionWithName: accepts */
-    return [NSArray array];
+    NSMutableArray *a = [NSMutableArray array];
+    for (int i = 0; i < mf_emu_kernel_count(); i++)
+        [a addObject:[NSString stringWithUTF8String:mf_emu_kernel_name(i)]];
+    return a;
 }
 - (void)dealloc { [_label release]; [super dealloc]; }
 @end
