@@ -569,6 +569,65 @@ static void run_group(worker *w, int sched, uint64_t *rng, uint32_t *order)
     }
 }
 
+/* The threadgroups of one dispatch, in schedule order (a fault jumps out). */
+static void run_grid(worker *w, const mf_emu_launch *l, unsigned char *tg, size_t tg_total, uint32_t n, int sched,
+                     uint64_t seed)
+{
+    uint64_t rng = seed ^ 0x9e3779b97f4a7c15ull;
+    uint32_t order[MF_EMU_MAX_THREADS];
+    for (uint32_t i = 0; i < n; i++)
+        order[i] = i;
+    uint32_t ngroups = l->groups[0] * l->groups[1] * l->groups[2];
+    for (uint32_t g = 0; g < ngroups && !w->failed; g++) {
+        uint32_t gi = sched == MF_EMU_REVERSE ? ngroups - 1 - g : g;
+        w->group[0] = gi % l->groups[0];
+        w->group[1] = gi / l->groups[0] % l->groups[1];
+        w->group[2] = gi / (l->groups[0] * l->groups[1]);
+        memset(tg, 0xff, tg_total); /* NaN in every float/half: reads before writes show */
+        for (uint32_t i = 0; i < n; i++) {
+            fiber *f = &w->fibers[i];
+            f->state = F_RUN;
+            f->tid = i;
+            f->lane = i % MF_EMU_SIMD_WIDTH;
+            f->sg = i / MF_EMU_SIMD_WIDTH;
+            f->wfile = "";
+            f->wline = 0;
+        }
+        for (uint32_t s = 0; s * MF_EMU_SIMD_WIDTH < n; s++) {
+            uint32_t lanes = n - s * MF_EMU_SIMD_WIDTH;
+            w->sgs[s].live = lanes >= 32 ? 0xffffffffu : ((1u << lanes) - 1u);
+            w->sgs[s].arrived = 0;
+            w->sgs[s].gen = 0;
+        }
+        w->ndone = 0;
+        w->bar_arrived = 0;
+        run_group(w, sched, &rng, order);
+    }
+}
+
+/* A fault inside the grid jumps back here (nothing live but the job). */
+typedef struct grid_job {
+    worker *w;
+    const mf_emu_launch *l;
+    unsigned char *tg;
+    size_t tg_total;
+    uint32_t n;
+    int sched;
+    uint64_t seed;
+} grid_job;
+
+static void run_guarded(const grid_job *j)
+{
+    if (sigsetjmp(j->w->fault, 1) != 0) {
+#ifdef MF_EMU_ASAN
+        if (j->w->cur)
+            __sanitizer_finish_switch_fiber(NULL, NULL, NULL);
+#endif
+        return;
+    }
+    run_grid(j->w, j->l, j->tg, j->tg_total, j->n, j->sched, j->seed);
+}
+
 int mf_emu_dispatch(const mf_emu_launch *l, char *err, size_t errcap)
 {
     size_t tg_off[64] = { 0 }, tg_total = 0;
@@ -608,44 +667,9 @@ int mf_emu_dispatch(const mf_emu_launch *l, char *err, size_t errcap)
     err[0] = 0;
     uint64_t seed;
     int sched = mf_emu_get_schedule(&seed);
-    uint64_t rng = seed ^ 0x9e3779b97f4a7c15ull;
-    uint32_t order[MF_EMU_MAX_THREADS];
-    for (uint32_t i = 0; i < n; i++)
-        order[i] = i;
-    uint32_t ngroups = l->groups[0] * l->groups[1] * l->groups[2];
     w->in_dispatch = 1;
-    if (sigsetjmp(w->fault, 1) != 0) {
-#ifdef MF_EMU_ASAN
-        if (w->cur)
-            __sanitizer_finish_switch_fiber(NULL, NULL, NULL);
-#endif
-    } else {
-        for (uint32_t g = 0; g < ngroups && !w->failed; g++) {
-            uint32_t gi = sched == MF_EMU_REVERSE ? ngroups - 1 - g : g;
-            w->group[0] = gi % l->groups[0];
-            w->group[1] = gi / l->groups[0] % l->groups[1];
-            w->group[2] = gi / (l->groups[0] * l->groups[1]);
-            memset(tg, 0xff, tg_total); /* NaN in every float/half: reads before writes show */
-            for (uint32_t i = 0; i < n; i++) {
-                fiber *f = &w->fibers[i];
-                f->state = F_RUN;
-                f->tid = i;
-                f->lane = i % MF_EMU_SIMD_WIDTH;
-                f->sg = i / MF_EMU_SIMD_WIDTH;
-                f->wfile = "";
-                f->wline = 0;
-            }
-            for (uint32_t s = 0; s * MF_EMU_SIMD_WIDTH < n; s++) {
-                uint32_t lanes = n - s * MF_EMU_SIMD_WIDTH;
-                w->sgs[s].live = lanes >= 32 ? 0xffffffffu : ((1u << lanes) - 1u);
-                w->sgs[s].arrived = 0;
-                w->sgs[s].gen = 0;
-            }
-            w->ndone = 0;
-            w->bar_arrived = 0;
-            run_group(w, sched, &rng, order);
-        }
-    }
+    grid_job job = { w, l, tg, tg_total, n, sched, seed };
+    run_guarded(&job);
     w->in_dispatch = 0;
     w->cur = NULL;
     if (w->failed) {
