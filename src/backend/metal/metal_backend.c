@@ -118,6 +118,7 @@ typedef struct levers {
     const char *metallib; /* MINFER_METALLIB_FILE */
     bool weight_copy;     /* MINFER_WEIGHT_COPY */
     int timeout_ms;       /* MINFER_GPU_TIMEOUT_MS */
+    bool timeout_set;     /* ... set in the environment (wins over the options) */
     bool trace;           /* MINFER_TRACE */
     bool capture;         /* MINFER_METAL_CAPTURE */
     int gemm;             /* MINFER_METAL_GEMM: 0 never, 1 always (nt >= 2), else auto */
@@ -130,6 +131,8 @@ static void read_levers(levers *l) {
     l->metallib = mf_env_str("MINFER_METALLIB_FILE", NULL);
     l->weight_copy = mf_env_flag("MINFER_WEIGHT_COPY");
     l->timeout_ms = (int)mf_env_int("MINFER_GPU_TIMEOUT_MS", 10000);
+    const char *t = mf_env_str("MINFER_GPU_TIMEOUT_MS", NULL);
+    l->timeout_set = t && *t;
     l->trace = mf_env_flag("MINFER_TRACE");
     l->capture = mf_env_flag("MINFER_METAL_CAPTURE");
     l->gemm = (int)mf_env_int("MINFER_METAL_GEMM", 2);
@@ -209,24 +212,73 @@ static bool needs_f32(const mf_weight *w) {
     return w->n_dims <= 1 && w->type != MF_TYPE_F32;
 }
 
+/* Without the mapping's bounds: the runs of weight views that lie back to
+ * back in memory (a GGUF's tensor data, up to its alignment padding), of at
+ * least 1 MiB, largest first. Smaller runs (tensors the loader made) are
+ * copied. */
+static int ptr_cmp(const void *a, const void *b) {
+    uintptr_t x = *(const uintptr_t *)a, y = *(const uintptr_t *)b;
+    return x < y ? -1 : x > y;
+}
+
+static int find_spans(const mf_weights *w, mf_metal_region *out, int max) {
+    const int64_t n = mf_weights_count(w);
+    if (n <= 0)
+        return 0;
+    uintptr_t *pe = mf_malloc((size_t)n * 2 * sizeof *pe); /* (start, end) pairs */
+    for (int64_t i = 0; i < n; i++) {
+        const mf_weight *t = mf_weights_at(w, i);
+        pe[2 * i] = (uintptr_t)t->data;
+        pe[2 * i + 1] = (uintptr_t)t->data + (uintptr_t)t->nbytes;
+    }
+    qsort(pe, (size_t)n, 2 * sizeof *pe, ptr_cmp);
+    int k = 0;
+    uintptr_t b = pe[0], e = pe[1];
+    for (int64_t i = 1; i <= n; i++) {
+        if (i < n && pe[2 * i] <= e + 4096) { /* adjacent or overlapping */
+            if (pe[2 * i + 1] > e)
+                e = pe[2 * i + 1];
+            continue;
+        }
+        if (e - b >= (1u << 20) && k < max)
+            out[k++] = (mf_metal_region){(const void *)b, (uint64_t)(e - b)};
+        if (i < n) {
+            b = pe[2 * i];
+            e = pe[2 * i + 1];
+        }
+    }
+    free(pe);
+    return k;
+}
+
 static int register_weights(metal_be *m, const mf_metal_opts *o, mf_error *err) {
     const int64_t n = mf_weights_count(m->w);
     m->regs = mf_calloc((size_t)(n ? n : 1), sizeof *m->regs);
     const uintptr_t page = 16384;
     uintptr_t lo[MAX_REGIONS], hi[MAX_REGIONS];
-    if (o && !m->lv.weight_copy) {
-        for (int i = 0; i < o->n_regions && m->n_spans < MAX_REGIONS; i++) {
-            uintptr_t b = (uintptr_t)o->regions[i].base, e = b + o->regions[i].size;
+    mf_metal_region found[MAX_REGIONS];
+    const mf_metal_region *regions = o ? o->regions : NULL;
+    int n_regions = o ? o->n_regions : 0;
+    if (!regions) {
+        n_regions = find_spans(m->w, found, MAX_REGIONS);
+        regions = found;
+    }
+    if (!m->lv.weight_copy) {
+        for (int i = 0; i < n_regions && m->n_spans < MAX_REGIONS; i++) {
+            uintptr_t b = (uintptr_t)regions[i].base, e = b + regions[i].size;
             lo[m->n_spans] = b & ~(page - 1);
             hi[m->n_spans] = (e + page - 1) & ~(page - 1);
-            mf_mtl_buf *s = mf_mtl_buf_wrap(m->dev, (void *)lo[m->n_spans], hi[m->n_spans] - lo[m->n_spans], err);
-            if (!s)
-                return -1;
+            mf_error werr = {{0}};
+            mf_mtl_buf *s = mf_mtl_buf_wrap(m->dev, (void *)lo[m->n_spans], hi[m->n_spans] - lo[m->n_spans], &werr);
+            if (!s) { /* its weights are copied instead */
+                mf_log(MF_LOG_INFO, "metal: %s; copying the weights of that span", werr.msg);
+                continue;
+            }
             /* warm-up read: the first GPU touch of file-backed pages pays the
              * page / TLB setup; pay it here, at load, once. */
             volatile const uint8_t *p = (const uint8_t *)b;
             uint8_t acc = 0;
-            for (uintptr_t off = 0; off < o->regions[i].size; off += page)
+            for (uintptr_t off = 0; off < regions[i].size; off += page)
                 acc ^= p[off];
             (void)acc;
             m->spans[m->n_spans++] = s;
@@ -1122,7 +1174,9 @@ int mf_backend_metal_new(const mf_weights *w, const mf_metal_opts *o, mf_backend
     metal_be *m = mf_calloc(1, sizeof *m);
     read_levers(&m->lv);
     if (o && o->backend) {
-        if (o->backend->gpu_timeout_ms > 0)
+        /* the options come from the same lever; set explicitly, it wins
+         * (a caller's fixed bound cannot shorten an emulated run's) */
+        if (o->backend->gpu_timeout_ms > 0 && !m->lv.timeout_set)
             m->lv.timeout_ms = (int)(o->backend->gpu_timeout_ms > 3600000 ? 3600000 : o->backend->gpu_timeout_ms);
         m->lv.trace = o->backend->trace;
         if (!o->backend->fusion)
