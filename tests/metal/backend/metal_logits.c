@@ -104,7 +104,10 @@ int main(int argc, char **argv) {
         kv_type = mf_metal_auto_cache_type(m->hp.n_layer, (int64_t)m->hp.n_head_kv * m->hp.head_dim);
     const int n_ctx = n_prompt + n_dec + 1;
     mf_engine_opts eo = {.n_layers = m->hp.n_layer, .kv_dim = (int64_t)m->hp.n_head_kv * m->hp.head_dim,
-                         .n_ctx = n_ctx, .kv_type = kv_type, .n_vocab = m->hp.n_vocab};
+                         .n_ctx = n_ctx, .kv_type = kv_type, .n_vocab = m->hp.n_vocab,
+                         /* the engine's levers, as the runtime passes them */
+                         .trace = (int32_t)mf_env_int("MINFER_GRAPH_TRACE", 0),
+                         .profile = mf_env_flag("MINFER_OP_PROFILE")};
     mf_engine *e = NULL;
     if (mf_engine_new(&eo, be, 2, &e, &err)) {
         fprintf(stderr, "metal_logits: %s\n", err.msg);

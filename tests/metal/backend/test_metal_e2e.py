@@ -141,10 +141,13 @@ def main():
     path = synth("qwen2", "q8_0", 5)
     head, _, err = metal(path, env={"MINFER_GRAPH_TRACE": "1"}, n_dec=1)
     check(head["splits"] == 1, f"fully registered: {head['splits']} splits")
-    check("metal" in err, f"MINFER_GRAPH_TRACE shows no metal split:\n{err[-2000:]}")
+    check("1 splits" in err and "split 0: metal" in err,
+          f"MINFER_GRAPH_TRACE shows no single metal split:\n{err[-2000:]}")
     head, L, err = metal(path, "--withhold", "blk.1.ffn_up.weight", env={"MINFER_GRAPH_TRACE": "1"}, n_dec=1)
     check("blk.1.ffn_up.weight" in err and "CPU" in err, f"withheld weight: no message naming it:\n{err[-2000:]}")
     check(head["metal_nodes"] == 0, f"withheld weight: {head['metal_nodes']} nodes still on metal")
+    check("split 0: cpu" in err and "split 0: metal" not in err,
+          f"withheld weight: the split table does not show the graph on the CPU:\n{err[-2000:]}")
 
     print(f"metal e2e cases: {n_cases}, failed: {len(failures)}")
     return 1 if failures else 0
