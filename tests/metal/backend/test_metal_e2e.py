@@ -14,7 +14,8 @@ the reference with the same K/V rounding, ref_forward.simulate).
 Also: the greedy tokens are identical across two runs, a graph rebuild per
 step, fusions off, and each matmul tier forced; a fully registered model is
 one Metal split (MINFER_GRAPH_TRACE=1 prints the split table); a withheld
-weight sends the whole graph to the CPU with a message naming it.
+weight sends the whole graph to the CPU with a message naming it;
+MINFER_OP_PROFILE=1 prints the per-op table.
 """
 
 import json
@@ -148,6 +149,11 @@ def main():
     check(head["metal_nodes"] == 0, f"withheld weight: {head['metal_nodes']} nodes still on metal")
     check("split 0: cpu" in err and "split 0: metal" not in err,
           f"withheld weight: the split table does not show the graph on the CPU:\n{err[-2000:]}")
+
+    # MINFER_OP_PROFILE (the engine's) times the Metal nodes, fused ones included
+    _, _, err = metal(path, env={"MINFER_OP_PROFILE": "1"}, n_dec=1)
+    check("op profile" in err and "fused_qkv" in err and "matmul" in err,
+          f"MINFER_OP_PROFILE=1 printed no per-op table:\n{err[-2000:]}")
 
     print(f"metal e2e cases: {n_cases}, failed: {len(failures)}")
     return 1 if failures else 0
