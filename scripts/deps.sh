@@ -20,6 +20,11 @@ if [ $want_test = 1 ]; then
     command -v clang >/dev/null || pkgs+=(clang)
     ls /usr/lib/llvm-*/lib/clang/*/lib/linux/libclang_rt.fuzzer-x86_64.a >/dev/null 2>&1 ||
         pkgs+=(libclang-rt-dev)
+    # Metal on Linux (tests/metal): GNUstep Foundation, gcc's libobjc, blocks
+    [ -f /usr/include/GNUstep/Foundation/Foundation.h ] || pkgs+=(libgnustep-base-dev)
+    command -v gnustep-config >/dev/null || pkgs+=(gnustep-make)
+    [ -f "$(gcc -print-file-name=include/objc/objc.h 2>/dev/null)" ] || pkgs+=(gobjc)
+    [ -f /usr/include/Block.h ] || pkgs+=(libblocksruntime-dev)
 fi
 if [ ${#pkgs[@]} -gt 0 ]; then
     echo "deps: installing ${pkgs[*]}"

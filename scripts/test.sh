@@ -7,6 +7,9 @@
 #      target for MINFER_FUZZ_SECONDS (default 60) seconds
 #   4. ARM64: the base/quant/cpu unit tests cross-built with Debian's aarch64
 #      gcc and run under qemu-user (NEON kernels against their scalar twins)
+#   5. Metal on Linux: clang build of the Metal backend against the stand-in
+#      framework and the MSL emulator (tests/metal), `ctest -L metal`; the
+#      emulator's and the stand-in's own tests again under ASan+UBSan
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 cd "$root"
@@ -49,6 +52,21 @@ for f in build-asan/fuzz_*; do
         "$f" -max_total_time="$fuzz_seconds" -rss_limit_mb=2048 -print_final_stats=1 "$corpus" \
         2>&1 | tail -n 12
 done
+echo "== Metal on Linux (clang: stand-in Metal framework + MSL emulator) =="
+CC=clang CXX=clang++ OBJC=clang cmake -S . -B build-metal -DCMAKE_BUILD_TYPE=Release \
+      -DMINFER_WERROR=ON -DMINFER_CUDA=OFF -DMINFER_METAL=ON -DMINFER_METAL_EMU=ON \
+      -DMINFER_PYTHON="$root/.venv/bin/python" >/dev/null
+cmake --build build-metal -j"$jobs"
+ctest --test-dir build-metal -L metal --output-on-failure -j"$jobs"
+echo "== the MSL emulator and the stand-in framework under ASan+UBSan =="
+CC=clang CXX=clang++ OBJC=clang cmake -S . -B build-metal-asan -DCMAKE_BUILD_TYPE=RelWithDebInfo \
+      -DMINFER_WERROR=ON -DMINFER_SANITIZE=ON -DMINFER_CUDA=OFF -DMINFER_METAL_EMU=ON \
+      -DMINFER_PYTHON="$root/.venv/bin/python" >/dev/null
+cmake --build build-metal-asan -j"$jobs" --target test_metal_emu test_metal_standin
+ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=print_stacktrace=1 \
+    LSAN_OPTIONS=suppressions="$root/tests/metal/lsan.supp" \
+    ctest --test-dir build-metal-asan -R '^metal_(emu_|standin)' --output-on-failure -j"$jobs"
+
 echo "== ARM64 (cross gcc + qemu-user) =="
 bash scripts/test-arm64.sh build-arm64
 

@@ -7,6 +7,9 @@
 #ifdef MINFER_HAVE_CUDA
 #include "backend/cuda/cuda_backend.h"
 #endif
+#ifdef MINFER_HAVE_METAL
+#include "backend/metal/metal_backend.h"
+#endif
 
 static int create_cpu(const mf_weights *w, const mf_backend_options *o, mf_backend **out, mf_error *err) {
     return mf_backend_cpu_new(w, o->n_threads > 0 ? o->n_threads : 1, out, err);
@@ -23,7 +26,19 @@ static int create_cuda(const mf_weights *w, const mf_backend_options *o, mf_back
 }
 #endif
 
+#ifdef MINFER_HAVE_METAL
+static int create_metal(const mf_weights *w, const mf_backend_options *o, mf_backend **out, mf_error *err) {
+    mf_metal_opts mo = {.backend = o}; /* the mapped spans are found from the weight views */
+    return mf_backend_metal_new(w, &mo, out, err);
+}
+#endif
+
 static const mf_backend_entry entries[] = {
+#ifdef MINFER_HAVE_METAL
+    /* above CUDA (seed §2.7); its own levers (MINFER_DISABLE_METAL ...) are
+     * read by the backend until they join the lever table */
+    {"metal", MF_BACKEND_METAL, true, 30, false, NULL, NULL, NULL, create_metal},
+#endif
 #ifdef MINFER_HAVE_CUDA
     {"cuda", MF_BACKEND_CUDA, true, 20, false, "MINFER_DISABLE_CUDA", "MINFER_CUDA_DEVICE", "MINFER_CUDA_TUNE",
      create_cuda},
