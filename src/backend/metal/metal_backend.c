@@ -1086,6 +1086,8 @@ static const mf_op_entry metal_op_table[] = {
     [MF_OP_FUSED_FFN] = RUN(op_fused_ffn),
     /* the CUDA epilogue fusion; the session asks for it only when FUSED_QKV is off */
     [MF_OP_QKV_BIAS_ROPE_STORE] = {NULL, NULL},
+    /* many sequences over the paged KV pool: the CPU's until Metal has a paged kernel */
+    [MF_OP_ATTN_PAGED] = {NULL, NULL},
 };
 MF_OP_TABLE_CHECK(metal_op_table);
 #undef RUN
