@@ -14,6 +14,7 @@
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <string.h>
 
 /* ---- errors ------------------------------------------------------------- */
 
@@ -41,6 +42,21 @@ void *mf_malloc(size_t n);
 void *mf_calloc(size_t n, size_t size);
 void *mf_realloc(void *p, size_t n);
 char *mf_strdup(const char *s);
+
+/* ---- file-derived text in messages ---------------------------------------- */
+
+/* Writes s[0..n) into buf[0..cap) as one printable line: valid UTF-8 text is
+ * kept, while control bytes (newline, ESC, ...), DEL, C1 controls, backslash
+ * and bytes that are not valid UTF-8 become \xNN (backslash: \\). A string
+ * longer than fits ends in "...". Returns buf (always NUL-terminated when
+ * cap > 0), so a call can be an argument of printf. Every string that comes
+ * from a file or a peer goes through this before it reaches a message. */
+const char *mf_escape(const void *s, size_t n, char *buf, size_t cap);
+/* mf_escape of a NUL-terminated string into a temporary that lives until the
+ * end of the enclosing full expression's block. */
+#define MF_ESC_CAP 200
+#define MF_ESC(s) mf_escape((s), strlen(s), (char[MF_ESC_CAP]){0}, MF_ESC_CAP)
+#define MF_ESCN(s, n) mf_escape((s), (n), (char[MF_ESC_CAP]){0}, MF_ESC_CAP)
 
 /* ---- overflow-safe arithmetic -------------------------------------------- */
 

@@ -62,6 +62,9 @@ struct mf_gguf {
 
     gg_chunk *arena;      /* NUL-terminated copies of every string */
 
+    uint64_t mem_used;    /* parser allocations charged so far */
+    uint64_t mem_budget;  /* their limit for this file (MF_GGUF_MEM_*) */
+
     mf_gguf **subs;       /* parts 2..N of a split model (own their mappings) */
     uint32_t n_subs;
 };
