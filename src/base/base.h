@@ -100,6 +100,15 @@ long mf_env_int(const char *name, long def);
 bool mf_env_flag(const char *name);
 const char *mf_env_str(const char *name, const char *def);
 
+/* ---- memory --------------------------------------------------------------- */
+
+/* Bytes this process may still allocate: MemAvailable, lowered by a cgroup
+ * (v2 or v1) limit minus its usage. 0 with *bytes and *source (which limit
+ * applied, for messages) set; -1 when neither can be read. The _at form
+ * reads the same files under root (tests). */
+int mf_mem_available(uint64_t *bytes, const char **source);
+int mf_mem_available_at(const char *root, uint64_t *bytes, const char **source);
+
 /* ---- time ---------------------------------------------------------------- */
 
 uint64_t mf_time_ns(void); /* monotonic clock */

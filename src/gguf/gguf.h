@@ -40,6 +40,10 @@
 #define MF_GGUF_MEM_BASE (16ull << 20)
 #define MF_GGUF_MEM_CAP (2ull << 30)
 
+/* Exit status of a process whose mapped model file was truncated under it
+ * (gguf_guard.c; MINFER_LOAD_COPY=1 copies the file into memory instead). */
+#define MF_GGUF_SIGBUS_EXIT 74
+
 typedef enum mf_gguf_vtype {
     MF_GGUF_UINT8 = 0,
     MF_GGUF_INT8 = 1,

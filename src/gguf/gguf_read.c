@@ -579,7 +579,32 @@ static int open_one(const char *path, mf_gguf **out, mf_error *err) {
     mf_gguf *g = mf_calloc(1, sizeof *g);
     size_t size = (size_t)st.st_size;
     void *map = NULL;
-    if (size > 0) {
+    bool copy = mf_env_flag("MINFER_LOAD_COPY");
+    if (size > 0 && copy) {
+        /* Anonymous memory holding the file: immune to the file changing. */
+        map = mmap(NULL, size, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+        if (map == MAP_FAILED) {
+            int e = errno;
+            close(fd);
+            free(g);
+            return mf_errorf(err, "gguf: cannot allocate %zu bytes to copy '%s' (MINFER_LOAD_COPY): %s",
+                             size, MF_ESC(path), strerror(e));
+        }
+        for (size_t got = 0; got < size;) {
+            ssize_t r = pread(fd, (char *)map + got, size - got, (off_t)got);
+            if (r <= 0) {
+                int e = r < 0 ? errno : 0;
+                close(fd);
+                munmap(map, size);
+                free(g);
+                return mf_errorf(err, "gguf: reading '%s' at offset %zu of %zu: %s", MF_ESC(path), got,
+                                 size, e ? strerror(e) : "the file shrank while being read");
+            }
+            got += (size_t)r;
+        }
+        mprotect(map, size, PROT_READ);
+        g->map_copy = true;
+    } else if (size > 0) {
         map = mmap(NULL, size, PROT_READ, MAP_PRIVATE, fd, 0);
         if (map == MAP_FAILED) {
             int e = errno;
@@ -589,6 +614,8 @@ static int open_one(const char *path, mf_gguf **out, mf_error *err) {
         }
     }
     close(fd);
+    if (map && !g->map_copy)
+        gg_guard_add(map, size, path);
     int rc = parse_file(g, map, size, err);
     g->map = map;
     g->map_len = size;
@@ -714,8 +741,11 @@ void mf_gguf_close(mf_gguf *g) {
     for (uint32_t s = 0; s < g->n_subs; s++)
         mf_gguf_close(g->subs[s]);
     free(g->subs);
-    if (g->map)
+    if (g->map) {
+        if (!g->map_copy)
+            gg_guard_remove(g->map);
         munmap(g->map, g->map_len);
+    }
     free_contents(g);
     free(g);
 }
