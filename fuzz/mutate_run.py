@@ -23,6 +23,7 @@ import argparse
 import concurrent.futures as cf
 import json
 import os
+import pickle
 import random
 import shutil
 import struct
@@ -474,10 +475,14 @@ def make_bases(minfer, tmp, smollm):
 
 
 ORIG = {}
+PARSED = {}  # base bytes id -> pickled Gguf (parsing a 49k-token vocab each time is slow)
 
 
 def mutate(base, op, rng):
-    g = Gguf.parse(base)
+    key = id(base)
+    if key not in PARSED:
+        PARSED[key] = pickle.dumps(Gguf.parse(base))
+    g = pickle.loads(PARSED[key])
     ORIG[id(g)] = base
     try:
         return OPS[op](g, rng)
@@ -589,17 +594,17 @@ def main():
             op = rng.choice(sorted(OPS))
             base_name = rng.choice(sorted(bases))
             base = bases[base_name]
+        jobs.append((i, base_name, base, op, rng.getrandbits(64), use_real))
+
+    def work(j):
+        i, base_name, base, op, mseed, use_real = j
         try:
-            data, note = mutate(base, op, random.Random(rng.getrandbits(64)))
+            data, note = mutate(base, op, random.Random(mseed))
         except (StopIteration, IndexError, TypeError, ValueError, struct.error, OverflowError):
-            continue  # the operator does not apply to this base
+            return None  # the operator does not apply to this base
         p = os.path.join(out, f"m{i:05d}.gguf")
         with open(p, "wb") as f:
             f.write(data)
-        jobs.append((i, base_name, op, note, p, use_real))
-
-    def work(j):
-        i, base_name, op, note, p, use_real = j
         st, why, acc = classify(run_one(a.minfer, p, use_real))
         if st == "crash" and a.keep_crashes:
             os.makedirs(a.keep_crashes, exist_ok=True)
@@ -610,7 +615,11 @@ def main():
     results = []
     with cf.ThreadPoolExecutor(a.jobs) as ex:
         for r in ex.map(work, jobs):
+            if r is None:
+                continue
             results.append(r)
+            if len(results) % 250 == 0:
+                print(f"{len(results)} files", file=sys.stderr, flush=True)
             if r[4] == "crash":
                 print("CRASH", r, file=sys.stderr)
     per_op = {}

@@ -370,7 +370,10 @@ static int fill_weights(mf_model *m, mf_error *err) {
      * else the type holding the most bytes. */
     uint32_t ftype = 0;
     const char *tname = NULL;
-    if (mf_gguf_get_u32(m->gguf, "general.file_type", &ftype, NULL) == 0)
+    int rc = mf_gguf_get_u32(m->gguf, "general.file_type", &ftype, err);
+    if (rc < 0)
+        return mf_error_prefix(err, "model");
+    if (rc == 0)
         tname = mf_ftype_name(ftype);
     snprintf(m->desc, sizeof m->desc, "%s %s %s", arch_names[m->arch], size,
              tname ? tname : mf_type_name(best));

@@ -46,6 +46,11 @@ int mf_tokenizer_from_gguf(const mf_gguf *g, mf_tokenizer **out, mf_error *err) 
         return mf_errorf(err, "tokenizer: unsupported model '%s' (gpt2 and llama are)",
                          MF_ESCN(model.ptr, model.len));
 
+    /* Read later by mf_chat_template_detect, which must not meet another type
+     * and silently fall back to the token heuristics. */
+    mf_str tmpl;
+    if (mf_gguf_get_str(g, "tokenizer.chat_template", &tmpl, err) < 0)
+        return -1;
     mf_str pre;
     rc = mf_gguf_get_str(g, "tokenizer.ggml.pre", &pre, err);
     if (rc < 0)

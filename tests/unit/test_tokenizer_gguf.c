@@ -14,13 +14,13 @@
 enum { V_U32 = 4, V_I32 = 5, V_F32 = 6, V_BOOL = 7, V_STR = 8, V_ARR = 9 };
 
 /* What to put in place of one key of the base vocab. */
-typedef enum { K_TYPE, K_SCORES, K_MERGES, K_MODEL, K_BOS, K_ADD_BOS, K_PRE, K_N } key_id;
+typedef enum { K_TYPE, K_SCORES, K_MERGES, K_MODEL, K_BOS, K_ADD_BOS, K_PRE, K_TMPL, K_N } key_id;
 typedef void (*put_fn)(gb *b);
 
 static const char *const key_names[K_N] = {
     "tokenizer.ggml.token_type", "tokenizer.ggml.scores", "tokenizer.ggml.merges",
     "tokenizer.ggml.model", "tokenizer.ggml.bos_token_id", "tokenizer.ggml.add_bos_token",
-    "tokenizer.ggml.pre"};
+    "tokenizer.ggml.pre", "tokenizer.chat_template"};
 
 #define NTOK 4
 static const char *const toks[NTOK] = {"a", "b", "ab", "<s>"};
@@ -58,8 +58,10 @@ static void p_pre_smollm(gb *b) { gb_u32(b, V_STR); gb_str(b, "smollm"); }
 static void p_pre_nul(gb *b) { gb_u32(b, V_STR); gb_strn(b, "gpt2\0evil", 9); }
 static void p_pre_esc(gb *b) { gb_u32(b, V_STR); gb_str(b, "x\x1b[31m"); }
 
+static void p_tmpl_str(gb *b) { gb_u32(b, V_STR); gb_str(b, "{{ '<|im_start|>' }}"); }
+
 static const put_fn base[K_N] = {p_type_i32, p_scores_f32, p_merges_str, p_model_gpt2, p_bos_u32,
-                                 p_add_bos_bool, p_pre_smollm};
+                                 p_add_bos_bool, p_pre_smollm, p_tmpl_str};
 
 /* The base vocab with key k's value written by put (put NULL: k left out). */
 static int load(key_id k, put_fn put, mf_error *err) {
@@ -128,6 +130,7 @@ MF_TEST(wrong_types_are_refused_by_key) {
     refused(K_BOS, p_bos_str, "key 'tokenizer.ggml.bos_token_id': type string, expected uint32");
     refused(K_BOS, p_bos_arr, "key 'tokenizer.ggml.bos_token_id': array of uint32, expected uint32");
     refused(K_ADD_BOS, p_add_bos_u32, "key 'tokenizer.ggml.add_bos_token': type uint32, expected bool");
+    refused(K_TMPL, p_type_str, "key 'tokenizer.chat_template': array of string, expected string");
 }
 
 MF_TEST(file_strings_are_checked_whole_and_escaped) {
