@@ -52,8 +52,8 @@ char *mf_strdup(const char *s);
  * cap > 0), so a call can be an argument of printf. Every string that comes
  * from a file or a peer goes through this before it reaches a message. */
 const char *mf_escape(const void *s, size_t n, char *buf, size_t cap);
-/* mf_escape of a NUL-terminated string into a temporary that lives until the
- * end of the enclosing full expression's block. */
+/* mf_escape into a compound-literal buffer (MF_ESC: a NUL-terminated string;
+ * MF_ESCN: n bytes), valid until the end of the enclosing block. */
 #define MF_ESC_CAP 200
 #define MF_ESC(s) mf_escape((s), strlen(s), (char[MF_ESC_CAP]){0}, MF_ESC_CAP)
 #define MF_ESCN(s, n) mf_escape((s), (n), (char[MF_ESC_CAP]){0}, MF_ESC_CAP)

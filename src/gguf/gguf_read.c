@@ -67,9 +67,12 @@ static bool charge(mf_gguf *g, uint64_t bytes) {
     return true;
 }
 
+/* MF_GGUF_MEM_PER_BYTE x size + MF_GGUF_MEM_BASE, at most MF_GGUF_MEM_CAP. */
 static uint64_t mem_budget_for(uint64_t size) {
-    uint64_t b = size > MF_GGUF_MEM_CAP ? MF_GGUF_MEM_CAP : size * MF_GGUF_MEM_PER_BYTE + MF_GGUF_MEM_BASE;
-    return b > MF_GGUF_MEM_CAP ? MF_GGUF_MEM_CAP : b;
+    if (size >= MF_GGUF_MEM_CAP / MF_GGUF_MEM_PER_BYTE)
+        return MF_GGUF_MEM_CAP;
+    uint64_t b = size * MF_GGUF_MEM_PER_BYTE + MF_GGUF_MEM_BASE;
+    return b < MF_GGUF_MEM_CAP ? b : MF_GGUF_MEM_CAP;
 }
 
 /* Returns a NUL-terminated copy of s[0..n) that lives as long as g, or NULL
@@ -169,13 +172,13 @@ static int rd(gg_parser *p, void *dst, uint64_t n, const char *what) {
 }
 
 static int rd_u32(gg_parser *p, uint32_t *v, const char *what) { return rd(p, v, 4, what); }
+static int rd_u64(gg_parser *p, uint64_t *v, const char *what) { return rd(p, v, 8, what); }
 
 static int mem_error(gg_parser *p) {
     return mf_errorf(p->err, "%s: parsing needs more than %llu bytes of memory (the budget for a "
                              "%llu-byte file; limit %llu)",
                      p->ctx, (ull)p->g->mem_budget, (ull)p->c.size, (ull)MF_GGUF_MEM_CAP);
 }
-static int rd_u64(gg_parser *p, uint64_t *v, const char *what) { return rd(p, v, 8, what); }
 
 /* Reads a GGUF string (u64 length + bytes) of at most max bytes into the arena. */
 static int rd_str(gg_parser *p, mf_str *out, uint64_t max, const char *what) {

@@ -49,8 +49,12 @@ int mf_tokenizer_from_gguf(const mf_gguf *g, mf_tokenizer **out, mf_error *err) 
     /* Read later by mf_chat_template_detect, which must not meet another type
      * and silently fall back to the token heuristics. */
     mf_str tmpl;
-    if (mf_gguf_get_str(g, "tokenizer.chat_template", &tmpl, err) < 0)
+    rc = mf_gguf_get_str(g, "tokenizer.chat_template", &tmpl, err);
+    if (rc < 0)
         return -1;
+    if (rc == 0 && strlen(tmpl.ptr) != tmpl.len) /* detection would see only the text before it */
+        return mf_errorf(err, "tokenizer: key 'tokenizer.chat_template' contains a NUL byte at %zu of "
+                              "%llu bytes", strlen(tmpl.ptr), (unsigned long long)tmpl.len);
     mf_str pre;
     rc = mf_gguf_get_str(g, "tokenizer.ggml.pre", &pre, err);
     if (rc < 0)

@@ -59,6 +59,7 @@ static void p_pre_nul(gb *b) { gb_u32(b, V_STR); gb_strn(b, "gpt2\0evil", 9); }
 static void p_pre_esc(gb *b) { gb_u32(b, V_STR); gb_str(b, "x\x1b[31m"); }
 
 static void p_tmpl_str(gb *b) { gb_u32(b, V_STR); gb_str(b, "{{ '<|im_start|>' }}"); }
+static void p_tmpl_nul(gb *b) { gb_u32(b, V_STR); gb_strn(b, "{{ x }}\0<|im_start|>", 20); }
 
 static const put_fn base[K_N] = {p_type_i32, p_scores_f32, p_merges_str, p_model_gpt2, p_bos_u32,
                                  p_add_bos_bool, p_pre_smollm, p_tmpl_str};
@@ -138,6 +139,7 @@ MF_TEST(file_strings_are_checked_whole_and_escaped) {
     refused(K_MODEL, p_model_esc, "unsupported model 'gp\\x1b]0;t\\x07\\x0a'");
     refused(K_PRE, p_pre_nul, "'tokenizer.ggml.pre' 'gpt2\\x00evil' contains a NUL byte");
     refused(K_PRE, p_pre_esc, "unknown pre-tokenizer 'x\\x1b[31m'");
+    refused(K_TMPL, p_tmpl_nul, "key 'tokenizer.chat_template' contains a NUL byte at 7 of 20 bytes");
     refused(K_MERGES, p_merges_esc, "merge 0 '\\x1b[2J\\x0a' has no space");
 }
 
