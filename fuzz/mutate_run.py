@@ -410,30 +410,36 @@ HEADER_ONLY = {"kv_retype", "tok_array_type", "int_hparam", "float_hparam", "blo
 
 # Why a file that a mutation leaves loadable is still a valid model.
 ACCEPT_WHY = {
-    "kv_retype": "the key is one minfer does not read (general.name, quantization_version, ...) or the new "
-                 "type is an integer type whose value fits the key's range",
-    "tok_array_type": "scores given as another numeric type (int/float) are numbers all the same",
-    "int_hparam": "a key minfer does not read, or a new value that is consistent with every tensor shape "
-                  "(context_length, token ids, file_type name)",
-    "float_hparam": "rope.freq_base / rms epsilon changed to another valid positive value: a different "
-                    "but well-defined model",
-    "block_count": "never accepted (tensors beyond or missing layers are refused)",
-    "tensor_offset": "the new offset equals the old one (offset of tensor 0 set to 0)",
-    "tensor_shape": "a tensor minfer does not check by shape (none) or the same shape again",
-    "tensor_type": "the same type again, or another weight type with the layout recomputed (a valid file)",
+    "kv_retype": "a key minfer does not read, an integer key retyped to another integer type whose value "
+                 "fits, or (real file) a model key that `tokenize` does not read",
+    "tok_array_type": "the array's own element type again, or scores as another numeric type",
+    "int_hparam": "context_length, general.file_type / quantization_version (display only), or a token id "
+                  "inside the vocabulary",
+    "float_hparam": "rope.freq_base or the rms epsilon set to another positive finite value (a different but "
+                    "well-defined model), or on the real file, which only `tokenize` reads",
+    "block_count": "only on the real file, run through `tokenize` alone (the tokenizer does not read "
+                   "block_count); `run` refused every changed block_count",
+    "tensor_offset": "tensor 0's offset set to 0, its value already",
+    "tensor_shape": "never accepted",
+    "tensor_type": "the tensor's own type again (same byte size, so the layout still holds)",
     "tensor_count": "never accepted",
     "kv_count": "never accepted",
-    "drop_tensor": "output.weight dropped with the layout recomputed: a tied-embedding model",
-    "rename_tensor": "the name was changed to itself (blk.0 -> blk.1 on a 1-layer model is refused)",
+    "drop_tensor": "never accepted",
+    "rename_tensor": "the rename left the name as it was (blk.0. -> blk.1. on a name without it)",
     "dup_kv": "never accepted",
-    "drop_kv": "an optional key (defaults apply: head_count_kv, rope.freq_base, bos id, general.*)",
-    "escape_string": "a string minfer only displays (general.name) or ignores: shown escaped",
+    "drop_kv": "an optional key: general.*, the chat template (the token heuristics pick one), special "
+               "ids (absent means none), quantization_version",
+    "escape_string": "a string minfer only displays (general.name/type/finetune, an unread key's name; shown "
+                     "escaped) or the chat template, whose markers are searched as text",
     "token_text": "a token's text changed: a different, valid vocabulary (a 5,000-byte piece prints whole)",
-    "merge_text": "a merge that names tokens not in the vocab can never apply and is skipped",
-    "special_id": "an id inside the vocabulary",
-    "alignment": "a power of two >= 8 with tensors and data relaid to it",
-    "raw_bytes": "flipped bytes inside a string or float value minfer only displays",
-    "truncate": "never accepted",
+    "merge_text": "a merge whose parts are not both in the vocabulary can never apply and is skipped "
+                  "(tokenizer.h documents it)",
+    "special_id": "an id inside the vocabulary (0)",
+    "alignment": "a power of two >= 8 with the data relaid to it, or 8/16 where every tensor size is a "
+                 "multiple already (the offsets do not change)",
+    "raw_bytes": "the flips turned token texts, merges, ids or weight bytes into other valid values (any q8_0 "
+                 "bytes with finite scales are a valid weight)",
+    "truncate": "the cut removed only padding after the last tensor's data",
     "append": "never accepted",
     "nested": "a nested array under a key minfer does not read, within the depth limit",
 }
