@@ -410,8 +410,8 @@ HEADER_ONLY = {"kv_retype", "tok_array_type", "int_hparam", "float_hparam", "blo
 
 # Why a file that a mutation leaves loadable is still a valid model.
 ACCEPT_WHY = {
-    "kv_retype": "a key minfer does not read, an integer key retyped to another integer type whose value "
-                 "fits, or (real file) a model key that `tokenize` does not read",
+    "kv_retype": "a key minfer does not read, the key's own type again, an integer key retyped to another "
+                 "integer type whose value fits, or (real file) a model key that `tokenize` does not read",
     "tok_array_type": "the array's own element type again, or scores as another numeric type",
     "int_hparam": "context_length, general.file_type / quantization_version (display only), or a token id "
                   "inside the vocabulary",
