@@ -3,10 +3,15 @@
 Run with the project venv: .venv/bin/python fuzz/make_gguf_seeds.py
 Seeds cover: every scalar kv type, arrays (strings, numbers, nested),
 general.alignment, a tokenizer vocab, tensors of several types and dims, a
-version-2 header, and a file with no tensors.
+version-2 header, and a file with no tensors; plus one hostile file per
+class the reader refuses (hostile_*: overlapping / out-of-order tensors, a
+tensor count one too low, alignment 1, ESC in key and tensor names, a
+token_type array of strings, nested empty arrays).
 """
 import os
 import struct
+
+import sys
 
 import numpy as np
 from gguf import GGMLQuantizationType as QT
@@ -68,6 +73,39 @@ def tensors(w):
     w.add_tensor("q4_0", rng.integers(0, 256, (1, 18)).astype(np.uint8), raw_dtype=QT.Q4_0)
 
 
+def hostile():
+    sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+    import mutate_run as m
+
+    def out(name, b):
+        assert len(b) < 4096, name
+        with open(os.path.join(OUT, f"hostile_{name}.gguf"), "wb") as f:
+            f.write(b)
+
+    t = open(os.path.join(OUT, "tensors.gguf"), "rb").read()
+    v = open(os.path.join(OUT, "vocab.gguf"), "rb").read()
+    g = m.Gguf.parse(t)
+    g.tensors[1]["offset"] = g.tensors[0]["offset"]
+    out("overlap", g.write())
+    g = m.Gguf.parse(t)
+    g.tensors[0]["offset"], g.tensors[1]["offset"] = g.tensors[1]["offset"], g.tensors[0]["offset"]
+    out("out_of_order", g.write())
+    out("count_low", m.Gguf.parse(t).write(n_tensors=len(m.Gguf.parse(t).tensors) - 1))
+    g = m.Gguf.parse(t)
+    g.kvs.append([b"general.alignment", 4, 1])
+    out("align1", g.write(align=32))
+    g = m.Gguf.parse(t)
+    g.tensors[0]["name"] += b"\x1b[31m\n"
+    g.kvs.append([b"key\x1b]0;x\x07", 4, 1])
+    out("escapes", g.write())
+    g = m.Gguf.parse(v)
+    g.kv(b"tokenizer.ggml.token_type")[2] = (8, [b"1"] * 5)
+    out("token_type_strings", g.write())
+    g = m.Gguf.parse(v)
+    g.kvs.append([b"general.nested", 9, (9, [(0, [])] * 200)])
+    out("nested_empty", g.write())
+
+
 def main():
     os.makedirs(OUT, exist_ok=True)
     write("kv_all.gguf", kv_all)
@@ -79,6 +117,7 @@ def main():
         f.seek(4)
         f.write(struct.pack("<I", 2))
     write("empty.gguf", lambda w: None)
+    hostile()
     print("seeds:", sorted(os.listdir(OUT)))
 
 

@@ -193,6 +193,8 @@ void minfer_multi_get_stats(const minfer_multi *mm, minfer_multi_stats *st);
 
 /* ---- sampling --------------------------------------------------------------------------------- */
 
+#define MINFER_SEED_RANDOM UINT64_MAX
+
 typedef struct minfer_sampler_options {
     float temp;               /* 0.8; <= 0 means greedy */
     int32_t top_k;            /* 40; <= 0 disables */
@@ -202,7 +204,8 @@ typedef struct minfer_sampler_options {
     int32_t repeat_last_n;    /* 64 */
     float presence_penalty;   /* 0 */
     float frequency_penalty;  /* 0 */
-    uint64_t seed;            /* 0xFFFFFFFF... means random */
+    uint64_t seed;            /* MINFER_SEED_RANDOM (UINT64_MAX) means random; any other
+                                 value, 4294967295 included, is a fixed seed */
 } minfer_sampler_options;
 
 void minfer_sampler_options_default(minfer_sampler_options *o);
@@ -215,8 +218,10 @@ void minfer_sampler_accept(minfer_sampler *s, int32_t token);
 /* ---- generation ------------------------------------------------------------------------------------- */
 
 /* Called with each generated token and its text (complete UTF-8 only; may be
- * empty while a multibyte character is pending). Return false to stop. A last
- * call with token -1 may carry U+FFFD for an incomplete trailing character. */
+ * empty while a multibyte character is pending; a piece is never cut, however
+ * long). Return false to stop. When generation ends (token limit, context,
+ * end of generation) inside a multibyte character, its incomplete bytes are
+ * dropped: the text never ends in a U+FFFD the model did not produce. */
 typedef bool (*minfer_token_fn)(void *user, int32_t token, const char *text, size_t len);
 
 typedef struct minfer_generate_stats {

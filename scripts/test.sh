@@ -4,7 +4,7 @@
 #   2. Release build with gcc, warnings as errors, the CUDA backend compiled
 #      when nvcc is present; every ctest test
 #   3. clang build with ASan + UBSan: the unit tests, then each libFuzzer
-#      target for MINFER_FUZZ_SECONDS (default 60) seconds
+#      target for MINFER_FUZZ_SECONDS (default 45) seconds (six targets)
 #   4. ARM64: the base/quant/cpu unit tests cross-built with Debian's aarch64
 #      gcc and run under qemu-user (NEON kernels against their scalar twins)
 #   5. Metal on Linux: clang build of the Metal backend against the stand-in
@@ -14,7 +14,7 @@ set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 cd "$root"
 jobs=$(nproc)
-fuzz_seconds=${MINFER_FUZZ_SECONDS:-60}
+fuzz_seconds=${MINFER_FUZZ_SECONDS:-45}
 
 bash scripts/deps.sh --test
 bash scripts/fetch-model.sh

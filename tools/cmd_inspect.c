@@ -163,14 +163,18 @@ static void print_text(const char *path, const mf_gguf *g, bool tensors, totals 
            mf_gguf_version(g), mf_gguf_alignment(g), mf_gguf_data_offset(g), mf_gguf_n_parts(g),
            mf_gguf_n_parts(g) == 1 ? "" : "s", mf_gguf_file_size(g));
     printf("\nmetadata (%" PRId64 " keys):\n", nkv);
+    /* Every file string is printed escaped (mf_escape): a key or tensor name
+     * holding ESC or a newline must not drive the terminal or fake lines. */
     size_t w = 0;
-    for (int64_t i = 0; i < nkv; i++)
-        if (mf_gguf_kv_key(g, i).len > w)
-            w = (size_t)mf_gguf_kv_key(g, i).len;
+    for (int64_t i = 0; i < nkv; i++) {
+        mf_str k = mf_gguf_kv_key(g, i);
+        size_t l = strlen(MF_ESCN(k.ptr, (size_t)k.len));
+        w = l > w ? l : w;
+    }
     for (int64_t i = 0; i < nkv; i++) {
         mf_str k = mf_gguf_kv_key(g, i);
         mf_gguf_vtype t = mf_gguf_kv_type(g, i);
-        printf("  %-*s  ", (int)w, k.ptr);
+        printf("  %-*s  ", (int)w, MF_ESCN(k.ptr, (size_t)k.len));
         if (t == MF_GGUF_ARRAY) {
             print_array(stdout, g, i, false);
         } else if (t == MF_GGUF_STRING) {
@@ -179,15 +183,8 @@ static void print_text(const char *path, const mf_gguf *g, bool tensors, totals 
             /* long strings (chat templates) are cut to one line */
             printf("str    ");
             const uint64_t max = 100;
-            for (uint64_t c = 0; c < s.len && c < max; c++) {
-                unsigned ch = (unsigned char)s.ptr[c];
-                if (ch == '\n')
-                    fputs("\\n", stdout);
-                else if (ch < 0x20)
-                    printf("\\x%02x", ch);
-                else
-                    putchar((int)ch);
-            }
+            char esc[4 * 100 + 8];
+            fputs(mf_escape(s.ptr, (size_t)(s.len < max ? s.len : max), esc, sizeof esc), stdout);
             if (s.len > max)
                 printf("... (%" PRIu64 " bytes)", s.len);
         } else {
@@ -200,9 +197,11 @@ static void print_text(const char *path, const mf_gguf *g, bool tensors, totals 
     if (tensors) {
         printf("\ntensors (%" PRId64 "):\n", nt);
         size_t nw = 4;
-        for (int64_t i = 0; i < nt; i++)
-            if (mf_gguf_tensor_at(g, i)->name.len > nw)
-                nw = (size_t)mf_gguf_tensor_at(g, i)->name.len;
+        for (int64_t i = 0; i < nt; i++) {
+            mf_str nm = mf_gguf_tensor_at(g, i)->name;
+            size_t l = strlen(MF_ESCN(nm.ptr, (size_t)nm.len));
+            nw = l > nw ? l : nw;
+        }
         printf("  %5s  %-*s  %-5s  %-20s  %12s  %12s\n", "#", (int)nw, "name", "type", "shape",
                "offset", "bytes");
         for (int64_t i = 0; i < nt; i++) {
@@ -210,7 +209,8 @@ static void print_text(const char *path, const mf_gguf *g, bool tensors, totals 
             char shape[96];
             shape_text(t, shape, sizeof shape);
             printf("  %5" PRId64 "  %-*s  %-5s  %-20s  %12" PRIu64 "  %12" PRIu64 "%s\n", i,
-                   (int)nw, t->name.ptr, mf_type_name(t->type), shape, t->offset, t->nbytes,
+                   (int)nw, MF_ESCN(t->name.ptr, (size_t)t->name.len), mf_type_name(t->type), shape,
+                   t->offset, t->nbytes,
                    t->part ? " (part)" : "");
         }
     }

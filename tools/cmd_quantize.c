@@ -72,7 +72,7 @@ static int run_quantize(const char *in, const char *out, const mf_quant_mix *mix
         if (t->type != MF_TYPE_F32 && t->type != MF_TYPE_F16 && t->type != MF_TYPE_BF16) {
             fprintf(stderr,
                     "quantize: '%s' tensor '%s' is already %s; requantizing is not supported\n",
-                    in, t->name.ptr, mf_type_name(t->type));
+                    in, MF_ESCN(t->name.ptr, (size_t)t->name.len), mf_type_name(t->type));
             mf_gguf_close(g);
             return 1;
         }
@@ -116,7 +116,7 @@ static int run_quantize(const char *in, const char *out, const mf_quant_mix *mix
         for (uint32_t d = 1; d < t->n_dims; d++)
             snprintf(shape + strlen(shape), sizeof shape - strlen(shape), "x%" PRId64, t->ne[d]);
         fprintf(stderr, "[%3" PRId64 "/%" PRId64 "] %-32s %5s -> %-5s %s%s%s%s\n", i + 1, nt,
-                t->name.ptr, mf_type_name(t->type), mf_type_name(types[i]), shape,
+                MF_ESCN(t->name.ptr, (size_t)t->name.len), mf_type_name(t->type), mf_type_name(types[i]), shape,
                 note[0] ? "  (" : "", note, note[0] ? ")" : "");
 
         size_t in_row = mf_type_row_size(t->type, n), out_row = mf_type_row_size(types[i], n);

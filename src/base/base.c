@@ -43,6 +43,79 @@ void mf_panic(const char *file, int line, const char *fmt, ...) {
     abort();
 }
 
+/* ---- escaping ------------------------------------------------------------- */
+
+/* Length of the valid UTF-8 sequence at s[0..n) (1..4), or 0 when the bytes
+ * there are not one (overlong forms, surrogates and values past U+10FFFF
+ * included). */
+static size_t utf8_seq(const unsigned char *s, size_t n) {
+    unsigned c = s[0];
+    size_t len;
+    uint32_t cp;
+    if (c < 0x80)
+        return 1;
+    if (c >= 0xc2 && c <= 0xdf)
+        len = 2, cp = c & 0x1f;
+    else if (c >= 0xe0 && c <= 0xef)
+        len = 3, cp = c & 0x0f;
+    else if (c >= 0xf0 && c <= 0xf4)
+        len = 4, cp = c & 0x07;
+    else
+        return 0;
+    if (n < len)
+        return 0;
+    for (size_t i = 1; i < len; i++) {
+        if ((s[i] & 0xc0) != 0x80)
+            return 0;
+        cp = (cp << 6) | (s[i] & 0x3f);
+    }
+    if ((len == 3 && cp < 0x800) || (len == 4 && (cp < 0x10000 || cp > 0x10ffff)) ||
+        (cp >= 0xd800 && cp <= 0xdfff))
+        return 0;
+    return len;
+}
+
+const char *mf_escape(const void *s, size_t n, char *buf, size_t cap) {
+    const unsigned char *p = s;
+    size_t o = 0;
+    if (cap == 0)
+        return buf;
+    for (size_t i = 0; i < n;) {
+        char piece[8];
+        size_t k, adv = utf8_seq(p + i, n - i);
+        unsigned c = p[i];
+        bool c1 = adv == 2 && c == 0xc2 && p[i + 1] < 0xa0; /* U+0080..U+009F */
+        if (adv == 1 && c >= 0x20 && c < 0x7f && c != '\\') {
+            piece[0] = (char)c;
+            k = 1;
+        } else if (c == '\\') {
+            piece[0] = '\\', piece[1] = '\\';
+            k = 2;
+        } else if (adv > 1 && !c1) {
+            memcpy(piece, p + i, adv);
+            k = adv;
+        } else {
+            snprintf(piece, sizeof piece, "\\x%02x", c);
+            k = 4;
+            adv = 1;
+        }
+        if (o + k + 4 > cap) { /* room for "..." and the terminator */
+            size_t e = o + 3 < cap ? o : (cap > 4 ? cap - 4 : 0);
+            if (cap > 3) {
+                memcpy(buf + e, "...", 3);
+                e += 3;
+            }
+            buf[e < cap ? e : cap - 1] = 0;
+            return buf;
+        }
+        memcpy(buf + o, piece, k);
+        o += k;
+        i += adv;
+    }
+    buf[o] = 0;
+    return buf;
+}
+
 void *mf_malloc(size_t n) {
     void *p = malloc(n ? n : 1);
     if (!p)

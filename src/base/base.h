@@ -14,6 +14,7 @@
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <string.h>
 
 /* ---- errors ------------------------------------------------------------- */
 
@@ -41,6 +42,21 @@ void *mf_malloc(size_t n);
 void *mf_calloc(size_t n, size_t size);
 void *mf_realloc(void *p, size_t n);
 char *mf_strdup(const char *s);
+
+/* ---- file-derived text in messages ---------------------------------------- */
+
+/* Writes s[0..n) into buf[0..cap) as one printable line: valid UTF-8 text is
+ * kept, while control bytes (newline, ESC, ...), DEL, C1 controls, backslash
+ * and bytes that are not valid UTF-8 become \xNN (backslash: \\). A string
+ * longer than fits ends in "...". Returns buf (always NUL-terminated when
+ * cap > 0), so a call can be an argument of printf. Every string that comes
+ * from a file or a peer goes through this before it reaches a message. */
+const char *mf_escape(const void *s, size_t n, char *buf, size_t cap);
+/* mf_escape into a compound-literal buffer (MF_ESC: a NUL-terminated string;
+ * MF_ESCN: n bytes), valid until the end of the enclosing block. */
+#define MF_ESC_CAP 200
+#define MF_ESC(s) mf_escape((s), strlen(s), (char[MF_ESC_CAP]){0}, MF_ESC_CAP)
+#define MF_ESCN(s, n) mf_escape((s), (n), (char[MF_ESC_CAP]){0}, MF_ESC_CAP)
 
 /* ---- overflow-safe arithmetic -------------------------------------------- */
 
@@ -83,6 +99,15 @@ long mf_env_int(const char *name, long def);
 /* True when set to anything other than "", "0", "false", "off", "no". */
 bool mf_env_flag(const char *name);
 const char *mf_env_str(const char *name, const char *def);
+
+/* ---- memory --------------------------------------------------------------- */
+
+/* Bytes this process may still allocate: MemAvailable, lowered by a cgroup
+ * (v2 or v1) limit minus its usage. 0 with *bytes and *source (which limit
+ * applied, for messages) set; -1 when neither can be read. The _at form
+ * reads the same files under root (tests). */
+int mf_mem_available(uint64_t *bytes, const char **source);
+int mf_mem_available_at(const char *root, uint64_t *bytes, const char **source);
 
 /* ---- time ---------------------------------------------------------------- */
 

@@ -6,6 +6,9 @@
  * like "model-00001-of-00003.gguf" opens all its parts as one model: metadata
  * from part 1, tensors from every part (split.* keys are checked). Any
  * malformed field fails the open with a message naming the field and value.
+ * Tensor data must be laid out as llama.cpp requires: in table order, each
+ * tensor at the previous one's end rounded up to the alignment (no overlap,
+ * no gap), the first at offset 0, and nothing after the last but padding.
  *
  * Strings (keys, tensor names, string values) are exposed as mf_str: pointer
  * + length, NUL-terminated copies owned by the mf_gguf. */
@@ -28,6 +31,18 @@
 #define MF_GGUF_MAX_TENSORS 1000000ull
 #define MF_GGUF_MAX_NAME 256                 /* bytes in a tensor name */
 #define MF_GGUF_MAX_VOCAB 4000000ull         /* tokenizer.ggml.tokens entries */
+#define MF_GGUF_MIN_ALIGNMENT 8              /* the widest scalar a block holds */
+/* Parser memory (metadata nodes, string copies, tables) is charged against a
+ * budget of MF_GGUF_MEM_PER_BYTE x the file size + MF_GGUF_MEM_BASE, never
+ * more than MF_GGUF_MEM_CAP: real files need far less than one byte per file
+ * byte, while a file of nested empty arrays needs ~9 bytes per byte. */
+#define MF_GGUF_MEM_PER_BYTE 4ull
+#define MF_GGUF_MEM_BASE (16ull << 20)
+#define MF_GGUF_MEM_CAP (2ull << 30)
+
+/* Exit status of a process whose mapped model file was truncated under it
+ * (gguf_guard.c; MINFER_LOAD_COPY=1 copies the file into memory instead). */
+#define MF_GGUF_SIGBUS_EXIT 74
 
 typedef enum mf_gguf_vtype {
     MF_GGUF_UINT8 = 0,
@@ -103,6 +118,13 @@ int mf_gguf_get_str(const mf_gguf *g, const char *key, mf_str *out, mf_error *er
  * element count and *kv the index for the element accessors below. */
 int mf_gguf_get_arr(const mf_gguf *g, const char *key, mf_gguf_vtype want, int64_t *kv,
                     uint64_t *n, mf_error *err);
+/* Like mf_gguf_get_arr for an array whose elements must be integers (any
+ * integer type) / numbers (integers or floats): a string, bool or nested
+ * array element type is an error naming the key and both types. */
+int mf_gguf_get_arr_ints(const mf_gguf *g, const char *key, int64_t *kv, uint64_t *n,
+                         mf_error *err);
+int mf_gguf_get_arr_nums(const mf_gguf *g, const char *key, int64_t *kv, uint64_t *n,
+                         mf_error *err);
 mf_gguf_vtype mf_gguf_arr_type(const mf_gguf *g, int64_t kv);
 uint64_t mf_gguf_arr_n(const mf_gguf *g, int64_t kv);
 /* Element i of a string array. */

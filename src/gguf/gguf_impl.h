@@ -8,6 +8,12 @@
 
 #if defined(__BYTE_ORDER__) && __BYTE_ORDER__ != __ORDER_LITTLE_ENDIAN__
 #error "minfer's GGUF code reads little-endian fields straight from memory"
+/* The mapped-file policy (gguf_guard.c): a SIGBUS inside a registered
+ * mapping (the file was truncated under it) ends the process with a line
+ * naming the file. At most 64 mappings are guarded at once. */
+void gg_guard_add(const void *base, size_t len, const char *path);
+void gg_guard_remove(const void *base);
+
 #endif
 
 #define GG_MAX_DEPTH 8        /* array nesting levels (the outer array is level 1) */
@@ -49,6 +55,7 @@ struct mf_gguf {
     uint64_t data_offset;
     void *map;            /* page-aligned base of the mapping, or NULL */
     size_t map_len;
+    bool map_copy;        /* map holds a copy of the file (MINFER_LOAD_COPY) */
 
     gg_node *nodes;
     int64_t n_nodes, cap_nodes, n_kv;
@@ -62,6 +69,9 @@ struct mf_gguf {
 
     gg_chunk *arena;      /* NUL-terminated copies of every string */
 
+    uint64_t mem_used;    /* parser allocations charged so far */
+    uint64_t mem_budget;  /* their limit for this file (MF_GGUF_MEM_*) */
+
     mf_gguf **subs;       /* parts 2..N of a split model (own their mappings) */
     uint32_t n_subs;
 };
@@ -73,5 +83,11 @@ const char *gg_vtype_name(uint32_t t);
  * checks that it fills the buffer exactly. Used by the writer to refuse raw
  * values that the reader would reject. Returns 0/-1 (err says why). */
 int gg_check_value(uint32_t type, const void *buf, size_t len, mf_error *err);
+
+/* The mapped-file policy (gguf_guard.c): a SIGBUS inside a registered
+ * mapping (the file was truncated under it) ends the process with a line
+ * naming the file. At most 64 mappings are guarded at once. */
+void gg_guard_add(const void *base, size_t len, const char *path);
+void gg_guard_remove(const void *base);
 
 #endif

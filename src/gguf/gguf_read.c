@@ -58,13 +58,33 @@ static bool vtype_is_signed(uint32_t t) {
 
 /* ---- string arena --------------------------------------------------------------- */
 
-/* Returns a NUL-terminated copy of s[0..n) that lives as long as g. Chunks
- * are never moved, so pointers handed out stay valid. */
+/* Charges bytes against the file's parser memory budget; false when that
+ * would exceed it (the caller fails the parse with mem_error). */
+static bool charge(mf_gguf *g, uint64_t bytes) {
+    if (bytes > g->mem_budget || g->mem_used > g->mem_budget - bytes)
+        return false;
+    g->mem_used += bytes;
+    return true;
+}
+
+/* MF_GGUF_MEM_PER_BYTE x size + MF_GGUF_MEM_BASE, at most MF_GGUF_MEM_CAP. */
+static uint64_t mem_budget_for(uint64_t size) {
+    if (size >= MF_GGUF_MEM_CAP / MF_GGUF_MEM_PER_BYTE)
+        return MF_GGUF_MEM_CAP;
+    uint64_t b = size * MF_GGUF_MEM_PER_BYTE + MF_GGUF_MEM_BASE;
+    return b < MF_GGUF_MEM_CAP ? b : MF_GGUF_MEM_CAP;
+}
+
+/* Returns a NUL-terminated copy of s[0..n) that lives as long as g, or NULL
+ * when the budget is spent. Chunks are never moved, so pointers handed out
+ * stay valid. */
 static const char *arena_dup(mf_gguf *g, const void *s, uint64_t n) {
     size_t need = (size_t)n + 1;
     gg_chunk *c = g->arena;
     if (!c || c->cap - c->used < need) {
         size_t cap = need > 16384 ? need : 65536;
+        if (!charge(g, sizeof *c + cap))
+            return NULL;
         c = mf_malloc(sizeof *c + cap);
         c->used = 0;
         c->cap = cap;
@@ -130,18 +150,10 @@ typedef struct gg_parser {
     char ctx[200]; /* what is being parsed: "header", "key 'general.name'", ... */
 } gg_parser;
 
-/* Copies a name into ctx-safe form: printable ASCII, at most 96 bytes. */
+/* Names what is being parsed, the file's name escaped (mf_escape). */
 static void set_ctx(gg_parser *p, const char *what, const char *name, uint64_t n) {
-    char clean[100];
-    size_t k = 0;
-    for (uint64_t i = 0; i < n && k < 96; i++) {
-        unsigned char ch = (unsigned char)name[i];
-        clean[k++] = (ch >= 32 && ch < 127 && ch != '\'') ? (char)ch : '?';
-    }
-    if (n > 96)
-        clean[k++] = '.', clean[k++] = '.', clean[k++] = '.';
-    clean[k] = 0;
-    snprintf(p->ctx, sizeof p->ctx, "%s '%s'", what, clean);
+    char clean[128];
+    snprintf(p->ctx, sizeof p->ctx, "%s '%s'", what, mf_escape(name, (size_t)n, clean, sizeof clean));
 }
 
 static uint64_t left(const gg_parser *p) {
@@ -162,6 +174,12 @@ static int rd(gg_parser *p, void *dst, uint64_t n, const char *what) {
 static int rd_u32(gg_parser *p, uint32_t *v, const char *what) { return rd(p, v, 4, what); }
 static int rd_u64(gg_parser *p, uint64_t *v, const char *what) { return rd(p, v, 8, what); }
 
+static int mem_error(gg_parser *p) {
+    return mf_errorf(p->err, "%s: parsing needs more than %llu bytes of memory (the budget for a "
+                             "%llu-byte file; limit %llu)",
+                     p->ctx, (ull)p->g->mem_budget, (ull)p->c.size, (ull)MF_GGUF_MEM_CAP);
+}
+
 /* Reads a GGUF string (u64 length + bytes) of at most max bytes into the arena. */
 static int rd_str(gg_parser *p, mf_str *out, uint64_t max, const char *what) {
     char w[64];
@@ -175,12 +193,15 @@ static int rd_str(gg_parser *p, mf_str *out, uint64_t max, const char *what) {
         return mf_errorf(p->err, "%s: truncated: %s %llu at offset %llu exceeds the %llu bytes left",
                          p->ctx, w, (ull)n, (ull)(p->c.pos - 8), (ull)left(p));
     out->ptr = arena_dup(p->g, p->c.buf + p->c.pos, n);
+    if (!out->ptr)
+        return mem_error(p);
     out->len = n;
     p->c.pos += n;
     return 0;
 }
 
-/* Index of n fresh zeroed nodes. n was checked against the bytes left. */
+/* Index of n fresh zeroed nodes, or -1 when the memory budget is spent. n
+ * was checked against the bytes left. */
 static int64_t reserve_nodes(mf_gguf *g, uint64_t n) {
     if (n == 0)
         return g->n_nodes;
@@ -190,6 +211,8 @@ static int64_t reserve_nodes(mf_gguf *g, uint64_t n) {
             cap = (uint64_t)g->n_nodes + n;
         if (cap < 16)
             cap = 16;
+        if (!charge(g, (cap - (uint64_t)g->cap_nodes) * sizeof *g->nodes))
+            return -1;
         g->nodes = mf_realloc(g->nodes, (size_t)cap * sizeof *g->nodes);
         g->cap_nodes = (int64_t)cap;
     }
@@ -233,6 +256,8 @@ static int parse_array(gg_parser *p, int64_t node, int depth) {
         g->nodes[node].raw = raw;
         p->c.pos += n * esz;
     } else if (et == MF_GGUF_STRING) {
+        if (!charge(g, (n ? n : 1) * sizeof(mf_str)))
+            return mem_error(p);
         mf_str *strs = mf_calloc((size_t)(n ? n : 1), sizeof *strs);
         g->nodes[node].strs = strs;
         for (uint64_t j = 0; j < n; j++)
@@ -240,6 +265,8 @@ static int parse_array(gg_parser *p, int64_t node, int depth) {
                 return -1;
     } else {
         int64_t base = reserve_nodes(g, n);
+        if (base < 0)
+            return mem_error(p);
         g->nodes[node].sub0 = base;
         for (uint64_t j = 0; j < n; j++)
             if (parse_array(p, base + (int64_t)j, depth + 1))
@@ -310,7 +337,7 @@ static int index_kvs(mf_gguf *g, mf_error *err) {
         mf_str k = g->nodes[i].key;
         uint64_t s = ht_slot(g, g->kv_ht, g->kv_ht_cap, kv_name, k.ptr, k.len);
         if (g->kv_ht[s])
-            return mf_errorf(err, "duplicate key '%s' (kv %lld and kv %lld)", k.ptr,
+            return mf_errorf(err, "duplicate key '%s' (kv %lld and kv %lld)", MF_ESCN(k.ptr, k.len),
                              (ll)(g->kv_ht[s] - 1), (ll)i);
         g->kv_ht[s] = i + 1;
     }
@@ -326,7 +353,7 @@ static int index_tensors(mf_gguf *g, mf_error *err) {
         mf_str k = g->tensors[i].name;
         uint64_t s = ht_slot(g, g->t_ht, g->t_ht_cap, t_name, k.ptr, k.len);
         if (g->t_ht[s])
-            return mf_errorf(err, "duplicate tensor name '%s' (tensors %lld and %lld)", k.ptr,
+            return mf_errorf(err, "duplicate tensor name '%s' (tensors %lld and %lld)", MF_ESCN(k.ptr, k.len),
                              (ll)(g->t_ht[s] - 1), (ll)i);
         g->t_ht[s] = i + 1;
     }
@@ -395,6 +422,9 @@ static int check_known_keys(mf_gguf *g, mf_error *err) {
             return mf_errorf(err, "key 'general.alignment': type %s, expected uint32", gg_vtype_name(v->type));
         if (v->u == 0 || (v->u & (v->u - 1)) != 0)
             return mf_errorf(err, "key 'general.alignment': %llu is not a power of two", (ull)v->u);
+        if (v->u < MF_GGUF_MIN_ALIGNMENT)
+            return mf_errorf(err, "key 'general.alignment': %llu is below the minimum %u (blocks "
+                                  "would load misaligned)", (ull)v->u, MF_GGUF_MIN_ALIGNMENT);
         if (v->u > MF_GGUF_MAX_ALIGNMENT)
             return mf_errorf(err, "key 'general.alignment': %llu exceeds the limit %u", (ull)v->u,
                              MF_GGUF_MAX_ALIGNMENT);
@@ -451,7 +481,9 @@ static int parse_file(mf_gguf *g, const uint8_t *buf, uint64_t size, mf_error *e
                          (ull)n_tensors, (ull)n_tensors * GG_MIN_TINFO_BYTES, (ull)left(&p));
 
     /* ---- metadata ---- */
-    reserve_nodes(g, n_kv);
+    g->mem_budget = mem_budget_for(size);
+    if (reserve_nodes(g, n_kv) < 0)
+        return mem_error(&p);
     g->n_kv = (int64_t)n_kv;
     for (int64_t i = 0; i < (int64_t)n_kv; i++) {
         snprintf(p.ctx, sizeof p.ctx, "kv %lld", (ll)i);
@@ -475,6 +507,9 @@ static int parse_file(mf_gguf *g, const uint8_t *buf, uint64_t size, mf_error *e
     if (n_tensors > left(&p) / GG_MIN_TINFO_BYTES)
         return mf_errorf(err, "truncated: tensor count %llu needs at least %llu bytes, %llu left",
                          (ull)n_tensors, (ull)n_tensors * GG_MIN_TINFO_BYTES, (ull)left(&p));
+    snprintf(p.ctx, sizeof p.ctx, "tensor infos");
+    if (!charge(g, (n_tensors ? n_tensors : 1) * sizeof *g->tensors))
+        return mem_error(&p);
     g->tensors = mf_calloc((size_t)(n_tensors ? n_tensors : 1), sizeof *g->tensors);
     for (int64_t i = 0; i < (int64_t)n_tensors; i++) {
         g->n_tensors = i + 1; /* names so far are owned and freed even on failure */
@@ -491,13 +526,28 @@ static int parse_file(mf_gguf *g, const uint8_t *buf, uint64_t size, mf_error *e
         return mf_errorf(err, "truncated: data section starts at offset %llu but the file is %llu bytes",
                          (ull)g->data_offset, (ull)size);
     uint64_t data_size = size > g->data_offset ? size - g->data_offset : 0;
+    /* In table order, each tensor starts where the previous one ends, rounded
+     * up to the alignment: two tensors cannot share bytes, a shape cannot
+     * grow into the next tensor, and a table that lost or gained an entry
+     * cannot line up with the data it describes. */
+    uint64_t expect = 0;
     for (int64_t i = 0; i < g->n_tensors; i++) {
         mf_gguf_tensor *t = &g->tensors[i];
+        const char *nm = MF_ESCN(t->name.ptr, t->name.len);
         if (t->offset > data_size || t->nbytes > data_size - t->offset)
             return mf_errorf(err, "tensor '%s': offset %llu + %llu bytes exceeds data section size %llu",
-                             t->name.ptr, (ull)t->offset, (ull)t->nbytes, (ull)data_size);
+                             nm, (ull)t->offset, (ull)t->nbytes, (ull)data_size);
+        if (t->offset != expect)
+            return mf_errorf(err, "tensor '%s' (%lld of %lld): offset %llu, expected %llu (tensor data "
+                                  "must follow the table order, each at the previous end aligned to %llu)",
+                             nm, (ll)i, (ll)g->n_tensors, (ull)t->offset, (ull)expect, (ull)a);
+        expect = (t->offset + t->nbytes + a - 1) / a * a; /* fits: offset + nbytes <= data_size */
         t->data = buf + g->data_offset + t->offset;
     }
+    if (g->n_tensors > 0 && data_size > expect)
+        return mf_errorf(err, "%llu bytes after the last tensor's data (offset %llu, file %llu bytes): "
+                              "the tensor table does not describe the whole data section",
+                         (ull)(data_size - expect), (ull)(g->data_offset + expect), (ull)size);
     return 0;
 }
 
@@ -532,7 +582,32 @@ static int open_one(const char *path, mf_gguf **out, mf_error *err) {
     mf_gguf *g = mf_calloc(1, sizeof *g);
     size_t size = (size_t)st.st_size;
     void *map = NULL;
-    if (size > 0) {
+    bool copy = mf_env_flag("MINFER_LOAD_COPY");
+    if (size > 0 && copy) {
+        /* Anonymous memory holding the file: immune to the file changing. */
+        map = mmap(NULL, size, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+        if (map == MAP_FAILED) {
+            int e = errno;
+            close(fd);
+            free(g);
+            return mf_errorf(err, "gguf: cannot allocate %zu bytes to copy '%s' (MINFER_LOAD_COPY): %s",
+                             size, MF_ESC(path), strerror(e));
+        }
+        for (size_t got = 0; got < size;) {
+            ssize_t r = pread(fd, (char *)map + got, size - got, (off_t)got);
+            if (r <= 0) {
+                int e = r < 0 ? errno : 0;
+                close(fd);
+                munmap(map, size);
+                free(g);
+                return mf_errorf(err, "gguf: reading '%s' at offset %zu of %zu: %s", MF_ESC(path), got,
+                                 size, e ? strerror(e) : "the file shrank while being read");
+            }
+            got += (size_t)r;
+        }
+        mprotect(map, size, PROT_READ);
+        g->map_copy = true;
+    } else if (size > 0) {
         map = mmap(NULL, size, PROT_READ, MAP_PRIVATE, fd, 0);
         if (map == MAP_FAILED) {
             int e = errno;
@@ -542,6 +617,8 @@ static int open_one(const char *path, mf_gguf **out, mf_error *err) {
         }
     }
     close(fd);
+    if (map && !g->map_copy)
+        gg_guard_add(map, size, path);
     int rc = parse_file(g, map, size, err);
     g->map = map;
     g->map_len = size;
@@ -667,8 +744,11 @@ void mf_gguf_close(mf_gguf *g) {
     for (uint32_t s = 0; s < g->n_subs; s++)
         mf_gguf_close(g->subs[s]);
     free(g->subs);
-    if (g->map)
+    if (g->map) {
+        if (!g->map_copy)
+            gg_guard_remove(g->map);
         munmap(g->map, g->map_len);
+    }
     free_contents(g);
     free(g);
 }
@@ -829,6 +909,34 @@ int mf_gguf_get_arr(const mf_gguf *g, const char *key, mf_gguf_vtype want, int64
     return 0;
 }
 
+/* mf_gguf_get_arr with an element-type class instead of one type. */
+static int get_arr_class(const mf_gguf *g, const char *key, bool floats_too, int64_t *kv,
+                         uint64_t *n, mf_error *err) {
+    int64_t i = mf_gguf_find_key(g, key);
+    if (i < 0)
+        return 1;
+    const gg_node *v = &g->nodes[i];
+    const char *want = floats_too ? "array of numbers" : "array of integers";
+    if (v->type != MF_GGUF_ARRAY)
+        return mf_errorf(err, "gguf: key '%s': type %s, expected %s", key, gg_vtype_name(v->type), want);
+    bool ok = vtype_is_int(v->et) || (floats_too && (v->et == MF_GGUF_FLOAT32 || v->et == MF_GGUF_FLOAT64));
+    if (!ok)
+        return mf_errorf(err, "gguf: key '%s': array of %s, expected %s", key, gg_vtype_name(v->et), want);
+    *kv = i;
+    *n = v->n;
+    return 0;
+}
+
+int mf_gguf_get_arr_ints(const mf_gguf *g, const char *key, int64_t *kv, uint64_t *n,
+                         mf_error *err) {
+    return get_arr_class(g, key, false, kv, n, err);
+}
+
+int mf_gguf_get_arr_nums(const mf_gguf *g, const char *key, int64_t *kv, uint64_t *n,
+                         mf_error *err) {
+    return get_arr_class(g, key, true, kv, n, err);
+}
+
 static const gg_node *arr_node(const mf_gguf *g, int64_t kv) {
     MF_ASSERT(kv >= 0 && kv < g->n_nodes && g->nodes[kv].type == MF_GGUF_ARRAY);
     return &g->nodes[kv];
@@ -978,6 +1086,7 @@ int gg_check_value(uint32_t type, const void *buf, size_t len, mf_error *err) {
     mf_gguf g = {0};
     gg_parser p = {.g = &g, .c = {.buf = buf, .size = len}, .err = err};
     snprintf(p.ctx, sizeof p.ctx, "value");
+    g.mem_budget = mem_budget_for(len);
     reserve_nodes(&g, 1);
     g.n_kv = 1;
     int rc = parse_value(&p, 0, type);

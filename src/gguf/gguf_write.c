@@ -114,8 +114,10 @@ static void defer(mf_gguf_writer *w, const char *fmt, ...) {
 }
 
 void mf_gguf_writer_set_alignment(mf_gguf_writer *w, uint32_t alignment) {
-    if (alignment == 0 || (alignment & (alignment - 1)) || alignment > MF_GGUF_MAX_ALIGNMENT) {
-        defer(w, "gguf writer: alignment %u is not a power of two in 1..%u", alignment, MF_GGUF_MAX_ALIGNMENT);
+    if (alignment < MF_GGUF_MIN_ALIGNMENT || (alignment & (alignment - 1)) ||
+        alignment > MF_GGUF_MAX_ALIGNMENT) {
+        defer(w, "gguf writer: alignment %u is not a power of two in %u..%u", alignment,
+              MF_GGUF_MIN_ALIGNMENT, MF_GGUF_MAX_ALIGNMENT);
         return;
     }
     w->alignment = alignment;

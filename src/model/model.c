@@ -131,9 +131,9 @@ static int read_hparams(const mf_gguf *g, mf_arch arch, mf_hparams *hp, mf_error
     if (rc < 0)
         return -1;
     if (rc == 0 && strcmp(stype.ptr, "none") != 0) {
-        if (strcmp(stype.ptr, "linear") != 0)
+        if (strcmp(stype.ptr, "linear") != 0 || stype.len != 6)
             return mf_errorf(err, "model: %s = '%s' is not supported (none, linear)", key,
-                             stype.ptr);
+                             MF_ESCN(stype.ptr, stype.len));
         float factor;
         if (get_f32(g, a, "rope.scaling.factor", true, 1.0f, &factor, err))
             return -1;
@@ -291,6 +291,50 @@ static int check_tensors(mf_model *m, void (*progress)(void *, float, const char
     return 0;
 }
 
+/* The layer index of a "blk.N." name, or -1 for another name. */
+static long layer_of(const char *name) {
+    if (strncmp(name, "blk.", 4) != 0 || name[4] < '0' || name[4] > '9')
+        return -1;
+    char *end;
+    long l = strtol(name + 4, &end, 10);
+    return *end == '.' ? l : -1;
+}
+
+/* Every tensor of the file must be one the graph reads: a layer beyond
+ * block_count, a tensor of another architecture or of a feature we do not
+ * implement (rope_freqs, a second output head) means the file describes a
+ * different model than the one we would run, so it is refused rather than
+ * silently ignored. */
+static int check_no_extra(mf_model *m, mf_error *err) {
+    const mf_gguf *g = m->gguf;
+    int64_t nt = mf_gguf_n_tensors(g);
+    if (nt == 0)
+        return 0;
+    const mf_gguf_tensor *t0 = mf_gguf_tensor_at(g, 0);
+    bool *used = mf_calloc((size_t)nt, sizeof *used);
+    for (int32_t i = 0; i < m->n_gw; i++) {
+        const mf_gguf_tensor *t = mf_gguf_find_tensor(g, m->gw_names[i]);
+        if (t)
+            used[t - t0] = true;
+    }
+    int rc = 0;
+    for (int64_t i = 0; i < nt && rc == 0; i++) {
+        if (used[i])
+            continue;
+        const mf_gguf_tensor *t = mf_gguf_tensor_at(g, i);
+        long l = layer_of(t->name.ptr);
+        if (l >= m->hp.n_layer)
+            rc = mf_errorf(err, "model: tensor '%s' belongs to layer %ld, but %s.block_count is %d",
+                           MF_ESCN(t->name.ptr, t->name.len), l, arch_names[m->arch], m->hp.n_layer);
+        else
+            rc = mf_errorf(err, "model: tensor '%s' is not used by the %s architecture (the file "
+                                "holds a different model, or a feature minfer does not implement)",
+                           MF_ESCN(t->name.ptr, t->name.len), arch_names[m->arch]);
+    }
+    free(used);
+    return rc;
+}
+
 /* Adds every GGUF tensor as a view, sums the graph's weights and picks the
  * description's type (the one holding the most bytes). */
 static int fill_weights(mf_model *m, mf_error *err) {
@@ -326,7 +370,10 @@ static int fill_weights(mf_model *m, mf_error *err) {
      * else the type holding the most bytes. */
     uint32_t ftype = 0;
     const char *tname = NULL;
-    if (mf_gguf_get_u32(m->gguf, "general.file_type", &ftype, NULL) == 0)
+    int rc = mf_gguf_get_u32(m->gguf, "general.file_type", &ftype, err);
+    if (rc < 0)
+        return mf_error_prefix(err, "model");
+    if (rc == 0)
         tname = mf_ftype_name(ftype);
     snprintf(m->desc, sizeof m->desc, "%s %s %s", arch_names[m->arch], size,
              tname ? tname : mf_type_name(best));
@@ -352,16 +399,16 @@ int mf_model_load(const char *path, void (*progress)(void *user, float frac, con
         goto fail;
     }
     m->arch = MF_ARCH_COUNT;
-    for (int a = 0; a < MF_ARCH_COUNT; a++)
-        if (!strcmp(arch.ptr, arch_names[a]))
+    for (int a = 0; a < MF_ARCH_COUNT; a++) /* with the length: "llama\0x" is not llama */
+        if (arch.len == strlen(arch_names[a]) && !memcmp(arch.ptr, arch_names[a], arch.len))
             m->arch = (mf_arch)a;
     if (m->arch == MF_ARCH_COUNT) {
         mf_errorf(err, "model: unsupported architecture '%s' (supported: llama, qwen2, qwen3)",
-                  arch.ptr);
+                  MF_ESCN(arch.ptr, arch.len));
         goto fail;
     }
     if (read_hparams(m->gguf, m->arch, &m->hp, err) || check_tensors(m, progress, progress_user, err) ||
-        fill_weights(m, err))
+        check_no_extra(m, err) || fill_weights(m, err))
         goto fail;
     if (progress)
         progress(progress_user, 1.0f, "loading");

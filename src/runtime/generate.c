@@ -48,6 +48,7 @@ int minfer_generate(minfer_session *s, minfer_sampler *smp, const char *prompt, 
     const int32_t n_vocab = mm->m->hp.n_vocab;
     minfer_generate_stats st = {.weight_bytes = mm->m->weight_bytes};
     int32_t *toks = NULL;
+    char *text = NULL;
     int rc = -1;
     if (n_predict < -1) {
         mf_errorf(&e, "generate: n_predict %d (-1 means unlimited)", n_predict);
@@ -84,7 +85,9 @@ int minfer_generate(minfer_session *s, minfer_sampler *smp, const char *prompt, 
 
     mf_detok dt;
     mf_detok_init(&dt);
-    char text[1100];
+    /* Sized from the vocabulary's longest piece, so no token's text is cut. */
+    size_t text_cap = mf_detok_max_bytes(mm->tok);
+    text = mf_malloc(text_cap);
     uint64_t t1 = mf_time_ns();
     while (n_predict < 0 || st.n_generated < n_predict) {
         const float *lg = minfer_logits(s);
@@ -115,9 +118,8 @@ int minfer_generate(minfer_session *s, minfer_sampler *smp, const char *prompt, 
         }
         if (smp)
             minfer_sampler_accept(smp, tok);
-        size_t k = mf_detok_push(mm->tok, &dt, tok, text, sizeof text);
-        if (k > sizeof text)
-            k = sizeof text;
+        size_t k = mf_detok_push(mm->tok, &dt, tok, text, text_cap);
+        MF_ASSERT(k <= text_cap); /* mf_detok_max_bytes bounds every push */
         st.n_generated++;
         /* Every emitted token goes into the KV cache, so a later turn (chat)
          * continues from exactly the text shown. */
@@ -133,11 +135,12 @@ int minfer_generate(minfer_session *s, minfer_sampler *smp, const char *prompt, 
             break;
     }
     st.gen_ms = (double)(mf_time_ns() - t1) / 1e6;
-    size_t k = mf_detok_flush(&dt, text, sizeof text);
-    if (k && cb)
-        cb(user, -1, text, k);
+    /* A character still incomplete here was cut by the limit (or the model
+     * stopped inside it): its held bytes are dropped rather than shown as a
+     * U+FFFD the model never produced: dt is simply not flushed. */
     rc = 0;
 done:
+    free(text);
     free(toks);
     if (stats)
         *stats = st;

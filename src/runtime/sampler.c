@@ -73,7 +73,7 @@ minfer_sampler *minfer_sampler_new(const minfer_sampler_options *o) {
     else
         minfer_sampler_options_default(&s->o);
     uint64_t seed = s->o.seed;
-    if (seed == SEED_RANDOM || seed == 0xFFFFFFFFull)
+    if (seed == SEED_RANDOM) /* the one sentinel: 4294967295 is an ordinary seed */
         seed = mf_time_ns() ^ (uint64_t)(uintptr_t)s;
     for (int i = 0; i < 4; i++)
         s->rng[i] = splitmix64(&seed);

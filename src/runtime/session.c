@@ -68,8 +68,8 @@ static void forward_params(const minfer_session *s, int32_t nt, mf_graph_params 
                      mf_engine_supports_fused(s->eng, p, MF_FUSE_SWIGLU);
 }
 
-/* A KV cache in host memory larger than the machine's RAM is refused before
- * any of it is touched (overcommit would let the allocation succeed and the
+/* A KV cache in host memory larger than the machine's RAM, or than the
+ * memory available to this process now, is refused before any of it is touched (overcommit would let the allocation succeed and the
  * zeroing be killed). GPU-resident caches are left to the device allocator. */
 static int check_host_memory(const minfer_session *s, uint64_t kv_bytes, mf_error *err) {
 #ifdef _SC_PHYS_PAGES
@@ -80,6 +80,15 @@ static int check_host_memory(const minfer_session *s, uint64_t kv_bytes, mf_erro
     if (kv_bytes > ram)
         return mf_errorf(err, "session: KV cache of %llu bytes (n_ctx %d) exceeds the %llu bytes of RAM",
                          (unsigned long long)kv_bytes, s->n_ctx, (unsigned long long)ram);
+    /* What is free matters, not what is installed: a cache that fits RAM but
+     * not what other processes (or the cgroup limit) leave would pass and
+     * then meet the OOM killer while being zeroed. */
+    uint64_t avail;
+    const char *src;
+    if (mf_mem_available(&avail, &src) == 0 && kv_bytes > avail)
+        return mf_errorf(err, "session: KV cache of %llu bytes (n_ctx %d) exceeds the %llu bytes of "
+                              "memory available (%s); lower the context size or use a smaller KV type",
+                         (unsigned long long)kv_bytes, s->n_ctx, (unsigned long long)avail, src);
 #else
     (void)s;
     (void)kv_bytes;

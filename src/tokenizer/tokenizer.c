@@ -304,7 +304,7 @@ int mf_tokenizer_new(const mf_tokenizer_spec *spec, mf_tokenizer **out, mf_error
             if (!strcmp(name, pre_names[i].name))
                 break;
         if (i == sizeof pre_names / sizeof pre_names[0])
-            return mf_errorf(err, "tokenizer: unknown pre-tokenizer '%s'", name);
+            return mf_errorf(err, "tokenizer: unknown pre-tokenizer '%s'", MF_ESC(name));
         pre = pre_names[i].kind;
     } else if (spec->model != MF_TOKENIZER_SPM) {
         return mf_errorf(err, "tokenizer: unknown model %d", (int)spec->model);
@@ -396,8 +396,8 @@ int mf_tokenizer_new(const mf_tokenizer_spec *spec, mf_tokenizer **out, mf_error
             const char *sp = ml > 1 ? memchr(m + 1, ' ', ml - 1) : NULL;
             if (!sp) {
                 mf_tokenizer_free(t);
-                return mf_errorf(err, "tokenizer: merge %lld '%.*s' has no space", (long long)r,
-                                 (int)(ml > 64 ? 64 : ml), m);
+                return mf_errorf(err, "tokenizer: merge %lld '%s' has no space", (long long)r,
+                                 MF_ESCN(m, ml > 64 ? 64 : ml));
             }
             size_t la = (size_t)(sp - m), lb = ml - la - 1;
             int32_t a = mf_token_lookup(t, m, la), b = mf_token_lookup(t, sp + 1, lb);

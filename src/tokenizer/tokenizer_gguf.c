@@ -37,17 +37,31 @@ int mf_tokenizer_from_gguf(const mf_gguf *g, mf_tokenizer **out, mf_error *err) 
     if (rc > 0)
         return mf_errorf(err, "tokenizer: key 'tokenizer.ggml.model' missing");
     mf_tokenizer_spec spec;
-    if (!strcmp(model.ptr, "gpt2"))
+    /* Compared with the length: "gpt2\0x" is not "gpt2". */
+    if (model.len == 4 && !memcmp(model.ptr, "gpt2", 4))
         mf_tokenizer_spec_init(&spec, MF_TOKENIZER_GPT2);
-    else if (!strcmp(model.ptr, "llama"))
+    else if (model.len == 5 && !memcmp(model.ptr, "llama", 5))
         mf_tokenizer_spec_init(&spec, MF_TOKENIZER_SPM);
     else
-        return mf_errorf(err, "tokenizer: unsupported model '%s' (gpt2 and llama are)", model.ptr);
+        return mf_errorf(err, "tokenizer: unsupported model '%s' (gpt2 and llama are)",
+                         MF_ESCN(model.ptr, model.len));
 
+    /* Read later by mf_chat_template_detect, which must not meet another type
+     * and silently fall back to the token heuristics. */
+    mf_str tmpl;
+    rc = mf_gguf_get_str(g, "tokenizer.chat_template", &tmpl, err);
+    if (rc < 0)
+        return -1;
+    if (rc == 0 && strlen(tmpl.ptr) != tmpl.len) /* detection would see only the text before it */
+        return mf_errorf(err, "tokenizer: key 'tokenizer.chat_template' contains a NUL byte at %zu of "
+                              "%llu bytes", strlen(tmpl.ptr), (unsigned long long)tmpl.len);
     mf_str pre;
     rc = mf_gguf_get_str(g, "tokenizer.ggml.pre", &pre, err);
     if (rc < 0)
         return -1;
+    if (rc == 0 && strlen(pre.ptr) != pre.len)
+        return mf_errorf(err, "tokenizer: key 'tokenizer.ggml.pre' '%s' contains a NUL byte",
+                         MF_ESCN(pre.ptr, pre.len));
     spec.pre = rc == 0 ? pre.ptr : NULL;
 
     int64_t kv_tok, kv_type = -1, kv_score = -1, kv_merge = -1;
@@ -60,7 +74,7 @@ int mf_tokenizer_from_gguf(const mf_gguf *g, mf_tokenizer **out, mf_error *err) 
     if (n_tok == 0 || n_tok > INT32_MAX)
         return mf_errorf(err, "tokenizer: tokenizer.ggml.tokens has %llu entries",
                          (unsigned long long)n_tok);
-    rc = mf_gguf_get_arr(g, "tokenizer.ggml.token_type", MF_GGUF_VTYPE_COUNT, &kv_type, &n, err);
+    rc = mf_gguf_get_arr_ints(g, "tokenizer.ggml.token_type", &kv_type, &n, err);
     if (rc < 0)
         return -1;
     if (rc == 0 && n != n_tok)
@@ -68,7 +82,7 @@ int mf_tokenizer_from_gguf(const mf_gguf *g, mf_tokenizer **out, mf_error *err) 
                          (unsigned long long)n, (unsigned long long)n_tok);
     if (rc > 0)
         kv_type = -1;
-    rc = mf_gguf_get_arr(g, "tokenizer.ggml.scores", MF_GGUF_VTYPE_COUNT, &kv_score, &n, err);
+    rc = mf_gguf_get_arr_nums(g, "tokenizer.ggml.scores", &kv_score, &n, err);
     if (rc < 0)
         return -1;
     if (rc == 0 && n != n_tok)

@@ -243,6 +243,56 @@ static void c_align64_misaligned(gb *b) {
     gb_random(b, 512, 3);
 }
 
+static void c_align1(gb *b) { c_align(b, 4, 1); }
+static void c_align4(gb *b) { c_align(b, 4, 4); }
+/* Tensor data layout: in table order, each at the previous end (aligned). */
+static void c_overlap(gb *b) {
+    gb_header(b, 3, 2, 0);
+    gb_tinfo(b, "a", 1, ne_b, T_F32, 0);
+    gb_tinfo(b, "b", 1, ne_b, T_F32, 0); /* the same bytes as a */
+    data_for(b, 256);
+}
+static void c_grows_into_next(gb *b) {
+    static const uint64_t ne[1] = {64}; /* 256 bytes from offset 0: over b at 128 */
+    gb_header(b, 3, 2, 0);
+    gb_tinfo(b, "a", 1, ne, T_F32, 0);
+    gb_tinfo(b, "b", 1, ne_b, T_F32, 128);
+    data_for(b, 384);
+}
+static void c_out_of_order(gb *b) {
+    gb_header(b, 3, 2, 0);
+    gb_tinfo(b, "a", 1, ne_b, T_F32, 128);
+    gb_tinfo(b, "b", 1, ne_b, T_F32, 0);
+    data_for(b, 256);
+}
+static void c_gap(gb *b) {
+    gb_header(b, 3, 2, 0);
+    gb_tinfo(b, "a", 1, ne_b, T_F32, 0);
+    gb_tinfo(b, "b", 1, ne_b, T_F32, 256); /* 128 unexplained bytes between */
+    data_for(b, 384);
+}
+static void c_first_not_zero(gb *b) { one_tensor(b); gb_tinfo(b, "a", 1, ne_b, T_F32, 32); data_for(b, 160); }
+static void c_trailing(gb *b) { one_tensor(b); gb_tinfo(b, "a", 1, ne_b, T_F32, 0); data_for(b, 128 + 64); }
+/* the valid file with a tensor count one too low: b's record becomes data */
+static void c_count_low(gb *b) {
+    valid(b);
+    uint64_t one = 1;
+    memcpy(b->p + 8, &one, 8);
+}
+/* File strings in messages are escaped: ESC, newline, invalid UTF-8. */
+static void c_dup_key_esc(gb *b) {
+    gb_header(b, 3, 0, 2);
+    gb_kv_u32(b, "k\x1b[31m\n\xff", 1);
+    gb_kv_u32(b, "k\x1b[31m\n\xff", 2);
+}
+static void c_dup_tensor_esc(gb *b) {
+    gb_header(b, 3, 2, 0);
+    gb_tinfo(b, "t\x1b]2;x\x07", 1, ne_b, T_F32, 0);
+    gb_tinfo(b, "t\x1b]2;x\x07", 1, ne_b, T_F32, 128);
+    data_for(b, 256);
+}
+static void c_tname_esc(gb *b) { one_tensor(b); gb_tinfo(b, "\r\x1b[2Kz", 0, ne_b, T_F32, 0); data_for(b, 128); }
+
 typedef struct {
     const char *name;
     void (*build)(gb *b);
@@ -317,6 +367,18 @@ static const corrupt_case cases[] = {
     C(c_dup_tensor, "duplicate tensor name 'a' (tensors 0 and 1)"),
     C(c_valid_cut, "tensor 'b': offset 64 + 34 bytes exceeds data section size 97"),
     C(c_align64_misaligned, "tensor 'b': offset 160 is not a multiple of the alignment 64"),
+    C(c_align1, "key 'general.alignment': 1 is below the minimum 8"),
+    C(c_align4, "key 'general.alignment': 4 is below the minimum 8"),
+    C(c_overlap, "tensor 'b' (1 of 2): offset 0, expected 128"),
+    C(c_grows_into_next, "tensor 'b' (1 of 2): offset 128, expected 256"),
+    C(c_out_of_order, "tensor 'a' (0 of 2): offset 128, expected 0"),
+    C(c_gap, "tensor 'b' (1 of 2): offset 256, expected 128"),
+    C(c_first_not_zero, "tensor 'a' (0 of 1): offset 32, expected 0"),
+    C(c_trailing, "64 bytes after the last tensor's data"),
+    C(c_count_low, "bytes after the last tensor's data"),
+    C(c_dup_key_esc, "duplicate key 'k\\x1b[31m\\x0a\\xff' (kv 0 and kv 1)"),
+    C(c_dup_tensor_esc, "duplicate tensor name 't\\x1b]2;x\\x07' (tensors 0 and 1)"),
+    C(c_tname_esc, "tensor '\\x0d\\x1b[2Kz': n_dims 0"),
 };
 
 MF_TEST(test_corrupt_table) {
@@ -335,6 +397,9 @@ MF_TEST(test_corrupt_table) {
                   err.msg);
         CHECK_MSG(strstr(err.msg, cases[i].frag) != NULL, "%s: message '%s' lacks '%s'", cases[i].name, err.msg,
                   cases[i].frag);
+        for (const char *c = err.msg; *c; c++) /* one printable line, whatever the file holds */
+            CHECK_MSG((unsigned char)*c >= 0x20 && *c != 0x7f, "%s: control byte 0x%02x in '%s'",
+                      cases[i].name, (unsigned char)*c, err.msg);
         if (rc == 0)
             mf_gguf_close(g);
         free(buf);
@@ -451,5 +516,91 @@ MF_TEST(test_random_mutations) {
     gb_free(&b);
 }
 
-MF_TEST_MAIN(MF_T(test_corrupt_table), MF_T(test_valid_parses), MF_T(test_version2_parses),
+/* A file of nested empty arrays costs ~9 bytes of parser memory per file
+ * byte; the budget (4 per byte + 16 MiB) refuses it with a clear message
+ * instead of letting it take ~9x its size. */
+MF_TEST(test_memory_budget) {
+    const uint64_t n = 1500000; /* 18 MB of empty arrays */
+    gb b = {0};
+    one_kv(&b);
+    gb_kv(&b, "general.x", V_ARR);
+    gb_u32(&b, V_ARR);
+    gb_u64(&b, n);
+    for (uint64_t i = 0; i < n; i++) {
+        gb_u32(&b, V_U8);
+        gb_u64(&b, 0);
+    }
+    mf_gguf *g = NULL;
+    mf_error err = {{0}};
+    CHECK(mf_gguf_parse(b.p, b.n, &g, &err) == -1 && g == NULL);
+    CHECK_STR_CONTAINS(err.msg, "key 'general.x': parsing needs more than");
+    CHECK_STR_CONTAINS(err.msg, "bytes of memory (the budget for a 18000057-byte file");
+    /* the same structure, small, is fine: the budget is not a ban */
+    gb s = {0};
+    one_kv(&s);
+    gb_kv(&s, "general.x", V_ARR);
+    gb_u32(&s, V_ARR);
+    gb_u64(&s, 1000);
+    for (int i = 0; i < 1000; i++) {
+        gb_u32(&s, V_U8);
+        gb_u64(&s, 0);
+    }
+    CHECK_MSG(mf_gguf_parse(s.p, s.n, &g, &err) == 0, "%s", err.msg);
+    mf_gguf_close(g);
+    gb_free(&s);
+    gb_free(&b);
+}
+
+/* Numeric arrays are read through typed accessors that refuse another
+ * element type (the tokenizer's token_type / scores read as numbers). */
+MF_TEST(test_typed_array_accessors) {
+    gb b = {0};
+    gb_header(&b, 3, 0, 3);
+    gb_kv(&b, "strs", V_ARR);
+    gb_u32(&b, V_STR);
+    gb_u64(&b, 1);
+    gb_str(&b, "x");
+    gb_kv(&b, "nested", V_ARR);
+    gb_u32(&b, V_ARR);
+    gb_u64(&b, 0);
+    gb_kv(&b, "ints", V_ARR);
+    gb_u32(&b, V_I32);
+    gb_u64(&b, 1);
+    gb_u32(&b, 7);
+    mf_gguf *g = NULL;
+    mf_error err = {{0}};
+    CHECK_MSG(mf_gguf_parse(b.p, b.n, &g, &err) == 0, "%s", err.msg);
+    if (g) {
+        int64_t kv = -1;
+        uint64_t n = 0;
+        CHECK(mf_gguf_get_arr_ints(g, "strs", &kv, &n, &err) == -1);
+        CHECK_STR_CONTAINS(err.msg, "key 'strs': array of string, expected array of integers");
+        CHECK(mf_gguf_get_arr_nums(g, "nested", &kv, &n, &err) == -1);
+        CHECK_STR_CONTAINS(err.msg, "key 'nested': array of array, expected array of numbers");
+        CHECK(mf_gguf_get_arr_nums(g, "absent", &kv, &n, &err) == 1);
+        CHECK(mf_gguf_get_arr_ints(g, "ints", &kv, &n, &err) == 0 && n == 1);
+        CHECK_EQ_INT(mf_gguf_arr_int(g, kv, 0), 7);
+        CHECK(mf_gguf_get_arr_nums(g, "ints", &kv, &n, &err) == 0);
+        mf_gguf_close(g);
+    }
+    gb_free(&b);
+}
+
+/* The escape helper every file string goes through before a message. */
+MF_TEST(test_escape) {
+    char buf[64];
+    CHECK_STR_CONTAINS(mf_escape("ok", 2, buf, sizeof buf), "ok");
+    CHECK(strcmp(mf_escape("a\nb\x1b[0m", 7, buf, sizeof buf), "a\\x0ab\\x1b[0m") == 0);
+    CHECK(strcmp(mf_escape("\xc3\xa9\xe2\x82\xac", 5, buf, sizeof buf), "\xc3\xa9\xe2\x82\xac") == 0);
+    CHECK(strcmp(mf_escape("\xc3(\xed\xa0\x80", 5, buf, sizeof buf), "\\xc3(\\xed\\xa0\\x80") == 0);
+    CHECK(strcmp(mf_escape("\xc2\x9b", 2, buf, sizeof buf), "\\xc2\\x9b") == 0); /* C1 CSI */
+    CHECK(strcmp(mf_escape("a\\b", 3, buf, sizeof buf), "a\\\\b") == 0);
+    CHECK(strcmp(mf_escape("x\0y", 3, buf, sizeof buf), "x\\x00y") == 0);
+    char small[8];
+    CHECK(strcmp(mf_escape("abcdefghij", 10, small, sizeof small), "abcd...") == 0);
+    CHECK(strlen(mf_escape("\n\n\n\n", 4, small, sizeof small)) < sizeof small);
+}
+
+MF_TEST_MAIN(MF_T(test_corrupt_table), MF_T(test_memory_budget), MF_T(test_typed_array_accessors),
+             MF_T(test_escape), MF_T(test_valid_parses), MF_T(test_version2_parses),
              MF_T(test_every_prefix_fails), MF_T(test_random_mutations))

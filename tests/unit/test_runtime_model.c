@@ -23,6 +23,8 @@ typedef struct spec {
     const char *bad_shape;   /* tensor given one more output row */
     const char *bad_type;    /* tensor written as I32 */
     bool no_eps;
+    int block_count;         /* 0: NL (the layers written) */
+    const char *extra;       /* a vector tensor [D] added after the layers */
 } spec;
 
 static char path_buf[512];
@@ -50,7 +52,7 @@ static int write_model(const spec *s, const char *path) {
     mf_gguf_writer_set_str(w, "general.architecture", s->arch);
 #define KEY(k) (snprintf(key, sizeof key, "%s.%s", s->arch, k), key)
     mf_gguf_writer_set_u32(w, KEY("embedding_length"), D);
-    mf_gguf_writer_set_u32(w, KEY("block_count"), NL);
+    mf_gguf_writer_set_u32(w, KEY("block_count"), (uint32_t)(s->block_count ? s->block_count : NL));
     mf_gguf_writer_set_u32(w, KEY("feed_forward_length"), FF);
     mf_gguf_writer_set_u32(w, KEY("attention.head_count"), (uint32_t)nh);
     mf_gguf_writer_set_u32(w, KEY("attention.head_count_kv"), (uint32_t)nkv);
@@ -92,6 +94,8 @@ static int write_model(const spec *s, const char *path) {
         T2(L("ffn_down.weight"), FF, D);
 #undef L
     }
+    if (s->extra)
+        T1(s->extra, D);
     mf_error err;
     int rc = 0;
     for (int i = 0; i < n; i++) {
@@ -187,6 +191,7 @@ static void expect_error(const spec *s, const char *want) {
     mf_model_free(m);
     CHECK_STR_CONTAINS(err.msg, want);
     CHECK_MSG(strchr(err.msg, '\n') == NULL, "multi-line error: %s", err.msg);
+    CHECK_MSG(strchr(err.msg, '\x1b') == NULL, "raw ESC in the error: %s", err.msg);
 }
 
 MF_TEST(broken_models_are_refused_by_name) {
@@ -207,6 +212,19 @@ MF_TEST(broken_models_are_refused_by_name) {
     expect_error(&(spec){.arch = "qwen3", .drop = "blk.1.attn_q_norm.weight"},
                  "tensor 'blk.1.attn_q_norm.weight' not found");
     expect_error(&(spec){.arch = "llama", .bad_shape = "output.weight"}, "output.weight");
+    /* Files that describe a different model than they hold. */
+    expect_error(&(spec){.arch = "llama", .block_count = 1},
+                 "tensor 'blk.1.attn_norm.weight' belongs to layer 1, but llama.block_count is 1");
+    expect_error(&(spec){.arch = "llama", .extra = "blk.2.attn_norm.weight"},
+                 "belongs to layer 2, but llama.block_count is 2");
+    expect_error(&(spec){.arch = "llama", .extra = "rope_freqs.weight"},
+                 "tensor 'rope_freqs.weight' is not used by the llama architecture");
+    expect_error(&(spec){.arch = "qwen2", .extra = "blk.0.attn_q_norm.weight"},
+                 "tensor 'blk.0.attn_q_norm.weight' is not used by the qwen2 architecture");
+    /* File strings reach messages escaped. */
+    expect_error(&(spec){.arch = "ll\x1b[2Jama\n"}, "unsupported architecture 'll\\x1b[2Jama\\x0a'");
+    expect_error(&(spec){.arch = "llama", .extra = "evil\x1b]0;x\x07.weight"},
+                 "tensor 'evil\\x1b]0;x\\x07.weight' is not used");
     mf_error err;
     mf_model *m = NULL;
     CHECK(mf_model_load("/nonexistent/model.gguf", NULL, NULL, &m, &err) == -1 && !m);

@@ -209,6 +209,22 @@ MF_TEST(seed_determines_the_sequence) {
     CHECK_MSG(diff > 100, "only %d of 300 differ", diff);
 }
 
+/* 4294967295 is an ordinary seed (only MINFER_SEED_RANDOM means random):
+ * two samplers seeded with it draw the same sequence. Random seeding makes
+ * two sequences of 300 draws over 50 tokens agree with odds near zero. */
+MF_TEST(seed_uint32_max_is_not_random) {
+    float lg[50];
+    for (int i = 0; i < 50; i++)
+        lg[i] = 3 * rnd();
+    int32_t a[300], b[300];
+    sequence(4294967295ull, lg, 50, a, 300);
+    sequence(4294967295ull, lg, 50, b, 300);
+    CHECK(memcmp(a, b, sizeof a) == 0);
+    sequence(MINFER_SEED_RANDOM, lg, 50, a, 300);
+    sequence(MINFER_SEED_RANDOM, lg, 50, b, 300);
+    CHECK(memcmp(a, b, sizeof a) != 0);
+}
+
 /* Frequencies of 20000 draws against softmax(logits / temp). */
 static void check_distribution(float temp) {
     enum { N = 8, DRAWS = 20000 };
@@ -253,5 +269,5 @@ MF_TEST(defaults_are_documented_values) {
 MF_TEST_MAIN(MF_T(greedy_is_argmax), MF_T(top_k_keeps_the_k_largest),
              MF_T(top_p_keeps_the_smallest_covering_prefix), MF_T(min_p_keeps_relative_to_the_best),
              MF_T(filters_chain_in_order), MF_T(penalties_change_what_they_should),
-             MF_T(seed_determines_the_sequence), MF_T(distribution_matches_softmax),
+             MF_T(seed_determines_the_sequence), MF_T(seed_uint32_max_is_not_random), MF_T(distribution_matches_softmax),
              MF_T(defaults_are_documented_values))
