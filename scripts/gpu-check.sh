@@ -6,8 +6,8 @@
 #   build      cmake -DMINFER_CUDA=ON -DMINFER_CUDA_ARCHS=90: test_cuda_ops,
 #              minfer, dump_logits
 #   ops        tests/cuda/test_cuda_ops (every kernel family vs float64)
-#   ops-nopdl  the decode families again with MINFER_CUDA_PDL=0 (plain launches;
-#              programmatic dependent launch is the default)
+#   ops-nopdl  the decode families again with MINFER_CUDA_TUNE=pdl=0 (plain
+#              launches; programmatic dependent launch is the default)
 #   opsbench   (opt-in) MINFER_CUDA_TEST_BENCH=1 kernel timings -> $OUT/opsbench.log
 #   memcheck   compute-sanitizer memcheck on the op tests, small shapes
 #   racecheck  compute-sanitizer racecheck on the shared-memory families
@@ -18,6 +18,7 @@
 #              (else skipped with a note; the device image lacks gguf: carry
 #              the wheel and pip install --target); greedy tokens identical
 #              with fusions, CUDA graphs, PDL, flash decode off, v1/v3 GEMVs
+#              (tuning strings, MINFER_CUDA_TUNE)
 #   bench      minfer bench --device cuda (pp512 / tg128) on synthetic models
 #   perf       (GPU_CHECK_PERF=1) qwen2-0.5B and qwen2-7B shapes, the defaults
 #              against each lever row of PERF_LEVERS (as TABLE_LEVERS), and a per-op profile
@@ -30,11 +31,13 @@
 # GPU_CHECK_MEMCHECK_ONLY=matmul,graph: memcheck on these op families only;
 # OPS_ONLY / OPSBENCH_ONLY / PDL_ONLY / RACE_ONLY: the same for those stages.
 # GPU_CHECK_STAGES=table: the issue's table on full-size models (synth --fast),
-# TABLE_MODELS="tag:preset:type[:synth,flags] ...", TABLE_LEVERS="VAR=1 A=1,B=0 ..." (a row each;
-# commas join variables set together),
+# TABLE_MODELS="tag:preset:type[:synth,flags] ...", TABLE_LEVERS="VAR=1 A=1;B=0 ..." (a row each;
+# semicolons join variables set together, so MINFER_CUDA_TUNE=a=1,b=2 is one),
 # TABLE_R (repetitions, default 20), TABLE_DEPTH=0 skips the 7B depth-4096 row,
 # TABLE_BASE=<another minfer> adds a row per model run by that binary (an older
-# commit's build: before / after on one machine in one run).
+# commit's build: before / after on one machine in one run); with
+# TABLE_BASE_DUMP=<its dump_logits> each model's greedy tokens (16 decoded)
+# must be identical between the two builds.
 # GPU_CHECK_7B_LAYERS=N: the perf stage's 7B model with N layers (same shapes,
 # default 8).
 # Levers checked here (ops: through test hooks; e2e: against the float64
@@ -127,7 +130,7 @@ if want ops; then
 fi
 if want ops-nopdl; then # the decode-path families again with plain launches (PDL is the default)
     t=$(date +%s)
-    MINFER_CUDA_PDL=0 MINFER_CUDA_TEST_ONLY=${PDL_ONLY:-matmul,getrows,norm,rope,elementwise,attn,qkv,ffn,fuse_add,fuse_norm,gemv_v2,graph,decattn,decsmall,gemv,gemvfuse,lat,attnone,q6k,normmm,qkvmix,ffnq8b,shortrope,soa,d2h,zc} \
+    MINFER_CUDA_TUNE=pdl=0 MINFER_CUDA_TEST_ONLY=${PDL_ONLY:-matmul,getrows,norm,rope,elementwise,attn,qkv,ffn,fuse_add,fuse_norm,graph,decattn,decsmall,gemv,gemvfuse,lat,attnone,q6k,normmm,qkvmix,ffnq8b,shortrope,soa,zc} \
         timeout 300 "$OPS" >"$LOG/ops-nopdl.log" 2>&1
     rc=$?
     last=$(grep -E "passed, .* failed" "$LOG/ops-nopdl.log" | tail -1)
@@ -163,10 +166,11 @@ want memcheck && sanitize memcheck memcheck 200 ${GPU_CHECK_MEMCHECK_ONLY:+MINFE
 # (bar.sync 1, 128), which racecheck mistakes for a block-wide one and then reports
 # the pairs around later __syncthreads (scripts/racecheck-named-barrier.cu shows it on a
 # kernel that is correct by construction); memcheck and the bitwise tests cover it
-want racecheck && sanitize racecheck racecheck "${RACE_LIMIT:-150}" MINFER_CUDA_TEST_ONLY=${RACE_ONLY:-matmul,norm,elementwise,attn,ffn,fuse_norm,gemv_v2,gemv,mma,preattn,decattn,decsmall,gemvfuse,lat,attnone,q6k,attnshort,qkvmix,ffnq8b,d2h,zc}
+want racecheck && sanitize racecheck racecheck "${RACE_LIMIT:-150}" MINFER_CUDA_TEST_ONLY=${RACE_ONLY:-matmul,norm,elementwise,attn,ffn,fuse_norm,gemv,mma,preattn,decattn,decsmall,gemvfuse,lat,attnone,q6k,attnshort,qkvmix,ffnq8b,zc}
 
 # ---- end to end ------------------------------------------------------------------------------
 PY=$(command -v python3 || true)
+TOKS=1,15,263,42,7,300,99,1024,5,77,123,8,256,31
 HAVE_PY=0
 if [ -n "$PY" ] && "$PY" -c "import numpy, gguf" >/dev/null 2>&1; then HAVE_PY=1; fi
 MODELS=$BUILD/gpu-models; mkdir -p "$MODELS"
@@ -187,7 +191,7 @@ if want e2e && [ $HAVE_MINFER -eq 1 ] && [ -n "$DUMP" ]; then
             E2E_LONG=; [ $cache = f16-long ] && { E2E_LONG=1; cache=f16; }
             toks=$TOKS; [ -n "$E2E_LONG" ] && toks=$(seq -s, 3 41 3899 | cut -d, -f1-96)
             tag=$cache${E2E_NO_Q8:+-noq8}${E2E_FUSE:+-fuse}${E2E_LONG:+-long}; j=$LOG/e2e-$arch-$tag.json
-            if ! env ${E2E_NO_Q8:+MINFER_CUDA_NO_Q8=1} ${E2E_FUSE:+MINFER_CUDA_FUSE_GEMV=1 MINFER_CUDA_FUSE_ROPE=1 MINFER_CUDA_FUSE_ADD=1 MINFER_CUDA_FUSE_NORM=1 MINFER_CUDA_GEMV_V2=1 MINFER_CUDA_FLASH_PREFILL=1} MINFER_LOG=info timeout 120 "$DUMP" "$m" --tokens $toks --decode 4 --device cuda \
+            if ! env ${E2E_NO_Q8:+MINFER_CUDA_TUNE=gemv_q8=0} ${E2E_FUSE:+MINFER_CUDA_TUNE=fuse_gemv=1} MINFER_LOG=info timeout 120 "$DUMP" "$m" --tokens $toks --decode 4 --device cuda \
                     --cache $cache >"$j" 2>"$LOG/e2e-$arch-$tag.err"; then
                 note e2e FAIL "$arch $tag: dump_logits --device cuda failed: $(tail -1 "$LOG/e2e-$arch-$tag.err")"
                 continue
@@ -196,7 +200,7 @@ if want e2e && [ $HAVE_MINFER -eq 1 ] && [ -n "$DUMP" ]; then
             if [ $HAVE_PY -eq 1 ]; then
                 # decode rows go through the int8-activation GEMV (rounding
                 # ~3e-3 per matmul, like the CPU's Q8 activations): 3e-2;
-                # the f32-activation tier (MINFER_CUDA_NO_Q8=1) keeps 2e-3 / 5e-3
+                # the f32-activation tier (tune gemv_q8=0) keeps 2e-3 / 5e-3
                 tol=3e-2
                 [ -n "${E2E_NO_Q8:-}" ] && { tol=2e-3; [ $cache = f16 ] && tol=5e-3; [ $cache = q8_0 ] && tol=3e-2; }
                 if "$PY" - "$m" "$j" "$tol" >"$LOG/e2e-$arch-$tag.cmp" 2>&1 <<'EOF'
@@ -225,10 +229,12 @@ EOF
         timeout 120 "$DUMP" "$m" --tokens $TOKS --decode 8 --device cuda --cache f32 \
             >"$LOG/e2e-$arch-base8.json" 2>"$LOG/e2e-$arch-base8.err"
         k=0
-        for lever in "MINFER_NO_FUSE_QKV=1 MINFER_NO_FUSE_FFN=1" "MINFER_NO_CUDA_GRAPH=1" "MINFER_CUDA_PDL=0 MINFER_CUDA_GEMV_V1=1" "MINFER_CUDA_GEMV_V3=1" "MINFER_CUDA_GEMV_V4=0 MINFER_CUDA_LAT=0 MINFER_CUDA_MMA_CFG=0" "MINFER_CUDA_ATTN_ONE=0 MINFER_CUDA_GEMV_V4_Q6K=0 MINFER_CUDA_NORM_MM=0" "MINFER_CUDA_FUSE_ROPE=0 MINFER_CUDA_FUSE_NORM=0 MINFER_CUDA_FLASH_PREFILL=0" "MINFER_CUDA_NO_FLASH_DECODE=1" \
-            "MINFER_CUDA_ATTN_SHORT=0" "MINFER_CUDA_SHORT_ROPE=0" "MINFER_CUDA_QKV_MIX=0 MINFER_CUDA_FFN_Q8B=0" "MINFER_CUDA_SOA=1" "MINFER_CUDA_SOA=2" "MINFER_CUDA_LOGITS_CHUNKS=4 MINFER_CUDA_LOGITS_ZC=0" "MINFER_CUDA_LOGITS_ZC=0" \
-            "MINFER_CUDA_FFN_Q8B=1" "MINFER_CUDA_FFN_Q8B=2" "MINFER_CUDA_ATTN_PF=0 MINFER_CUDA_GEMV_V4_PF=1" "MINFER_CUDA_GEMV_V4_PF=2" \
-            "MINFER_CUDA_INPUT_SLOTS=0 MINFER_CUDA_GEMV_V4_Q6K=1" "MINFER_CUDA_INPUT_SLOTS=2" ${E2E_LEVER:+"$E2E_LEVER"}; do
+        for lever in "MINFER_NO_FUSE_QKV=1 MINFER_NO_FUSE_FFN=1" "MINFER_NO_CUDA_GRAPH=1" "MINFER_CUDA_NO_FUSE=1" \
+            "MINFER_CUDA_TUNE=pdl=0,gemv=v1" "MINFER_CUDA_TUNE=gemv=v3" "MINFER_CUDA_TUNE=v4=0" \
+            "MINFER_CUDA_TUNE=attn_decode=split,v4_q6k=0,norm_mm=0" "MINFER_CUDA_TUNE=fuse_rope=0,fuse_norm=0,attn_prefill=simt" \
+            "MINFER_CUDA_TUNE=attn_decode=block" "MINFER_CUDA_TUNE=attn_decode=one" "MINFER_CUDA_TUNE=short_rope=0" \
+            "MINFER_CUDA_TUNE=qkv_mix=0,ffn_q8b=0" "MINFER_CUDA_TUNE=zc=0" "MINFER_CUDA_TUNE=attn_pf=0,v4_pf=1" \
+            "MINFER_CUDA_TUNE=v4_pf=2" "MINFER_CUDA_TUNE=slots=0,v4_q6k=1" ${E2E_LEVER:+"$E2E_LEVER"}; do
             k=$((k + 1)); j=$LOG/e2e-$arch-lever$k.json
             env $lever timeout 120 "$DUMP" "$m" --tokens $TOKS --decode 8 --device cuda --cache f32 \
                 >"$j" 2>"$LOG/e2e-$arch-lever$k.err"
@@ -243,10 +249,10 @@ fi
 
 # ---- bench ------------------------------------------------------------------------------------------
 # bench_model NAME SYNTH-ARGS [extra bench args]: synthesizes, benches, appends to bench.md
-# Exports "A=1,B=0" (a lever row: commas join variables set together).
+# Exports "A=1;B=0" (a lever row: semicolons join variables set together).
 export_levers() {
     local kvs kv
-    IFS=, read -ra kvs <<<"$1"
+    IFS=';' read -ra kvs <<<"$1"
     for kv in "${kvs[@]}"; do export "$kv"; done
 }
 bench_model() {
@@ -290,10 +296,9 @@ if [ $HAVE_MINFER -eq 1 ] && "$MINFER" bench --help >/dev/null 2>&1; then
                  "q7|--preset qwen2-7b --type Q4_K_M --layers ${GPU_CHECK_7B_LAYERS:-8}"; do
             tag=${m%%|*}; sargs=${m#*|}
             MNAME=perf-$tag KEEP_MODEL=1 PROFILE=1 bench_model "perf-$tag" "$sargs" -r 3
-            for lev in ${PERF_LEVERS:-MINFER_CUDA_PDL=0 MINFER_CUDA_GEMV_V1=1 MINFER_CUDA_GEMV_V3=1 \
-                       MINFER_CUDA_FUSE_ADD=0 MINFER_CUDA_NO_FLASH_DECODE=1 MINFER_CUDA_NO_MMA=1 \
-                       MINFER_CUDA_NO_TC_ATTN=1 MINFER_NO_CUDA_GRAPH=1 MINFER_CUDA_FUSE_GEMV=1 \
-                       MINFER_CUDA_GEMV_PROLOGUE=1}; do
+            for lev in ${PERF_LEVERS:-MINFER_CUDA_TUNE=pdl=0 MINFER_CUDA_TUNE=gemv=v1 MINFER_CUDA_TUNE=gemv=v3 \
+                       MINFER_CUDA_TUNE=fuse_add=0 MINFER_CUDA_TUNE=attn_decode=block MINFER_CUDA_TUNE=mm=wmma \
+                       MINFER_CUDA_TUNE=attn_prefill=flash MINFER_NO_CUDA_GRAPH=1 MINFER_CUDA_TUNE=fuse_gemv=1}; do
                 ( export_levers "$lev"; MNAME=perf-$tag KEEP_MODEL=1 bench_model "perf-$tag-$lev" "$sargs" -r 3 )
             done
             rm -f "$MODELS/bench-perf-$tag.gguf"
@@ -315,6 +320,18 @@ if [ $HAVE_MINFER -eq 1 ] && "$MINFER" bench --help >/dev/null 2>&1; then
             if [ -n "${TABLE_BASE:-}" ]; then # the same model on another build's minfer (before / after)
                 ( MINFER=$TABLE_BASE MNAME=t-$tag KEEP_MODEL=1 bench_model "table-$tag-base" "$sx" -ctk f16 \
                     -r "${TABLE_R:-20}" ${TABLE_ARGS:-} )
+            fi
+            if [ -n "${TABLE_BASE_DUMP:-}" ] && [ -n "$DUMP" ] && [ -s "$MODELS/bench-t-$tag.gguf" ]; then
+                # greedy tokens of this build and the base build on the same model
+                gtok() { grep -o '"tokens": *\[[^]]*\]' "$1" | head -1; }
+                for which in new base; do
+                    d=$DUMP; [ $which = base ] && d=$TABLE_BASE_DUMP
+                    timeout 120 "$d" "$MODELS/bench-t-$tag.gguf" --tokens $TOKS --decode 16 --device cuda --cache f16 \
+                        >"$LOG/tok-$tag-$which.json" 2>"$LOG/tok-$tag-$which.err"
+                done
+                if [ -n "$(gtok "$LOG/tok-$tag-new.json")" ] && [ "$(gtok "$LOG/tok-$tag-new.json")" = "$(gtok "$LOG/tok-$tag-base.json")" ]; then
+                    note tokens PASS "$tag: greedy tokens (14 + 16 decoded) identical to the base build"
+                else note tokens FAIL "$tag: greedy tokens differ from the base build ($(tail -1 "$LOG/tok-$tag-new.err"))"; fi
             fi
             for lev in ${TABLE_LEVERS:-}; do
                 ( export_levers "$lev"; MNAME=t-$tag KEEP_MODEL=1 bench_model "table-$tag-$lev" "$sx" -ctk f16 \

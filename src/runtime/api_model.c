@@ -101,7 +101,21 @@ static int make_gpu(minfer_model *mm, const minfer_model_options *o, bool requir
 #ifdef MINFER_HAVE_CUDA
     upload_progress u = {o->progress, o->progress_user};
     mf_error e = {{0}};
-    if (mf_backend_cuda_new_progress(mm->m->weights, on_upload, &u, &mm->gpu, &e) == 0)
+    /* the CUDA product levers and the tuning string (docs/ENV.md) */
+    mf_cuda_options co;
+    mf_cuda_options_init(&co);
+    co.device = (int)mf_env_int("MINFER_CUDA_DEVICE", 0);
+    co.timeout_ms = mf_env_int("MINFER_GPU_TIMEOUT_MS", 10000);
+    co.graphs = !mf_env_flag("MINFER_NO_CUDA_GRAPH");
+    co.fuse = !mf_env_flag("MINFER_CUDA_NO_FUSE");
+    co.trace = mf_env_flag("MINFER_TRACE");
+    co.host_times = mf_env_flag("MINFER_CUDA_HOST_TIMES");
+    co.tune = mf_env_str("MINFER_CUDA_TUNE", NULL);
+    co.progress = on_upload;
+    co.progress_user = &u;
+    if (mf_env_flag("MINFER_DISABLE_CUDA"))
+        mf_errorf(&e, "cuda: disabled by MINFER_DISABLE_CUDA");
+    else if (mf_backend_cuda_create(mm->m->weights, &co, &mm->gpu, &e) == 0)
         return 0;
     mm->gpu = NULL;
     if (required)

@@ -71,7 +71,8 @@ cudaError_t mf_cu_matmul(const mf_cu_matmul_args *a, cudaStream_t s);
  * auto at nt >= mma_min_nt without no_mma / no_tc; n_in % 8 == 0 and a
  * device that passed mf_cu_probe_mma), the scratch it needs, and the
  * launcher (dequantize W to f16 per chunk, x to f16, mma.sync GEMM). */
-#define MF_CU_MMA_N_CFG 4 /* MINFER_CUDA_MMA_CFG values 0 .. 3 */
+#define MF_CU_MMA_N_CFG 4 /* tile configs 0 .. 3 */
+#define MF_CU_MMA_CFG_DEFAULT 2 /* the one the backend uses (docs/PERF.md, "MMA tile configs") */
 int mf_cu_mma_wanted(const mf_cu_matmul_args *a);
 void mf_cu_mma_scratch(const mf_cu_matmul_args *a, size_t *w_bytes, size_t *x_bytes);
 cudaError_t mf_cu_gemm_mma(const mf_cu_matmul_args *a, cudaStream_t s);

@@ -24,6 +24,7 @@
 #include <cuda_runtime_api.h>
 
 #include "backend/cuda/cuda_args.h"
+#include "backend/cuda/cuda_tune.h"
 #include "quant/quant.h"
 
 #define TRACE_N 16
@@ -36,7 +37,6 @@
 #define N_GENTRY 4        /* forwards (graph identities) kept captured */
 #define GRAPH_MAX_T 8     /* forwards of at most this many tokens are captured */
 #define FRUITLESS_MAX 8   /* captures without a replay before graphs turn off */
-#define LC_MAX 16         /* MINFER_CUDA_LOGITS_CHUNKS: most lm_head chunks */
 #define Q8_SLOT 3         /* scratch slot of the int8 GEMV activations */
 #define WF16_SLOT 4       /* prefill GEMM: a weight dequantized to f16 */
 #define XF16_SLOT 5       /* prefill GEMM: the activations as f16 */
@@ -91,11 +91,11 @@ typedef struct cu_gentry {
     bool attn_one;   /* captured with the one-kernel decode attention (attn_one_now) */
     int32_t attn_short; /* ... and with MINFER_CUDA_ATTN_SHORT as it was (tests flip it) */
     int32_t short_rope; /* ... and MINFER_CUDA_SHORT_ROPE (cu_ctx.short_rope; tests flip it) */
-    void *out_host;     /* the forward's out_host hint while LOGITS_ZC or LOGITS_CHUNKS is on (lc_key; else
+    void *out_host;     /* the forward's out_host hint while the ZC lm_head is on (head_key; else
                            NULL): the graph may write into it, so entries are found by (g, out_host) */
     int32_t d2h_id;     /* the early logits copy the graph makes (d2h_bytes 0: none; cu_ctx.d2h_*) */
     size_t d2h_bytes;
-    bool d2h_zc;        /* ... made by the lm_head GEMV itself (MINFER_CUDA_LOGITS_ZC), not by chunk copies */
+    bool d2h_zc;        /* ... made by the lm_head GEMV itself (tune zc) */
     int32_t zc;         /* captured with MINFER_CUDA_LOGITS_ZC as it was (cu_ctx.logits_zc; tests flip it) */
     cu_slotw slotw[MF_CU_SLOT_N]; /* the input copies the graph makes from the slots (cu_ctx.slotw) */
     int32_t n_slotw;
@@ -136,9 +136,6 @@ typedef struct cu_ctx {
     int64_t n_w;            /* weights in the table at construction */
     uint64_t *woff;         /* per weight index: offset in wmem or NO_WEIGHT */
     uint64_t wbytes;
-    uint8_t *soa_mem;       /* MINFER_CUDA_SOA: plane copies of the Q4_0 / Q5_0 / Q8_0 weights (build_soa) */
-    uint64_t *soff;         /* per weight index: offset in soa_mem or NO_WEIGHT (NULL: no copies) */
-    uint64_t soa_bytes;
 
     uint8_t *pin;           /* pinned staging for host copies */
     size_t pin_used;
@@ -148,7 +145,6 @@ typedef struct cu_ctx {
      * a captured graph holds them and a replay costs no copy call at all.
      * slot_live: a launch that reads the slots is queued and the stream has
      * not been waited for since (the next forward's writes wait first). */
-    int input_slots; /* 1: one kernel copies them (slot_copy.cu), 2: a copy call each, 0: off */
     uint8_t *slot;
     void *slot_dev;  /* the slots' device alias (mapped) */
     cu_slotw slotw[MF_CU_SLOT_N];
@@ -174,68 +170,20 @@ typedef struct cu_ctx {
     cu_trace ring[TRACE_N];
     int64_t n_launched;
     long timeout_ms;
-    int matmul_mode;
-    int no_tc; /* MINFER_CUDA_NO_TC=1: SIMT GEMM tier for prefill */
-    int no_mma; /* MINFER_CUDA_NO_MMA=1: the wmma TC tier for every nt > 8 (no mma tier) */
-    int mma_min_nt; /* MINFER_CUDA_MMA_MIN_NT: the mma tier from this many tokens (0: 64) */
-    uint64_t mma_chunk; /* f16 weight bytes per mma dequant chunk (0: 320 MiB; tests shrink it) */
-    int no_mma_fuse;  /* MINFER_CUDA_NO_MMA_FUSE=1: QKV / gate+up as per-weight mma GEMMs */
-    int no_mma_split; /* MINFER_CUDA_NO_MMA_SPLIT=1: no split-K in the mma tier */
-    int mma_cfg;      /* MINFER_CUDA_MMA_CFG: mma GEMM tile config (0: the session-2 tiles) */
-    int no_q8; /* MINFER_CUDA_NO_Q8=1: f32-activation GEMV for decode */
-    int trace; /* MINFER_TRACE=1: every launch printed to stderr as it is made */
-    int fuse;  /* MINFER_CUDA_FUSE_GEMV=1: QKV / gate+up(+SwiGLU) as one int8 GEMV launch */
-    int fuse_rope; /* MINFER_CUDA_FUSE_ROPE=1: FUSED_QKV's rope q/k + store k/v as one launch */
-    int fuse_add;  /* MINFER_CUDA_FUSE_ADD=1: MATMUL + the ADD of its result as one GEMV */
-    int fuse_norm; /* MINFER_CUDA_FUSE_NORM=1: RMSNORM folded into the next fused node's quantization */
-    int norm_mm;   /* MINFER_CUDA_NORM_MM (default 1): ... and into a plain MATMUL's (the lm_head) */
-    int gemv_v2;   /* MINFER_CUDA_GEMV_V2=1: Q4_K decode GEMVs take the paired-unit kernel */
-    int gemv_v1;   /* MINFER_CUDA_GEMV_V1=1: the int8 GEMVs on the v1 kernels (default: v3) */
-    int gemv_auto; /* v3 only where it measured faster; MINFER_CUDA_GEMV_V3=1: v3 everywhere */
-    int gemv_v4;   /* one-token GEMVs on the v4 kernel: -1 auto rule (default), MINFER_CUDA_GEMV_V4=U forces
-                      U slices in flight (1, 2), =0 off */
-    int soa;       /* MINFER_CUDA_SOA=1/2 (opt-in, read at creation): the one-token v4 GEMVs read the plane
-                      copies build_soa made (mf_cuda_set_soa flips it; no copies: no effect) */
-    int qkv_mix;   /* MINFER_CUDA_QKV_MIX (default 1): a fused QKV whose V is another type than Q/K (K-quant
-                      mixes) as one v4 GEMV launch (mf_cu_q8v4_launch_mix); 0: one launch per type */
-    int ffn_q8b;   /* MINFER_CUDA_FFN_Q8B (default 4): the decode FUSED_FFN's SwiGLU GEMV also writes the down
-                      GEMV's int8 input (block-local kernel, gemv_q8v4.cu; mf_cu_gemv_q8_ffn_q8b_ok); the value
-                      is the kernel's block form (1 .. MF_CU_Q8B_FORMS, args field q8b_form), 0 off */
-    int gemv_pro;  /* int8 GEMV quantizes x in its prologue: 1 auto rule, 2 always (tests), 0 the separate
-                      quantize kernels (opt-in MINFER_CUDA_GEMV_PROLOGUE=1) */
+    int trace;             /* mf_cuda_options.trace: every launch printed as it is made */
+    mf_cuda_tune t;        /* every kernel choice (cuda_tune.h) */
     int64_t n_q8_ready; /* int8 GEMVs that read an input a kernel before wrote (q8_produced; tests) */
-    int flash;     /* MINFER_CUDA_FLASH_PREFILL=1: query-tiled attention for nt > 8 */
-    int tc_attn;   /* tensor-core prefill attention for nt > 8 (MINFER_CUDA_NO_TC_ATTN=1 clears) */
-    int flash_decode; /* MINFER_CUDA_NO_FLASH_DECODE=1 clears it: split-KV attention for nt <= 8 */
-    int attn_one;  /* MINFER_CUDA_ATTN_ONE (default 1): that attention's combine (+ the o GEMV's quantize) in
-                      the split kernel's last block per group: one kernel instead of three */
-    int64_t attn_one_max; /* ... only while n_past + n_tokens <= this (MINFER_CUDA_ATTN_ONE_MAX, default 384):
-                             a CUDA graph captured on either side is kept apart (cu_gentry.attn_one) */
-    int attn_short; /* MINFER_CUDA_ATTN_SHORT (default 1): where the one-kernel decode would run, the
-                       short-context kernel instead (attn_short.cu: no partials, no counters); 1: 12 warps a
-                       block (384 rows a pass), 4: 4 warps (128 rows a pass) */
-    int short_rope; /* MINFER_CUDA_SHORT_ROPE (default 1): a one-token FUSED_QKV's rope-store is folded into
-                       the short-context attention right after it (rope_deferrable); rs_node >= 0: such a
-                       rope-store is pending (rs_args), launched plainly by anything else (flush_rope) */
     const mf_graph *rs_g;
     int32_t rs_node;
     mf_cu_rope_store_args rs_args;
     int64_t n_short_rope; /* launches of that fold (mf_cuda_short_rope_count; a captured one counts once) */
-    int logits_chunks; /* MINFER_CUDA_LOGITS_CHUNKS=K (opt-in, 2..LC_MAX; 0 off): the lm_head the engine reads
-                          next (mf_exec_args.out_host) as K row chunks, each copied to the host on d2h_stream
-                          while the next computes (lc_chunks, run_head_chunks) */
-    cudaStream_t d2h_stream;
-    cudaEvent_t d2h_ev[LC_MAX + 1]; /* [i]: chunk i done (fork); [LC_MAX]: copies done (join) */
     /* the copy the last forward already made (d2h_bytes 0: none): read_host
      * of exactly (d2h_id, offset 0, d2h_host, d2h_bytes) only waits */
     int32_t d2h_id;
     void *d2h_host;
     size_t d2h_bytes;
     int64_t n_d2h_chunked, n_d2h_early; /* mf_cuda_d2h_stats */
-    int logits_zc; /* MINFER_CUDA_LOGITS_ZC (default 1): that lm_head's v4 GEMV also stores the logits into the
-                      engine's pinned block through its device alias (zc_alias, run_head_zc): the read only
-                      waits. Takes precedence over logits_chunks where both apply */
-    bool d2h_zc;   /* the early bytes (d2h_*) are the ZC epilogue's, not chunk copies' */
+    bool d2h_zc;   /* the early bytes (d2h_*) are the ZC epilogue's */
     int64_t n_zc;  /* mf_cuda_zc_count */
     /* the deferred MATMUL of fuse_add or RMSNORM of fuse_norm (see exec_now);
      * pend_node < 0: none */
@@ -256,7 +204,6 @@ typedef struct cu_ctx {
     int32_t *dev_npast;      /* n_past of the forward, read by captured kernels */
     int32_t fruitless;       /* captures since the last replay */
     int64_t n_captures, n_replays;
-    bool repeat;             /* MINFER_CUDA_REPEAT (default 1): cu_repeat_calls takes a recorded build's calls */
     int64_t n_repeats;
     int64_t n_fused_add, n_fused_norm; /* launches of the two deferrals (mf_cuda_fuse_stats) */
     cu_host_times ht;        /* MINFER_CUDA_HOST_TIMES=1: where a replayed forward's wall time goes */
@@ -268,6 +215,22 @@ typedef struct cu_ctx {
 } cu_ctx;
 
 #define CX(b) ((cu_ctx *)(b)->ctx)
+
+/* The decode FUSED_FFN's SwiGLU GEMV block form when tune ffn_q8b is on:
+ * 8 warps x 4 outputs at <= 80 registers, two of a warp's outputs loaded at
+ * a time (docs/PERF.md, "FFN_Q8B block forms") */
+#define FFN_Q8B_FORM 4
+
+/* Whether the decode GEMVs take the int8 tier (else f32 activations). */
+static bool q8_tier(const cu_ctx *c) {
+    return mf_cuda_sel_matmul(&c->t, 1, true) == MF_CU_MM_GEMV_Q8;
+}
+
+/* The v4 GEMV's slices in flight as the kernels take it: -1 its rule, 0
+ * off (v1 / v3 everywhere asked for turns it off), 1 / 2 forced. */
+static int v4_rule(const mf_cuda_tune *t) {
+    return t->gemv >= 0 && t->v4 < 0 ? 0 : t->v4;
+}
 
 /* ---- host time of replayed forwards (MINFER_CUDA_HOST_TIMES=1) -------------------------- */
 
@@ -516,7 +479,7 @@ static void ring_note(cu_ctx *c, const char *op, const char *what, int64_t d0, i
  * still reads the slots (a decode loop has waited already: its logits read). */
 static int slot_put(cu_ctx *c, void *dst, const void *src, size_t n, mf_error *err) {
     const uint32_t at = (c->slot_used + 15u) & ~15u;
-    if (!c->input_slots || !c->slot || n == 0 || n > SLOT_MAX_W || c->n_slotw == MF_CU_SLOT_N ||
+    if (!c->t.slots || !c->slot || n == 0 || n > SLOT_MAX_W || c->n_slotw == MF_CU_SLOT_N ||
         at + n > MF_CU_SLOT_BYTES)
         return 1;
     if (c->slot_live && cu_wait(c, "input slots", err))
@@ -535,7 +498,7 @@ static int slot_issue(cu_ctx *c, mf_error *err) {
     if (c->n_slotw == 0)
         return 0;
     c->slot_live = true;
-    if (c->input_slots == 1 && c->slot_dev) {
+    if (c->slot_dev) {
         mf_cu_slot_args a = {.src = c->slot_dev, .used = c->slot_used, .n = c->n_slotw};
         for (int32_t i = 0; i < c->n_slotw; i++) {
             a.dst[i] = c->slotw[i].dst;
@@ -602,14 +565,14 @@ static void *cu_host_alloc(mf_backend *b, size_t nbytes) {
         void *p = NULL;
         /* MINFER_CUDA_LOGITS_ZC: kernels write the block (mapped; with UVA every
          * cudaHostAlloc block is, so a block from before the switch works too) */
-        if (cudaHostAlloc(&p, nbytes, c->logits_zc ? cudaHostAllocMapped : cudaHostAllocDefault) != cudaSuccess) {
+        if (cudaHostAlloc(&p, nbytes, c->t.zc ? cudaHostAllocMapped : cudaHostAllocDefault) != cudaSuccess) {
             cudaGetLastError();
             return NULL;
         }
         c->pinned[i].p = p;
         c->pinned[i].n = nbytes;
         c->pinned[i].dev = NULL;
-        if (c->logits_zc && cudaHostGetDevicePointer(&c->pinned[i].dev, p, 0) != cudaSuccess) {
+        if (c->t.zc && cudaHostGetDevicePointer(&c->pinned[i].dev, p, 0) != cudaSuccess) {
             cudaGetLastError(); /* zc_alias asks again; no alias: no ZC into this block */
             c->pinned[i].dev = NULL;
         }
@@ -661,8 +624,8 @@ static int cu_read_host(mf_backend *b, int32_t id, size_t off, void *dst, size_t
         return -1;
     ht_mark(c, HT_READ0);
     if (c->d2h_bytes && id == c->d2h_id && off == 0 && dst == c->d2h_host && nbytes == c->d2h_bytes) {
-        /* MINFER_CUDA_LOGITS_CHUNKS: the chunks' copies carry these bytes and the
-         * stream joined them: waiting for it is the whole read */
+        /* the ZC lm_head wrote these bytes where they are read: waiting
+         * for the stream is the whole read */
         const int rc = cu_wait(c, "read_host", err);
         ht_mark(c, HT_READ1);
         ht_mark(c, HT_READ2);
@@ -813,83 +776,6 @@ static int upload_weights(cu_ctx *c, mf_cuda_progress_fn progress, void *user, m
     return rc;
 }
 
-/* MINFER_CUDA_SOA=2: a plane copy only where the H200 measured it faster
- * (session 6, device run 3, the v4 GEMV alone): Q4_0 (896 -> 9728 +11 %,
- * 3584 -> 37888 +5 %) and Q8_0 rows of >= 2048 (3584 -> 18944 +6 %, 4864 ->
- * 896 +5 %); not Q5_0 (896 -> 9728 -6 %) nor the 896-wide Q8_0 lm_head
- * (-6 %). =1: every Q4_0 / Q5_0 / Q8_0 matrix. */
-static bool soa_wanted(int mode, uint32_t type, int64_t n_in) {
-    return mode == 1 || type == MF_TYPE_Q4_0 || (type == MF_TYPE_Q8_0 && n_in >= 2048);
-}
-
-/* MINFER_CUDA_SOA: a plane copy (soa.cu; layout in q8w_soa.cuh) of every
- * uploaded Q4_0 / Q5_0 / Q8_0 matrix of >= 2 rows soa_wanted picks, relaid out on the
- * device from the block copy into one allocation of its own, for the
- * one-token v4 GEMVs (the block copy stays: prefill, getrows, v1 / v3 read
- * it). Only while >= 1 GiB stays free after it; else, or when the
- * allocation or a relayout launch fails, one info line and no copies (the
- * load never fails for it). -1 only when the wait for the relayouts fails
- * (the device is gone). */
-static int build_soa(cu_ctx *c, mf_error *err) {
-    if (!c->soa || c->n_w <= 0 || !c->wmem)
-        return 0;
-    c->soff = mf_malloc((size_t)c->n_w * sizeof *c->soff);
-    uint64_t total = 0;
-    int64_t n = 0;
-    for (int64_t i = 0; i < c->n_w; i++) {
-        const mf_weight *wt = mf_weights_at(c->w, i);
-        c->soff[i] = NO_WEIGHT;
-        const int64_t rows = wt->ne[1] > 0 ? wt->ne[1] : 1;
-        const uint64_t st = mf_cu_soa_stride(wt->type, wt->ne[0]);
-        if (c->woff[i] == NO_WEIGHT || st == 0 || rows < 2 || (wt->n_dims > 2 && (wt->ne[2] > 1 || wt->ne[3] > 1)) ||
-            !soa_wanted(c->soa, wt->type, wt->ne[0]))
-            continue;
-        c->soff[i] = total;
-        total += (st * (uint64_t)rows + WEIGHT_ALIGN - 1) & ~(uint64_t)(WEIGHT_ALIGN - 1);
-        n++;
-    }
-    size_t fr = 0, tot = 0;
-    const uint64_t keep = (uint64_t)1 << 30;
-    cudaError_t e = total ? cudaMemGetInfo(&fr, &tot) : cudaSuccess;
-    if (total == 0 || e != cudaSuccess || (uint64_t)fr < total + keep) {
-        if (total)
-            mf_log(MF_LOG_INFO, "cuda: MINFER_CUDA_SOA: plane copies of %lld weights need %llu bytes, %zu free "
-                   "(1 GiB must stay free); the GEMVs read the block copies", (long long)n,
-                   (unsigned long long)total, fr);
-        free(c->soff);
-        c->soff = NULL;
-        cudaGetLastError();
-        return 0;
-    }
-    e = cudaMalloc((void **)&c->soa_mem, total);
-    for (int64_t i = 0; i < c->n_w && e == cudaSuccess; i++) {
-        const mf_weight *wt = mf_weights_at(c->w, i);
-        if (c->soff[i] != NO_WEIGHT)
-            e = mf_cu_soa_relayout(wt->type, c->wmem + c->woff[i], wt->ne[0], wt->ne[1] > 0 ? wt->ne[1] : 1,
-                                   c->soa_mem + c->soff[i], c->stream);
-    }
-    if (e != cudaSuccess) {
-        mf_log(MF_LOG_INFO, "cuda: MINFER_CUDA_SOA: plane copies of %lld weights (%llu bytes) failed (%s); the "
-               "GEMVs read the block copies", (long long)n, (unsigned long long)total, cudaGetErrorName(e));
-        cudaGetLastError();
-        if (c->soa_mem) { /* relayouts of it may be queued */
-            if (cu_wait(c, "plane copies of the weights", err))
-                return -1;
-            cudaFree(c->soa_mem);
-            c->soa_mem = NULL;
-        }
-        free(c->soff);
-        c->soff = NULL;
-        return 0;
-    }
-    if (cu_wait(c, "plane copies of the weights", err))
-        return -1;
-    c->soa_bytes = total;
-    mf_log(MF_LOG_INFO, "cuda: MINFER_CUDA_SOA: plane copies of %lld weights, %llu bytes", (long long)n,
-           (unsigned long long)total);
-    return 0;
-}
-
 /* ---- capability -------------------------------------------------------------------------- */
 
 static bool is_kquant(uint32_t t) {
@@ -970,12 +856,6 @@ typedef struct exec {
     /* MINFER_CUDA_FFN_Q8B: this node's SwiGLU GEMV (run_multi) also writes
      * its output's int8 quantization where the kernel allows (q8_produced) */
     bool q8b;
-    /* MINFER_CUDA_LOGITS_CHUNKS (run_head_chunks): run_multi of one weight
-     * computes only rows [win0, win1) (win1 0: all), reading x's int8 copy
-     * from q8_in when set (an earlier chunk quantized it); q8_used: the int8
-     * copy run_multi's launch read */
-    int64_t win0, win1;
-    void *q8_in, *q8_used;
     /* MINFER_CUDA_LOGITS_ZC (run_head_zc): run_multi of one weight also
      * stores y into this device alias of host memory (NULL: no) */
     float *zc_host;
@@ -1036,7 +916,7 @@ static float *scratch(exec *x, int k, size_t nbytes) {
  * (MINFER_CUDA_ATTN_ONE): its last block combines every active split alone,
  * which costs more than the second kernel once the context is long. */
 static bool attn_one_now(const cu_ctx *c, const mf_exec_args *ea) {
-    return c->attn_one && (int64_t)ea->n_past + ea->n_tokens <= c->attn_one_max;
+    return mf_cuda_sel_attn_decode(&c->t, (int64_t)ea->n_past + ea->n_tokens, true) >= MF_CU_AD_ONE;
 }
 
 /* n zeroed counters, or NULL with the error set when there are fewer. The
@@ -1108,20 +988,6 @@ static const void *weight_ptr(exec *x, const char *name, uint32_t type, int64_t 
     return x->c->wmem + x->c->woff[i];
 }
 
-/* The plane copy of weight `name` for the v4 GEMV (MINFER_CUDA_SOA) and its
- * row stride, or NULL (switch off, no copy). Call after weight_ptr checked
- * the weight. */
-static const void *weight_soa(const exec *x, const char *name, uint64_t *stride) {
-    const cu_ctx *c = x->c;
-    int64_t i;
-    *stride = 0;
-    const mf_weight *wt = c->soa && c->soa_mem && name ? weight_at_name(c, name, &i) : NULL;
-    if (!wt || c->soff[i] == NO_WEIGHT)
-        return NULL;
-    *stride = mf_cu_soa_stride(wt->type, wt->ne[0]);
-    return c->soa_mem + c->soff[i];
-}
-
 static const float *norm_weight(exec *x, const char *name, int64_t n) {
     if (!name)
         return NULL;
@@ -1144,28 +1010,21 @@ static int run_matmul(exec *x, const mf_matmul_meta *m, const float *in, float *
         return -1;
     mf_cu_matmul_args a = {.wtype = m->wtype, .w = w, .row_bytes = row_bytes(m->wtype, m->n_in),
                            .x = in, .bias = bias, .y = y, .n_in = m->n_in, .n_out = m->n_out,
-                           .nt = nt, .force_gemm = x->c->matmul_mode, .no_tc = x->c->no_tc,
-                           .gemv_v1 = x->c->gemv_v1, .gemv_auto = x->c->gemv_auto,
-                           .gemv_v4 = x->c->gemv_v4, .prologue = x->c->gemv_pro};
-    a.w_soa = weight_soa(x, m->weight, &a.soa_stride);
-    const int mode = x->c->matmul_mode;
+                           .nt = nt, .force_gemm = x->c->t.force, .no_tc = x->c->t.mm_prefill == MF_CU_MM_SIMT,
+                           .gemv_v1 = x->c->t.gemv == MF_CU_GEMV_V1, .gemv_auto = x->c->t.gemv < 0,
+                           .gemv_v4 = v4_rule(&x->c->t)};
     const bool q8 = mf_cu_q8_supported(m->wtype, m->n_in) && nt <= 8 &&
-                    (mode == -2 || (mode == 0 && !x->c->no_q8));
-    if (mode == -2 && !q8)
+                    q8_tier(x->c);
+    if (x->c->t.force == MF_CU_FORCE_GEMV_Q8 && !q8)
         return NODE_ERR(x, "int8 GEMV forced for weight '%s' (%s, n_in %lld, nt %lld) it cannot run",
                         m->weight, mf_type_name(m->wtype), (long long)m->n_in, (long long)nt);
-    if (q8 && x->c->gemv_v2 && m->wtype == MF_TYPE_Q4_K) { /* the paired-unit kernel */
-        const mf_matmul_meta *mm[1] = {m};
-        float *const ys[1] = {y};
-        return run_multi(x, mm, 1, false, in, ys, NULL, nt);
-    }
     if (q8 && !(a.q8 = scratch(x, Q8_SLOT, mf_cu_q8_bytes(m->n_in, nt))))
         return -1;
-    a.no_mma = x->c->no_mma;
-    a.mma_min_nt = x->c->mma_min_nt;
-    a.wchunk_bytes = x->c->mma_chunk;
-    a.no_split = x->c->no_mma_split;
-    a.mma_cfg = x->c->mma_cfg;
+    a.no_mma = x->c->t.mm_prefill != MF_CU_MM_MMA;
+    a.mma_min_nt = x->c->t.mma_min_nt;
+    a.wchunk_bytes = x->c->t.mma_chunk;
+    a.no_split = !x->c->t.mma_split;
+    a.mma_cfg = MF_CU_MMA_CFG_DEFAULT;
     if (!q8 && mf_cu_mma_wanted(&a)) {
         size_t wb, xb;
         mf_cu_mma_scratch(&a, &wb, &xb);
@@ -1191,16 +1050,15 @@ static int run_matmul(exec *x, const mf_matmul_meta *m, const float *in, float *
  * with the error set. y may alias in: the GEMM reads the f16 copy of in. */
 static int run_mma_multi(exec *x, const mf_matmul_meta *const *mm, int n, bool swiglu, const float *in,
                          float *const *y, int64_t nt) {
-    const int mode = x->c->matmul_mode;
-    if (x->c->no_mma_fuse || x->norm || nt <= 8 || (mode != 0 && mode != 3))
+    if (!x->c->t.mma_fuse || x->norm || nt <= 8 || (x->c->t.force != MF_CU_FORCE_NONE && x->c->t.force != MF_CU_FORCE_MMA))
         return 1;
     mf_cu_mma_multi_args a = {.n_w = n, .swiglu = swiglu, .x = in, .n_in = mm[0]->n_in, .nt = nt,
-                              .wchunk_bytes = x->c->mma_chunk, .mma_cfg = x->c->mma_cfg};
+                              .wchunk_bytes = x->c->t.mma_chunk, .mma_cfg = MF_CU_MMA_CFG_DEFAULT};
     for (int i = 0; i < n; i++) {
         const mf_matmul_meta *m = mm[i];
         mf_cu_matmul_args t = {.wtype = m->wtype, .n_in = m->n_in, .n_out = m->n_out, .nt = nt,
-                               .force_gemm = mode, .no_tc = x->c->no_tc, .no_mma = x->c->no_mma,
-                               .mma_min_nt = x->c->mma_min_nt};
+                               .force_gemm = x->c->t.force, .no_tc = x->c->t.mm_prefill == MF_CU_MM_SIMT, .no_mma = x->c->t.mm_prefill != MF_CU_MM_MMA,
+                               .mma_min_nt = x->c->t.mma_min_nt};
         if (!mm_ok(m) || m->n_in != a.n_in || !mf_cu_mma_wanted(&t))
             return 1;
     }
@@ -1232,8 +1090,7 @@ static int run_mma_multi(exec *x, const mf_matmul_meta *const *mm, int n, bool s
  * of nt tokens: the lever (or the test hook) is on, the int8 tier is the one
  * run_matmul would pick, and every weight has an int8 decoder. */
 static bool fuse_ok(const exec *x, const mf_matmul_meta *const *mm, int n, int64_t nt) {
-    const int mode = x->c->matmul_mode;
-    if (!(x->c->fuse || x->norm) || nt > 8 || !(mode == -2 || (mode == 0 && !x->c->no_q8)))
+    if (!(x->c->t.fuse_gemv || x->norm) || nt > 8 || !q8_tier(x->c))
         return false;
     for (int i = 0; i < n; i++)
         if (!mm_ok(mm[i]) || !mf_cu_q8_supported(mm[i]->wtype, mm[i]->n_in) || mm[i]->n_in != mm[0]->n_in)
@@ -1248,8 +1105,8 @@ static int run_multi(exec *x, const mf_matmul_meta *const *mm, int n, bool swigl
                      float *const *y, const float *const *res, int64_t nt) {
     mf_cu_q8_multi_args a = {.n_w = n, .swiglu = swiglu, .x = x->norm ? x->norm_x : in, .n_in = mm[0]->n_in,
                              .nt = nt, .norm = x->norm, .norm_w = x->norm_w, .norm_eps = x->norm_eps,
-                             .v2 = x->c->gemv_v2, .gemv_v1 = x->c->gemv_v1, .gemv_auto = x->c->gemv_auto,
-                             .gemv_v4 = x->c->gemv_v4, .prologue = x->c->gemv_pro, .qkv_mix = x->c->qkv_mix};
+                             .gemv_v1 = x->c->t.gemv == MF_CU_GEMV_V1, .gemv_auto = x->c->t.gemv < 0,
+                             .gemv_v4 = v4_rule(&x->c->t), .qkv_mix = x->c->t.qkv_mix};
     for (int i = 0; i < n; i++) {
         const mf_matmul_meta *m = mm[i];
         if (!(a.w[i] = weight_ptr(x, m->weight, m->wtype, m->n_in, m->n_out)))
@@ -1258,39 +1115,25 @@ static int run_multi(exec *x, const mf_matmul_meta *const *mm, int n, bool swigl
             return -1;
         a.wtype[i] = m->wtype;
         a.row_bytes[i] = row_bytes(m->wtype, m->n_in);
-        a.w_soa[i] = weight_soa(x, m->weight, &a.soa_stride[i]);
         a.y[i] = y[i];
         a.res[i] = res ? res[i] : NULL;
         a.n_out[i] = m->n_out;
     }
-    if (x->win1 > 0 && n == 1) { /* MINFER_CUDA_LOGITS_CHUNKS: rows [win0, win1) of the one weight */
-        const int64_t r0 = x->win0;
-        a.w[0] = (const uint8_t *)a.w[0] + (uint64_t)r0 * a.row_bytes[0];
-        if (a.w_soa[0])
-            a.w_soa[0] = (const uint8_t *)a.w_soa[0] + (uint64_t)r0 * a.soa_stride[0];
-        if (a.bias[0])
-            a.bias[0] += r0;
-        if (a.res[0])
-            a.res[0] += r0;
-        a.y[0] += r0;
-        a.n_out[0] = x->win1 - r0;
-    }
     cu_ctx *c = x->c;
-    a.x_q8_ready = x->q8_in || (!x->norm && c->q8_buf && c->q8_of == a.x && c->q8_n == a.n_in && c->q8_nt == nt &&
+    a.x_q8_ready = (!x->norm && c->q8_buf && c->q8_of == a.x && c->q8_n == a.n_in && c->q8_nt == nt &&
                                 c->q8_stamp == c->n_launched);
     if (a.x_q8_ready)
-        a.q8 = x->q8_in ? x->q8_in : c->q8_buf;
+        a.q8 = c->q8_buf;
     else if (!(a.q8 = scratch(x, Q8_SLOT, mf_cu_q8_bytes(a.n_in, nt))))
         return -1;
-    x->q8_used = a.q8;
-    x->c->n_q8_ready += a.x_q8_ready && !x->q8_in;
+    x->c->n_q8_ready += a.x_q8_ready;
     if (n == 1)
         a.y_host = x->zc_host; /* MINFER_CUDA_LOGITS_ZC: checked by zc_alias with mf_cu_gemv_q8_zc_ok's rule */
     /* MINFER_CUDA_FFN_Q8B: h's int8 copy into Q8OUT_SLOT (the GEMV reads Q8_SLOT), for the down GEMV */
     if (x->q8b && swiglu && !a.x_q8_ready && mf_cu_gemv_q8_ffn_q8b_ok(&a)) {
         if (!(a.q8out = scratch(x, Q8OUT_SLOT, mf_cu_q8_bytes(a.n_out[0], nt))))
             return -1;
-        a.q8b_form = c->ffn_q8b;
+        a.q8b_form = FFN_Q8B_FORM;
         if (launched(x, "gemv_q8_multi(swiglu, q8 out)", a.n_out[0] * n, nt, mf_cu_gemv_q8_multi(&a, x->c->stream)))
             return -1;
         q8_produced(x, y[0], a.n_out[0], nt, a.q8out);
@@ -1301,63 +1144,15 @@ static int run_multi(exec *x, const mf_matmul_meta *const *mm, int n, bool swigl
     return launched(x, kname[a.x_q8_ready != 0][swiglu], a.n_out[0] * n, nt, mf_cu_gemv_q8_multi(&a, x->c->stream));
 }
 
-/* ---- MINFER_CUDA_LOGITS_CHUNKS: the logits copy overlapped with the lm_head ------------ */
-
-/* Why. After a replayed decode step the engine's read of the logits (the
- * 0.5B: 151936 floats, 608 KB) is a D2H copy that starts only when the
- * lm_head, the graph's last kernel (~47 us), has finished: ~12 us of PCIe
- * plus latency a token with the GPU idle. Run as K row chunks, chunk i's
- * rows cross PCIe while chunk i + 1 computes; only the last chunk's copy
- * stays after the GEMV. */
-
-/* Row bound i of k chunks over n rows: multiples of 64 (row pairs intact,
- * 256-byte aligned copies); bound k is n. */
-static int64_t lc_bound(int64_t n, int k, int i) {
-    return i >= k ? n : (n * i / k) & ~(int64_t)63;
-}
-
-/* The hint as the CUDA graph cache keys it: out_host while either switch is
- * on (a captured chunked lm_head copies into it, a captured ZC lm_head
- * embeds its device alias), else NULL (the old keys). */
-static void *lc_key(const cu_ctx *c, const mf_exec_args *a) {
-    return c->logits_chunks || c->logits_zc ? a->out_host : NULL;
-}
-
-/* How many chunks MATMUL node `node` (input buffer in, output out) runs as:
- * 0 unless it is the output the engine reads right after into a host_alloc
- * block (ea's hint, exact byte count), one token on the v4 int8 GEMV
- * (neither the prologue nor f32 activations), and every chunk's plan has
- * the whole launch's slices in flight (u) and warps per row (ks): a row's
- * summation order is fixed by those, so every logit keeps its bits. */
-static int lc_chunks(const cu_ctx *c, const mf_graph *g, int32_t node, int32_t in, int32_t out,
-                     const mf_exec_args *ea) {
-    const int k = c->logits_chunks;
-    if (k < 2 || k > LC_MAX || !ea->out_host || ea->out_node != node || in == out || out < 0 || out >= c->n_bufs ||
-        !c->d2h_stream)
-        return 0;
-    const mf_node *n = &g->nodes[node];
-    const mf_matmul_meta *m = &n->meta.matmul;
-    const int mode = c->matmul_mode;
-    if (n->op != MF_OP_MATMUL || n->ne[1] != 1 || ea->out_bytes != f32b(m->n_out) ||
-        c->bufs[out].size < ea->out_bytes || !mm_ok(m) || !mf_cu_q8_supported(m->wtype, m->n_in) ||
-        !(mode == -2 || (mode == 0 && !c->no_q8)) || c->gemv_pro || !is_pinned(c, ea->out_host, ea->out_bytes))
-        return 0;
-    const int u = mf_cu_q8v4_u(c->gemv_v4, m->wtype, m->n_out, m->n_in);
-    const int ks = u > 0 ? mf_cu_q8v4_ks(m->wtype, u, m->n_out, m->n_in) : 0;
-    if (ks <= 0)
-        return 0;
-    for (int i = 0; i < k; i++) {
-        const int64_t r = lc_bound(m->n_out, k, i + 1) - lc_bound(m->n_out, k, i);
-        if (r <= 0 || mf_cu_q8v4_u(c->gemv_v4, m->wtype, r, m->n_in) != u ||
-            mf_cu_q8v4_ks(m->wtype, u, r, m->n_in) != ks)
-            return 0;
-    }
-    return k;
+/* The hint as the CUDA graph cache keys it: out_host while the ZC lm_head is
+ * on (a captured ZC lm_head embeds its device alias), else NULL. */
+static void *head_key(const cu_ctx *c, const mf_exec_args *a) {
+    return c->t.zc ? a->out_host : NULL;
 }
 
 /* Bytes [0, bytes) of buffer id are already in host block `host` once the
  * stream reaches this point (read_host then only waits): copied early by
- * the lm_head's chunks, or (zc) written by its ZC epilogue. Counted for
+ * the lm_head's ZC epilogue. Counted for
  * mf_cuda_d2h_stats / mf_cuda_zc_count when there are such bytes. */
 static void d2h_set(cu_ctx *c, int32_t id, void *host, size_t bytes, bool zc) {
     c->d2h_id = id;
@@ -1368,54 +1163,11 @@ static void d2h_set(cu_ctx *c, int32_t id, void *host, size_t bytes, bool zc) {
     c->n_zc += bytes != 0 && zc;
 }
 
-/* The lm_head as k chunks (lc_chunks): chunk i's rows through run_multi
- * (the first quantizes x, the folded output norm applied if any; the others
- * read that int8 copy), then the copy of its rows into ea->out_host on
- * d2h_stream, forked from the stream right after the chunk; after the last
- * copy the stream joins d2h_stream (a capture sees every fork joined, and
- * waiting for the stream covers the copies). Remembers the copy for
- * read_host. */
-static int run_head_chunks(exec *x, const mf_matmul_meta *m, const float *in, float *y, int32_t out,
-                           const mf_exec_args *ea, int k) {
-    cu_ctx *c = x->c;
-    mf_error *err = x->err;
-    const mf_matmul_meta *mm[1] = {m};
-    float *const ys[1] = {y};
-    c->d2h_bytes = 0;
-    int rc = 0;
-    for (int i = 0; i < k && rc == 0; i++) {
-        const int64_t r0 = lc_bound(m->n_out, k, i), r1 = lc_bound(m->n_out, k, i + 1);
-        x->win0 = r0;
-        x->win1 = r1;
-        rc = run_multi(x, mm, 1, false, in, ys, NULL, 1);
-        x->q8_in = x->q8_used;
-        if (rc == 0) {
-            cudaError_t e = cudaEventRecord(c->d2h_ev[i], c->stream);
-            if (e == cudaSuccess)
-                e = cudaStreamWaitEvent(c->d2h_stream, c->d2h_ev[i], 0);
-            if (e == cudaSuccess)
-                e = cudaMemcpyAsync((uint8_t *)ea->out_host + (size_t)r0 * 4, y + r0, (size_t)(r1 - r0) * 4,
-                                    cudaMemcpyDeviceToHost, c->d2h_stream);
-            if (e != cudaSuccess)
-                rc = NODE_ERR(x, "early logits copy of rows [%lld, %lld): %s", (long long)r0, (long long)r1,
-                              cudaGetErrorName(e));
-        }
-    }
-    x->win0 = x->win1 = 0;
-    x->q8_in = NULL;
-    /* joined even after a failure, so a capture is never left with an open fork */
-    CU_TRY(cudaEventRecord(c->d2h_ev[LC_MAX], c->d2h_stream));
-    CU_TRY(cudaStreamWaitEvent(c->stream, c->d2h_ev[LC_MAX], 0));
-    if (rc)
-        return rc;
-    d2h_set(c, out, ea->out_host, ea->out_bytes, false);
-    return 0;
-}
-
 /* ---- MINFER_CUDA_LOGITS_ZC: the lm_head GEMV writes the logits into the pinned block ---- */
 
-/* Why. The chunked copy (above) did not pay: each chunk boundary cost what
- * its copy saved. Here nothing is copied: the lm_head's v4 GEMV stores
+/* Why. After a replayed decode step the engine's read of the logits (the
+ * 0.5B: 151936 floats, 608 KB) would be a D2H copy that starts only when
+ * the lm_head, the graph's last kernel, has finished. Here nothing is copied: the lm_head's v4 GEMV stores
  * every row also into the engine's pinned logits block through its device
  * alias, a 32-byte line per row group (v4_zc_store, gemv_q8v4.cu), while
  * it streams the weight (~47 us on the 0.5B); the writes cross PCIe under
@@ -1448,17 +1200,16 @@ static float *zc_alias(cu_ctx *c, void *p, size_t n) {
  * is one token on the v4 int8 GEMV that has a ZC instance with the plain
  * launch's plan (mf_cu_gemv_q8_zc_ok's rule: every logit keeps its bits). */
 static float *zc_head(cu_ctx *c, const mf_graph *g, int32_t node, int32_t in, int32_t out, const mf_exec_args *ea) {
-    if (!c->logits_zc || !ea->out_host || ea->out_node != node || in == out || out < 0 || out >= c->n_bufs ||
+    if (!c->t.zc || !ea->out_host || ea->out_node != node || in == out || out < 0 || out >= c->n_bufs ||
         ((uintptr_t)ea->out_host & 31))
         return NULL;
     const mf_node *n = &g->nodes[node];
     const mf_matmul_meta *m = &n->meta.matmul;
-    const int mode = c->matmul_mode;
     if (n->op != MF_OP_MATMUL || n->ne[1] != 1 || ea->out_bytes != f32b(m->n_out) ||
         c->bufs[out].size < ea->out_bytes || !mm_ok(m) || !mf_cu_q8_supported(m->wtype, m->n_in) ||
-        !(mode == -2 || (mode == 0 && !c->no_q8)) || c->gemv_pro)
+        !q8_tier(c))
         return NULL;
-    const int u = mf_cu_q8v4_u(c->gemv_v4, m->wtype, m->n_out, m->n_in);
+    const int u = mf_cu_q8v4_u(v4_rule(&c->t), m->wtype, m->n_out, m->n_in);
     if (u <= 0 || !mf_cu_q8v4_zc_ok(m->wtype, u, m->n_out, m->n_in))
         return NULL;
     return zc_alias(c, ea->out_host, ea->out_bytes);
@@ -1606,7 +1357,7 @@ static bool rope_deferrable(const exec *x, const mf_qkv_meta *m, int64_t nt, con
     const cu_ctx *c = x->c;
     const mf_graph *g = x->g;
     const int32_t node = x->id;
-    if (!c->short_rope || !c->attn_short || c->attn_short == 4 || !attn_one_now(c, ea) || !c->flash_decode ||
+    if (!c->t.short_rope || c->t.attn_decode != MF_CU_AD_SHORT || !attn_one_now(c, ea) ||
         nt != 1 || node + 1 >= g->n_nodes || (x->n->flags & MF_NODE_OUTPUT) ||
         (ea->kv_type != MF_TYPE_F32 && ea->kv_type != MF_TYPE_F16) || (m->head_dim != 64 && m->head_dim != 128) ||
         m->rope_q.head_dim != m->head_dim || m->rope_k.head_dim != m->head_dim || m->rope_q.n_head != m->n_head ||
@@ -1713,7 +1464,7 @@ static int exec_qkv(exec *x, const int32_t *in, int32_t out, mf_kv_pair kv, cons
         const float *kn = qn ? norm_weight(x, m->k_norm, m->head_dim) : NULL;
         if (!kn)
             return m->q_norm && m->k_norm ? -1 : NODE_ERR(x, "needs q_norm and k_norm weights%s", "");
-        if (x->c->fuse_rope && m->rope_q.head_dim == m->head_dim && m->rope_k.head_dim == m->head_dim &&
+        if (x->c->t.fuse_rope && m->rope_q.head_dim == m->head_dim && m->rope_k.head_dim == m->head_dim &&
             m->rope_q.n_head == m->n_head && m->rope_k.n_head == m->n_head_kv) {
             fold_qn = qn;
             fold_kn = kn;
@@ -1727,14 +1478,14 @@ static int exec_qkv(exec *x, const int32_t *in, int32_t out, mf_kv_pair kv, cons
         return NODE_ERR(x, "rope q %dx%d / k %dx%d for widths %lld / %lld", m->rope_q.n_head,
                         m->rope_q.head_dim, m->rope_k.n_head, m->rope_k.head_dim, (long long)q_dim,
                         (long long)kvd);
-    if (x->c->fuse_rope && rope_deferrable(x, m, nt, ea)) { /* the next node, ATTN, does it */
+    if (x->c->t.fuse_rope && rope_deferrable(x, m, nt, ea)) { /* the next node, ATTN, does it */
         if (run_rope_store(x, m, sq, sk, sv, y, kc, vc, ea, pos, nt, fold_qn, fold_kn, &x->c->rs_args))
             return -1;
         x->c->rs_g = x->g;
         x->c->rs_node = x->id;
         return 0;
     }
-    if (x->c->fuse_rope)
+    if (x->c->t.fuse_rope)
         return run_rope_store(x, m, sq, sk, sv, y, kc, vc, ea, pos, nt, fold_qn, fold_kn, NULL);
     if (run_rope(x, &m->rope_k, sk, sk, pos, ea->n_past, nt) ||
         run_store(x, kc, vc, ea, sk, sv, nt) || run_rope(x, &m->rope_q, sq, y, pos, ea->n_past, nt))
@@ -1758,9 +1509,8 @@ static int exec_qkv(exec *x, const int32_t *in, int32_t out, mf_kv_pair kv, cons
 static bool add_fusable(const cu_ctx *c, const mf_graph *g, int32_t node, int64_t nt) {
     const mf_node *n = &g->nodes[node];
     const mf_matmul_meta *m = &n->meta.matmul;
-    const int mode = c->matmul_mode;
-    if (!c->fuse_add || nt > 8 || node + 1 >= g->n_nodes || (n->flags & MF_NODE_OUTPUT) ||
-        !(mode == -2 || (mode == 0 && !c->no_q8)) || !mf_cu_q8_supported(m->wtype, m->n_in))
+    if (!c->t.fuse_add || nt > 8 || node + 1 >= g->n_nodes || (n->flags & MF_NODE_OUTPUT) ||
+        !q8_tier(c) || !mf_cu_q8_supported(m->wtype, m->n_in))
         return false;
     const mf_node *a = &g->nodes[node + 1];
     if (a->op != MF_OP_ADD || (a->flags & MF_NODE_DEAD) || a->n_src != 2 ||
@@ -1779,12 +1529,11 @@ static bool add_fusable(const cu_ctx *c, const mf_graph *g, int32_t node, int64_
  * matmuls through the multi-weight GEMV. The norm's output buffer is never
  * written. A plain MATMUL consumer (the output norm -> lm_head) folds the
  * same way unless an ADD after it would take it (add_fusable), and only
- * with MINFER_CUDA_NORM_MM (c->norm_mm; default on). */
+ * with MINFER_CUDA_NORM_MM (c->t.norm_mm; default on). */
 static bool norm_fusable(const cu_ctx *c, const mf_graph *g, int32_t node) {
     const mf_node *n = &g->nodes[node];
-    const int mode = c->matmul_mode;
-    if (!c->fuse_norm || n->op != MF_OP_RMSNORM || n->ne[1] > 8 || node + 1 >= g->n_nodes ||
-        (n->flags & MF_NODE_OUTPUT) || !(mode == -2 || (mode == 0 && !c->no_q8)))
+    if (!c->t.fuse_norm || n->op != MF_OP_RMSNORM || n->ne[1] > 8 || node + 1 >= g->n_nodes ||
+        (n->flags & MF_NODE_OUTPUT) || !q8_tier(c))
         return false;
     const mf_node *u = &g->nodes[node + 1];
     if ((u->flags & MF_NODE_DEAD) || u->n_src < 1 || u->src[0] != node || u->ne[1] != n->ne[1])
@@ -1798,7 +1547,7 @@ static bool norm_fusable(const cu_ctx *c, const mf_graph *g, int32_t node) {
     } else if (u->op == MF_OP_FUSED_FFN) {
         mm[k++] = &u->meta.ffn.gate;
         mm[k++] = &u->meta.ffn.up;
-    } else if (u->op == MF_OP_MATMUL && c->norm_mm && u->n_src == 1 && !add_fusable(c, g, node + 1, u->ne[1])) {
+    } else if (u->op == MF_OP_MATMUL && c->t.norm_mm && u->n_src == 1 && !add_fusable(c, g, node + 1, u->ne[1])) {
         mm[k++] = &u->meta.matmul;
     } else {
         return false;
@@ -2003,9 +1752,6 @@ static int exec_node(mf_backend *b, const mf_graph *g, int32_t node, const int32
         float *const zc = zc_head(c, g, node, in[0], out, ea);
         if (zc) /* MINFER_CUDA_LOGITS_ZC: the GEMV writes the logits where the engine reads them */
             return run_head_zc(x, m, a, y, out, ea, zc);
-        const int lc = lc_chunks(c, g, node, in[0], out, ea);
-        if (lc) /* MINFER_CUDA_LOGITS_CHUNKS: the engine reads y right after; copy it while it is computed */
-            return run_head_chunks(x, m, a, y, out, ea, lc);
         if (x->norm) { /* the RMSNorm before it is applied while x is quantized (norm_fusable) */
             const mf_matmul_meta *mm[1] = {m};
             float *const ys[1] = {y};
@@ -2105,15 +1851,16 @@ static int exec_node(mf_backend *b, const mf_graph *g, int32_t node, const int32
                              .n_past = ea->n_past, .n_past_dev = x->npast_dev,
                              .n_head = m->n_head, .n_head_kv = m->n_head_kv,
                              .head_dim = m->head_dim, .scale = m->scale,
-                             .flash = c->flash && mf_cu_attn_flash_ok(m->head_dim, nt),
-                             .n_ctx = ea->n_ctx, .tc = c->tc_attn};
+                             .flash = c->t.attn_prefill >= MF_CU_AP_FLASH && mf_cu_attn_flash_ok(m->head_dim, nt),
+                             .n_ctx = ea->n_ctx, .tc = c->t.attn_prefill == MF_CU_AP_MMA};
         /* split-KV decode: its scratch size depends on n_ctx, never n_past */
-        const size_t pb = c->flash_decode && !a.flash ? mf_cu_attn_decode_bytes(&a) : 0;
+        const size_t pb = c->t.attn_decode != MF_CU_AD_BLOCK && !a.flash ? mf_cu_attn_decode_bytes(&a) : 0;
         /* short contexts: one kernel that also quantizes for the o GEMV, the
          * short-context kernel (MINFER_CUDA_ATTN_SHORT; no partials, no
          * counters) or the split kernel whose last block combines */
-        const bool one = pb && attn_one_now(c, ea);
-        const bool shrt = one && c->attn_short && mf_cu_attn_short_ok(&a);
+        const mf_cu_ad_kind ak = mf_cuda_sel_attn_decode(&c->t, (int64_t)ea->n_past + nt, mf_cu_attn_short_ok(&a));
+        const bool one = pb && ak >= MF_CU_AD_ONE;
+        const bool shrt = pb && ak == MF_CU_AD_SHORT;
         if (pb && !shrt && !(a.part = scratch(x, ATTN_SLOT, pb)))
             return -1;
         if (one && !shrt && !(a.cnt = counters(x, nt * m->n_head_kv)))
@@ -2122,7 +1869,7 @@ static int exec_node(mf_backend *b, const mf_graph *g, int32_t node, const int32
             return -1;
         bool srope = false; /* MINFER_CUDA_SHORT_ROPE: the FUSED_QKV's rope-store folded in (rope_deferrable) */
         if (c->rs_node >= 0) {
-            if (shrt && c->attn_short != 4 && c->rs_g == g && c->rs_node == n->src[0] && c->rs_args.rq.y == q &&
+            if (shrt && c->rs_g == g && c->rs_node == n->src[0] && c->rs_args.rq.y == q &&
                 mf_cu_attn_short_rope_ok(&a, &c->rs_args)) {
                 srope = true;
                 c->rs_node = -1;
@@ -2138,7 +1885,7 @@ static int exec_node(mf_backend *b, const mf_graph *g, int32_t node, const int32
                            : a.part                       ? "attn(decode)"
                                                           : "attn";
         const cudaError_t ae = srope ? mf_cu_attn_short_rope(&a, &c->rs_args, st)
-                               : shrt ? mf_cu_attn_short(&a, c->attn_short == 4 ? 4 : 0, st)
+                               : shrt ? mf_cu_attn_short(&a, 0, st)
                                       : mf_cu_attn(&a, st);
         if (launched(x, kind, nt, m->n_head, ae))
             return -1;
@@ -2223,7 +1970,7 @@ static int exec_node(mf_backend *b, const mf_graph *g, int32_t node, const int32
         const mf_matmul_meta *mm[2] = {&m->gate, &m->up};
         if (y && fuse_ok(x, mm, 2, nt) && m->gate.wtype == m->up.wtype) {
             float *const ys[2] = {y, NULL};
-            x->q8b = c->ffn_q8b != 0; /* the down GEMV's int8 input too, where the kernel allows */
+            x->q8b = c->t.ffn_q8b != 0; /* the down GEMV's int8 input too, where the kernel allows */
             return run_multi(x, mm, 2, true, a, ys, NULL, nt);
         }
         if (y) { /* prefill: gate and up as one mma GEMM with SwiGLU in its epilogue */
@@ -2355,7 +2102,7 @@ static int cu_execute_node(mf_backend *b, const mf_graph *g, int32_t node, const
 static int cu_repeat_calls(mf_backend *b, const mf_graph *g, const mf_exec_args *a, mf_error *err) {
     cu_ctx *c = CX(b);
     (void)err;
-    if (!c->repeat || !c->recording || c->n_rec != 0 || g != c->rec_g || g->stamp == 0 ||
+    if (!c->t.repeat || !c->recording || c->n_rec != 0 || g != c->rec_g || g->stamp == 0 ||
         a->n_past != c->rec_a.n_past || a->n_tokens != c->rec_a.n_tokens)
         return 0;
     const cu_gentry *e = NULL;
@@ -2380,8 +2127,8 @@ static bool gentry_matches(const cu_ctx *c, const cu_gentry *e) {
     return e->g == g && e->n_nodes == g->n_nodes && e->kv_dim == g->kv_dim &&
            e->n_calls == c->n_rec && e->n_tokens == c->rec_a.n_tokens &&
            e->n_ctx == c->rec_a.n_ctx && e->kv_type == c->rec_a.kv_type &&
-           e->attn_one == attn_one_now(c, &c->rec_a) && e->attn_short == c->attn_short &&
-           e->short_rope == c->short_rope && e->out_host == lc_key(c, &c->rec_a) && e->zc == c->logits_zc &&
+           e->attn_one == attn_one_now(c, &c->rec_a) && e->attn_short == c->t.attn_decode &&
+           e->short_rope == c->t.short_rope && e->out_host == head_key(c, &c->rec_a) && e->zc == c->t.zc &&
            memcmp(e->scr, c->scr, sizeof e->scr) == 0 && e->n_slotw == c->n_slotw &&
            memcmp(e->slotw, c->slotw, (size_t)c->n_slotw * sizeof *c->slotw) == 0 &&
            memcmp(e->calls, c->rec, (size_t)c->n_rec * sizeof *c->rec) == 0 &&
@@ -2451,7 +2198,7 @@ static int cu_end_forward(mf_backend *b, const mf_graph *g, const mf_exec_args *
         return -1;
     cu_gentry *e = NULL;
     for (int i = 0; i < N_GENTRY; i++) /* two sessions' logits buffers: two entries, no recaptures */
-        if (c->ge[i].g == g && c->ge[i].out_host == lc_key(c, &c->rec_a))
+        if (c->ge[i].g == g && c->ge[i].out_host == head_key(c, &c->rec_a))
             e = &c->ge[i];
     const bool match = e && gentry_matches(c, e);
     if (match && e->exec) {
@@ -2481,7 +2228,7 @@ static int cu_end_forward(mf_backend *b, const mf_graph *g, const mf_exec_args *
         e->used = ++c->ge_clock;
         if (capture(b, e, err)) {
             ring_note(c, "graph", "cudaGraphLaunch(first)", c->n_rec, 1);
-            e->d2h_id = c->d2h_id; /* what the captured calls copied early (run_head_chunks) */
+            e->d2h_id = c->d2h_id; /* what the captured calls copied early (run_head_zc) */
             e->d2h_bytes = c->d2h_host == e->out_host ? c->d2h_bytes : 0;
             e->d2h_zc = c->d2h_zc;
             CU_TRY(cudaGraphLaunch(e->exec, c->stream)); /* slot_issue in the capture marked the slots live */
@@ -2528,10 +2275,10 @@ static int cu_end_forward(mf_backend *b, const mf_graph *g, const mf_exec_args *
     e->n_ctx = a->n_ctx;
     e->kv_type = a->kv_type;
     e->attn_one = attn_one_now(c, a);
-    e->attn_short = c->attn_short;
-    e->short_rope = c->short_rope;
-    e->out_host = lc_key(c, a);
-    e->zc = c->logits_zc;
+    e->attn_short = c->t.attn_decode;
+    e->short_rope = c->t.short_rope;
+    e->out_host = head_key(c, a);
+    e->zc = c->t.zc;
     memcpy(e->slotw, slotw, sizeof slotw);
     e->n_slotw = n_slotw;
     memcpy(e->scr, c->scr, sizeof e->scr);
@@ -2561,11 +2308,6 @@ static void cu_free(mf_backend *b) {
             cudaFreeHost(c->pinned[i].p);
     for (int i = 0; i < 2 && c->ht.on; i++)
         cudaEventDestroy(c->ht.ev[i]);
-    for (int i = 0; c->d2h_stream && i <= LC_MAX; i++)
-        if (c->d2h_ev[i])
-            cudaEventDestroy(c->d2h_ev[i]);
-    if (c->d2h_stream)
-        cudaStreamDestroy(c->d2h_stream);
     for (int i = 0; i < N_GENTRY; i++)
         gentry_clear(&c->ge[i]);
     free(c->rec);
@@ -2583,9 +2325,6 @@ static void cu_free(mf_backend *b) {
     if (c->wmem)
         cudaFree(c->wmem);
     free(c->woff);
-    if (c->soa_mem)
-        cudaFree(c->soa_mem);
-    free(c->soff);
     if (c->pin)
         cudaFreeHost(c->pin);
     if (c->slot)
@@ -2619,36 +2358,8 @@ static const mf_backend_ops cu_ops = {
     .free = cu_free,
 };
 
-/* MINFER_CUDA_LOGITS_CHUNKS=k: 2..LC_MAX turns the chunked lm_head on
- * (its side stream and events made on first use), anything else off. A
- * failure to make them leaves it off. */
-static void lc_set(cu_ctx *c, int64_t k) {
-    c->logits_chunks = 0;
-    c->d2h_bytes = 0;
-    if (k < 2 || k > LC_MAX)
-        return;
-    if (!c->d2h_stream) {
-        if (cudaStreamCreateWithFlags(&c->d2h_stream, cudaStreamNonBlocking) != cudaSuccess) {
-            cudaGetLastError();
-            c->d2h_stream = NULL;
-            return;
-        }
-        for (int i = 0; i <= LC_MAX; i++)
-            if (cudaEventCreateWithFlags(&c->d2h_ev[i], cudaEventDisableTiming) != cudaSuccess) {
-                cudaGetLastError();
-                for (int j = 0; j < i; j++)
-                    cudaEventDestroy(c->d2h_ev[j]);
-                memset(c->d2h_ev, 0, sizeof c->d2h_ev);
-                cudaStreamDestroy(c->d2h_stream);
-                c->d2h_stream = NULL;
-                return;
-            }
-    }
-    c->logits_chunks = (int)k;
-}
-
 /* Device choice and checks, before anything is allocated on it. */
-static int open_device(cu_ctx *c, mf_error *err) {
+static int open_device(cu_ctx *c, int dev, mf_error *err) {
     int count = 0;
     cudaError_t e = cudaGetDeviceCount(&count);
     if (e != cudaSuccess)
@@ -2656,10 +2367,9 @@ static int open_device(cu_ctx *c, mf_error *err) {
                          cudaGetErrorString(e));
     if (count <= 0)
         return mf_errorf(err, "cuda: no CUDA device found");
-    long dev = mf_env_int("MINFER_CUDA_DEVICE", 0);
     if (dev < 0 || dev >= count)
-        return mf_errorf(err, "cuda: MINFER_CUDA_DEVICE=%ld but %d device(s) exist", dev, count);
-    c->device = (int)dev;
+        return mf_errorf(err, "cuda: device %d asked for but %d device(s) exist", dev, count);
+    c->device = dev;
     CU_TRY(cudaSetDevice(c->device));
     struct cudaDeviceProp p;
     CU_TRY(cudaGetDeviceProperties(&p, c->device));
@@ -2667,6 +2377,7 @@ static int open_device(cu_ctx *c, mf_error *err) {
         return mf_errorf(err, "cuda: device %d '%s' has compute capability %d.%d; minfer needs 7.0 or newer",
                          c->device, p.name, p.major, p.minor);
     c->smem_per_block = p.sharedMemPerBlock;
+    mf_cuda_tune_defaults(&c->t, 10 * p.major + p.minor, p.multiProcessorCount, p.sharedMemPerBlock);
     snprintf(c->desc, sizeof c->desc, "%s, cc %d.%d, %d SMs, %.1f GiB, %zu KiB shared/block", p.name,
              p.major, p.minor, p.multiProcessorCount, (double)p.totalGlobalMem / (1024.0 * 1024 * 1024),
              p.sharedMemPerBlock / 1024);
@@ -2687,41 +2398,31 @@ static int open_device(cu_ctx *c, mf_error *err) {
     return 0;
 }
 
-/* The mma GEMM's tile config: MINFER_CUDA_MMA_CFG, default 2 (64x64 warp
- * tiles, k step 64, 3 stages: the fastest on the H200, docs/PERF.md entry
- * 13); 0 is the session-2 kernel exactly; out of range: the default. */
-static int mma_cfg_from_env(void) {
-    const int64_t c = mf_env_int("MINFER_CUDA_MMA_CFG", 2);
-    return c >= 0 && c < MF_CU_MMA_N_CFG ? (int)c : 2;
+/* The kernel files' launch-wide choices (pdl.cuh, gemv_q8v4.cu,
+ * attn_short.cu) as the tuning says; -1 (the rule) is the kernels' auto. */
+static void apply_kernel_tune(const mf_cuda_tune *t) {
+    mf_cu_set_pdl(t->pdl);
+    mf_cu_set_gemv_v4_pf(t->v4_pf < 0 ? 3 : t->v4_pf);
+    mf_cu_set_attn_short_pf(t->attn_pf);
+    mf_cu_set_gemv_v4_q6k(t->v4_q6k < 0 ? 3 : t->v4_q6k);
+    mf_cu_set_gemv_v4_big(t->v4_big_mib);
+    mf_cu_set_gemv_v4_early(t->v4_early < 0 ? 2 : t->v4_early);
 }
 
-/* MINFER_CUDA_FFN_Q8B's default block form (H200 session 7 runs 1-2: form 4) */
-#define FFN_Q8B_DEFAULT 4
-
-/* MINFER_CUDA_FFN_Q8B's value as the block form it names: 0 off, 1 ..
- * MF_CU_Q8B_FORMS that form, anything else the default. */
-static int ffn_q8b_form(int64_t v) {
-    return v >= 0 && v <= MF_CU_Q8B_FORMS ? (int)v : FFN_Q8B_DEFAULT;
+void mf_cuda_options_init(mf_cuda_options *o) {
+    memset(o, 0, sizeof *o);
+    o->timeout_ms = 10000;
+    o->graphs = true;
+    o->fuse = true;
 }
 
-/* The int8 GEMV's kernel choice as the environment asks (at creation, and
- * when a test hands the choice back). */
-static void gemv_from_env(cu_ctx *c) {
-    c->gemv_v1 = mf_env_flag("MINFER_CUDA_GEMV_V1");
-    c->gemv_auto = !mf_env_flag("MINFER_CUDA_GEMV_V3");
-    c->gemv_pro = mf_env_flag("MINFER_CUDA_GEMV_PROLOGUE") ? 1 : 0;
-    /* v4 by its rule unless v1 / v3 everywhere was asked for */
-    const int64_t u = mf_env_int("MINFER_CUDA_GEMV_V4", c->gemv_v1 || !c->gemv_auto ? 0 : -1);
-    c->gemv_v4 = u >= -1 && u <= 2 ? (int)u : -1;
-    c->qkv_mix = mf_env_int("MINFER_CUDA_QKV_MIX", 1) != 0; /* on: H200 device run 2 of session 6 (PERF.md entry 16) */
-    c->ffn_q8b = ffn_q8b_form(mf_env_int("MINFER_CUDA_FFN_Q8B", FFN_Q8B_DEFAULT));
-}
-
-int mf_backend_cuda_new_progress(const mf_weights *w, mf_cuda_progress_fn progress, void *user,
-                                 mf_backend **out, mf_error *err) {
+int mf_backend_cuda_create(const mf_weights *w, const mf_cuda_options *opt, mf_backend **out, mf_error *err) {
     *out = NULL;
-    if (mf_env_flag("MINFER_DISABLE_CUDA"))
-        return mf_errorf(err, "cuda: disabled by MINFER_DISABLE_CUDA");
+    mf_cuda_options def;
+    if (!opt) {
+        mf_cuda_options_init(&def);
+        opt = &def;
+    }
     cu_ctx *c = mf_calloc(1, sizeof *c);
     mf_backend *b = mf_calloc(1, sizeof *b);
     b->ops = &cu_ops;
@@ -2729,73 +2430,21 @@ int mf_backend_cuda_new_progress(const mf_weights *w, mf_cuda_progress_fn progre
     b->is_gpu = true;
     b->ctx = c;
     c->w = w;
-    c->timeout_ms = mf_env_int("MINFER_GPU_TIMEOUT_MS", 10000);
-    if (c->timeout_ms <= 0)
-        c->timeout_ms = 10000;
-    c->no_tc = mf_env_flag("MINFER_CUDA_NO_TC");
-    c->no_mma = mf_env_flag("MINFER_CUDA_NO_MMA");
-    c->mma_min_nt = (int)mf_env_int("MINFER_CUDA_MMA_MIN_NT", 0);
-    c->no_mma_fuse = mf_env_flag("MINFER_CUDA_NO_MMA_FUSE");
-    c->no_mma_split = mf_env_flag("MINFER_CUDA_NO_MMA_SPLIT");
-    c->mma_cfg = mma_cfg_from_env();
-    c->no_q8 = mf_env_flag("MINFER_CUDA_NO_Q8");
-    c->fuse = mf_env_flag("MINFER_CUDA_FUSE_GEMV");
-    /* On by default: the H200 run of 2026-11-30 00:21 measured rope-store + norm
-     * fusion + flash prefill together at +33 % tg / +25 % pp on qwen2-0.5B and
-     * +2 % / +11 % on the 7B shapes (docs/PERF.md); =0 turns each off. The others
-     * stay opt-in: FUSE_GEMV helped alone but not on top of these, GEMV_V2
-     * measured slower. FUSE_ADD (measured +0.3 % in run 10, before the
-     * kernels got fast enough for 48 ew launches a token to show) is on by
-     * default from session 2; =0 turns it off. */
-    c->fuse_rope = mf_env_int("MINFER_CUDA_FUSE_ROPE", 1) != 0;
-    c->fuse_add = mf_env_int("MINFER_CUDA_FUSE_ADD", 1) != 0;
-    c->fuse_norm = mf_env_int("MINFER_CUDA_FUSE_NORM", 1) != 0;
-    c->norm_mm = mf_env_int("MINFER_CUDA_NORM_MM", 1) != 0;
-    c->gemv_v2 = mf_env_flag("MINFER_CUDA_GEMV_V2");
-    gemv_from_env(c);
-    /* opt-in: plane copies built after the upload (build_soa); 2: only the types and
-     * widths where they measured faster (soa_wanted) */
-    c->soa = (int)mf_env_int("MINFER_CUDA_SOA", 0);
-    if (c->soa < 0 || c->soa > 2)
-        c->soa = 1;
-    c->flash = mf_env_int("MINFER_CUDA_FLASH_PREFILL", 1) != 0;
-    c->tc_attn = !mf_env_flag("MINFER_CUDA_NO_TC_ATTN");
-    c->flash_decode = !mf_env_flag("MINFER_CUDA_NO_FLASH_DECODE");
-    /* on by default while the context is short: H200, PERF.md entry 14 (one
-     * kernel -2.2 us per layer at depth 100, +3.9 us at depth 1000: the last
-     * block's combine reads every active split alone) */
-    c->attn_one = mf_env_int("MINFER_CUDA_ATTN_ONE", 1) != 0;
-    c->attn_one_max = mf_env_int("MINFER_CUDA_ATTN_ONE_MAX", 384);
-    /* on by default: H200, device run 5 (PERF.md entry 15): the attention of a 0.5B
-     * layer 7.7 -> 3.0 us in the replayed graph, tg128 0.5B Q4_0 1,418 -> 1,708,
-     * 7B Q4_0 495.5 -> 527.0, 7B Q4_K_M 416.1 -> 429.0 */
-    c->attn_short = (int)mf_env_int("MINFER_CUDA_ATTN_SHORT", 1);
-    /* on: H200 session 6 device run 3, tg128 0.5B Q4_0 1,758 -> 1,805, 7B Q4_0 523.7 -> 543.4,
-     * 7B Q4_K_M 437.1 -> 447.1 (PERF.md entry 16) */
-    c->short_rope = mf_env_int("MINFER_CUDA_SHORT_ROPE", 1) != 0;
+    c->timeout_ms = opt->timeout_ms > 0 ? opt->timeout_ms : 10000;
+    c->trace = opt->trace;
+    c->graphs_on = opt->graphs;
     c->rs_node = -1;
     c->pend_node = -1;
-    c->graphs_on = !mf_env_flag("MINFER_NO_CUDA_GRAPH");
-    mf_cuda_set_input_slots(b, (int)mf_env_int("MINFER_CUDA_INPUT_SLOTS", 1));
-    c->repeat = mf_env_int("MINFER_CUDA_REPEAT", 1) != 0;
-    c->trace = mf_env_flag("MINFER_TRACE");
-    if (mf_env_flag("MINFER_CUDA_HOST_TIMES") &&
+    if (open_device(c, opt->device, err))
+        goto fail;
+    if (!opt->fuse)
+        mf_cuda_tune_no_fusions(&c->t);
+    if (mf_cuda_tune_parse(&c->t, opt->tune, err))
+        goto fail;
+    apply_kernel_tune(&c->t);
+    if (opt->host_times &&
         cudaEventCreate(&c->ht.ev[0]) == cudaSuccess && cudaEventCreate(&c->ht.ev[1]) == cudaSuccess)
         c->ht.on = true;
-    mf_cu_set_pdl(mf_env_int("MINFER_CUDA_PDL", MF_CU_PDL_DEFAULT) != 0);
-    mf_cu_set_gemv_pf((int)mf_env_int("MINFER_CUDA_GEMV_PF", 0), mf_env_flag("MINFER_CUDA_GEMV_PF_LINES"));
-    /* many-block RMSNorm / norm-quant and per-head rope-store (bitwise equal) */
-    mf_cu_set_wide(!mf_env_flag("MINFER_CUDA_NO_WIDE_NORM"), !mf_env_flag("MINFER_CUDA_NO_WIDE_ROPE"));
-    /* on by default: +13 % 7B / +16 % 4B / +9 % 0.5B tg128 on the H200 (PERF.md
-     * entry 13), bitwise the same outputs; MINFER_CUDA_LAT=0 the old kernels */
-    mf_cu_set_lat(mf_env_int("MINFER_CUDA_LAT", 1) != 0);
-    mf_cu_set_gemv_v4_pf((int)mf_env_int("MINFER_CUDA_GEMV_V4_PF", 3)); /* 3: auto by launch bytes */
-    mf_cu_set_attn_short_pf(mf_env_int("MINFER_CUDA_ATTN_PF", 1) != 0);
-    mf_cu_set_gemv_v4_q6k((int)mf_env_int("MINFER_CUDA_GEMV_V4_Q6K", 3)); /* PERF.md entries 14, 18 */
-    mf_cu_set_gemv_v4_big((int)mf_env_int("MINFER_CUDA_GEMV_V4_BIG", 32)); /* PERF.md entry 14 */
-    mf_cu_set_gemv_v4_early((int)mf_env_int("MINFER_CUDA_GEMV_V4_EARLY", 2)); /* PERF.md entry 19 */
-    if (open_device(c, err))
-        goto fail;
     cudaError_t e = cudaStreamCreateWithFlags(&c->stream, cudaStreamNonBlocking);
     if (e == cudaSuccess)
         e = cudaMallocHost((void **)&c->pin, PIN_BYTES);
@@ -2816,11 +2465,7 @@ int mf_backend_cuda_new_progress(const mf_weights *w, mf_cuda_progress_fn progre
         goto fail;
     }
     memset(c->fault, 0, sizeof *c->fault);
-    /* opt-in until measured on the H200 (docs/ENV.md): the logits copy overlapped with the lm_head */
-    lc_set(c, mf_env_int("MINFER_CUDA_LOGITS_CHUNKS", 0));
-    /* on by default (H200 session 7, PERF.md entry 17): the lm_head GEMV writes the logits to the host itself */
-    c->logits_zc = mf_env_int("MINFER_CUDA_LOGITS_ZC", 1) == 1;
-    if (upload_weights(c, progress, user, err) || build_soa(c, err))
+    if (upload_weights(c, opt->progress, opt->progress_user, err))
         goto fail;
     mf_log(MF_LOG_INFO, "cuda: using device %d: %s; %llu bytes of weights uploaded", c->device, c->desc,
            (unsigned long long)c->wbytes);
@@ -2833,119 +2478,33 @@ fail:
 }
 
 int mf_backend_cuda_new(const mf_weights *w, mf_backend **out, mf_error *err) {
-    return mf_backend_cuda_new_progress(w, NULL, NULL, out, err);
+    return mf_backend_cuda_create(w, NULL, out, err);
 }
 
 const char *mf_cuda_device_desc(const mf_backend *b) {
     return CX(b)->desc;
 }
 
-void mf_cuda_set_matmul_mode(mf_backend *b, int mode) {
-    CX(b)->matmul_mode = mode;
-}
-
-void mf_cuda_set_fuse(mf_backend *b, bool on) {
-    CX(b)->fuse = on;
-}
-
-void mf_cuda_set_fuse_rope(mf_backend *b, bool on) {
-    CX(b)->fuse_rope = on;
-}
-
-void mf_cuda_set_fuse_add(mf_backend *b, bool on) {
-    CX(b)->fuse_add = on;
-}
-
-void mf_cuda_set_fuse_norm(mf_backend *b, bool on) {
-    CX(b)->fuse_norm = on;
-}
-
-void mf_cuda_set_norm_mm(mf_backend *b, bool on) {
-    CX(b)->norm_mm = on;
-}
-
-void mf_cuda_set_gemv_v2(mf_backend *b, bool on) {
-    CX(b)->gemv_v2 = on;
-}
-
-void mf_cuda_set_gemv_v1(mf_backend *b, bool on) {
-    CX(b)->gemv_v1 = on;
-    CX(b)->gemv_auto = false; /* the tests pick v1 or v3 exactly */
-    CX(b)->gemv_v4 = 0;
-}
-
-void mf_cuda_set_gemv_v4(mf_backend *b, int u) {
-    CX(b)->gemv_v4 = u >= -1 && u <= 2 ? u : 0;
-}
-
-void mf_cuda_set_ffn_q8b(mf_backend *b, int mode) {
-    CX(b)->ffn_q8b = ffn_q8b_form(mode < 0 ? mf_env_int("MINFER_CUDA_FFN_Q8B", FFN_Q8B_DEFAULT) : mode);
-}
-
-void mf_cuda_q8_ready_stats(const mf_backend *b, int64_t *read) {
-    *read = CX(b)->n_q8_ready;
-}
-
-void mf_cuda_reset_gemv(mf_backend *b) {
-    gemv_from_env(CX(b));
-}
-
-void mf_cuda_set_soa(mf_backend *b, bool on) {
-    CX(b)->soa = on;
-}
-
-uint64_t mf_cuda_soa_bytes(const mf_backend *b) {
-    return CX(b)->soa_mem ? CX(b)->soa_bytes : 0;
-}
-
-void mf_cuda_set_gemv_prologue(mf_backend *b, int mode) {
-    if (mode < 0)
-        CX(b)->gemv_pro = mf_env_flag("MINFER_CUDA_GEMV_PROLOGUE") ? 1 : 0;
-    else
-        CX(b)->gemv_pro = mode > 2 ? 2 : mode;
-}
-
-void mf_cuda_set_flash(mf_backend *b, bool on) {
-    CX(b)->flash = on;
-}
-
-void mf_cuda_set_tc_attn(mf_backend *b, bool on) {
-    CX(b)->tc_attn = on;
-}
-
-void mf_cuda_set_flash_decode(mf_backend *b, bool on) {
-    CX(b)->flash_decode = on;
-}
-
-void mf_cuda_set_attn_one(mf_backend *b, int mode) {
+int mf_cuda_retune(mf_backend *b, const char *tune, mf_error *err) {
     cu_ctx *c = CX(b);
-    c->attn_one = mode < 0 ? mf_env_int("MINFER_CUDA_ATTN_ONE", 1) != 0 : mode != 0;
-    c->attn_one_max = mode < 0 ? mf_env_int("MINFER_CUDA_ATTN_ONE_MAX", 384) : INT64_MAX;
+    if (mf_cuda_tune_parse(&c->t, tune, err))
+        return -1;
+    apply_kernel_tune(&c->t);
+    c->fruitless = 0;
+    c->d2h_bytes = 0;
+    return 0;
 }
 
-void mf_cuda_set_attn_short(mf_backend *b, int mode) {
-    CX(b)->attn_short = mode < 0 ? (int)mf_env_int("MINFER_CUDA_ATTN_SHORT", 1) : mode;
+const mf_cuda_tune *mf_cuda_tuning(const mf_backend *b) {
+    return &CX(b)->t;
 }
 
-void mf_cuda_set_short_rope(mf_backend *b, int mode) {
-    CX(b)->short_rope = mode < 0 ? mf_env_int("MINFER_CUDA_SHORT_ROPE", 1) != 0 : mode != 0;
-}
-
-int64_t mf_cuda_short_rope_count(const mf_backend *b) {
-    return CX(b)->n_short_rope;
-}
-
-void mf_cuda_set_mma_chunk(mf_backend *b, uint64_t bytes) {
-    CX(b)->mma_chunk = bytes;
-}
-
-void mf_cuda_set_mma_fuse(mf_backend *b, int fuse, int split) {
-    CX(b)->no_mma_fuse = !fuse;
-    CX(b)->no_mma_split = !split;
-}
-
-void mf_cuda_set_mma_cfg(mf_backend *b, int cfg) {
-    CX(b)->mma_cfg = cfg >= 0 && cfg < MF_CU_MMA_N_CFG ? cfg : mma_cfg_from_env();
+void mf_cuda_set_tuning(mf_backend *b, const mf_cuda_tune *t) {
+    cu_ctx *c = CX(b);
+    c->t = *t;
+    apply_kernel_tune(&c->t);
+    c->fruitless = 0;
+    c->d2h_bytes = 0;
 }
 
 void mf_cuda_set_graphs(mf_backend *b, bool on) {
@@ -2954,8 +2513,12 @@ void mf_cuda_set_graphs(mf_backend *b, bool on) {
     c->fruitless = 0;
 }
 
-void mf_cuda_set_input_slots(mf_backend *b, int mode) {
-    CX(b)->input_slots = mode >= 0 && mode <= 2 ? mode : 1;
+void mf_cuda_q8_ready_stats(const mf_backend *b, int64_t *read) {
+    *read = CX(b)->n_q8_ready;
+}
+
+int64_t mf_cuda_short_rope_count(const mf_backend *b) {
+    return CX(b)->n_short_rope;
 }
 
 int64_t mf_cuda_slot_count(const mf_backend *b) {
@@ -2965,15 +2528,6 @@ int64_t mf_cuda_slot_count(const mf_backend *b) {
 void mf_cuda_fuse_stats(const mf_backend *b, int64_t *adds, int64_t *norms) {
     *adds = CX(b)->n_fused_add;
     *norms = CX(b)->n_fused_norm;
-}
-
-void mf_cuda_set_logits_chunks(mf_backend *b, int k) {
-    lc_set(CX(b), k);
-}
-
-void mf_cuda_set_logits_zc(mf_backend *b, bool on) {
-    CX(b)->logits_zc = on;
-    CX(b)->d2h_bytes = 0;
 }
 
 int64_t mf_cuda_zc_count(const mf_backend *b) {
@@ -2988,10 +2542,6 @@ void mf_cuda_d2h_stats(const mf_backend *b, int64_t *chunked, int64_t *early_rea
 void mf_cuda_graph_stats(const mf_backend *b, int64_t *captures, int64_t *replays) {
     *captures = CX(b)->n_captures;
     *replays = CX(b)->n_replays;
-}
-
-void mf_cuda_set_repeat(mf_backend *b, bool on) {
-    CX(b)->repeat = on;
 }
 
 int64_t mf_cuda_repeat_count(const mf_backend *b) {
