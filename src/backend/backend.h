@@ -25,7 +25,7 @@
 #include <stdint.h>
 
 #include "base/base.h"
-#include "graph/graph.h"
+#include "ir/graph.h"
 
 typedef struct mf_backend mf_backend;
 

@@ -16,7 +16,7 @@
 #include "backend/backend.h"
 #include "base/base.h"
 #include "gguf/gguf.h"
-#include "graph/graph.h"
+#include "ir/graph.h"
 
 typedef enum mf_arch {
     MF_ARCH_LLAMA,

@@ -7,7 +7,7 @@
 #include <stdbool.h>
 #include <stdint.h>
 
-#include "graph/engine.h"
+#include "engine/engine.h"
 #include "minfer.h"
 #include "model/model.h"
 #include "tokenizer/tokenizer.h"

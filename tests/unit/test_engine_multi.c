@@ -10,7 +10,7 @@
 #include <string.h>
 
 #include "backend/backend.h"
-#include "graph/engine.h"
+#include "engine/engine.h"
 #include "mf_test.h"
 
 enum { D = 64, NH = 4, NKV = 2, HD = 16, KVD = NKV * HD, FF = 128, NV = 96, NL = 2, NCTX = 32 };

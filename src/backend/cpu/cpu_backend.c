@@ -12,7 +12,7 @@
 
 #include "backend/backend.h"
 #include "backend/cpu/kernels.h"
-#include "graph/hostpool.h"
+#include "backend/hostpool.h"
 
 enum { N_SCRATCH = 4 };
 

@@ -12,7 +12,7 @@
 #include <string.h>
 
 #include "backend/backend.h"
-#include "graph/hostpool.h"
+#include "backend/hostpool.h"
 
 typedef struct ref_be {
     mf_backend base;

@@ -13,7 +13,7 @@
 #define MF_ENGINE_H
 
 #include "backend/backend.h"
-#include "graph/graph.h"
+#include "ir/graph.h"
 
 typedef struct mf_engine mf_engine;
 

@@ -7,8 +7,8 @@
 #include <string.h>
 
 #include "backend/backend.h"
-#include "graph/graph.h"
-#include "graph/passes.h"
+#include "ir/graph.h"
+#include "engine/passes.h"
 #include "mf_test.h"
 
 /* ---- a fake backend: a pool of sizes with an exact-size free list ---------------- */

@@ -4,7 +4,7 @@
  * refusal from supports_op is not an error; it makes a split. Alternate mode
  * is a test lever that spreads consecutive nodes over every backend able to
  * run them, so the split/copy machinery is exercised node by node. */
-#include "graph/passes.h"
+#include "engine/passes.h"
 
 #include <stdlib.h>
 

@@ -6,13 +6,13 @@
  * previous backend at each change, copy the split's inputs across through a
  * host round trip into its staging buffers, execute_node per node) and read
  * the OUTPUT node after the final synchronize. */
-#include "graph/engine.h"
+#include "engine/engine.h"
 
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
-#include "graph/passes.h"
+#include "engine/passes.h"
 
 typedef struct kv_region {
     int32_t backend; /* -1: not allocated yet */
