@@ -164,7 +164,7 @@ sanitize() { # tool log-name time-limit env-assignments...
 want memcheck && sanitize memcheck memcheck 200 ${GPU_CHECK_MEMCHECK_ONLY:+MINFER_CUDA_TEST_ONLY=$GPU_CHECK_MEMCHECK_ONLY}
 # shortrope is left out of racecheck: its kernel syncs 4 warps on a named barrier
 # (bar.sync 1, 128), which racecheck mistakes for a block-wide one and then reports
-# the pairs around later __syncthreads (scripts/racecheck-named-barrier.cu shows it on a
+# the pairs around later __syncthreads (lab/cuda/racecheck-named-barrier.cu shows it on a
 # kernel that is correct by construction); memcheck and the bitwise tests cover it
 want racecheck && sanitize racecheck racecheck "${RACE_LIMIT:-150}" MINFER_CUDA_TEST_ONLY=${RACE_ONLY:-matmul,norm,elementwise,attn,ffn,fuse_norm,gemv,mma,preattn,decattn,decsmall,gemvfuse,lat,attnone,q6k,attnshort,qkvmix,ffnq8b,zc}
 
