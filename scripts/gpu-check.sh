@@ -38,6 +38,9 @@
 # commit's build: before / after on one machine in one run); with
 # TABLE_BASE_DUMP=<its dump_logits> each model's greedy tokens (16 decoded)
 # must be identical between the two builds.
+# BASE_TGZ=<a git archive of another commit>: that tree is built beside this
+# one (minfer + dump_logits, build-base/, in parallel with the build stage)
+# and becomes TABLE_BASE / TABLE_BASE_DUMP.
 # GPU_CHECK_7B_LAYERS=N: the perf stage's 7B model with N layers (same shapes,
 # default 8).
 # Levers checked here (ops: through test hooks; e2e: against the float64
@@ -92,6 +95,17 @@ fi
 note toolchain ok "$(head -1 "$LOG/nvidia-smi-L.txt")"
 
 # ---- build -----------------------------------------------------------------------------
+BASE_PID=
+if [ -n "${BASE_TGZ:-}" ]; then # the base tree, built while this one builds
+    (
+        rm -rf "$ROOT/build-base-src" && mkdir -p "$ROOT/build-base-src" &&
+            tar xzf "$BASE_TGZ" -C "$ROOT/build-base-src" &&
+            cmake -B "$ROOT/build-base" -S "$ROOT/build-base-src" -DCMAKE_BUILD_TYPE=Release -DMINFER_CUDA=ON \
+                -DMINFER_CUDA_ARCHS=90 -DCMAKE_CUDA_COMPILER="$(command -v nvcc)" &&
+            cmake --build "$ROOT/build-base" -j"$JOBS" --target minfer dump_logits
+    ) >"$LOG/build-base.log" 2>&1 &
+    BASE_PID=$!
+fi
 if cmake -B "$BUILD" -S "$ROOT" -DCMAKE_BUILD_TYPE=Release -DMINFER_CUDA=ON -DMINFER_CUDA_ARCHS=90 \
         -DCMAKE_CUDA_COMPILER="$(command -v nvcc)" >"$LOG/build.log" 2>&1 &&
    cmake --build "$BUILD" -j"$JOBS" --target test_cuda_ops >>"$LOG/build.log" 2>&1; then
@@ -113,6 +127,13 @@ fi
 grep -i "warning" "$LOG/build.log" >"$LOG/build-warnings.txt" || true
 [ -s "$LOG/build-warnings.txt" ] && note build WARN "$(wc -l <"$LOG/build-warnings.txt") warning lines (build-warnings.txt)"
 
+if [ -n "$BASE_PID" ]; then
+    if wait "$BASE_PID"; then
+        TABLE_BASE=${TABLE_BASE:-$ROOT/build-base/minfer}
+        TABLE_BASE_DUMP=${TABLE_BASE_DUMP:-$(find "$ROOT/build-base" -name dump_logits -type f -perm -u+x | head -1)}
+        note build ok "base tree built ($(elapsed))"
+    else note build FAIL "base tree did not build (build-base.log)"; fi
+fi
 OPS=$BUILD/tests/cuda/test_cuda_ops
 MINFER=$BUILD/minfer
 DUMP=$BUILD/tests/dump_logits
