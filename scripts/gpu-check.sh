@@ -29,7 +29,7 @@
 # GPU_CHECK_END=<epoch seconds>: stages and benches not started by then are
 # skipped (noted), so a run under a hard time limit still returns its logs.
 # GPU_CHECK_MEMCHECK_ONLY=matmul,graph: memcheck on these op families only;
-# OPS_ONLY / OPSBENCH_ONLY / PDL_ONLY / RACE_ONLY: the same for those stages.
+# OPS_TIMEOUT: seconds for the ops stage (300). OPS_ONLY / OPSBENCH_ONLY / PDL_ONLY / RACE_ONLY: the same for those stages.
 # GPU_CHECK_STAGES=table: the issue's table on full-size models (synth --fast),
 # TABLE_MODELS="tag:preset:type[:synth,flags] ...", TABLE_LEVERS="VAR=1 A=1;B=0 ..." (a row each;
 # semicolons join variables set together, so MINFER_CUDA_TUNE=a=1,b=2 is one),
@@ -142,12 +142,12 @@ DUMP=$BUILD/tests/dump_logits
 # ---- op tests ------------------------------------------------------------------------------
 if want ops; then
     t=$(date +%s)
-    env ${OPS_ONLY:+MINFER_CUDA_TEST_ONLY=$OPS_ONLY} timeout 300 "$OPS" >"$LOG/ops.log" 2>&1
+    env ${OPS_ONLY:+MINFER_CUDA_TEST_ONLY=$OPS_ONLY} timeout "${OPS_TIMEOUT:-300}" "$OPS" >"$LOG/ops.log" 2>&1
     rc=$?
     last=$(grep -E "passed, .* failed" "$LOG/ops.log" | tail -1)
     if [ $rc -eq 0 ]; then note ops PASS "$last ($(( $(date +%s) - t ))s)";
     elif [ $rc -eq 77 ]; then note ops SKIP "$(head -1 "$LOG/ops.log")";
-    else note ops FAIL "rc $rc: $last"; grep FAIL "$LOG/ops.log" | head -20 >>"$SUMMARY"; fi
+    else note ops FAIL "rc $rc: $last"; grep FAIL "$LOG/ops.log" | cut -c1-140 | head -60 >>"$SUMMARY"; fi
 fi
 if want ops-nopdl; then # the decode-path families again with plain launches (PDL is the default)
     t=$(date +%s)
@@ -365,6 +365,13 @@ if [ $HAVE_MINFER -eq 1 ] && "$MINFER" bench --help >/dev/null 2>&1; then
                     -p 2048 -n 128 -d 4096 -r "${TABLE_DEPTH_R:-3}" >>"$OUT/bench.md" 2>"$LOG/bench-depth.err" &&
                     note bench done "q7km d4096: $(grep -E 'pp2048|tg128' "$OUT/bench.md" | tail -2 | awk -F'|' '{print $(NF-2)}' | tr -s ' ' | tr '\n' ';')" ||
                     note bench FAIL "q7km d4096: $(tail -1 "$LOG/bench-depth.err")"
+                if [ -n "${TABLE_BASE:-}" ]; then
+                    echo "### table-q7km-base depth 4096 $(date -u +%Y-%m-%dT%H:%MZ)" >>"$OUT/bench.md"
+                    timeout 300 "$TABLE_BASE" bench -m "$MODELS/bench-t-q7km.gguf" --device cuda -ctk f16 \
+                        -p 2048 -n 128 -d 4096 -r "${TABLE_DEPTH_R:-3}" >>"$OUT/bench.md" 2>"$LOG/bench-depth-base.err" &&
+                        note bench done "q7km-base d4096: $(grep -E 'pp2048|tg128' "$OUT/bench.md" | tail -2 | awk -F'|' '{print $(NF-2)}' | tr -s ' ' | tr '\n' ';')" ||
+                        note bench FAIL "q7km-base d4096: $(tail -1 "$LOG/bench-depth-base.err")"
+                fi
             fi
             rm -f "$MODELS/bench-t-$tag.gguf"
         done

@@ -221,9 +221,9 @@ static inline bool q8_tier(const cu_ctx *c) {
 }
 
 /* The v4 GEMV's slices in flight as the kernels take it: -1 its rule, 0
- * off (v1 / v3 everywhere asked for turns it off), 1 / 2 forced. */
+ * off (one-token GEMVs then follow tune gemv too), 1 / 2 forced. */
 static inline int v4_rule(const mf_cuda_tune *t) {
-    return t->gemv >= 0 && t->v4 < 0 ? 0 : t->v4;
+    return t->v4;
 }
 
 /* ---- errors ------------------------------------------------------------------------ */
