@@ -3509,14 +3509,14 @@ typedef struct q6k_case {
  * can reuse family q6k's cases, tests and bench). */
 typedef struct v4dec {
     uint32_t type;
-    void (*set)(int u);
-    const char *env, *tag;
+    void (*set)(int u); /* through the tuning string, so a later retune keeps it */
+    const char *tag;
     int def;
 } v4dec;
-static const v4dec dec_q6k = {MF_TYPE_Q6_K, mf_cu_set_gemv_v4_q6k, "MINFER_CUDA_GEMV_V4_Q6K", "q6k", 3};
+static const v4dec dec_q6k = {MF_TYPE_Q6_K, t_gemv_v4_q6k, "q6k", 3};
 
 static void dec_reset(const v4dec *d) {
-    d->set((int)mf_env_int(d->env, d->def));
+    d->set(d->def);
 }
 
 static int q6k_cases(q6k_case *c) {
