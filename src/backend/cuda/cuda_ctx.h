@@ -42,7 +42,7 @@
  * combine). The kernel leaves every counter it touched at 0 again, so the
  * next launch and graph replays find zeros. */
 #define CNT_MAX 65536
-/* MINFER_CUDA_INPUT_SLOTS: a recorded forward's small inputs (token ids,
+/* tune slots: a recorded forward's small inputs (token ids,
  * positions, n_past) wait in fixed pinned slots and are copied by the
  * forward's own first launches, inside its CUDA graph */
 #define SLOT_MAX_W 256 /* bytes of one write that may wait in a slot (MF_CU_SLOT_N writes, MF_CU_SLOT_BYTES) */
@@ -83,14 +83,14 @@ typedef struct cu_gentry {
     cudaGraphExec_t exec;
     bool no_capture; /* a capture failed: run this one plainly */
     bool attn_one;   /* captured with the one-kernel decode attention (attn_one_now) */
-    int32_t attn_short; /* ... and with MINFER_CUDA_ATTN_SHORT as it was (tests flip it) */
-    int32_t short_rope; /* ... and MINFER_CUDA_SHORT_ROPE (cu_ctx.short_rope; tests flip it) */
+    int32_t attn_short; /* ... and with tune attn_decode=short as it was (tests flip it) */
+    int32_t short_rope; /* ... and tune short_rope (cu_ctx.short_rope; tests flip it) */
     void *out_host;     /* the forward's out_host hint while the ZC lm_head is on (head_key; else
                            NULL): the graph may write into it, so entries are found by (g, out_host) */
     int32_t d2h_id;     /* the early logits copy the graph makes (d2h_bytes 0: none; cu_ctx.d2h_*) */
     size_t d2h_bytes;
     bool d2h_zc;        /* ... made by the lm_head GEMV itself (tune zc) */
-    int32_t zc;         /* captured with MINFER_CUDA_LOGITS_ZC as it was (cu_ctx.logits_zc; tests flip it) */
+    int32_t zc;         /* captured with tune zc as it was (cu_ctx.logits_zc; tests flip it) */
     cu_slotw slotw[MF_CU_SLOT_N]; /* the input copies the graph makes from the slots (cu_ctx.slotw) */
     int32_t n_slotw;
     uint64_t used;
@@ -133,7 +133,7 @@ typedef struct cu_ctx {
 
     uint8_t *pin;           /* pinned staging for host copies */
     size_t pin_used;
-    /* MINFER_CUDA_INPUT_SLOTS (default 1): while a forward is recorded, its
+    /* tune slots (default 1): while a forward is recorded, its
      * small write_host calls (and the n_past upload) only fill these pinned
      * slots; the copies out of them are the first launches of run_calls, so
      * a captured graph holds them and a replay costs no copy call at all.
@@ -249,7 +249,7 @@ typedef struct exec {
     int32_t id;
     mf_error *err;
     const int32_t *npast_dev; /* capturing: n_past lives here, not in launch arguments */
-    /* MINFER_CUDA_FUSE_NORM: the node's input is RMSNorm(norm_x) (not launched) */
+    /* tune fuse_norm: the node's input is RMSNorm(norm_x) (not launched) */
     bool norm;
     const float *norm_x, *norm_w;
     float norm_eps;
@@ -257,10 +257,10 @@ typedef struct exec {
      * (the fused QKV / FFN matmuls share it); NULL: none */
     const float *xf16_of;
     int64_t xf16_n_in;
-    /* MINFER_CUDA_FFN_Q8B: this node's SwiGLU GEMV (run_multi) also writes
+    /* tune ffn_q8b: this node's SwiGLU GEMV (run_multi) also writes
      * its output's int8 quantization where the kernel allows (q8_produced) */
     bool q8b;
-    /* MINFER_CUDA_LOGITS_ZC (run_head_zc): run_multi of one weight also
+    /* tune zc (run_head_zc): run_multi of one weight also
      * stores y into this device alias of host memory (NULL: no) */
     float *zc_host;
 } exec;

@@ -95,7 +95,7 @@ static void nap_us(long us) {
  * message. The spin covers every decode step: a nap costs at least the
  * kernel's timer slack (~50 us), and 2 ms of spin (the old rule) put a
  * 7B decode step (2.6 ms) into naps of up to 320 us, 6 % of its wall time
- * (H200, MINFER_CUDA_HOST_TIMES, docs/PERF.md entry 15). */
+ * (H200, MINFER_CUDA_HOST_TIMES, docs/PERF.md). */
 #define SPIN_NS 100000000ull
 int mf_cub_wait(cu_ctx *c, const char *what, mf_error *err) {
     const uint64_t t0 = mf_time_ns();
@@ -229,7 +229,7 @@ void mf_cub_ring_note(cu_ctx *c, const char *op, const char *what, int64_t d0, i
     t->d1 = d1;
 }
 
-/* MINFER_CUDA_INPUT_SLOTS: puts n bytes for device address dst into the
+/* tune slots: puts n bytes for device address dst into the
  * slots. 1: not taken (switch off, too big, slots full), copy it now; 0:
  * waiting in a slot; -1: error. Waits for the stream when a queued launch
  * still reads the slots (a decode loop has waited already: its logits read). */
@@ -319,7 +319,7 @@ void *mf_cub_host_alloc(mf_backend *b, size_t nbytes) {
         if (c->pinned[i].p)
             continue;
         void *p = NULL;
-        /* MINFER_CUDA_LOGITS_ZC: kernels write the block (mapped; with UVA every
+        /* tune zc: kernels write the block (mapped; with UVA every
          * cudaHostAlloc block is, so a block from before the switch works too) */
         if (cudaHostAlloc(&p, nbytes, c->t.zc ? cudaHostAllocMapped : cudaHostAllocDefault) != cudaSuccess) {
             cudaGetLastError();

@@ -42,7 +42,7 @@ static int run_store(exec *x, void *kc, void *vc, const mf_exec_args *ea, const 
  * one (mf_cu_rope_store), with the same arguments and checks. */
 /* qn / kn non-NULL: the QkNorm of sq / sk goes into the same launch
  * (mf_cu_rope_store_args.q_norm). */
-/* defer non-NULL (MINFER_CUDA_SHORT_ROPE): the arguments go there, nothing
+/* defer non-NULL (tune short_rope): the arguments go there, nothing
  * is launched. */
 static int run_rope_store(exec *x, const mf_qkv_meta *m, float *sq, float *sk, const float *sv, float *y,
                           void *kc, void *vc, const mf_exec_args *ea, const int32_t *pos, int64_t nt,
@@ -91,7 +91,7 @@ static bool read_from(const mf_graph *g, int32_t node, int32_t from) {
     return false;
 }
 
-/* MINFER_CUDA_SHORT_ROPE: whether this FUSED_QKV node's rope-store (one
+/* tune short_rope: whether this FUSED_QKV node's rope-store (one
  * token) is left to the ATTN node right after it, decided once here: that
  * node's q is this node's output and nothing else reads it (so the roped q
  * and K the rope-store would write are never needed), its heads are the
@@ -242,7 +242,7 @@ static int exec_qkv(exec *x, const int32_t *in, int32_t out, mf_kv_pair kv, cons
 
 /* ---- execute -------------------------------------------------------------------------------- */
 
-/* ---- MATMUL + ADD (MINFER_CUDA_FUSE_ADD) ----------------------------------------------- */
+/* ---- MATMUL + ADD (tune fuse_add) ----------------------------------------------- */
 
 /* Rule: a decode MATMUL on the int8 tier whose only consumer is the next
  * node, an ADD of two operands of its size (the residual add after Wo and
@@ -268,7 +268,7 @@ static bool add_fusable(const cu_ctx *c, const mf_graph *g, int32_t node, int64_
     return !read_from(g, node, node + 2);
 }
 
-/* RMSNORM + quantization (MINFER_CUDA_FUSE_NORM), the same deferral: an
+/* RMSNORM + quantization (tune fuse_norm), the same deferral: an
  * RMSNORM over whole rows whose only consumer is the next node, a
  * FUSED_QKV(_NORM) or FUSED_FFN whose matmuls all run on the int8 tier at
  * this token count, is not launched; that node then quantizes the norm's
@@ -276,7 +276,7 @@ static bool add_fusable(const cu_ctx *c, const mf_graph *g, int32_t node, int64_
  * matmuls through the multi-weight GEMV. The norm's output buffer is never
  * written. A plain MATMUL consumer (the output norm -> lm_head) folds the
  * same way unless an ADD after it would take it (add_fusable), and only
- * with MINFER_CUDA_NORM_MM (c->t.norm_mm; default on). */
+ * with tune norm_mm (c->t.norm_mm; default on). */
 static bool norm_fusable(const cu_ctx *c, const mf_graph *g, int32_t node) {
     const mf_node *n = &g->nodes[node];
     if (!c->t.fuse_norm || n->op != MF_OP_RMSNORM || n->ne[1] > 8 || node + 1 >= g->n_nodes ||
@@ -356,13 +356,13 @@ static int exec_add_fused(mf_backend *b, const mf_graph *g, int32_t node, const 
 }
 
 /* Launches node `node` now (execute_node's contract), apart from the MATMUL
- * that MINFER_CUDA_FUSE_ADD defers to its ADD. */
+ * that tune fuse_add defers to its ADD. */
 int mf_cub_exec_now(mf_backend *b, const mf_graph *g, int32_t node, const int32_t *in, int32_t out,
                     mf_kv_pair kv, const mf_exec_args *ea, mf_error *err) {
     cu_ctx *c = CX(b);
     c->d2h_bytes = 0; /* a launch after the early logits copy may rewrite its buffer */
     if (c->rs_node >= 0 && !(g == c->rs_g && node == c->rs_node + 1) && flush_rope(c, err))
-        return -1; /* MINFER_CUDA_SHORT_ROPE: only the ATTN right after it takes the rope-store */
+        return -1; /* tune short_rope: only the ATTN right after it takes the rope-store */
     if (c->pend_node >= 0) {
         const bool next = g == c->pend_g && node == c->pend_node + 1 && node < g->n_nodes;
         const mf_node *pn = &c->pend_g->nodes[c->pend_node];
@@ -395,7 +395,7 @@ static int exec_node(mf_backend *b, const mf_graph *g, int32_t node, const int32
         return mf_errorf(err, "cuda: node %d outside the graph (%d nodes)", node, g->n_nodes);
     exec xx = {.c = c, .g = g, .n = &g->nodes[node], .id = node, .err = err,
                .npast_dev = c->capturing ? c->dev_npast : NULL};
-    if (fold) { /* the RMSNorm folded into this node (MINFER_CUDA_FUSE_NORM) */
+    if (fold) { /* the RMSNorm folded into this node (tune fuse_norm) */
         xx.norm = true;
         xx.norm_x = fold->norm_x;
         xx.norm_w = fold->norm_w;
@@ -497,7 +497,7 @@ static int exec_node(mf_backend *b, const mf_graph *g, int32_t node, const int32
             return 0;
         }
         float *const zc = mf_cub_zc_head(c, g, node, in[0], out, ea);
-        if (zc) /* MINFER_CUDA_LOGITS_ZC: the GEMV writes the logits where the engine reads them */
+        if (zc) /* tune zc: the GEMV writes the logits where the engine reads them */
             return mf_cub_run_head_zc(x, m, a, y, out, ea, zc);
         if (x->norm) { /* the RMSNorm before it is applied while x is quantized (norm_fusable) */
             const mf_matmul_meta *mm[1] = {m};
@@ -603,7 +603,7 @@ static int exec_node(mf_backend *b, const mf_graph *g, int32_t node, const int32
         /* split-KV decode: its scratch size depends on n_ctx, never n_past */
         const size_t pb = c->t.attn_decode != MF_CU_AD_BLOCK && !a.flash ? mf_cu_attn_decode_bytes(&a) : 0;
         /* short contexts: one kernel that also quantizes for the o GEMV, the
-         * short-context kernel (MINFER_CUDA_ATTN_SHORT; no partials, no
+         * short-context kernel (tune attn_decode=short; no partials, no
          * counters) or the split kernel whose last block combines */
         const mf_cu_ad_kind ak = mf_cuda_sel_attn_decode(&c->t, (int64_t)ea->n_past + nt, mf_cu_attn_short_ok(&a));
         const bool one = pb && ak >= MF_CU_AD_ONE;
@@ -614,7 +614,7 @@ static int exec_node(mf_backend *b, const mf_graph *g, int32_t node, const int32
             return -1;
         if (one && m->head_dim % 32 == 0 && !(a.q8out = mf_cub_scratch(x, Q8OUT_SLOT, mf_cu_q8_bytes(n->ne[0], nt))))
             return -1;
-        bool srope = false; /* MINFER_CUDA_SHORT_ROPE: the FUSED_QKV's rope-store folded in (rope_deferrable) */
+        bool srope = false; /* tune short_rope: the FUSED_QKV's rope-store folded in (rope_deferrable) */
         if (c->rs_node >= 0) {
             if (shrt && c->rs_g == g && c->rs_node == n->src[0] && c->rs_args.rq.y == q &&
                 mf_cu_attn_short_rope_ok(&a, &c->rs_args)) {

@@ -100,7 +100,7 @@ int mf_cub_execute_node(mf_backend *b, const mf_graph *g, int32_t node, const in
 /* The engine's repeat_calls: the calls of a forward of graph build
  * g->stamp, taken from an entry that recorded that build (its calls are the
  * ones the engine would make now, backend.h), so end_forward matches and
- * replays without ~170 execute_node calls (MINFER_CUDA_REPEAT, default on). */
+ * replays without ~170 execute_node calls (tune repeat, default on). */
 int mf_cub_repeat_calls(mf_backend *b, const mf_graph *g, const mf_exec_args *a, mf_error *err) {
     cu_ctx *c = CX(b);
     (void)err;

@@ -51,7 +51,7 @@ float *mf_cub_scratch(exec *x, int k, size_t nbytes) {
 }
 
 /* Whether a forward at ea's position takes the one-kernel split-KV decode
- * (MINFER_CUDA_ATTN_ONE): its last block combines every active split alone,
+ * (tune attn_decode=one): its last block combines every active split alone,
  * which costs more than the second kernel once the context is long. */
 bool mf_cub_attn_one_now(const cu_ctx *c, const mf_exec_args *ea) {
     return mf_cuda_sel_attn_decode(&c->t, (int64_t)ea->n_past + ea->n_tokens, true) >= MF_CU_AD_ONE;
@@ -180,7 +180,7 @@ int mf_cub_run_matmul(exec *x, const mf_matmul_meta *m, const float *in, float *
 
 /* The mma tier's one-GEMM form (mf_cu_gemm_mma_multi) of n matmuls sharing
  * `in`: n 3 (QKV) into y[0..2], or n 2 with swiglu (gate, up) into y[0] =
- * silu(gate) * up. Returns 1 when it does not apply (MINFER_CUDA_NO_MMA_FUSE,
+ * silu(gate) * up. Returns 1 when it does not apply (tune mma_fuse=0,
  * a folded norm, a weight the mma tier would not take at this nt, shapes
  * it does not serve): the caller runs the matmuls one by one; else 0, or -1
  * with the error set. y may alias in: the GEMM reads the f16 copy of in. */
@@ -264,8 +264,8 @@ int mf_cub_run_multi(exec *x, const mf_matmul_meta *const *mm, int n, bool swigl
         return -1;
     x->c->n_q8_ready += a.x_q8_ready;
     if (n == 1)
-        a.y_host = x->zc_host; /* MINFER_CUDA_LOGITS_ZC: checked by zc_alias with mf_cu_gemv_q8_zc_ok's rule */
-    /* MINFER_CUDA_FFN_Q8B: h's int8 copy into Q8OUT_SLOT (the GEMV reads Q8_SLOT), for the down GEMV */
+        a.y_host = x->zc_host; /* tune zc: checked by zc_alias with mf_cu_gemv_q8_zc_ok's rule */
+    /* tune ffn_q8b: h's int8 copy into Q8OUT_SLOT (the GEMV reads Q8_SLOT), for the down GEMV */
     if (x->q8b && swiglu && !a.x_q8_ready && mf_cu_gemv_q8_ffn_q8b_ok(&a)) {
         if (!(a.q8out = mf_cub_scratch(x, Q8OUT_SLOT, mf_cu_q8_bytes(a.n_out[0], nt))))
             return -1;
@@ -299,7 +299,7 @@ void mf_cub_d2h_set(cu_ctx *c, int32_t id, void *host, size_t bytes, bool zc) {
     c->n_zc += bytes != 0 && zc;
 }
 
-/* ---- MINFER_CUDA_LOGITS_ZC: the lm_head GEMV writes the logits into the pinned block ---- */
+/* ---- tune zc: the lm_head GEMV writes the logits into the pinned block ---- */
 
 /* Why. After a replayed decode step the engine's read of the logits (the
  * 0.5B: 151936 floats, 608 KB) would be a D2H copy that starts only when

@@ -7,7 +7,7 @@
  * while Little's law for ~4 TB/s at ~0.8 us of loaded DRAM latency wants
  * ~25-30 KB per SM *all the time*; with the load -> compute -> load chain of
  * each warp the average is about half that, and the 7B GEMVs stream at
- * 1.2-2.1 TB/s (docs/PERF.md entries 10-12). And its Q4_K unit decode loads
+ * 1.2-2.1 TB/s (docs/PERF.md). And its Q4_K unit decode loads
  * the 32 qs bytes two units share, so every byte crosses L1 twice.
  *
  * So v4: (1) a "slice" is 32 elements a lane reads with one aligned 16-byte
@@ -26,7 +26,7 @@
  * The arithmetic per 16-element half is v3's (dp4a, the half sums, the
  * per-unit activation scale): only the f32 summation order differs.
  * Taken for nt == 1 by the rule of mf_cu_q8v4_u (default), or forced with
- * MINFER_CUDA_GEMV_V4=U (U = 1 or 2; 0 turns it off; cuda_backend.c).
+ * tune v4=U (U = 1 or 2; 0 turns it off; cuda_backend.c).
  * U = 4 measured slower (-11 % on qwen2-7B tg128: the registers of 16 raw
  * slices cost occupancy) and was dropped. With MINFER_CUDA_SOA a run of
  * Q4_0 / Q5_0 / Q8_0 weights that all have plane copies runs on the plane
@@ -43,7 +43,7 @@
  * and Q6_K on the slice decoder at two slices (the auto rule gives those
  * only to small weights with long rows, the 0.5B down GEMV, where a warp's
  * second batch otherwise waits for a whole round trip of its own: Nsight
- * Compute, PERF.md entry 18, 85 % of cycles with no eligible warp). */
+ * Compute, docs/PERF.md, 85 % of cycles with no eligible warp). */
 #define V4_PIPE(T, U) ((T) == MF_TYPE_Q4_K || ((T) == V4_Q6K_SLICE && (U) == 2))
 
 /* Slice k of a row: the weight bytes (fetch, loads only) and its dot with
@@ -142,7 +142,7 @@ template <> struct v4s<MF_TYPE_Q4_K> {
     }
 };
 
-/* The Q6_K slice decoder (MINFER_CUDA_GEMV_V4_Q6K, default 1, see
+/* The Q6_K slice decoder (tune v4_q6k, default 1, see
  * mf_cu_q8v4_u; it has its own instance id so =0 keeps the unit decoder). A 210-byte super-block is two 128-element halves of ql[64]
  * (element l and l + 64 in the low / high nibble of byte l, l + 32 and
  * l + 96 in byte l + 32) and qh[32] (2 bits each of l, l + 32, l + 64,
@@ -237,7 +237,7 @@ template <> struct v4s<V4_SOA_Q5_0> : q8soa_dec<MF_TYPE_Q5_0> {};
 template <> struct v4s<V4_SOA_Q8_0> : q8soa_dec<MF_TYPE_Q8_0> {};
 /* Instances with the early-load form (E): the unit decoders on the
  * one-batch loop (not the K-quant slice decoders: Q4_K runs pipelined, and
- * the two-slice Q6_K there lost 0.37 us a layer with it, H200 session 9) */
+ * the two-slice Q6_K there lost 0.37 us a layer with it, H200) */
 #define V4_HAS_E(T, U) ((T) != MF_TYPE_Q4_K && (T) != V4_Q6K_SLICE && !V4_PIPE(T, U))
 
 /* The block type an instance decodes (plane instances: their type's). */
@@ -254,7 +254,7 @@ template <int T> static __device__ __forceinline__ uint64_t v4_pf_off(uint64_t r
         return row_bytes * (uint64_t)k / (uint64_t)n;
 }
 
-/* MINFER_CUDA_LOGITS_ZC: the epilogue of row group g of a launch of one
+/* tune zc: the epilogue of row group g of a launch of one
  * weight with one warp per row pair (ks 1, so the group is rows 8g ..
  * 8g + 7): each warp stores its pair's rows into y as q8_row_store does for
  * one token without a residual (acc + bias: the same expression, so the
@@ -335,7 +335,7 @@ static __device__ __forceinline__ void v4_epi_store(const q8_multi &p, int64_t g
  * v4_rows is that loop for block bx of a grid of gx blocks (the single-type
  * kernel: blockIdx.x of gridDim.x; the mixed-type kernel: its blocks split
  * into one such grid per weight type); part is the block's reduction buffer.
- * E (MINFER_CUDA_GEMV_V4_EARLY; unit decoders on the one-batch loop, plain
+ * E (tune v4_early; unit decoders on the one-batch loop, plain
  * launches): a batch's activation is loaded with its weight bytes, in the
  * block before the loop body that uses them, and the epilogue's bias and
  * residual when the group starts. Left to the compiler (SASS, nvcc 13.0
@@ -349,7 +349,7 @@ static __device__ __forceinline__ void v4_rows(const q8_multi &p, const int8_t *
                                                int64_t n_in, int ks, int64_t n_grp, int pf, float (*part)[V4_R],
                                                unsigned bx, unsigned gx, float *yh = nullptr,
                                                float (*zst)[Q8_WARPS * V4_R] = nullptr) {
-    static_assert(!ZC || (U == 1 && !SWIGLU), "MINFER_CUDA_LOGITS_ZC: one slice, one weight");
+    static_assert(!ZC || (U == 1 && !SWIGLU), "tune zc: one slice, one weight");
     static_assert(!E || (V4_HAS_E(T, U) && !SWIGLU && !ZC), "the early-load form: unit decoders, plain launches");
     constexpr int R = V4_R;
     typedef typename v4s<T>::raw raw;
@@ -412,8 +412,8 @@ static __device__ __forceinline__ void v4_rows(const q8_multi &p, const int8_t *
      * first weight loads (into registers) before griddepcontrol.wait made
      * one step of a PDL chain (norm-quant -> FFN GEMV -> quant -> down GEMV,
      * with or without graphs) come out NaN on the H200, and waiting first
-     * fixed it (PERF.md entry 13; the cause was not pinned down). The
-     * prefetch (MINFER_CUDA_GEMV_V4_PF, default on) measured +4.5 % on
+     * fixed it (docs/PERF.md; the cause was not pinned down). The
+     * prefetch (tune v4_pf, default on) measured +4.5 % on
      * qwen2-7B Q4_0 tg128 and neutral on Q4_K_M. */
     /* the first batch's lines (pf 1), or with one slice in flight every
      * batch of the first row group (pf 2), into L2 while the kernel before
@@ -549,7 +549,7 @@ gemv_q8v4_kernel(q8_multi p, const int8_t *__restrict__ xq, const float *__restr
     v4_rows<T, U, SWIGLU, false, E>(p, xq, xd, xs, n_in, ks, n_grp, pf, part, blockIdx.x, gridDim.x);
 }
 
-/* MINFER_CUDA_LOGITS_ZC: the single-weight, one-slice, one-warp-per-row-pair
+/* tune zc: the single-weight, one-slice, one-warp-per-row-pair
  * instance whose epilogue also writes the rows into yh (v4_zc_store). */
 template <int T>
 static __global__ void __launch_bounds__(32 * Q8_WARPS)
@@ -563,7 +563,7 @@ gemv_q8v4_zc_kernel(q8_multi p, const int8_t *__restrict__ xq, const float *__re
 
 /* Two runs of weights of different types sharing the input (Q/K of one
  * type, V of another: the use_more_bits layers of the K-quant mixes) in one
- * launch (MINFER_CUDA_QKV_MIX): blocks [0, nba) are run a's grid (pa, type
+ * launch (tune qkv_mix): blocks [0, nba) are run a's grid (pa, type
  * TA), the rest run b's (pb, TB), each block running the single-type loop
  * of its run with the ks and group count that run's own launch would take
  * (v4_plan). A row's slices, warps and reduction are then exactly those of
@@ -590,8 +590,8 @@ gemv_q8v4_mix_kernel(q8_multi pa, q8_multi pb, const int8_t *__restrict__ xq, co
 static int v4_bps[V4_N_INST][2][2];
 static int v4_ebps[V4_N_INST][2];
 static int v4_sms = 132;
-static int v4_pf = 1; /* mf_cu_set_gemv_v4_pf (MINFER_CUDA_GEMV_V4_PF): 0 off, 1 first batch, 2 every batch, 3 auto */
-static int v4_early = 2; /* mf_cu_set_gemv_v4_early (MINFER_CUDA_GEMV_V4_EARLY): 0 off, 1 on, 2 auto */
+static int v4_pf = 1; /* mf_cu_set_gemv_v4_pf (tune v4_pf): 0 off, 1 first batch, 2 every batch, 3 auto */
+static int v4_early = 2; /* mf_cu_set_gemv_v4_early (tune v4_early): 0 off, 1 on, 2 auto */
 #define V4_PF_ALL_BYTES ((uint64_t)4 << 20)
 
 static uint64_t v4_bytes(const q8_multi *p, bool sw) {
@@ -604,7 +604,7 @@ static uint64_t v4_bytes(const q8_multi *p, bool sw) {
 /* The kernels' pf for a launch of p: under 3 (auto), every batch of the
  * first row group (2) when the launch's weights are at most 4 MiB (the 0.5B
  * down GEMV: +1.9 % tg on the 0.5B Q4_0), else the first batch (1): the 7B
- * GEMVs lost 7 % with every batch (session 7 run 3). */
+ * GEMVs lost 7 % with every batch (H200). */
 static int v4_pf_of(const q8_multi *p, bool sw) {
     if (v4_pf != 3)
         return v4_pf;
@@ -616,11 +616,11 @@ static int v4_pf_of(const q8_multi *p, bool sw) {
 static bool v4_early_of(uint64_t b) {
     return v4_early == 1 || (v4_early == 2 && b <= V4_PF_ALL_BYTES);
 }
-static int v4_big_mib = 32; /* mf_cu_set_gemv_v4_big (MINFER_CUDA_GEMV_V4_BIG): Q4_K weights from this many MiB take U 2 */
-static int v4_q6k = 3; /* mf_cu_set_gemv_v4_q6k (MINFER_CUDA_GEMV_V4_Q6K): Q6_K on v4s<V4_Q6K_SLICE>, the rule's U (3: auto) */
-/* MINFER_CUDA_GEMV_V4_Q6K=3 (auto, the default): two slices in flight for
+static int v4_big_mib = 32; /* mf_cu_set_gemv_v4_big (tune v4_big): Q4_K weights from this many MiB take U 2 */
+static int v4_q6k = 3; /* mf_cu_set_gemv_v4_q6k (tune v4_q6k): Q6_K on v4s<V4_Q6K_SLICE>, the rule's U (3: auto) */
+/* tune v4_q6k=3 (auto, the default): two slices in flight for
  * a Q6_K weight of <= 4 MiB with rows of >= 4096 (the 0.5B down GEMV, 896 x
- * 4864: 5.5 -> 5.4 us a layer; H200, PERF.md entry 18: 0.5B Q4_K_M tg128
+ * 4864: 5.5 -> 5.4 us a layer; H200, docs/PERF.md: 0.5B Q4_K_M tg128
  * 1,731.9 with =1 -> 1,755.0), one elsewhere. Two everywhere lost 3.5 % on
  * the 7B and 5 % on the 4B: a small V (the 7B's 512 x 3584) with two slices
  * loses its mixed QKV launch, which has one-slice instances only. */
@@ -734,7 +734,7 @@ static cudaError_t v4_type(const q8_multi *p, bool sw, int u, const int8_t *xq, 
  * flight (its pipelined loop; 7-17 % under v3 on the 7B shapes), the other
  * types one (Q4_0 / Q8_0 / Q6_K layer matmuls 5-20 % under v3 / v1), except
  * the vocab-wide Q6_K lm_head where v1 stays faster (177 vs 190 us) than the
- * generic unit decoder. MINFER_CUDA_GEMV_V4_Q6K=1 (default) sends every Q6_K
+ * generic unit decoder. tune v4_q6k=1 (default) sends every Q6_K
  * GEMV, the lm_head included, to the slice decoder with one slice in flight
  * (=2: two; =0: the generic decoder and the v1 lm_head): H200, PERF.md entry
  * 14: lm_head 175 (v1) -> 161 us, 7B down 26.2 -> 25.1 us, qwen2-7B Q4_K_M
@@ -755,8 +755,8 @@ int mf_cu_q8v4_u(int mode, uint32_t wtype, int64_t rows, int64_t n_in) {
     if (wtype != MF_TYPE_Q4_K)
         return 1;
     /* Q4_K: two slices (the pipelined 116-register loop) only for a weight
-     * of >= v4_big_mib MiB (32; MINFER_CUDA_GEMV_V4_BIG, 0: always); smaller ones keep more blocks resident with one (H200,
-     * PERF.md entry 14: 7B gate+up 76 MB 34.9 (u2) vs 36.6 us, down 38 MB
+     * of >= v4_big_mib MiB (32; tune v4_big, 0: always); smaller ones keep more blocks resident with one (H200,
+     * docs/PERF.md: 7B gate+up 76 MB 34.9 (u2) vs 36.6 us, down 38 MB
      * 18.0 vs 21.4; 7B q+k+v 9 MB 10.0 vs 8.5, 4B gate+up 28 MB 20.7 vs
      * 17.6, 4B down 14 MB 10.6 vs 9.9) */
     const double bytes = (double)rows * (double)(n_in / 256) * 144.0;
@@ -835,7 +835,7 @@ cudaError_t mf_cu_q8v4_launch(const q8_multi *p, uint32_t wtype, bool swiglu, in
 }
 
 /* The instance id weight type wtype runs on (Q6_K: the slice decoder while
- * MINFER_CUDA_GEMV_V4_Q6K is on). */
+ * tune v4_q6k is on). */
 static int v4_inst(uint32_t wtype) {
     return wtype == MF_TYPE_Q6_K && v4_q6k ? V4_Q6K_SLICE : (int)wtype;
 }
@@ -885,7 +885,7 @@ int mf_cu_q8v4_ks(uint32_t wtype, int u, int64_t rows, int64_t n_in) {
     return v4_plan_ks(v4_inst(wtype), u, false, rows, n_in);
 }
 
-/* ---- MINFER_CUDA_LOGITS_ZC: the lm_head GEMV also writes the logits into host memory ---- */
+/* ---- tune zc: the lm_head GEMV also writes the logits into host memory ---- */
 
 /* The instances with a ZC kernel: the block and plane decoders of the
  * types a vocab-wide head takes at one slice in flight under the auto rule
@@ -1074,11 +1074,11 @@ void mf_cu_q8v4_probe(int sms) {
 #undef MF_CASE
 }
 
-/* ---- MINFER_CUDA_FFN_Q8B: the SwiGLU GEMV also writes the down GEMV's int8 input ---- */
+/* ---- tune ffn_q8b: the SwiGLU GEMV also writes the down GEMV's int8 input ---- */
 
 /* Why. In a decode layer the gate/up + SwiGLU GEMV is followed by a
  * quantize kernel (q8_quant_kernel, ~1.7 us on the critical path of the
- * replayed 0.5B graph, PERF.md entry 15) whose only job is to turn h into
+ * replayed 0.5B graph, docs/PERF.md) whose only job is to turn h into
  * the down GEMV's int8 input. The earlier fold (MINFER_CUDA_FFN_Q8, entry
  * 14) let the warp that completed a 32-row unit quantize it, behind a
  * __threadfence + atomic per row: every warp stalled on it. Here a block
@@ -1100,9 +1100,9 @@ void mf_cu_q8v4_probe(int sms) {
  * 0.5B's 4864, one wave on 132 SMs at 2 blocks a SM. */
 #define SWQ_MAX_IN 2048  /* the size rule: n_in up to this (0.5B / 1.5B gate/up: latency-bound) */
 
-/* The block forms (MINFER_CUDA_FFN_Q8B=1 .. 5, args field q8b_form;
- * default 4, H200 session 7, PERF.md entry 17). Form 1 made the down GEMV
- * after it slower in the H200 timeline (PERF.md entry 16), likeliest
+/* The block forms (tune ffn_q8b=1 .. 5, args field q8b_form;
+ * default 4, H200, docs/PERF.md). Form 1 made the down GEMV
+ * after it slower in the H200 timeline (docs/PERF.md), likeliest
  * through residency: the down GEMV's blocks are launched (PDL) while this
  * kernel runs and become resident, and issue their pre-wait L2 prefetch,
  * only in the registers it leaves free. The other forms keep a block per int8 unit and each
@@ -1122,7 +1122,7 @@ void mf_cu_q8v4_probe(int sms) {
  *      (a diagnostic: the down GEMV's blocks then land on a GPU this kernel
  *      is leaving, as they did after the 19-block quantize kernel, at the
  *      price of their pre-wait prefetch's head start).
- * The measurements: PERF.md entry 17. */
+ * The measurements: docs/PERF.md. */
 #define SWQ_WARPS 8
 #define SWQ_OPW 4        /* form 1: consecutive outputs a warp: SWQ_WARPS * SWQ_OPW = 32, one int8 unit */
 

@@ -14,7 +14,7 @@
  *     complete (and its writes to be visible) in its own mf_pdl_wait().
  * Kernels launched with <<<>>> are unaffected (plain stream order), and on
  * architectures before sm_90 both calls compile to nothing. The switch is
- * mf_cu_set_pdl() (MINFER_CUDA_PDL, read once at backend creation, before
+ * mf_cu_set_pdl() (tune pdl, read once at backend creation, before
  * any graph is captured). */
 #ifndef MF_CUDA_PDL_CUH
 #define MF_CUDA_PDL_CUH

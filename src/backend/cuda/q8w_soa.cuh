@@ -5,7 +5,7 @@
  * unit decoder reads a unit as N + 1 aligned words funnel-shifted by 16
  * bits, and a warp's lanes sit 18-34 bytes apart, so each of its ~10 load
  * instructions per unit touches 5-9 128-byte lines: the GEMV is bound by L1
- * wavefronts (~12 bytes each), not by HBM (docs/PERF.md entry 13; the 0.5B
+ * wavefronts (~12 bytes each), not by HBM (docs/PERF.md; the 0.5B
  * lm_head streams at ~3 TB/s). In the plane copy a row of n = n_in / 32
  * units is its planes back to back (mf_cu_soa_stride bytes a row, a
  * multiple of 16):
