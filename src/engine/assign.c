@@ -12,7 +12,7 @@
 static int supporters(const mf_node *n, mf_backend *const *be, int n_be, uint32_t mask, int *out) {
     int k = 0;
     for (int b = 0; b < n_be; b++)
-        if ((mask >> b & 1u) && be[b]->ops->supports_op(be[b], n))
+        if ((mask >> b & 1u) && mf_backend_supports_op(be[b], n))
             out[k++] = b;
     return k;
 }

@@ -270,6 +270,9 @@
 #include "backend/cuda/cuda_backend.h"
 #include "quant/quant.h"
 
+/* the backend's per-forward values, with the read-back hint (cuda_backend.h) */
+#define mf_exec_args mf_cuda_args
+
 /* ---- harness ----------------------------------------------------------------------- */
 
 static int n_pass, n_fail;
@@ -455,7 +458,7 @@ static void dev_free(int32_t id) {
 /* Executes node `node` and synchronizes; returns 0 or -1 with err. */
 static int run(const mf_graph *g, int32_t node, const int32_t *in, int32_t out, mf_kv_pair kv,
                const mf_exec_args *a, mf_error *err) {
-    if (be->ops->execute_node(be, g, node, in, out, kv, a, err))
+    if (mf_cuda_execute_node(be, g, node, in, out, kv, a, err))
         return -1;
     return be->ops->synchronize(be, err);
 }
@@ -1462,11 +1465,11 @@ static void test_fuse_norm(uint32_t t, uint32_t ut, int64_t d, int64_t ff, int64
         mf_exec_args a = args(0, nt, 1, MF_TYPE_F32);
         mf_error e;
         t_fuse_norm(be, v > 0);
-        if (be->ops->execute_node(be, &g, ni, &xb, nb, (mf_kv_pair){-1, -1}, &a, &e))
+        if (mf_cuda_execute_node(be, &g, ni, &xb, nb, (mf_kv_pair){-1, -1}, &a, &e))
             die("fuse_norm rmsnorm", &e);
         if (v == 3 && be->ops->synchronize(be, &e))
             die("fuse_norm synchronize", &e);
-        if (be->ops->execute_node(be, &g, fi, &nb, ob, (mf_kv_pair){-1, -1}, &a, &e) ||
+        if (mf_cuda_execute_node(be, &g, fi, &nb, ob, (mf_kv_pair){-1, -1}, &a, &e) ||
             be->ops->synchronize(be, &e))
             die("fuse_norm ffn", &e);
         t_fuse_norm(be, tune0.fuse_norm != 0);
@@ -1527,7 +1530,7 @@ static void test_fuse_add(uint32_t t, int64_t n_in, int64_t n_out, int64_t nt) {
         mf_error e;
         const int32_t ain[2] = {v == 2 ? mb : rb, v == 2 ? rb : mb};
         t_fuse_add(be, v > 0);
-        if (be->ops->execute_node(be, &g, mi, &xb, mb, (mf_kv_pair){-1, -1}, &a, &e))
+        if (mf_cuda_execute_node(be, &g, mi, &xb, mb, (mf_kv_pair){-1, -1}, &a, &e))
             die("fuse_add matmul", &e);
         float *ym = NULL;
         if (v == 4) {
@@ -1535,7 +1538,7 @@ static void test_fuse_add(uint32_t t, int64_t n_in, int64_t n_out, int64_t nt) {
                 die("fuse_add synchronize", &e);
             ym = dev_get(mb, (size_t)(n_out * nt) * 4);
         }
-        if (be->ops->execute_node(be, &g, ai, ain, ob, (mf_kv_pair){-1, -1}, &a, &e) ||
+        if (mf_cuda_execute_node(be, &g, ai, ain, ob, (mf_kv_pair){-1, -1}, &a, &e) ||
             be->ops->synchronize(be, &e))
             die("fuse_add add", &e);
         t_fuse_add(be, tune0.fuse_add != 0);
@@ -1567,9 +1570,9 @@ static void test_refusals(void) {
     int32_t a = mf_g_matmul(&g, xi, "no.such.weight", MF_TYPE_Q8_0, NULL, 896, 64);
     int32_t b = mf_g_matmul(&g, xi, "mm.q4_K.896x64", MF_TYPE_Q4_K, NULL, 896, 64);
     int32_t c = mf_g_matmul(&g, xi, "mm.q8_1", MF_TYPE_Q8_1, NULL, 896, 64);
-    check_true("supports_op: K-quant with n_in 896 refused", !be->ops->supports_op(be, &g.nodes[b]), NULL);
-    check_true("supports_op: q8_1 weights refused", !be->ops->supports_op(be, &g.nodes[c]), NULL);
-    check_true("supports_op: q8_0 matmul accepted", be->ops->supports_op(be, &g.nodes[a]), NULL);
+    check_true("supports_op: K-quant with n_in 896 refused", !mf_backend_supports_op(be, &g.nodes[b]), NULL);
+    check_true("supports_op: q8_1 weights refused", !mf_backend_supports_op(be, &g.nodes[c]), NULL);
+    check_true("supports_op: q8_0 matmul accepted", mf_backend_supports_op(be, &g.nodes[a]), NULL);
     check_true("has_weight: unknown name is false", !be->ops->has_weight(be, "no.such.weight"), NULL);
     float *x = rand_vec(896, 1.0f);
     int32_t in = dev_put(x, 896 * 4), out = dev_poison(64 * 4);
@@ -1687,22 +1690,22 @@ static void test_graph(void) {
         for (int st = 0; st < STEPS; st++) {
             const int32_t pos = PAST0 + st;
             mf_exec_args a = args(pos, 1, n_ctx, MF_TYPE_F16);
-            if (be->ops->begin_forward(be, &g, &a, &e) ||
+            if (mf_cuda_begin_forward(be, &g, &a, &e) ||
                 be->ops->write_host(be, bx, 0, xs + st * d, (size_t)d * 4, &e) ||
                 be->ops->write_host(be, bp, 0, &pos, 4, &e))
                 die("graph test: begin/inputs", &e);
             int took = 0;
-            if (run_i == 4 && (took = be->ops->repeat_calls(be, &g, &a, &e)) < 0)
+            if (run_i == 4 && (took = mf_cuda_repeat_calls(be, &g, &a, &e)) < 0)
                 die("graph test: repeat_calls", &e);
             rpt_taken += took;
             for (int k = 0; k < 4 && !took; k++) {
                 mf_kv_pair nkv = k == 1 || k == 2 ? kv : (mf_kv_pair){-1, -1};
-                if (be->ops->execute_node(be, &g, nodes[k], ins[k], outs[k], nkv, &a, &e))
+                if (mf_cuda_execute_node(be, &g, nodes[k], ins[k], outs[k], nkv, &a, &e))
                     die("graph test: execute", &e);
                 if (st == 4 && k == 1 && be->ops->synchronize(be, &e))
                     die("graph test: mid-forward synchronize", &e);
             }
-            if (be->ops->end_forward(be, &g, &a, &e) || be->ops->synchronize(be, &e) ||
+            if (mf_cuda_end_forward(be, &g, &a, &e) || be->ops->synchronize(be, &e) ||
                 be->ops->read_host(be, bo, 0, logits[run_i] + st * n_out, (size_t)n_out * 4, &e))
                 die("graph test: end/read", &e);
         }
@@ -2757,9 +2760,9 @@ static void test_decattn_graph(uint32_t kv_type, int64_t nt, int one) {
         float *q = rand_vec(qd * nt, 2.0f);
         mf_exec_args a = args(past[st], nt, n_ctx, kv_type);
         mf_error e;
-        if (be->ops->begin_forward(be, &f.g, &a, &e) || be->ops->write_host(be, qid, 0, q, (size_t)(qd * nt) * 4, &e) ||
-            be->ops->execute_node(be, &f.g, f.at, (int32_t[]){qid, -1}, out, f.kv, &a, &e) ||
-            be->ops->end_forward(be, &f.g, &a, &e))
+        if (mf_cuda_begin_forward(be, &f.g, &a, &e) || be->ops->write_host(be, qid, 0, q, (size_t)(qd * nt) * 4, &e) ||
+            mf_cuda_execute_node(be, &f.g, f.at, (int32_t[]){qid, -1}, out, f.kv, &a, &e) ||
+            mf_cuda_end_forward(be, &f.g, &a, &e))
             die("decattn graph step", &e);
         float *y = dev_get(out, (size_t)(qd * nt) * 4);
         da_ref(q, f.kc, f.vc, n_head, n_head_kv, hd, past[st], nt, f.scale, ref);
@@ -3957,12 +3960,12 @@ static void ds_fuse_add_graph(void) {
         mf_error e;
         for (int s = 0; s < STEPS; s++) {
             mf_exec_args a = args(10 + s, 1, 64, MF_TYPE_F32);
-            if (be->ops->begin_forward(be, g, &a, &e) ||
+            if (mf_cuda_begin_forward(be, g, &a, &e) ||
                 be->ops->write_host(be, bx, 0, xs + s * d, (size_t)d * 4, &e) ||
                 be->ops->write_host(be, br, 0, rs + s * d, (size_t)d * 4, &e) ||
-                be->ops->execute_node(be, g, mi, &bx, bm, (mf_kv_pair){-1, -1}, &a, &e) ||
-                be->ops->execute_node(be, g, ai, (int32_t[]){br, bm}, br, (mf_kv_pair){-1, -1}, &a, &e) ||
-                be->ops->end_forward(be, g, &a, &e) || be->ops->synchronize(be, &e) ||
+                mf_cuda_execute_node(be, g, mi, &bx, bm, (mf_kv_pair){-1, -1}, &a, &e) ||
+                mf_cuda_execute_node(be, g, ai, (int32_t[]){br, bm}, br, (mf_kv_pair){-1, -1}, &a, &e) ||
+                mf_cuda_end_forward(be, g, &a, &e) || be->ops->synchronize(be, &e) ||
                 be->ops->read_host(be, br, 0, y[on] + s * d, (size_t)d * 4, &e))
                 die("decsmall fuse_add graph step", &e);
         }
@@ -4595,9 +4598,9 @@ static void attn_layer_exec(attn_layer *L, int32_t qb, int32_t rb, int32_t ob, i
                           const mf_exec_args *a) {
     mf_error e;
     const int32_t ain[2] = {qb, -1}, aadd[2] = {rb, mb};
-    if (be->ops->execute_node(be, &L->f.g, L->f.at, ain, ob, L->f.kv, a, &e) ||
-        be->ops->execute_node(be, &L->f.g, L->mi, &ob, mb, (mf_kv_pair){-1, -1}, a, &e) ||
-        be->ops->execute_node(be, &L->f.g, L->ai, aadd, yb, (mf_kv_pair){-1, -1}, a, &e))
+    if (mf_cuda_execute_node(be, &L->f.g, L->f.at, ain, ob, L->f.kv, a, &e) ||
+        mf_cuda_execute_node(be, &L->f.g, L->mi, &ob, mb, (mf_kv_pair){-1, -1}, a, &e) ||
+        mf_cuda_execute_node(be, &L->f.g, L->ai, aadd, yb, (mf_kv_pair){-1, -1}, a, &e))
         die("attention layer (ATTN -> o MATMUL -> ADD)", &e);
 }
 
@@ -4966,11 +4969,11 @@ static void as_graph(int64_t nt, int mode, cudaStream_t st) {
             }
             mf_exec_args a = args(past[s], nt, n_ctx, kvt);
             mf_error e;
-            if (be->ops->begin_forward(be, &L.f.g, &a, &e) || be->ops->write_host(be, qb, 0, q[s], nb, &e) ||
+            if (mf_cuda_begin_forward(be, &L.f.g, &a, &e) || be->ops->write_host(be, qb, 0, q[s], nb, &e) ||
                 be->ops->write_host(be, rb, 0, r[s], nb, &e))
                 die("attnshort graph step", &e);
             attn_layer_exec(&L, qb, rb, ob, mb, yb, &a);
-            if (be->ops->end_forward(be, &L.f.g, &a, &e))
+            if (mf_cuda_end_forward(be, &L.f.g, &a, &e))
                 die("attnshort graph step", &e);
             float *y = dev_get(yb, nb);
             if (g) {
@@ -5396,11 +5399,11 @@ static void sr_layer_exec(const sr_layer *L, const sr_bufs *b, mf_kv_pair kv, co
     mf_error e;
     const int32_t qin[4] = {b->x, L->epi ? b->xk : b->p, b->xv, b->p}, ain[2] = {b->qkv, b->qkv},
                   aadd[2] = {b->r, b->mm};
-    if (be->ops->execute_node(be, &L->g, L->qkv, qin, b->qkv, kv, a, &e) ||
+    if (mf_cuda_execute_node(be, &L->g, L->qkv, qin, b->qkv, kv, a, &e) ||
         (split && be->ops->synchronize(be, &e)) ||
-        be->ops->execute_node(be, &L->g, L->at, ain, b->at, kv, a, &e) ||
-        be->ops->execute_node(be, &L->g, L->mi, &b->at, b->mm, (mf_kv_pair){-1, -1}, a, &e) ||
-        be->ops->execute_node(be, &L->g, L->ai, aadd, b->y, (mf_kv_pair){-1, -1}, a, &e))
+        mf_cuda_execute_node(be, &L->g, L->at, ain, b->at, kv, a, &e) ||
+        mf_cuda_execute_node(be, &L->g, L->mi, &b->at, b->mm, (mf_kv_pair){-1, -1}, a, &e) ||
+        mf_cuda_execute_node(be, &L->g, L->ai, aadd, b->y, (mf_kv_pair){-1, -1}, a, &e))
         die("shortrope layer", &e);
 }
 
@@ -5559,11 +5562,11 @@ static void sr_graph(void) {
             const int32_t pos = (int32_t)past[i];
             mf_exec_args a = args(past[i], 1, n_ctx, kvt);
             mf_error e;
-            if (be->ops->begin_forward(be, &L.g, &a, &e) || be->ops->write_host(be, b.x, 0, x[i], (size_t)s->d * 4, &e) ||
+            if (mf_cuda_begin_forward(be, &L.g, &a, &e) || be->ops->write_host(be, b.x, 0, x[i], (size_t)s->d * 4, &e) ||
                 be->ops->write_host(be, b.p, 0, &pos, 4, &e) || be->ops->write_host(be, b.r, 0, r[i], nb, &e))
                 die("shortrope graph step", &e);
             sr_layer_exec(&L, &b, kv, &a, false);
-            if (be->ops->end_forward(be, &L.g, &a, &e))
+            if (mf_cuda_end_forward(be, &L.g, &a, &e))
                 die("shortrope graph step", &e);
             ya[on][i] = dev_get(b.at, nb);
             yl[on][i] = dev_get(b.y, nb);
@@ -5983,14 +5986,14 @@ static void ffn_tail_step(ffn_tail *t, int32_t n_past, const float *x, const flo
     mf_exec_args a = args(n_past, 1, 64, MF_TYPE_F32);
     mf_error e;
     const mf_kv_pair nokv = {-1, -1};
-    if (be->ops->begin_forward(be, &t->gr, &a, &e) ||
+    if (mf_cuda_begin_forward(be, &t->gr, &a, &e) ||
         be->ops->write_host(be, t->bx, 0, x, (size_t)t->d * 4, &e) ||
         be->ops->write_host(be, t->br, 0, r, (size_t)t->d * 4, &e) ||
-        be->ops->execute_node(be, &t->gr, t->ni, &t->bx, t->bn, nokv, &a, &e) ||
-        be->ops->execute_node(be, &t->gr, t->fi, &t->bn, t->bf, nokv, &a, &e) ||
-        be->ops->execute_node(be, &t->gr, t->mi, &t->bf, t->bm, nokv, &a, &e) ||
-        be->ops->execute_node(be, &t->gr, t->ai, (int32_t[]){t->br, t->bm}, t->br, nokv, &a, &e) ||
-        be->ops->end_forward(be, &t->gr, &a, &e) || be->ops->synchronize(be, &e) ||
+        mf_cuda_execute_node(be, &t->gr, t->ni, &t->bx, t->bn, nokv, &a, &e) ||
+        mf_cuda_execute_node(be, &t->gr, t->fi, &t->bn, t->bf, nokv, &a, &e) ||
+        mf_cuda_execute_node(be, &t->gr, t->mi, &t->bf, t->bm, nokv, &a, &e) ||
+        mf_cuda_execute_node(be, &t->gr, t->ai, (int32_t[]){t->br, t->bm}, t->br, nokv, &a, &e) ||
+        mf_cuda_end_forward(be, &t->gr, &a, &e) || be->ops->synchronize(be, &e) ||
         be->ops->read_host(be, t->br, 0, y, (size_t)t->d * 4, &e) ||
         (h && be->ops->read_host(be, t->bf, 0, h, (size_t)t->ff * 4, &e)))
         die(what, &e);
@@ -6068,11 +6071,11 @@ static void normmm_case(const char *wn, uint32_t t, int64_t d) {
         mf_error e;
         for (int s = 0; s < STEPS; s++) {
             mf_exec_args a = args(10 + s, 1, 64, MF_TYPE_F32);
-            if (be->ops->begin_forward(be, &gr, &a, &e) ||
+            if (mf_cuda_begin_forward(be, &gr, &a, &e) ||
                 be->ops->write_host(be, bx, 0, xs + s * d, (size_t)d * 4, &e) ||
-                be->ops->execute_node(be, &gr, ni, &bx, bn, (mf_kv_pair){-1, -1}, &a, &e) ||
-                be->ops->execute_node(be, &gr, mi, &bn, by, (mf_kv_pair){-1, -1}, &a, &e) ||
-                be->ops->end_forward(be, &gr, &a, &e) || be->ops->synchronize(be, &e) ||
+                mf_cuda_execute_node(be, &gr, ni, &bx, bn, (mf_kv_pair){-1, -1}, &a, &e) ||
+                mf_cuda_execute_node(be, &gr, mi, &bn, by, (mf_kv_pair){-1, -1}, &a, &e) ||
+                mf_cuda_end_forward(be, &gr, &a, &e) || be->ops->synchronize(be, &e) ||
                 be->ops->read_host(be, by, 0, y[on] + s * nv, (size_t)nv * 4, &e))
                 die("normmm step", &e);
         }
@@ -6259,11 +6262,11 @@ static void qm_backend(const qkv_spec *s) {
         for (int t = 0; t < STEPS; t++) {
             const int32_t pos = 10 + t;
             mf_exec_args a = args(pos, 1, n_ctx, MF_TYPE_F32);
-            if (be->ops->begin_forward(be, &g, &a, &e) ||
+            if (mf_cuda_begin_forward(be, &g, &a, &e) ||
                 be->ops->write_host(be, bx, 0, xs + t * s->d, (size_t)s->d * 4, &e) ||
                 be->ops->write_host(be, bp, 0, &pos, 4, &e) ||
-                be->ops->execute_node(be, &g, node, (int32_t[]){bx, bp}, bo, kv, &a, &e) ||
-                be->ops->end_forward(be, &g, &a, &e) || be->ops->synchronize(be, &e) ||
+                mf_cuda_execute_node(be, &g, node, (int32_t[]){bx, bp}, bo, kv, &a, &e) ||
+                mf_cuda_end_forward(be, &g, &a, &e) || be->ops->synchronize(be, &e) ||
                 be->ops->read_host(be, bo, 0, q[mix] + t * qd, (size_t)qd * 4, &e))
                 die("qkvmix backend step", &e);
         }
@@ -7920,11 +7923,11 @@ static void zc_forwards(const d2h_case *c, const zc_run *r, const float *xs, int
         a.out_host = hint[s];
         a.out_node = mi;
         a.out_bytes = (size_t)nv * 4;
-        if (be->ops->begin_forward(be, &h.gr, &a, &e) ||
+        if (mf_cuda_begin_forward(be, &h.gr, &a, &e) ||
             be->ops->write_host(be, bx, 0, xs + s * d, (size_t)d * 4, &e) ||
-            be->ops->execute_node(be, &h.gr, ni, &bx, bn, (mf_kv_pair){-1, -1}, &a, &e) ||
-            be->ops->execute_node(be, &h.gr, mi, &bn, by, (mf_kv_pair){-1, -1}, &a, &e) ||
-            be->ops->end_forward(be, &h.gr, &a, &e) ||
+            mf_cuda_execute_node(be, &h.gr, ni, &bx, bn, (mf_kv_pair){-1, -1}, &a, &e) ||
+            mf_cuda_execute_node(be, &h.gr, mi, &bn, by, (mf_kv_pair){-1, -1}, &a, &e) ||
+            mf_cuda_end_forward(be, &h.gr, &a, &e) ||
             be->ops->read_host(be, by, 0, dst[s], (size_t)r->n_read * 4, &e))
             die("zc step", &e);
         memcpy(res + s * nv, dst[s], (size_t)nv * 4);
@@ -8006,10 +8009,10 @@ static double zc_step_us(const d2h_case *c, const zc_run *r, const float *xs, fl
         a.out_node = mi;
         a.out_bytes = (size_t)nv * 4;
         const uint64_t t0 = mf_time_ns();
-        if (be->ops->begin_forward(be, &h.gr, &a, &e) ||
-            be->ops->execute_node(be, &h.gr, ni, &bx, bn, (mf_kv_pair){-1, -1}, &a, &e) ||
-            be->ops->execute_node(be, &h.gr, mi, &bn, by, (mf_kv_pair){-1, -1}, &a, &e) ||
-            be->ops->end_forward(be, &h.gr, &a, &e) || be->ops->read_host(be, by, 0, hint, (size_t)nv * 4, &e))
+        if (mf_cuda_begin_forward(be, &h.gr, &a, &e) ||
+            mf_cuda_execute_node(be, &h.gr, ni, &bx, bn, (mf_kv_pair){-1, -1}, &a, &e) ||
+            mf_cuda_execute_node(be, &h.gr, mi, &bn, by, (mf_kv_pair){-1, -1}, &a, &e) ||
+            mf_cuda_end_forward(be, &h.gr, &a, &e) || be->ops->read_host(be, by, 0, hint, (size_t)nv * 4, &e))
             die("zc bench step", &e);
         if (s >= WARM)
             us[s - WARM] = (float)((double)(mf_time_ns() - t0) / 1e3);
@@ -8227,8 +8230,8 @@ int main(void) {
 
     mf_error e;
     /* MINFER_CUDA_TUNE: the whole suite under another tuning (gpu-check.sh's ops-nopdl: pdl=0) */
-    mf_cuda_options o;
-    mf_cuda_options_init(&o);
+    mf_backend_options o;
+    mf_backend_options_default(&o);
     o.tune = getenv("MINFER_CUDA_TUNE");
     if (mf_backend_cuda_create(W, &o, &be, &e)) {
         printf("skip: no usable CUDA backend: %s\n", e.msg);

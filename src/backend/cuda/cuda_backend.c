@@ -68,26 +68,98 @@ static void cu_free(mf_backend *b) {
     free(b);
 }
 
+/* ---- the contract: op table and split execution ---------------------------------------- */
+
+#undef mf_exec_args
+
+static mf_cuda_args cu_args_of(const mf_exec_args *a) {
+    return (mf_cuda_args){.n_past = a->n_past, .n_tokens = a->n_tokens, .n_ctx = a->n_ctx,
+                          .kv_type = a->kv_type, .out_node = -1};
+}
+
+static int cu_op_exec(mf_backend *b, const mf_graph *g, const mf_node_call *k, const mf_exec_args *a,
+                      mf_error *err) {
+    const mf_cuda_args ca = cu_args_of(a);
+    return mf_cub_execute_node(b, g, k->node, k->in, k->out, k->kv, &ca, err);
+}
+
+/* A split: begin_forward (graph record), the host inputs, the recorded
+ * build's calls (a forward that is this one split) or each node, then
+ * end_forward (the fusions left pending, capture or replay). */
+static int cu_execute_split(mf_backend *b, const mf_split_call *s, mf_error *err) {
+    mf_cuda_args a = cu_args_of(s->args);
+    for (int32_t k = 0; k < s->n_outputs; k++)
+        if (s->read_back[k]) {
+            a.out_host = s->read_back[k];
+            a.out_node = s->outputs[k];
+            a.out_bytes = mf_node_nbytes(&s->g->nodes[s->outputs[k]]);
+        }
+    if (mf_cub_begin_forward(b, s->g, &a, err))
+        return -1;
+    for (int32_t k = 0; k < s->n_host_inputs; k++) {
+        const mf_host_input *h = &s->host_inputs[k];
+        if (mf_cub_write_host(b, h->buf, 0, h->data, h->nbytes, err))
+            return mf_error_prefix(err, "forward: input node %d '%s'", h->node, s->g->nodes[h->node].name);
+    }
+    int repeated = 0;
+    if (s->n_splits == 1 && s->n_inputs == 0 && s->g->stamp &&
+        (repeated = mf_cub_repeat_calls(b, s->g, &a, err)) < 0)
+        return -1;
+    for (int32_t k = 0; !repeated && k < s->n_calls; k++) {
+        const mf_node_call *c = &s->calls[k];
+        if (mf_cub_execute_node(b, s->g, c->node, c->in, c->out, c->kv, &a, err))
+            return -1;
+    }
+    return mf_cub_end_forward(b, s->g, &a, err);
+}
+
+#define CU_E(op) [op] = {mf_cub_supports_op, cu_op_exec}
+static const mf_op_entry cu_table[] = {
+    CU_E(MF_OP_INPUT), CU_E(MF_OP_ADD), CU_E(MF_OP_MUL), CU_E(MF_OP_SCALE), CU_E(MF_OP_SILU),
+    CU_E(MF_OP_SWIGLU), CU_E(MF_OP_RMSNORM), CU_E(MF_OP_QKNORM), CU_E(MF_OP_MATMUL), CU_E(MF_OP_GETROWS),
+    CU_E(MF_OP_ROPE), CU_E(MF_OP_KVCACHE_STORE), CU_E(MF_OP_KVCACHE_LOAD), CU_E(MF_OP_ATTN),
+    CU_E(MF_OP_SOFTMAX), CU_E(MF_OP_VIEW), CU_E(MF_OP_RESHAPE), CU_E(MF_OP_PERMUTE), CU_E(MF_OP_FUSED_QKV),
+    CU_E(MF_OP_FUSED_QKV_NORM), CU_E(MF_OP_FUSED_FFN), CU_E(MF_OP_QKV_BIAS_ROPE_STORE),
+};
+#undef CU_E
+MF_OP_TABLE_CHECK(cu_table);
+
 static const mf_backend_ops cu_ops = {
     .name = mf_cub_name,
-    .supports_op = mf_cub_supports_op,
+    .op_table = cu_table,
     .supports_fused = mf_cub_supports_fused,
     .alloc_buffer = mf_cub_alloc_buffer,
     .free_buffer = mf_cub_free_buffer,
     .alloc_fresh = mf_cub_alloc_fresh,
-    .execute_node = mf_cub_execute_node,
+    .execute_split = cu_execute_split,
     .read_host = mf_cub_read_host,
     .host_alloc = mf_cub_host_alloc,
     .host_free = mf_cub_host_free,
-    .read_host_waits = true,
     .write_host = mf_cub_write_host,
     .synchronize = mf_cub_synchronize,
     .has_weight = mf_cub_has_weight,
-    .begin_forward = mf_cub_begin_forward,
-    .end_forward = mf_cub_end_forward,
-    .repeat_calls = mf_cub_repeat_calls,
+    .describe = mf_cuda_device_desc,
     .free = cu_free,
 };
+
+#define mf_exec_args mf_cuda_args
+
+int mf_cuda_begin_forward(mf_backend *b, const mf_graph *g, const mf_cuda_args *a, mf_error *err) {
+    return mf_cub_begin_forward(b, g, a, err);
+}
+
+int mf_cuda_execute_node(mf_backend *b, const mf_graph *g, int32_t node, const int32_t *in, int32_t out,
+                         mf_kv_pair kv, const mf_cuda_args *a, mf_error *err) {
+    return mf_cub_execute_node(b, g, node, in, out, kv, a, err);
+}
+
+int mf_cuda_repeat_calls(mf_backend *b, const mf_graph *g, const mf_cuda_args *a, mf_error *err) {
+    return mf_cub_repeat_calls(b, g, a, err);
+}
+
+int mf_cuda_end_forward(mf_backend *b, const mf_graph *g, const mf_cuda_args *a, mf_error *err) {
+    return mf_cub_end_forward(b, g, a, err);
+}
 
 /* The kernel files' launch-wide choices (pdl.cuh, gemv_q8v4.cu,
  * attn_short.cu) as the tuning says; -1 (the rule) is the kernels' auto. */
@@ -100,18 +172,11 @@ static void apply_kernel_tune(const mf_cuda_tune *t) {
     mf_cu_set_gemv_v4_early(t->v4_early < 0 ? 2 : t->v4_early);
 }
 
-void mf_cuda_options_init(mf_cuda_options *o) {
-    memset(o, 0, sizeof *o);
-    o->timeout_ms = 10000;
-    o->graphs = true;
-    o->fuse = true;
-}
-
-int mf_backend_cuda_create(const mf_weights *w, const mf_cuda_options *opt, mf_backend **out, mf_error *err) {
+int mf_backend_cuda_create(const mf_weights *w, const mf_backend_options *opt, mf_backend **out, mf_error *err) {
     *out = NULL;
-    mf_cuda_options def;
+    mf_backend_options def;
     if (!opt) {
-        mf_cuda_options_init(&def);
+        mf_backend_options_default(&def);
         opt = &def;
     }
     cu_ctx *c = mf_calloc(1, sizeof *c);
@@ -121,19 +186,19 @@ int mf_backend_cuda_create(const mf_weights *w, const mf_cuda_options *opt, mf_b
     b->is_gpu = true;
     b->ctx = c;
     c->w = w;
-    c->timeout_ms = opt->timeout_ms > 0 ? opt->timeout_ms : 10000;
+    c->timeout_ms = opt->gpu_timeout_ms > 0 ? (long)opt->gpu_timeout_ms : 10000;
     c->trace = opt->trace;
     c->graphs_on = opt->graphs;
     c->rs_node = -1;
     c->pend_node = -1;
     if (mf_cub_open_device(c, opt->device, err))
         goto fail;
-    if (!opt->fuse)
+    if (!opt->fusion)
         mf_cuda_tune_no_fusions(&c->t);
     if (mf_cuda_tune_parse(&c->t, opt->tune, err))
         goto fail;
     apply_kernel_tune(&c->t);
-    if (opt->host_times &&
+    if (opt->profile &&
         cudaEventCreate(&c->ht.ev[0]) == cudaSuccess && cudaEventCreate(&c->ht.ev[1]) == cudaSuccess)
         c->ht.on = true;
     cudaError_t e = cudaStreamCreateWithFlags(&c->stream, cudaStreamNonBlocking);

@@ -28,31 +28,39 @@
 /* Called during the weight upload with bytes done and total. */
 typedef void (*mf_cuda_progress_fn)(void *user, uint64_t done, uint64_t total);
 
-/* The product levers (the runtime fills them from its option table). */
-typedef struct mf_cuda_options {
-    int device;          /* CUDA device index (default 0) */
-    long timeout_ms;     /* bound of every wait (<= 0: 10000) */
-    bool graphs;         /* capture / replay forwards of <= 8 tokens as CUDA graphs (default on) */
-    bool fuse;           /* the backend's own fusions over a split (default on) */
-    bool trace;          /* print every kernel launch to stderr as it is enqueued */
-    bool host_times;     /* print, when freed, where a replayed decode step's wall time went */
-    const char *tune;    /* the tuning string (cuda_tune.h), applied on the device's defaults; NULL: none */
-    mf_cuda_progress_fn progress; /* called during the weight upload (NULL: none) */
-    void *progress_user;
-} mf_cuda_options;
-
-/* The defaults: device 0, 10 s, graphs and fusions on, no trace, no tuning. */
-void mf_cuda_options_init(mf_cuda_options *o);
-
-/* The weight table must outlive the backend; opt NULL: the defaults.
- * Returns 0 and *out, or -1 with err saying why (no device, cc too low, a
- * bad tuning string, out of device memory). */
-int mf_backend_cuda_create(const mf_weights *w, const mf_cuda_options *opt, mf_backend **out, mf_error *err);
+/* The weight table must outlive the backend; opt NULL: the defaults
+ * (mf_backend_options_default). Of the options it reads device,
+ * gpu_timeout_ms, graphs, fusion, trace, profile (where a replayed step's
+ * host time went, printed when freed), tune (the tuning string) and the
+ * upload progress. Returns 0 and *out, or -1 with err saying why (no
+ * device, cc too low, a bad tuning string, out of device memory). */
+int mf_backend_cuda_create(const mf_weights *w, const mf_backend_options *opt, mf_backend **out, mf_error *err);
 int mf_backend_cuda_new(const mf_weights *w, mf_backend **out, mf_error *err);
 
 /* One line describing the device in use ("NVIDIA H200, cc 9.0, 132 SMs,
  * 139.8 GiB"), for logs and tests. */
 const char *mf_cuda_device_desc(const mf_backend *b);
+
+/* The per-forward values the backend's paths take: the split's args plus
+ * the read-back hint (out_host: where the engine reads node out_node's
+ * out_bytes right after the forward; NULL: none), which execute_split
+ * derives from the split's read_back. */
+typedef struct mf_cuda_args {
+    int32_t n_past, n_tokens, n_ctx;
+    uint32_t kv_type;
+    void *out_host;
+    int32_t out_node;
+    size_t out_bytes;
+} mf_cuda_args;
+
+/* Tests: one forward driven by hand, in the order execute_split calls them
+ * (begin, the host inputs through write_host, the nodes, end); repeat:
+ * the recorded build's calls stand for the nodes (1), or not (0). */
+int mf_cuda_begin_forward(mf_backend *b, const mf_graph *g, const mf_cuda_args *a, mf_error *err);
+int mf_cuda_execute_node(mf_backend *b, const mf_graph *g, int32_t node, const int32_t *in, int32_t out,
+                         mf_kv_pair kv, const mf_cuda_args *a, mf_error *err);
+int mf_cuda_repeat_calls(mf_backend *b, const mf_graph *g, const mf_cuda_args *a, mf_error *err);
+int mf_cuda_end_forward(mf_backend *b, const mf_graph *g, const mf_cuda_args *a, mf_error *err);
 
 /* Tests and experiments: the tuning string applied on top of the backend's
  * current tuning (as mf_cuda_tune_parse; a bad string changes nothing), the

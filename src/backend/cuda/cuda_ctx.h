@@ -21,6 +21,10 @@
 #include "backend/cuda/cuda_tune.h"
 #include "quant/quant.h"
 
+/* The backend's paths take the forward's values plus the read-back hint
+ * (cuda_backend.h); the adapter in cuda_backend.c builds them. */
+#define mf_exec_args mf_cuda_args
+
 #define TRACE_N 16
 #define N_SCRATCH 9
 #define PIN_BYTES ((size_t)64 << 20)
