@@ -11,7 +11,9 @@
  * dequantized weights, the KV history as stored), so the tolerance of each
  * path covers only what the path itself rounds: f32 math, f16 / bf16
  * weights, int8-quantized activations (docs/ARCHITECTURE.md, "Op suite").
- * In-place cases hand the op its first input's buffer as the output. A case
+ * In-place cases hand the op its first input's buffer as the output; the
+ * attention-input cases (FUSED_QKV(_NORM), QKV_BIAS_ROPE_STORE) also read the
+ * KV regions back and check the rows they stored. A case
  * the backend's op table refuses is counted as not run, never as a pass;
  * the suite fails when the backend refuses one it claims (runs_every_op). */
 #include <math.h>
@@ -42,19 +44,21 @@ static float *rand_vec(int64_t n, float scale) {
 
 typedef enum kind {
     K_ADD, K_MUL, K_MUL_BCAST, K_SCALE, K_SILU, K_SWIGLU, K_RMSNORM, K_QKNORM, K_MATMUL, K_EMBED, K_ROWS,
-    K_ROPE, K_SOFTMAX, K_VIEW, K_PERMUTE, K_KV, K_ATTN, K_FFN, K_COUNT
+    K_ROPE, K_SOFTMAX, K_VIEW, K_PERMUTE, K_KV, K_ATTN, K_FFN, K_QKV, K_EPI, K_COUNT
 } kind;
 
 static const char *const kind_names[K_COUNT] = {
     "add", "mul", "mul_bcast", "scale", "silu", "swiglu", "rmsnorm", "qknorm", "matmul", "getrows_embed",
-    "getrows_rows", "rope", "softmax", "view", "permute", "kv_store_load", "attn", "fused_ffn"};
+    "getrows_rows", "rope", "softmax", "view", "permute", "kv_store_load", "attn", "fused_ffn", "fused_qkv",
+    "qkv_bias_rope_store"};
 
 typedef struct ocase {
     kind k;
     int64_t w, nt;     /* input width, tokens */
     int64_t n_out;     /* matmul / ffn rows, embedding vocab */
     uint32_t wtype;    /* weight type, or KV type for K_KV / K_ATTN */
-    bool bias, inplace;
+    uint32_t kvtype;   /* K_QKV / K_EPI: the cache they store into */
+    bool bias, inplace, norm; /* norm: FUSED_QKV_NORM / the epilogue's Q/K norms */
     int32_t n_head, n_head_kv, head_dim, n_past, mode;
 } ocase;
 
@@ -130,6 +134,20 @@ static void make_cases(void) {
             add_case((ocase){.k = K_ATTN, .nt = toks[t], .wtype = kvtypes[i], .n_head = 14, .n_head_kv = 2,
                              .head_dim = 64, .n_past = 37});
         }
+    /* the attention input block: 0.5B (14 x 64 over 2 KV heads) and 1.5B (12 x 128) */
+    const uint32_t qkv_t[] = {MF_TYPE_F32, MF_TYPE_Q8_0, MF_TYPE_Q4_0, MF_TYPE_Q4_K, MF_TYPE_Q6_K};
+    for (int i = 0; i < 5; i++)
+        for (int nm = 0; nm < 2; nm++) {
+            const bool big_hd = mf_type_row_size(qkv_t[i], 896) == 0;
+            add_case((ocase){.k = K_QKV, .w = big_hd ? 1536 : 896, .nt = nm ? 7 : 1, .wtype = qkv_t[i],
+                             .kvtype = kvtypes[(i + nm) % 3], .norm = nm, .n_head = big_hd ? 12 : 14,
+                             .n_head_kv = 2, .head_dim = big_hd ? 128 : 64, .n_past = 11});
+        }
+    for (int i = 0; i < 3; i++)
+        for (int t = 0; t < 3; t++)
+            add_case((ocase){.k = K_EPI, .w = 896, .nt = toks[t], .kvtype = kvtypes[i], .norm = t == 1,
+                             .inplace = t == 2, .n_head = 14, .n_head_kv = 2, .head_dim = 64, .n_past = 4,
+                             .mode = i == 1 /* 1: no positions src, n_past + t */});
     for (int i = 0; i < 4; i++)
         add_case((ocase){.k = K_FFN, .w = i < 2 ? 896 : 1536, .n_out = 1216, .nt = i % 2 ? 7 : 1, .wtype = big[i]});
 }
@@ -147,6 +165,10 @@ static double tolerance(const ocase *c, const mf_backend_entry *be) {
         return c->wtype == MF_TYPE_F32 ? 1e-4 : c->wtype == MF_TYPE_F16 || c->wtype == MF_TYPE_BF16 ? 1e-2 : 3e-2;
     case K_ATTN:
         return c->wtype == MF_TYPE_Q8_0 ? 2e-2 : 2e-4;
+    case K_QKV:
+        return c->wtype == MF_TYPE_F32 ? 1e-4 : 3e-2;
+    case K_EPI:
+        return 1e-4;
     case K_KV: /* the load returns what was stored (the backend's own rounding of the new rows) */
         return c->wtype == MF_TYPE_F32 ? 0 : c->wtype == MF_TYPE_F16 ? 1e-3 : 1e-2;
     case K_EMBED:
@@ -247,7 +269,11 @@ static int run_case(const mf_backend_entry *be, const ocase *c, char *label, siz
     mf_graph_init(&r.g);
     mf_graph *g = &r.g;
     const int64_t nt = c->nt;
-    int64_t kv_dim = (c->k == K_ATTN) ? (int64_t)c->n_head_kv * c->head_dim : c->w;
+    const bool qkv = c->k == K_QKV || c->k == K_EPI;
+    int64_t kv_dim = (c->k == K_ATTN || qkv) ? (int64_t)c->n_head_kv * c->head_dim : c->w;
+    const int64_t qd = (int64_t)c->n_head * c->head_dim;
+    const uint32_t kvt = qkv ? c->kvtype : c->wtype;
+    float *wq = NULL, *wk = NULL, *wv = NULL, *bq = NULL, *bk = NULL, *bv = NULL, *qn = NULL, *kn = NULL;
     g->n_layers = 1;
     g->kv_dim = kv_dim;
     int n_ctx = (int)(c->n_past + nt + 3);
@@ -261,6 +287,7 @@ static int run_case(const mf_backend_entry *be, const ocase *c, char *label, siz
     mf_kv_pair kv = {-1, -1};
     int rc = 0;
     const bool typed = c->k == K_MATMUL || c->k == K_EMBED || c->k == K_FFN || c->k == K_KV || c->k == K_ATTN ||
+                       c->k == K_QKV ||
                        (c->k == K_RMSNORM && c->wtype != MF_TYPE_COUNT);
     snprintf(label, cap, "%s w %lld nt %lld%s%s", kind_names[c->k], (long long)c->w, (long long)nt,
              typed ? " " : "", typed ? mf_type_name(c->wtype) : "");
@@ -272,10 +299,14 @@ static int run_case(const mf_backend_entry *be, const ocase *c, char *label, siz
         size_t l = strlen(label);
         snprintf(label + l, cap - l, " in-place");
     }
+    if (c->k == K_QKV || c->k == K_EPI) {
+        size_t l = strlen(label);
+        snprintf(label + l, cap - l, "%s kv %s%s", c->norm ? " norm" : "", mf_type_name(c->kvtype),
+                 c->k == K_EPI && c->mode ? " no-pos" : "");
+    }
 
     /* the graph: inputs, then the node under test */
-    int32_t x = mf_g_input(g, MF_INPUT_EXTERNAL, MF_DTYPE_F32, c->k == K_ATTN ? (int64_t)c->n_head * c->head_dim : c->w,
-                           nt);
+    int32_t x = mf_g_input(g, MF_INPUT_EXTERNAL, MF_DTYPE_F32, c->k == K_ATTN || c->k == K_EPI ? qd : c->w, nt);
     in_n[0] = mf_node_nelem(&g->nodes[x]);
     ins[0] = rand_vec(in_n[0], c->k == K_SOFTMAX ? 4.0f : 1.5f);
     switch (c->k) {
@@ -361,6 +392,47 @@ static int run_case(const mf_backend_entry *be, const ocase *c, char *label, siz
         node = mf_g_fused_ffn(g, x, &m);
         break;
     }
+    case K_QKV: case K_EPI: {
+        const uint32_t wt = c->k == K_QKV ? c->wtype : MF_TYPE_F32;
+        if (c->k == K_QKV) {
+            wq = add_weight(&r, "wq", wt, c->w, qd, 0.3f);
+            wk = add_weight(&r, "wk", wt, c->w, kv_dim, 0.3f);
+            wv = add_weight(&r, "wv", wt, c->w, kv_dim, 0.3f);
+        }
+        bq = add_weight(&r, "bq", MF_TYPE_F32, qd, 1, 0.5f);
+        bk = add_weight(&r, "bk", MF_TYPE_F32, kv_dim, 1, 0.5f);
+        if (c->k == K_EPI)
+            bv = add_weight(&r, "bv", MF_TYPE_F32, kv_dim, 1, 0.5f);
+        if (c->norm) {
+            qn = add_weight(&r, "qn", MF_TYPE_F32, c->head_dim, 1, 1.0f);
+            kn = add_weight(&r, "kn", MF_TYPE_F32, c->head_dim, 1, 1.0f);
+        }
+        mf_qkv_meta m = {.layer = 0, .n_head = c->n_head, .n_head_kv = c->n_head_kv, .head_dim = c->head_dim,
+                         .norm_eps = 1e-6f, .q_norm = c->norm ? "qn" : NULL, .k_norm = c->norm ? "kn" : NULL};
+        m.q = (mf_matmul_meta){"wq", wt, "bq", c->w, qd};
+        m.k = (mf_matmul_meta){"wk", wt, "bk", c->w, kv_dim};
+        m.v = (mf_matmul_meta){"wv", wt, c->k == K_EPI ? "bv" : NULL, c->w, kv_dim};
+        m.rope_q = (mf_rope_meta){.n_head = c->n_head, .head_dim = c->head_dim, .n_rot = c->head_dim,
+                                  .mode = MF_ROPE_NEOX, .theta = 1e6f, .freq_scale = 1.0f};
+        m.rope_k = m.rope_q;
+        m.rope_k.n_head = c->n_head_kv;
+        if (c->k == K_QKV) {
+            int32_t pos = mf_g_input(g, MF_INPUT_POSITIONS, MF_DTYPE_I32, nt, 1);
+            node = mf_g_fused_qkv(g, x, pos, &m);
+        } else {
+            int32_t k = mf_g_input(g, MF_INPUT_EXTERNAL, MF_DTYPE_F32, kv_dim, nt);
+            int32_t v = mf_g_input(g, MF_INPUT_EXTERNAL, MF_DTYPE_F32, kv_dim, nt);
+            in_n[1] = in_n[2] = kv_dim * nt;
+            ins[1] = rand_vec(in_n[1], 1.5f);
+            ins[2] = rand_vec(in_n[2], 1.5f);
+            int32_t pos = c->mode ? -1 : mf_g_input(g, MF_INPUT_POSITIONS, MF_DTYPE_I32, nt, 1);
+            node = mf_g_node(g, MF_OP_QKV_BIAS_ROPE_STORE, MF_DTYPE_F32, qd, nt, (int32_t[]){x, k, v, pos},
+                             c->mode ? 3 : 4);
+            g->nodes[node].meta.qkv = m;
+            g->nodes[node].layer = 0;
+        }
+        break;
+    }
     default: break;
     }
     g->nodes[node].flags |= MF_NODE_OUTPUT;
@@ -404,22 +476,24 @@ static int run_case(const mf_backend_entry *be, const ocase *c, char *label, siz
             node_buf[i] = node_buf[q->src[0]];
         }
     }
-    if (c->k == K_KV || c->k == K_ATTN) {
-        size_t row = mf_type_row_size(c->wtype, kv_dim);
+    if (c->k == K_KV || c->k == K_ATTN || qkv) {
+        size_t row = mf_type_row_size(kvt, kv_dim);
         kv.k = r.b->ops->alloc_fresh(r.b, row * (size_t)n_ctx, &r.err);
         kv.v = r.b->ops->alloc_fresh(r.b, row * (size_t)n_ctx, &r.err);
         MF_ASSERT(kv.k >= 0 && kv.v >= 0);
         float *k0 = rand_vec(kv_dim * n_ctx, 1.0f), *v0 = rand_vec(kv_dim * n_ctx, 1.0f);
         void *q = malloc(row * (size_t)n_ctx);
-        mf_quantize_rows(c->wtype, k0, q, n_ctx, kv_dim);
+        mf_quantize_rows(kvt, k0, q, n_ctx, kv_dim);
         r.b->ops->write_host(r.b, kv.k, 0, q, row * (size_t)n_ctx, &r.err);
-        mf_quantize_rows(c->wtype, v0, q, n_ctx, kv_dim);
+        mf_quantize_rows(kvt, v0, q, n_ctx, kv_dim);
         r.b->ops->write_host(r.b, kv.v, 0, q, row * (size_t)n_ctx, &r.err);
         free(q);
-        hk = through(c->wtype, k0, n_ctx, kv_dim);
-        hv = through(c->wtype, v0, n_ctx, kv_dim);
+        hk = through(kvt, k0, n_ctx, kv_dim);
+        hv = through(kvt, v0, n_ctx, kv_dim);
         free(k0);
         free(v0);
+    }
+    if (c->k == K_KV || c->k == K_ATTN) {
         /* the store of this batch: rows n_past.. become the new K / V (as stored) */
         const float *nk = c->k == K_ATTN ? ins[1] : ins[0], *nv = c->k == K_ATTN ? ins[2] : ins[1];
         float *sk = through(c->wtype, nk, nt, kv_dim), *sv = through(c->wtype, nv, nt, kv_dim);
@@ -428,8 +502,8 @@ static int run_case(const mf_backend_entry *be, const ocase *c, char *label, siz
         free(sk);
         free(sv);
     }
-    mf_exec_args args = {.n_past = c->n_past, .n_tokens = (int32_t)nt, .n_ctx = n_ctx, .kv_type = c->wtype};
-    if (c->k != K_KV && c->k != K_ATTN)
+    mf_exec_args args = {.n_past = c->n_past, .n_tokens = (int32_t)nt, .n_ctx = n_ctx, .kv_type = kvt};
+    if (c->k != K_KV && c->k != K_ATTN && !qkv)
         args.kv_type = MF_TYPE_F32;
     for (int32_t i = 0; i < g->n_nodes && !rc; i++) {
         const mf_node *q = &g->nodes[i];
@@ -564,7 +638,97 @@ static int run_case(const mf_backend_entry *be, const ocase *c, char *label, siz
         free(s);
         break;
     }
+    case K_QKV: case K_EPI: {
+        /* q, k, v rows: the matmuls (or the given inputs) plus biases */
+        double *q = calloc((size_t)(qd * nt), sizeof *q), *k = calloc((size_t)(kv_dim * nt), sizeof *k),
+               *v = calloc((size_t)(kv_dim * nt), sizeof *v);
+        for (int64_t t = 0; t < nt; t++) {
+            for (int64_t o = 0; o < qd; o++) {
+                double sq = bq[o];
+                if (c->k == K_QKV)
+                    for (int64_t i = 0; i < w; i++)
+                        sq += (double)wq[o * w + i] * a[t * w + i];
+                else
+                    sq += a[t * qd + o];
+                q[t * qd + o] = sq;
+            }
+            for (int64_t o = 0; o < kv_dim; o++) {
+                double sk = bk[o], sv = bv ? bv[o] : 0.0;
+                if (c->k == K_QKV)
+                    for (int64_t i = 0; i < w; i++) {
+                        sk += (double)wk[o * w + i] * a[t * w + i];
+                        sv += (double)wv[o * w + i] * a[t * w + i];
+                    }
+                else {
+                    sk += ins[1][t * kv_dim + o];
+                    sv += ins[2][t * kv_dim + o];
+                }
+                k[t * kv_dim + o] = sk;
+                v[t * kv_dim + o] = sv;
+            }
+        }
+        if (c->norm) {
+            double *vs[2] = {q, k};
+            const float *nw[2] = {qn, kn};
+            const int64_t nh[2] = {c->n_head, c->n_head_kv};
+            for (int j = 0; j < 2; j++)
+                for (int64_t r0 = 0; r0 < nt * nh[j]; r0++) {
+                    double ss = 0, *h = vs[j] + r0 * c->head_dim;
+                    for (int i = 0; i < c->head_dim; i++)
+                        ss += h[i] * h[i];
+                    double sc = 1.0 / sqrt(ss / c->head_dim + 1e-6);
+                    for (int i = 0; i < c->head_dim; i++)
+                        h[i] = h[i] * sc * nw[j][i];
+                }
+        }
+        rope_f64(q, nt, c->n_head, c->head_dim, c->head_dim, c->n_past, MF_ROPE_NEOX, 1e6);
+        rope_f64(k, nt, c->n_head_kv, c->head_dim, c->head_dim, c->n_past, MF_ROPE_NEOX, 1e6);
+        for (int64_t i = 0; i < out_n; i++)
+            want[i] = q[i];
+        /* the store: rows n_past.. of the regions hold k and v in the cache type */
+        const size_t row = mf_type_row_size(kvt, kv_dim);
+        void *raw = malloc(row * (size_t)n_ctx);
+        float *st = malloc((size_t)(kv_dim * n_ctx) * sizeof *st);
+        double *ws[2] = {k, v};
+        const int32_t ids[2] = {kv.k, kv.v};
+        /* the path's own rounding, then the cache type's */
+        const double kvtol = fmax(tolerance(c, be), kvt == MF_TYPE_F32 ? 0 : kvt == MF_TYPE_F16 ? 2e-3 : 2e-2);
+        for (int j = 0; j < 2 && rc == 0; j++) {
+            if (r.b->ops->read_host(r.b, ids[j], 0, raw, row * (size_t)n_ctx, &r.err)) {
+                printf("FAIL %s: reading the KV region back: %s\n", label, r.err.msg);
+                rc = -2;
+                break;
+            }
+            mf_dequantize_rows(kvt, raw, st, n_ctx, kv_dim);
+            const float *hist = j ? hv : hk;
+            double e = 0, m = max_abs(ws[j], kv_dim * nt);
+            for (int64_t i = 0; i < kv_dim * n_ctx; i++) {
+                const int64_t rrow = i / kv_dim;
+                const double ref = rrow >= c->n_past && rrow < c->n_past + nt ? ws[j][i - c->n_past * kv_dim]
+                                                                               : hist[i];
+                double d = fabs(st[i] - ref);
+                if (!(d <= e))
+                    e = d;
+            }
+            if (!(e <= kvtol * m)) {
+                printf("FAIL %s: stored %s rows off by %.3g (max %.3g, tolerance %.1g)\n", label, j ? "V" : "K", e, m,
+                       kvtol);
+                rc = -2;
+            }
+        }
+        free(raw);
+        free(st);
+        free(q);
+        free(k);
+        free(v);
+        break;
+    }
     default: break;
+    }
+    if (rc == -2) { /* the KV check failed (said above) */
+        rc = 0;
+        free(got);
+        goto done;
     }
     double err = 0, wm = max_abs(want, out_n);
     int64_t worst = 0;
@@ -590,6 +754,7 @@ done:
     free(wf);
     free(wf2);
     free(bias);
+    free(wq), free(wk), free(wv), free(bq), free(bk), free(bv), free(qn), free(kn);
     mf_backend_free(r.b);
     mf_graph_free(&r.g);
     mf_weights_free(r.w);
