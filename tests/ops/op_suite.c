@@ -10,7 +10,7 @@
  * computes the node in float64 from exactly what the backend was given (the
  * dequantized weights, the KV history as stored), so the tolerance of each
  * path covers only what the path itself rounds: f32 math, f16 / bf16
- * weights, int8-quantized activations (docs/ARCHITECTURE.md, "Op suite").
+ * weights, int8-quantized activations (docs/ARCHITECTURE.md §9).
  * In-place cases hand the op its first input's buffer as the output; the
  * attention-input cases (FUSED_QKV(_NORM), QKV_BIAS_ROPE_STORE) also read the
  * KV regions back and check the rows they stored. A case
