@@ -61,9 +61,6 @@ typedef struct mf_cu_matmul_args {
     int32_t no_split;       /* tune mma_split=0: no split-K in the mma tier */
     int32_t mma_cfg;        /* the mma GEMM's tile config 0 .. MF_CU_MMA_N_CFG - 1 (gemm_mma.cu lists
                                them; the backend passes MINFER_CUDA_MMA_CFG, default 2); others: 0 */
-    const void *w_soa;      /* MINFER_CUDA_SOA: the plane copy of w (mf_cu_soa_relayout, soa_stride bytes a
-                               row), read only by the one-token v4 GEMV; NULL: none */
-    uint64_t soa_stride;
 } mf_cu_matmul_args;
 cudaError_t mf_cu_matmul(const mf_cu_matmul_args *a, cudaStream_t s);
 
@@ -144,9 +141,6 @@ typedef struct mf_cu_q8_multi_args {
     int32_t qkv_mix;      /* tune qkv_mix=1: weights in two runs of different types (Q/K and V of a
                              K-quant mix's use_more_bits layers) as one v4 launch where a mixed-type kernel
                              exists (mf_cu_q8v4_mix_supported), bitwise the two launches; 0: one per run */
-    const void *w_soa[3];   /* as mf_cu_matmul_args.w_soa, per weight; a v4 launch reads the plane copies
-                               only when every weight of its run has one */
-    uint64_t soa_stride[3];
     float *y[3];
     int64_t n_out[3];
     void *q8out;          /* tune ffn_q8b: swiglu at nt 1 also writes y[0]'s int8 quantization here
@@ -185,14 +179,6 @@ int64_t mf_cu_q8_quant_count(void);
 int64_t mf_cu_q8v4_swq8_count(void);
 /* ... of those, the launches of block form `form` (1 .. MF_CU_Q8B_FORMS; a form 0 launch counts as 1). */
 int64_t mf_cu_q8v4_swq8_form_count(int form);
-/* MINFER_CUDA_SOA (soa.cu; layout in q8w_soa.cuh): the row stride of the
- * plane copy of a Q4_0 / Q5_0 / Q8_0 weight with rows of n_in (the planes
- * rounded up to 16 bytes), 0 for other types or n_in % 32 != 0; and the
- * device relayout of rows rows of blocks at src (2-byte aligned) into dst
- * (16-byte aligned, stride * rows bytes; padding zeroed), enqueued on s. */
-uint64_t mf_cu_soa_stride(uint32_t wtype, int64_t n_in);
-cudaError_t mf_cu_soa_relayout(uint32_t wtype, const void *src, int64_t n_in, int64_t rows, void *dst,
-                               cudaStream_t s);
 /* The quantizing prologue (opt-in, MINFER_CUDA_GEMV_PROLOGUE=1: measured
  * slower on the H200, docs/PERF.md): every GEMV
  * block quantizes (RMSNorms) its tokens' f32 rows into shared memory itself,
@@ -435,9 +421,6 @@ int64_t mf_cu_q8v4_zc_count(void);
 /* Launches of the mixed-type v4 GEMV so far (tune qkv_mix; host
  * count, for tests: a captured launch counts once, its replays not). */
 int64_t mf_cu_q8v4_mix_count(void);
-/* Launches of v4 GEMVs on plane weight copies so far (MINFER_CUDA_SOA; the
- * mixed-type kernel on two plane runs included; host count, for tests). */
-int64_t mf_cu_q8v4_soa_count(void);
 /* The FFN_Q8B kernel's rule for a SwiGLU GEMV of n_out outputs over n_in
  * with u slices in flight (gemv_q8v4.cu, see mf_cu_gemv_q8_ffn_q8b_ok). */
 int mf_cu_q8v4_swq8_ok(uint32_t wtype, int u, int64_t n_out, int64_t n_in);

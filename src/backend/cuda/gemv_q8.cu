@@ -979,8 +979,6 @@ extern "C" cudaError_t mf_cu_gemv_q8(const mf_cu_matmul_args *a, cudaStream_t s)
         m.gemv_auto = a->gemv_auto;
         m.gemv_v4 = a->gemv_v4;
         m.prologue = a->prologue;
-        m.w_soa[0] = a->w_soa;
-        m.soa_stride[0] = a->soa_stride;
         return mf_cu_gemv_q8_multi(&m, s);
     }
     q8_src in;
@@ -1017,8 +1015,6 @@ static void q8_run(const mf_cu_q8_multi_args *a, int first, int end, q8_multi *p
         p->y[k] = a->y[first + k];
         p->n_out[k] = a->n_out[first + k];
         p->start[k + 1] = p->start[k] + p->n_out[k];
-        p->soa[k] = (const uint8_t *)a->w_soa[first + k];
-        p->soa_stride[k] = a->soa_stride[first + k];
     }
 }
 

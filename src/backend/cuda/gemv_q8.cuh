@@ -24,12 +24,6 @@ typedef struct q8_multi {
     int64_t n_out[3];
     int64_t start[4];
     int32_t n_w;
-    /* MINFER_CUDA_SOA: weight i's plane copy and its row stride (NULL: none).
-     * Host side only: the v4 launcher runs a plane-decoder instance on a
-     * copy of this struct with w / row_bytes swapped for these when every
-     * weight has one (gemv_q8v4.cu); the kernels read w / row_bytes. */
-    const uint8_t *soa[3];
-    uint64_t soa_stride[3];
 } q8_multi;
 
 /* One 32-element unit from one warp, v being this lane's element: q =

@@ -28,15 +28,12 @@
  * Taken for nt == 1 by the rule of mf_cu_q8v4_u (default), or forced with
  * tune v4=U (U = 1 or 2; 0 turns it off; cuda_backend.c).
  * U = 4 measured slower (-11 % on qwen2-7B tg128: the registers of 16 raw
- * slices cost occupancy) and was dropped. With MINFER_CUDA_SOA a run of
- * Q4_0 / Q5_0 / Q8_0 weights that all have plane copies runs on the plane
- * decoders (q8w_soa.cuh, instances V4_SOA_*): aligned loads, same bits. */
+ * slices cost occupancy) and was dropped. */
 #include "backend/cuda/cuda_args.h"
 #include "backend/cuda/dequant.cuh"
 #include "backend/cuda/gemv_q8.cuh"
 #include "backend/cuda/pdl.cuh"
 #include "backend/cuda/q8w.cuh"
-#include "backend/cuda/q8w_soa.cuh"
 
 #define V4_R Q8_PAIR_R
 /* The loop with the next batch in flight while this one is computed: Q4_K,
@@ -224,34 +221,16 @@ template <> struct v4s<V4_Q6K_SLICE> {
     }
 };
 
-/* The plane-copy decoders (MINFER_CUDA_SOA, q8w_soa.cuh): instance ids of
- * Q4_0 / Q5_0 / Q8_0 read from their plane copies. fetch takes the row's
- * unit count (the planes' offsets); the dot is bitwise the unit decoder's. */
-#define V4_SOA_Q4_0 (V4_Q6K_SLICE + 1)
-#define V4_SOA_Q5_0 (V4_Q6K_SLICE + 2)
-#define V4_SOA_Q8_0 (V4_Q6K_SLICE + 3)
-#define V4_N_INST (V4_Q6K_SLICE + 4)
-#define V4_IS_SOA(T) ((T) >= V4_SOA_Q4_0 && (T) <= V4_SOA_Q8_0)
-template <> struct v4s<V4_SOA_Q4_0> : q8soa_dec<MF_TYPE_Q4_0> {};
-template <> struct v4s<V4_SOA_Q5_0> : q8soa_dec<MF_TYPE_Q5_0> {};
-template <> struct v4s<V4_SOA_Q8_0> : q8soa_dec<MF_TYPE_Q8_0> {};
+#define V4_N_INST (V4_Q6K_SLICE + 1)
 /* Instances with the early-load form (E): the unit decoders on the
  * one-batch loop (not the K-quant slice decoders: Q4_K runs pipelined, and
  * the two-slice Q6_K there lost 0.37 us a layer with it, H200) */
 #define V4_HAS_E(T, U) ((T) != MF_TYPE_Q4_K && (T) != V4_Q6K_SLICE && !V4_PIPE(T, U))
 
-/* The block type an instance decodes (plane instances: their type's). */
-static constexpr __host__ __device__ int v4_base(int t) {
-    return t == V4_SOA_Q4_0 ? MF_TYPE_Q4_0 : t == V4_SOA_Q5_0 ? MF_TYPE_Q5_0 : t == V4_SOA_Q8_0 ? MF_TYPE_Q8_0 : t;
-}
-
 /* Offset in its row of the bytes of unit k that the pre-wait prefetch asks
- * L2 for: unit k's share of the row, or on a plane copy its qs. */
+ * L2 for: unit k's share of the row. */
 template <int T> static __device__ __forceinline__ uint64_t v4_pf_off(uint64_t row_bytes, int64_t k, int64_t n) {
-    if constexpr (V4_IS_SOA(T))
-        return (uint64_t)q8soa<v4_base(T)>::QS * (uint64_t)k;
-    else
-        return row_bytes * (uint64_t)k / (uint64_t)n;
+    return row_bytes * (uint64_t)k / (uint64_t)n;
 }
 
 /* tune zc: the epilogue of row group g of a launch of one
@@ -374,10 +353,7 @@ static __device__ __forceinline__ void v4_rows(const q8_multi &p, const int8_t *
             k = k < n_units ? k : n_units - 1; /* read again, not added */
 #pragma unroll
             for (int r = 0; r < R; r++)
-                if constexpr (V4_IS_SOA(T))
-                    v4s<T>::fetch(row[r], k, n_units, wr[j][r]);
-                else
-                    v4s<T>::fetch(row[r], k, wr[j][r]);
+                v4s<T>::fetch(row[r], k, wr[j][r]);
         }
     };
     auto dots = [&](const raw (*wr)[R], int64_t base, float *acc) {
@@ -642,10 +618,9 @@ static int64_t v4_plan(const q8_multi *p, int64_t n_in, int *ks_out, int64_t *n_
     const int64_t pairs = SW ? rows : (rows + V4_R - 1) / V4_R;
     const int bps = E ? v4_ebps[T][v4_ui(U)] : v4_bps[T][v4_ui(U)][SW];
     const int64_t wave = (int64_t)v4_sms * (bps > 0 ? bps : 4);
-    /* ks by the block-copy instance's wave: a plane instance (fewer
-     * registers, maybe more blocks a SM) or an E one (more) sums a row in
-     * the same order */
-    const int kbps = v4_bps[v4_base(T)][v4_ui(U)][SW];
+    /* ks by the plain instance's wave: an E one (maybe more blocks a SM)
+     * sums a row in the same order */
+    const int kbps = v4_bps[T][v4_ui(U)][SW];
     const int64_t kwave = (int64_t)v4_sms * (kbps > 0 ? kbps : 4);
     /* more warps per row pair while each still gets a batch of 32 U slices
      * and the blocks still fit one wave */
@@ -680,9 +655,8 @@ static cudaError_t v4_go(const q8_multi *p, const int8_t *xq, const float *xd, c
  * Q4_K_M), Q4_0 + Q5_0 (0.5B Q3_K_M); Q5_K_M, Q4_K_S and the Q5_1 / Q5_K /
  * Q3_K sides have no v4 kernel at all. */
 #define V4_FOR_EACH_MIX(X) \
-    X(0, MF_TYPE_Q4_K, V4_Q6K_SLICE) X(1, MF_TYPE_Q5_0, MF_TYPE_Q8_0) X(2, MF_TYPE_Q4_0, MF_TYPE_Q5_0) \
-    X(3, V4_SOA_Q5_0, V4_SOA_Q8_0) X(4, V4_SOA_Q4_0, V4_SOA_Q5_0) /* 1, 2 on plane copies (MINFER_CUDA_SOA) */
-#define V4_N_MIX 5
+    X(0, MF_TYPE_Q4_K, V4_Q6K_SLICE) X(1, MF_TYPE_Q5_0, MF_TYPE_Q8_0) X(2, MF_TYPE_Q4_0, MF_TYPE_Q5_0)
+#define V4_N_MIX 3
 static int v4_mix_bps[V4_N_MIX][2]; /* resident blocks per SM of each mixed instance, [E] (mf_cu_q8v4_probe) */
 static int64_t v4_mix_launches;  /* mf_cu_q8v4_mix_count */
 
@@ -774,53 +748,8 @@ int mf_cu_q8v4_supported(uint32_t wtype) {
     }
 }
 
-static int64_t v4_soa_launches; /* mf_cu_q8v4_soa_count */
-
-int64_t mf_cu_q8v4_soa_count(void) {
-    return v4_soa_launches;
-}
-
-/* MINFER_CUDA_SOA: the plane instance of wtype when every weight of p has
- * a plane copy, with *q = p reading those (w / row_bytes swapped); else -1. */
-static int v4_soa(const q8_multi *p, uint32_t wtype, q8_multi *q) {
-    const int t = wtype == MF_TYPE_Q4_0   ? V4_SOA_Q4_0
-                  : wtype == MF_TYPE_Q5_0 ? V4_SOA_Q5_0
-                  : wtype == MF_TYPE_Q8_0 ? V4_SOA_Q8_0
-                                          : -1;
-    if (t < 0 || p->n_w < 1)
-        return -1;
-    for (int k = 0; k < p->n_w; k++)
-        if (!p->soa[k] || p->soa_stride[k] == 0)
-            return -1;
-    *q = *p;
-    for (int k = 0; k < p->n_w; k++) {
-        q->w[k] = p->soa[k];
-        q->row_bytes[k] = p->soa_stride[k];
-    }
-    return t;
-}
-
 cudaError_t mf_cu_q8v4_launch(const q8_multi *p, uint32_t wtype, bool swiglu, int u, const int8_t *xq,
                               const float *xd, const int32_t *xs, int64_t n_in, cudaStream_t s) {
-    q8_multi q;
-    cudaError_t e = cudaErrorNotSupported;
-    switch (v4_soa(p, wtype, &q)) {
-    case V4_SOA_Q4_0:
-        e = v4_type<V4_SOA_Q4_0>(&q, swiglu, u, xq, xd, xs, n_in, s);
-        break;
-    case V4_SOA_Q5_0:
-        e = v4_type<V4_SOA_Q5_0>(&q, swiglu, u, xq, xd, xs, n_in, s);
-        break;
-    case V4_SOA_Q8_0:
-        e = v4_type<V4_SOA_Q8_0>(&q, swiglu, u, xq, xd, xs, n_in, s);
-        break;
-    default:
-        break;
-    }
-    if (e != cudaErrorNotSupported) {
-        v4_soa_launches += e == cudaSuccess;
-        return e;
-    }
     if (wtype == MF_TYPE_Q6_K && v4_q6k)
         return v4_type<V4_Q6K_SLICE>(p, swiglu, u, xq, xd, xs, n_in, s);
     switch (wtype) {
@@ -876,8 +805,7 @@ static int v4_plan_ks(int inst, int u, bool swiglu, int64_t rows, int64_t n_in) 
 
 /* MINFER_CUDA_LOGITS_CHUNKS: the ks of a single-run, non-SwiGLU launch of
  * u slices over `rows` rows of wtype, the instance mf_cu_q8v4_launch would
- * take (a plane instance plans ks as its block-copy type, so one answer
- * covers both). Row chunks of a launch whose ks and u equal the whole
+ * take. Row chunks of a launch whose ks and u equal the whole
  * launch's give every row the same bits. */
 int mf_cu_q8v4_ks(uint32_t wtype, int u, int64_t rows, int64_t n_in) {
     if (rows <= 0 || n_in <= 0 || (u != 1 && u != 2))
@@ -887,12 +815,11 @@ int mf_cu_q8v4_ks(uint32_t wtype, int u, int64_t rows, int64_t n_in) {
 
 /* ---- tune zc: the lm_head GEMV also writes the logits into host memory ---- */
 
-/* The instances with a ZC kernel: the block and plane decoders of the
+/* The instances with a ZC kernel: the block decoders of the
  * types a vocab-wide head takes at one slice in flight under the auto rule
  * (Q8_0, Q4_0, Q5_0; Q6_K on the slice decoder). A Q4_K head (two slices
  * from 32 MiB) or Q6_K on the unit decoder keeps the copy. */
 #define ZC_FOR_EACH_INST(X) X(MF_TYPE_Q4_0) X(MF_TYPE_Q5_0) X(MF_TYPE_Q8_0) X(V4_Q6K_SLICE)
-#define ZC_FOR_EACH_SOA(X) X(V4_SOA_Q4_0) X(V4_SOA_Q5_0) X(V4_SOA_Q8_0)
 
 static int v4_zc_bps[V4_N_INST]; /* resident blocks per SM of each ZC instance (mf_cu_q8v4_probe) */
 static int64_t v4_zc_launches;   /* mf_cu_q8v4_zc_count */
@@ -901,7 +828,6 @@ static bool v4_zc_inst(int i) {
     switch (i) {
 #define MF_CASE(I) case I:
         ZC_FOR_EACH_INST(MF_CASE)
-        ZC_FOR_EACH_SOA(MF_CASE)
 #undef MF_CASE
         return true;
     default:
@@ -919,8 +845,7 @@ int64_t mf_cu_q8v4_zc_count(void) {
 
 /* The ZC launch of p (one weight, no residual): the plan of the plain
  * one-slice launch (ks 1, the same row groups; only the wave is the ZC
- * instance's own), on the plane copies where p has them (MINFER_CUDA_SOA,
- * the same choice mf_cu_q8v4_launch makes). */
+ * instance's own). */
 template <int T>
 static cudaError_t v4_go_zc(const q8_multi *p, const int8_t *xq, const float *xd, const int32_t *xs, int64_t n_in,
                             float *yh, cudaStream_t s) {
@@ -940,22 +865,18 @@ cudaError_t mf_cu_q8v4_launch_zc(const q8_multi *p, uint32_t wtype, const int8_t
     const int64_t rows = p->start[1];
     if (p->n_w != 1 || p->res[0] || !yh || ((uintptr_t)yh & 31) || !mf_cu_q8v4_zc_ok(wtype, 1, rows, n_in))
         return cudaErrorNotSupported;
-    q8_multi q;
-    const int si = v4_soa(p, wtype, &q);
     cudaError_t e = cudaErrorNotSupported;
-    switch (si >= 0 ? si : v4_inst(wtype)) {
-#define MF_CASE(I)                                                                 \
-    case I:                                                                        \
-        e = v4_go_zc<I>(si >= 0 ? &q : p, xq, xd, xs, n_in, yh, s);                \
+    switch (v4_inst(wtype)) {
+#define MF_CASE(I)                                      \
+    case I:                                             \
+        e = v4_go_zc<I>(p, xq, xd, xs, n_in, yh, s);    \
         break;
         ZC_FOR_EACH_INST(MF_CASE)
-        ZC_FOR_EACH_SOA(MF_CASE)
 #undef MF_CASE
     default:
         break;
     }
     v4_zc_launches += e == cudaSuccess;
-    v4_soa_launches += si >= 0 && e == cudaSuccess;
     return e;
 }
 
@@ -985,17 +906,9 @@ cudaError_t mf_cu_q8v4_launch_mix(const q8_multi *pa, uint32_t ta, int ua, const
                                   const int8_t *xq, const float *xd, const int32_t *xs, int64_t n_in,
                                   cudaStream_t s) {
     bool swap = false;
-    q8_multi qa, qb; /* both runs on their plane copies (MINFER_CUDA_SOA) where both have them */
-    const int sa = v4_soa(pa, ta, &qa), sb = v4_soa(pb, tb, &qb);
     int mi = -1;
-    bool planes = false;
-    if (ua == 1 && ub == 1 && sa >= 0 && sb >= 0 && (mi = v4_mix_find(sa, sb, &swap)) >= 0) {
-        pa = &qa;
-        pb = &qb;
-        planes = true;
-    } else if (ua == 1 && ub == 1) {
+    if (ua == 1 && ub == 1)
         mi = v4_mix_find(v4_inst(ta), v4_inst(tb), &swap);
-    }
     if (swap) { /* the instance's first type is run b's */
         const q8_multi *t = pa;
         pa = pb;
@@ -1012,7 +925,6 @@ cudaError_t mf_cu_q8v4_launch_mix(const q8_multi *pa, uint32_t ta, int ua, const
     default:
         break;
     }
-    v4_soa_launches += planes && e == cudaSuccess;
     return e;
 }
 
@@ -1052,7 +964,6 @@ void mf_cu_q8v4_probe(int sms) {
 #define MF_CASE(T) v4_occ<T, 1>(); v4_occ<T, 2>();
     V4_FOR_EACH_TYPE(MF_CASE)
     MF_CASE(V4_Q6K_SLICE)
-    MF_CASE(V4_SOA_Q4_0) MF_CASE(V4_SOA_Q5_0) MF_CASE(V4_SOA_Q8_0)
 #undef MF_CASE
     int n = 0;
 #define MF_CASE(I, A, B)                                                                                 \
@@ -1070,7 +981,6 @@ void mf_cu_q8v4_probe(int sms) {
     if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&n, gemv_q8v4_zc_kernel<I>, 32 * Q8_WARPS, 0) == cudaSuccess) \
         v4_zc_bps[I] = n;
     ZC_FOR_EACH_INST(MF_CASE)
-    ZC_FOR_EACH_SOA(MF_CASE)
 #undef MF_CASE
 }
 
@@ -1165,12 +1075,8 @@ static __device__ __forceinline__ void swq8_body(const q8_multi &p, const int8_t
 #pragma unroll
             for (int i = 0; i < G; i++)
 #pragma unroll
-                for (int r = 0; r < 2; r++) {
-                    if constexpr (V4_IS_SOA(T))
-                        v4s<T>::fetch(row[g0 + i][r], kk, n_units, wr[i][r]);
-                    else
-                        v4s<T>::fetch(row[g0 + i][r], kk, wr[i][r]);
-                }
+                for (int r = 0; r < 2; r++)
+                    v4s<T>::fetch(row[g0 + i][r], kk, wr[i][r]);
 #pragma unroll
             for (int i = 0; i < G; i++)
 #pragma unroll
@@ -1222,7 +1128,6 @@ gemv_q8v4_swq8_kernel(q8_multi p, const int8_t *__restrict__ xq, const float *__
 
 #define SWQ_FOR_EACH_INST(X) \
     X(MF_TYPE_Q4_0) X(MF_TYPE_Q5_0) X(MF_TYPE_Q8_0) X(MF_TYPE_Q4_K) X(MF_TYPE_Q6_K) X(V4_Q6K_SLICE)
-#define SWQ_FOR_EACH_SOA(X) X(V4_SOA_Q4_0) X(V4_SOA_Q5_0) X(V4_SOA_Q8_0)
 
 static int64_t v4_swq8_launches; /* mf_cu_q8v4_swq8_count */
 
@@ -1272,22 +1177,18 @@ cudaError_t mf_cu_q8v4_swq8_launch(const q8_multi *p, uint32_t wtype, int form, 
     float *od = (float *)(oq + n_out);
     int32_t *os = (int32_t *)(od + nb);
     cudaError_t e = cudaErrorNotSupported;
-    q8_multi q; /* MINFER_CUDA_SOA: the plane copies when both weights have one (same bits) */
-    const int si = v4_soa(p, wtype, &q);
-    switch (si >= 0 ? si : v4_inst(wtype)) {
-#define MF_CASE(I)                                                                   \
-    case I:                                                                          \
-        e = swq8_go<I>(form, si >= 0 ? q : *p, xq, xd, xs, n_in, oq, od, os, nb, s); \
+    switch (v4_inst(wtype)) {
+#define MF_CASE(I)                                                          \
+    case I:                                                                 \
+        e = swq8_go<I>(form, *p, xq, xd, xs, n_in, oq, od, os, nb, s);      \
         break;
         SWQ_FOR_EACH_INST(MF_CASE)
-        SWQ_FOR_EACH_SOA(MF_CASE)
 #undef MF_CASE
     default:
         break;
     }
     v4_swq8_launches += e == cudaSuccess;
     v4_swq8_form_launches[form] += e == cudaSuccess;
-    v4_soa_launches += si >= 0 && e == cudaSuccess;
     return e;
 }
 
