@@ -273,6 +273,42 @@ typedef struct exec {
     mf_errorf((x)->err, "cuda: node %d '%s' (%s): " fmt, (x)->id, (x)->n->name,                 \
               mf_op_name((x)->n->op), __VA_ARGS__)
 
+/* One node's executor call (cuda_op_*.c; exec_node in cuda_exec.c
+ * dispatches by op): the node's state, its buffers, its layer's KV pair,
+ * the forward's arguments; may_defer: a fusion may hold the node back (not
+ * when it is the deferred node being launched or a fold's consumer). */
+typedef struct op_call {
+    exec *x;
+    const int32_t *in;
+    int32_t out;
+    mf_kv_pair kv;
+    const mf_exec_args *ea;
+    bool may_defer;
+} op_call;
+
+int mf_cub_op_add(const op_call *oc);     /* ADD, SWIGLU (cuda_op_ew.c) */
+int mf_cub_op_mul(const op_call *oc);     /* MUL */
+int mf_cub_op_unary(const op_call *oc);   /* SCALE, SILU */
+int mf_cub_op_softmax(const op_call *oc); /* SOFTMAX */
+int mf_cub_op_copy(const op_call *oc);    /* VIEW, PERMUTE */
+int mf_cub_op_reshape(const op_call *oc); /* RESHAPE */
+int mf_cub_op_norm(const op_call *oc);    /* RMSNORM, QKNORM (cuda_op_norm.c) */
+int mf_cub_op_matmul(const op_call *oc);  /* MATMUL (cuda_op_mm.c) */
+int mf_cub_op_getrows(const op_call *oc); /* GETROWS */
+int mf_cub_op_ffn(const op_call *oc);     /* FUSED_FFN */
+int mf_cub_op_rope(const op_call *oc);    /* ROPE (cuda_op_attn.c) */
+int mf_cub_op_kv_store(const op_call *oc); /* KVCACHE_STORE */
+int mf_cub_op_kv_load(const op_call *oc); /* KVCACHE_LOAD */
+int mf_cub_op_attn(const op_call *oc);    /* ATTN */
+int mf_cub_op_qkv(const op_call *oc);     /* FUSED_QKV, FUSED_QKV_NORM, QKV_BIAS_ROPE_STORE */
+
+/* cuda_exec.c: the fusion rules and helpers the executors share. */
+bool mf_cub_read_from(const mf_graph *g, int32_t node, int32_t from);
+bool mf_cub_add_fusable(const cu_ctx *c, const mf_graph *g, int32_t node, int64_t nt);
+bool mf_cub_norm_fusable(const cu_ctx *c, const mf_graph *g, int32_t node);
+int mf_cub_flush_rope(cu_ctx *c, mf_error *err);
+int mf_cub_d2d(exec *x, void *dst, const void *src, size_t nbytes);
+
 /* ---- shared between the backend's files ---- */
 
 void mf_cub_ht_mark(cu_ctx *c, int k);
