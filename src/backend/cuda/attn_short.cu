@@ -342,7 +342,7 @@ static __device__ __forceinline__ void asr_finish(const mf_cu_attn_args &a, cons
  * and V come from the raw QKV output through shared memory; rows >= n_past
  * (the current one and the clamped ones past it) take those instead of the
  * cache. */
-/* tune attn_pf (mf_cu_set_attn_short_pf): before the PDL wait, lane l
+/* tune attn_pf (args field no_pf): before the PDL wait, lane l
  * of warp w asks L2 for cache rows 32 w + l's K and V slices of the block's
  * KV head (RB bytes each), rows before n_past only: earlier forwards wrote
  * those, so nothing this forward writes is touched, and a prefetch is a hint
@@ -584,18 +584,12 @@ static void (*as_pick(const mf_cu_attn_args *a))(mf_cu_attn_args, int) {
                              : (f16 ? attn_short_kernel<128, true, NW> : attn_short_kernel<128, false, NW>);
 }
 
-static int as_pf = 1; /* tune attn_pf (set by the backend): as_prefetch before the wait */
-
-extern "C" void mf_cu_set_attn_short_pf(int on) {
-    as_pf = on != 0;
-}
-
 extern "C" cudaError_t mf_cu_attn_short(const mf_cu_attn_args *a, int warps, cudaStream_t s) {
     if (!mf_cu_attn_short_ok(a) || (warps != 0 && warps != 4 && warps != AS_WARPS_DEF))
         return cudaErrorInvalidValue;
     const int nw = warps ? warps : AS_WARPS_DEF;
     return mf_launch(nw == 4 ? as_pick<4>(a) : as_pick<AS_WARPS_DEF>(a), dim3((unsigned)a->n_head, (unsigned)a->nt),
-                     dim3(32 * nw), 0, s, *a, as_pf);
+                     dim3(32 * nw), 0, s, *a, (int)!a->no_pf);
 }
 
 /* The rope-store r describes what the fused kernel folds in: one token,
@@ -628,7 +622,7 @@ extern "C" cudaError_t mf_cu_attn_short_rope(const mf_cu_attn_args *a, const mf_
     void (*k)(mf_cu_attn_args, mf_cu_rope_store_args, int) =
         a->head_dim == 64 ? (f16 ? attn_short_rope_kernel<64, true> : attn_short_rope_kernel<64, false>)
                           : (f16 ? attn_short_rope_kernel<128, true> : attn_short_rope_kernel<128, false>);
-    return mf_launch(k, dim3((unsigned)a->n_head, 1), dim3(32 * AS_WARPS_DEF), 0, s, *a, *r, as_pf);
+    return mf_launch(k, dim3((unsigned)a->n_head, 1), dim3(32 * AS_WARPS_DEF), 0, s, *a, *r, (int)!a->no_pf);
 }
 
 #include "backend/cuda/probe.cuh"

@@ -342,6 +342,9 @@ typedef struct mf_cu_attn_args {
                       kernel. NULL: the combine kernel */
     void *q8out;   /* with cnt: also the int8 quantization of out (mf_cu_q8_bytes(n_head *
                       head_dim, nt) layout, bitwise the quantize kernel's); NULL: none */
+    int32_t no_pf; /* tune attn_pf=0: the short-context kernels do not ask L2 for the cache rows
+                      of earlier forwards before their PDL wait (0: they do, the default; the
+                      same bits either way) */
 } mf_cu_attn_args;
 cudaError_t mf_cu_attn(const mf_cu_attn_args *a, cudaStream_t s);
 /* Whether the flash-prefill kernel takes this shape: head_dim <= 128, nt > 8. */
@@ -375,10 +378,6 @@ cudaError_t mf_cu_attn_short(const mf_cu_attn_args *a, int warps, cudaStream_t s
  * (a, r): f32 / f16 caches, r's heads, head_dim, caches and row a's. */
 int mf_cu_attn_short_rope_ok(const mf_cu_attn_args *a, const mf_cu_rope_store_args *r);
 cudaError_t mf_cu_attn_short_rope(const mf_cu_attn_args *a, const mf_cu_rope_store_args *r, cudaStream_t s);
-/* tune attn_pf: the short-context kernels ask L2 for the cache rows of
- * earlier forwards before their PDL wait (on, the default), or not. The same
- * bits either way. */
-void mf_cu_set_attn_short_pf(int on);
 /* Tensor-core flash prefill (attn_prefill_mma.cu): nt > 8, head_dim 64 or
  * 128, f32/f16/q8_0 cache, q/out/k/v 16-byte aligned, a device of cc >= 8.0
  * (recorded by mf_cu_attn_mma_setup, which mf_cu_probe_attn calls). mf_cu_attn
@@ -424,12 +423,6 @@ int64_t mf_cu_q8v4_mix_count(void);
 /* The FFN_Q8B kernel's rule for a SwiGLU GEMV of n_out outputs over n_in
  * with u slices in flight (gemv_q8v4.cu, see mf_cu_gemv_q8_ffn_q8b_ok). */
 int mf_cu_q8v4_swq8_ok(uint32_t wtype, int u, int64_t n_out, int64_t n_in);
-/* The v3 int8 GEMV's L2 prefetch distance in 32-unit groups per row (0:
- * none; clamped to 0..8) and kind (lines 0: one TMA bulk prefetch per row
- * and group; 1: prefetch.global.L2 per 128-byte line); set once at backend
- * creation (MINFER_CUDA_GEMV_PF, default 0: every distance measured slower;
- * MINFER_CUDA_GEMV_PF_LINES=1). */
-void mf_cu_set_gemv_pf(int groups, int lines);
 
 /* The wide decode kernels, set once at backend creation (tests flip them):
  * norm: RMSNorm of up to 64 rows and the q8 norm-quant on many blocks per

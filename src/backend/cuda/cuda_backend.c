@@ -161,12 +161,11 @@ int mf_cuda_end_forward(mf_backend *b, const mf_graph *g, const mf_cuda_args *a,
     return mf_cub_end_forward(b, g, a, err);
 }
 
-/* The kernel files' launch-wide choices (pdl.cuh, gemv_q8v4.cu,
- * attn_short.cu) as the tuning says; -1 (the rule) is the kernels' auto. */
+/* The kernel files' launch-wide choices (pdl.cuh, gemv_q8v4.cu) as the
+ * tuning says; -1 (the rule) is the kernels' auto. */
 static void apply_kernel_tune(const mf_cuda_tune *t) {
     mf_cu_set_pdl(t->pdl);
     mf_cu_set_gemv_v4_pf(t->v4_pf < 0 ? 3 : t->v4_pf);
-    mf_cu_set_attn_short_pf(t->attn_pf);
     mf_cu_set_gemv_v4_q6k(t->v4_q6k < 0 ? 3 : t->v4_q6k);
     mf_cu_set_gemv_v4_big(t->v4_big_mib);
     mf_cu_set_gemv_v4_early(t->v4_early < 0 ? 2 : t->v4_early);

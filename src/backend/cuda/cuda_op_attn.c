@@ -308,7 +308,7 @@ int mf_cub_op_attn(const op_call *oc) {
                          .n_head = m->n_head, .n_head_kv = m->n_head_kv,
                          .head_dim = m->head_dim, .scale = m->scale,
                          .flash = c->t.attn_prefill >= MF_CU_AP_FLASH && mf_cu_attn_flash_ok(m->head_dim, nt),
-                         .n_ctx = ea->n_ctx, .tc = c->t.attn_prefill == MF_CU_AP_MMA};
+                         .n_ctx = ea->n_ctx, .tc = c->t.attn_prefill == MF_CU_AP_MMA, .no_pf = !c->t.attn_pf};
     /* split-KV decode: its scratch size depends on n_ctx, never n_past */
     const size_t pb = c->t.attn_decode != MF_CU_AD_BLOCK && !a.flash ? mf_cu_attn_decode_bytes(&a) : 0;
     /* short contexts: one kernel that also quantizes for the o GEMV, the

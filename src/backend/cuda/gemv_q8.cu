@@ -726,12 +726,12 @@ static cudaError_t launch_q8_multi(const q8_multi *p, q8_src *in, int64_t n_in, 
  * kp + ks, ...) when there are few row pairs. */
 #define Q8V3_R Q8_PAIR_R
 
-static int q8v3_pf = 0; /* mf_cu_set_gemv_pf: distance | Q8V3_PF_LINES */
-#define Q8V3_PF_LINES 256 /* per-lane prefetch.global.L2 of 128-byte lines instead of one TMA bulk prefetch */
-
-extern "C" void mf_cu_set_gemv_pf(int groups, int lines) {
-    q8v3_pf = (groups < 0 ? 0 : groups > 8 ? 8 : groups) | (lines ? Q8V3_PF_LINES : 0);
-}
+/* The kernel's pf argument: a prefetch distance in 32-unit groups | Q8V3_PF_LINES
+ * (per-lane prefetch.global.L2 of 128-byte lines instead of one TMA bulk
+ * prefetch). Every distance measured slower than none (docs/PERF.md), so the
+ * launcher passes Q8V3_PF_NONE. */
+#define Q8V3_PF_LINES 256
+#define Q8V3_PF_NONE 0
 
 /* bytes [s, e) of a weight into L2, widened to 16-byte bounds (a weight's
  * upload is 256-byte aligned and padded, so the widening stays inside it) */
@@ -921,9 +921,9 @@ static cudaError_t launch_q8v3(const q8_multi *p, q8_src *in, int64_t n_in, int6
         return qe;
     if (nt == 1)
         return mf_launch(gemv_q8v3_kernel<T, 1, SWIGLU>, grid, dim3(32 * Q8_WARPS), smem, s, *p, xq, xd, xs, n_in,
-                         nt, ks, q8v3_pf, pro);
+                         nt, ks, Q8V3_PF_NONE, pro);
     return mf_launch(gemv_q8v3_kernel<T, 8, SWIGLU>, grid, dim3(32 * Q8_WARPS), smem, s, *p, xq, xd, xs, n_in, nt,
-                     ks, q8v3_pf, pro);
+                     ks, Q8V3_PF_NONE, pro);
 }
 
 #define MF_CU_FOR_EACH_Q8_WTYPE(X) \
