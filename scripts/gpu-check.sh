@@ -6,8 +6,10 @@
 #   build      cmake -DMINFER_CUDA=ON -DMINFER_CUDA_ARCHS=90: test_cuda_ops,
 #              minfer, dump_logits
 #   ops        tests/cuda/test_cuda_ops (every kernel family vs float64)
-#   ops-nopdl  the decode families again with MINFER_CUDA_PDL=0 (plain launches;
-#              programmatic dependent launch is the default)
+#   ops-suite  tests/ops on cuda (the backend-independent op suite), and the
+#              GPU case count of both suites
+#   ops-nopdl  the decode families again with MINFER_CUDA_TUNE=pdl=0 (plain
+#              launches; programmatic dependent launch is the default)
 #   opsbench   (opt-in) MINFER_CUDA_TEST_BENCH=1 kernel timings -> $OUT/opsbench.log
 #   memcheck   compute-sanitizer memcheck on the op tests, small shapes
 #   racecheck  compute-sanitizer racecheck on the shared-memory families
@@ -18,6 +20,7 @@
 #              (else skipped with a note; the device image lacks gguf: carry
 #              the wheel and pip install --target); greedy tokens identical
 #              with fusions, CUDA graphs, PDL, flash decode off, v1/v3 GEMVs
+#              (tuning strings, MINFER_CUDA_TUNE)
 #   bench      minfer bench --device cuda (pp512 / tg128) on synthetic models
 #   perf       (GPU_CHECK_PERF=1) qwen2-0.5B and qwen2-7B shapes, the defaults
 #              against each lever row of PERF_LEVERS (as TABLE_LEVERS), and a per-op profile
@@ -25,16 +28,26 @@
 # What comes back: $OUT/summary.txt, $OUT/bench.md, $OUT/bench.json and
 # $OUT/gpu-logs.tgz (every log; the device tool returns at most 8 files).
 # GPU_CHECK_STAGES="build ops ..." runs a subset (build is always needed).
+# GPU_CHECK_STAGES=final: the final check in one device call of <= 560 s on
+# 16 cores (with BASE_TGZ): build ops ops-suite memcheck table, each with a
+# time limit (OPS_TIMEOUT 100, SUITE_TIMEOUT 40, MEMCHECK_LIMIT 30 on
+# graph,gemv,attnshort; TABLE_R 10, TABLE_DEPTH_R 1; everything stops by
+# FINAL_BUDGET = 530 s). docs/GPU-TESTS.md has the exact command.
 # GPU_CHECK_END=<epoch seconds>: stages and benches not started by then are
 # skipped (noted), so a run under a hard time limit still returns its logs.
 # GPU_CHECK_MEMCHECK_ONLY=matmul,graph: memcheck on these op families only;
-# OPS_ONLY / OPSBENCH_ONLY / PDL_ONLY / RACE_ONLY: the same for those stages.
+# OPS_TIMEOUT: seconds for the ops stage (300). OPS_ONLY / OPSBENCH_ONLY / PDL_ONLY / RACE_ONLY: the same for those stages.
 # GPU_CHECK_STAGES=table: the issue's table on full-size models (synth --fast),
-# TABLE_MODELS="tag:preset:type[:synth,flags] ...", TABLE_LEVERS="VAR=1 A=1,B=0 ..." (a row each;
-# commas join variables set together),
+# TABLE_MODELS="tag:preset:type[:synth,flags] ...", TABLE_LEVERS="VAR=1 A=1;B=0 ..." (a row each;
+# semicolons join variables set together, so MINFER_CUDA_TUNE=a=1,b=2 is one),
 # TABLE_R (repetitions, default 20), TABLE_DEPTH=0 skips the 7B depth-4096 row,
 # TABLE_BASE=<another minfer> adds a row per model run by that binary (an older
-# commit's build: before / after on one machine in one run).
+# commit's build: before / after on one machine in one run); with
+# TABLE_BASE_DUMP=<its dump_logits> each model's greedy tokens (16 decoded)
+# must be identical between the two builds.
+# BASE_TGZ=<a git archive of another commit>: that tree is built beside this
+# one (minfer + dump_logits, build-base/, in parallel with the build stage)
+# and becomes TABLE_BASE / TABLE_BASE_DUMP.
 # GPU_CHECK_7B_LAYERS=N: the perf stage's 7B model with N layers (same shapes,
 # default 8).
 # Levers checked here (ops: through test hooks; e2e: against the float64
@@ -49,16 +62,42 @@ LOG=$OUT/logs
 mkdir -p "$LOG"
 BUILD=${BUILD:-$ROOT/build-gpu}
 JOBS=${JOBS:-$(nproc 2>/dev/null || echo 8)}
-STAGES=${GPU_CHECK_STAGES:-"build ops ops-nopdl memcheck racecheck e2e bench"}
+STAGES=${GPU_CHECK_STAGES:-"build ops ops-suite ops-nopdl memcheck racecheck e2e bench"}
 [ "${GPU_CHECK_PERF:-0}" = 1 ] && STAGES="$STAGES perf"
 SUMMARY=$OUT/summary.txt
 : >"$SUMMARY"
 : >"$OUT/bench.md"
 T0=$(date +%s)
+if [ "$STAGES" = final ]; then
+    # The final check in one device call of at most ~560 s on 16 cores: this
+    # tree and BASE_TGZ built in parallel, the op tests (tests/cuda and
+    # tests/ops on cuda), memcheck on a small subset, then the "No speed
+    # lost" table with the base build's rows and the greedy-token comparison
+    # on the six synth --fast models. Each stage has its own time limit and
+    # GPU_CHECK_END stops what has not started, so the logs always come back.
+    STAGES="build ops ops-suite memcheck table"
+    GPU_CHECK_END=${GPU_CHECK_END:-$((T0 + ${FINAL_BUDGET:-530}))}
+    OPS_TIMEOUT=${OPS_TIMEOUT:-100}
+    SUITE_TIMEOUT=${SUITE_TIMEOUT:-40}
+    MEMCHECK_LIMIT=${MEMCHECK_LIMIT:-30}
+    GPU_CHECK_MEMCHECK_ONLY=${GPU_CHECK_MEMCHECK_ONLY:-graph,gemv,attnshort}
+    TABLE_R=${TABLE_R:-10}
+    TABLE_DEPTH_R=${TABLE_DEPTH_R:-1}
+fi
 
 note() { printf '%-10s %-6s %s\n' "$1" "$2" "$3" >>"$SUMMARY"; }
 elapsed() { echo "$(( $(date +%s) - T0 ))s"; }
 left() { [ -z "${GPU_CHECK_END:-}" ] || [ "$(date +%s)" -lt "$GPU_CHECK_END" ]; }
+# tmo N: N seconds, or fewer so that a command started now ends by
+# GPU_CHECK_END + 10 (at least 5): no single bench runs the call past its limit
+tmo() {
+    local n=$1 r
+    [ -z "${GPU_CHECK_END:-}" ] && { echo "$n"; return; }
+    r=$(( GPU_CHECK_END + 10 - $(date +%s) ))
+    [ "$r" -lt 5 ] && r=5
+    [ "$r" -lt "$n" ] && n=$r
+    echo "$n"
+}
 want() {
     case " $STAGES " in *" $1 "*) ;; *) return 1;; esac
     left && return 0
@@ -89,10 +128,21 @@ fi
 note toolchain ok "$(head -1 "$LOG/nvidia-smi-L.txt")"
 
 # ---- build -----------------------------------------------------------------------------
+BASE_PID=
+if [ -n "${BASE_TGZ:-}" ]; then # the base tree, built while this one builds
+    (
+        rm -rf "$ROOT/build-base-src" && mkdir -p "$ROOT/build-base-src" &&
+            tar xzf "$BASE_TGZ" -C "$ROOT/build-base-src" &&
+            cmake -B "$ROOT/build-base" -S "$ROOT/build-base-src" -DCMAKE_BUILD_TYPE=Release -DMINFER_CUDA=ON \
+                -DMINFER_CUDA_ARCHS=90 -DCMAKE_CUDA_COMPILER="$(command -v nvcc)" &&
+            cmake --build "$ROOT/build-base" -j"$JOBS" --target minfer dump_logits
+    ) >"$LOG/build-base.log" 2>&1 &
+    BASE_PID=$!
+fi
 if cmake -B "$BUILD" -S "$ROOT" -DCMAKE_BUILD_TYPE=Release -DMINFER_CUDA=ON -DMINFER_CUDA_ARCHS=90 \
         -DCMAKE_CUDA_COMPILER="$(command -v nvcc)" >"$LOG/build.log" 2>&1 &&
-   cmake --build "$BUILD" -j"$JOBS" --target test_cuda_ops >>"$LOG/build.log" 2>&1; then
-    note build ok "test_cuda_ops built ($(elapsed))"
+   cmake --build "$BUILD" -j"$JOBS" --target test_cuda_ops test_ops >>"$LOG/build.log" 2>&1; then
+    note build ok "test_cuda_ops + test_ops built ($(elapsed))"
 else
     note build FAIL "see build.log"
     tail -30 "$LOG/build.log"
@@ -110,7 +160,16 @@ fi
 grep -i "warning" "$LOG/build.log" >"$LOG/build-warnings.txt" || true
 [ -s "$LOG/build-warnings.txt" ] && note build WARN "$(wc -l <"$LOG/build-warnings.txt") warning lines (build-warnings.txt)"
 
+if [ -n "$BASE_PID" ]; then
+    if wait "$BASE_PID"; then
+        TABLE_BASE=${TABLE_BASE:-$ROOT/build-base/minfer}
+        TABLE_BASE_DUMP=${TABLE_BASE_DUMP:-$(find "$ROOT/build-base" -name dump_logits -type f -perm -u+x | head -1)}
+        note build ok "base tree built ($(elapsed))"
+    else note build FAIL "base tree did not build (build-base.log)"; fi
+fi
 OPS=$BUILD/tests/cuda/test_cuda_ops
+SUITE=$BUILD/tests/test_ops
+[ -x "$SUITE" ] || SUITE=$(find "$BUILD" -name test_ops -type f -perm -u+x | head -1)
 MINFER=$BUILD/minfer
 DUMP=$BUILD/tests/dump_logits
 [ -x "$DUMP" ] || DUMP=$(find "$BUILD" -name dump_logits -type f -perm -u+x | head -1)
@@ -118,16 +177,32 @@ DUMP=$BUILD/tests/dump_logits
 # ---- op tests ------------------------------------------------------------------------------
 if want ops; then
     t=$(date +%s)
-    env ${OPS_ONLY:+MINFER_CUDA_TEST_ONLY=$OPS_ONLY} timeout 300 "$OPS" >"$LOG/ops.log" 2>&1
+    env ${OPS_ONLY:+MINFER_CUDA_TEST_ONLY=$OPS_ONLY} timeout "$(tmo "${OPS_TIMEOUT:-300}")" "$OPS" >"$LOG/ops.log" 2>&1
     rc=$?
     last=$(grep -E "passed, .* failed" "$LOG/ops.log" | tail -1)
     if [ $rc -eq 0 ]; then note ops PASS "$last ($(( $(date +%s) - t ))s)";
     elif [ $rc -eq 77 ]; then note ops SKIP "$(head -1 "$LOG/ops.log")";
-    else note ops FAIL "rc $rc: $last"; grep FAIL "$LOG/ops.log" | head -20 >>"$SUMMARY"; fi
+    elif [ $rc -eq 124 ] && ! grep -q " FAIL" "$LOG/ops.log"; then # the time limit, not a failure
+        note ops PARTIAL "time limit after $(( $(date +%s) - t ))s: $(grep -c " PASS" "$LOG/ops.log") passed, 0 failed so far"
+    else note ops FAIL "rc $rc: $last"; grep FAIL "$LOG/ops.log" | cut -c1-140 | head -60 >>"$SUMMARY"; fi
+fi
+if want ops-suite; then # the backend-independent op suite (tests/ops) on cuda
+    t=$(date +%s)
+    timeout "$(tmo "${SUITE_TIMEOUT:-300}")" "$SUITE" cuda >"$LOG/ops-suite.log" 2>&1
+    rc=$?
+    last=$(grep -E "passed, .* failed" "$LOG/ops-suite.log" | tail -1)
+    if [ $rc -eq 0 ]; then note ops-suite PASS "$last ($(( $(date +%s) - t ))s)";
+    elif [ $rc -eq 77 ]; then note ops-suite SKIP "$(head -1 "$LOG/ops-suite.log")";
+    else note ops-suite FAIL "rc $rc: $last"; grep FAIL "$LOG/ops-suite.log" | cut -c1-140 | head -30 >>"$SUMMARY"; fi
+    # the GPU case count across both suites (the issue's >= 10,456; tests/cuda
+    # prints one PASS line a check, so a run cut by its time limit counts too)
+    a=$(grep -c " PASS" "$LOG/ops.log" 2>/dev/null)
+    b=$(grep -oE "[0-9]+ passed" <<<"$last" | grep -oE "[0-9]+")
+    note ops-count info "GPU op cases passed: tests/cuda ${a:-0} + tests/ops on cuda ${b:-0} = $(( ${a:-0} + ${b:-0} ))"
 fi
 if want ops-nopdl; then # the decode-path families again with plain launches (PDL is the default)
     t=$(date +%s)
-    MINFER_CUDA_PDL=0 MINFER_CUDA_TEST_ONLY=${PDL_ONLY:-matmul,getrows,norm,rope,elementwise,attn,qkv,ffn,fuse_add,fuse_norm,gemv_v2,graph,decattn,decsmall,gemv,gemvfuse,lat,attnone,q6k,normmm,qkvmix,ffnq8b,shortrope,soa,d2h,zc} \
+    MINFER_CUDA_TUNE=pdl=0 MINFER_CUDA_TEST_ONLY=${PDL_ONLY:-matmul,getrows,norm,rope,elementwise,attn,qkv,ffn,fuse_add,fuse_norm,graph,decattn,decsmall,gemv,gemvfuse,lat,attnone,q6k,normmm,qkvmix,ffnq8b,shortrope,zc} \
         timeout 300 "$OPS" >"$LOG/ops-nopdl.log" 2>&1
     rc=$?
     last=$(grep -E "passed, .* failed" "$LOG/ops-nopdl.log" | tail -1)
@@ -137,7 +212,7 @@ if want ops-nopdl; then # the decode-path families again with plain launches (PD
 fi
 if want opsbench; then # kernel-level timings of the session-2 families (never asserted)
     t=$(date +%s)
-    MINFER_CUDA_TEST_BENCH=1 MINFER_CUDA_TEST_ONLY=${OPSBENCH_ONLY:-mma,mmafuse,preattn,decattn,decsmall,gemv,gemvfuse,lat,q6k,attnone,qkvmix,ffnq8b,shortrope,soa,zc} \
+    MINFER_CUDA_TEST_BENCH=1 MINFER_CUDA_TEST_ONLY=${OPSBENCH_ONLY:-mma,mmafuse,preattn,decattn,decsmall,gemv,gemvfuse,lat,q6k,attnone,qkvmix,ffnq8b,shortrope,zc} \
         timeout 300 "$OPS" >"$OUT/opsbench.log" 2>&1
     rc=$?
     if [ $rc -eq 0 ]; then note opsbench done "$(grep -E "passed, .* failed" "$OUT/opsbench.log" | tail -1) ($(( $(date +%s) - t ))s; opsbench.log)";
@@ -150,7 +225,7 @@ sanitize() { # tool log-name time-limit env-assignments...
     local tool=$1 name=$2 lim=$3; shift 3
     if [ -z "${CS:-}" ]; then note "$name" SKIP "compute-sanitizer not found"; return; fi
     local t; t=$(date +%s)
-    env MINFER_CUDA_TEST_SMALL=1 MINFER_GPU_TIMEOUT_MS=120000 "$@" timeout "$lim" \
+    env MINFER_CUDA_TEST_SMALL=1 MINFER_GPU_TIMEOUT_MS=120000 "$@" timeout "$(tmo "$lim")" \
         "$CS" --tool "$tool" --error-exitcode 3 "$OPS" >"$LOG/$name.log" 2>&1
     local rc=$?
     local errs; errs=$(grep -E "ERROR SUMMARY|RACECHECK SUMMARY" "$LOG/$name.log" | tail -1)
@@ -158,15 +233,16 @@ sanitize() { # tool log-name time-limit env-assignments...
     if [ $rc -eq 0 ]; then note "$name" PASS "${errs:-no summary line}; $res ($(( $(date +%s) - t ))s)";
     else note "$name" FAIL "rc $rc ${errs}; $res"; fi
 }
-want memcheck && sanitize memcheck memcheck 200 ${GPU_CHECK_MEMCHECK_ONLY:+MINFER_CUDA_TEST_ONLY=$GPU_CHECK_MEMCHECK_ONLY}
+want memcheck && sanitize memcheck memcheck "${MEMCHECK_LIMIT:-200}" ${GPU_CHECK_MEMCHECK_ONLY:+MINFER_CUDA_TEST_ONLY=$GPU_CHECK_MEMCHECK_ONLY}
 # shortrope is left out of racecheck: its kernel syncs 4 warps on a named barrier
 # (bar.sync 1, 128), which racecheck mistakes for a block-wide one and then reports
-# the pairs around later __syncthreads (scripts/racecheck-named-barrier.cu shows it on a
+# the pairs around later __syncthreads (lab/cuda/racecheck-named-barrier.cu shows it on a
 # kernel that is correct by construction); memcheck and the bitwise tests cover it
-want racecheck && sanitize racecheck racecheck "${RACE_LIMIT:-150}" MINFER_CUDA_TEST_ONLY=${RACE_ONLY:-matmul,norm,elementwise,attn,ffn,fuse_norm,gemv_v2,gemv,mma,preattn,decattn,decsmall,gemvfuse,lat,attnone,q6k,attnshort,qkvmix,ffnq8b,d2h,zc}
+want racecheck && sanitize racecheck racecheck "${RACE_LIMIT:-150}" MINFER_CUDA_TEST_ONLY=${RACE_ONLY:-matmul,norm,elementwise,attn,ffn,fuse_norm,gemv,mma,preattn,decattn,decsmall,gemvfuse,lat,attnone,q6k,attnshort,qkvmix,ffnq8b,zc}
 
 # ---- end to end ------------------------------------------------------------------------------
 PY=$(command -v python3 || true)
+TOKS=1,15,263,42,7,300,99,1024,5,77,123,8,256,31
 HAVE_PY=0
 if [ -n "$PY" ] && "$PY" -c "import numpy, gguf" >/dev/null 2>&1; then HAVE_PY=1; fi
 MODELS=$BUILD/gpu-models; mkdir -p "$MODELS"
@@ -187,7 +263,7 @@ if want e2e && [ $HAVE_MINFER -eq 1 ] && [ -n "$DUMP" ]; then
             E2E_LONG=; [ $cache = f16-long ] && { E2E_LONG=1; cache=f16; }
             toks=$TOKS; [ -n "$E2E_LONG" ] && toks=$(seq -s, 3 41 3899 | cut -d, -f1-96)
             tag=$cache${E2E_NO_Q8:+-noq8}${E2E_FUSE:+-fuse}${E2E_LONG:+-long}; j=$LOG/e2e-$arch-$tag.json
-            if ! env ${E2E_NO_Q8:+MINFER_CUDA_NO_Q8=1} ${E2E_FUSE:+MINFER_CUDA_FUSE_GEMV=1 MINFER_CUDA_FUSE_ROPE=1 MINFER_CUDA_FUSE_ADD=1 MINFER_CUDA_FUSE_NORM=1 MINFER_CUDA_GEMV_V2=1 MINFER_CUDA_FLASH_PREFILL=1} MINFER_LOG=info timeout 120 "$DUMP" "$m" --tokens $toks --decode 4 --device cuda \
+            if ! env ${E2E_NO_Q8:+MINFER_CUDA_TUNE=gemv_q8=0} ${E2E_FUSE:+MINFER_CUDA_TUNE=fuse_gemv=1} MINFER_LOG=info timeout 120 "$DUMP" "$m" --tokens $toks --decode 4 --device cuda \
                     --cache $cache >"$j" 2>"$LOG/e2e-$arch-$tag.err"; then
                 note e2e FAIL "$arch $tag: dump_logits --device cuda failed: $(tail -1 "$LOG/e2e-$arch-$tag.err")"
                 continue
@@ -196,7 +272,7 @@ if want e2e && [ $HAVE_MINFER -eq 1 ] && [ -n "$DUMP" ]; then
             if [ $HAVE_PY -eq 1 ]; then
                 # decode rows go through the int8-activation GEMV (rounding
                 # ~3e-3 per matmul, like the CPU's Q8 activations): 3e-2;
-                # the f32-activation tier (MINFER_CUDA_NO_Q8=1) keeps 2e-3 / 5e-3
+                # the f32-activation tier (tune gemv_q8=0) keeps 2e-3 / 5e-3
                 tol=3e-2
                 [ -n "${E2E_NO_Q8:-}" ] && { tol=2e-3; [ $cache = f16 ] && tol=5e-3; [ $cache = q8_0 ] && tol=3e-2; }
                 if "$PY" - "$m" "$j" "$tol" >"$LOG/e2e-$arch-$tag.cmp" 2>&1 <<'EOF'
@@ -225,10 +301,12 @@ EOF
         timeout 120 "$DUMP" "$m" --tokens $TOKS --decode 8 --device cuda --cache f32 \
             >"$LOG/e2e-$arch-base8.json" 2>"$LOG/e2e-$arch-base8.err"
         k=0
-        for lever in "MINFER_NO_FUSE_QKV=1 MINFER_NO_FUSE_FFN=1" "MINFER_NO_CUDA_GRAPH=1" "MINFER_CUDA_PDL=0 MINFER_CUDA_GEMV_V1=1" "MINFER_CUDA_GEMV_V3=1" "MINFER_CUDA_GEMV_V4=0 MINFER_CUDA_LAT=0 MINFER_CUDA_MMA_CFG=0" "MINFER_CUDA_ATTN_ONE=0 MINFER_CUDA_GEMV_V4_Q6K=0 MINFER_CUDA_NORM_MM=0" "MINFER_CUDA_FUSE_ROPE=0 MINFER_CUDA_FUSE_NORM=0 MINFER_CUDA_FLASH_PREFILL=0" "MINFER_CUDA_NO_FLASH_DECODE=1" \
-            "MINFER_CUDA_ATTN_SHORT=0" "MINFER_CUDA_SHORT_ROPE=0" "MINFER_CUDA_QKV_MIX=0 MINFER_CUDA_FFN_Q8B=0" "MINFER_CUDA_SOA=1" "MINFER_CUDA_SOA=2" "MINFER_CUDA_LOGITS_CHUNKS=4 MINFER_CUDA_LOGITS_ZC=0" "MINFER_CUDA_LOGITS_ZC=0" \
-            "MINFER_CUDA_FFN_Q8B=1" "MINFER_CUDA_FFN_Q8B=2" "MINFER_CUDA_ATTN_PF=0 MINFER_CUDA_GEMV_V4_PF=1" "MINFER_CUDA_GEMV_V4_PF=2" \
-            "MINFER_CUDA_INPUT_SLOTS=0 MINFER_CUDA_GEMV_V4_Q6K=1" "MINFER_CUDA_INPUT_SLOTS=2" ${E2E_LEVER:+"$E2E_LEVER"}; do
+        for lever in "MINFER_NO_FUSE_QKV=1 MINFER_NO_FUSE_FFN=1" "MINFER_NO_CUDA_GRAPH=1" "MINFER_CUDA_NO_FUSE=1" \
+            "MINFER_CUDA_TUNE=pdl=0,gemv=v1" "MINFER_CUDA_TUNE=gemv=v3" "MINFER_CUDA_TUNE=v4=0" \
+            "MINFER_CUDA_TUNE=attn_decode=split,v4_q6k=0,norm_mm=0" "MINFER_CUDA_TUNE=fuse_rope=0,fuse_norm=0,attn_prefill=simt" \
+            "MINFER_CUDA_TUNE=attn_decode=block" "MINFER_CUDA_TUNE=attn_decode=one" "MINFER_CUDA_TUNE=short_rope=0" \
+            "MINFER_CUDA_TUNE=qkv_mix=0,ffn_q8b=0" "MINFER_CUDA_TUNE=zc=0" "MINFER_CUDA_TUNE=attn_pf=0,v4_pf=1" \
+            "MINFER_CUDA_TUNE=v4_pf=2" "MINFER_CUDA_TUNE=slots=0,v4_q6k=1" ${E2E_LEVER:+"$E2E_LEVER"}; do
             k=$((k + 1)); j=$LOG/e2e-$arch-lever$k.json
             env $lever timeout 120 "$DUMP" "$m" --tokens $TOKS --decode 8 --device cuda --cache f32 \
                 >"$j" 2>"$LOG/e2e-$arch-lever$k.err"
@@ -243,10 +321,10 @@ fi
 
 # ---- bench ------------------------------------------------------------------------------------------
 # bench_model NAME SYNTH-ARGS [extra bench args]: synthesizes, benches, appends to bench.md
-# Exports "A=1,B=0" (a lever row: commas join variables set together).
+# Exports "A=1;B=0" (a lever row: semicolons join variables set together).
 export_levers() {
     local kvs kv
-    IFS=, read -ra kvs <<<"$1"
+    IFS=';' read -ra kvs <<<"$1"
     for kv in "${kvs[@]}"; do export "$kv"; done
 }
 bench_model() {
@@ -254,12 +332,12 @@ bench_model() {
     if ! left; then note bench SKIP "$name: out of time"; return; fi
     local bm=$MODELS/bench-${MNAME:-$name}.gguf   # MNAME: share one synthesized model
     local t; t=$(date +%s)
-    if [ ! -s "$bm" ] && ! timeout 200 "$MINFER" synth $sargs -o "$bm" >"$LOG/synth-bench-$name.log" 2>&1; then
+    if [ ! -s "$bm" ] && ! timeout "$(tmo 200)" "$MINFER" synth $sargs -o "$bm" >"$LOG/synth-bench-$name.log" 2>&1; then
         note bench FAIL "$name: synth failed (synth-bench-$name.log)"; return
     fi
     echo "### $name ($sargs) $(date -u +%Y-%m-%dT%H:%MZ)" >>"$OUT/bench.md"
     local l0; l0=$(wc -l <"$OUT/bench.md")
-    timeout 240 "$MINFER" bench -m "$bm" --device cuda -p 512 -n 128 "$@" >>"$OUT/bench.md" \
+    timeout "$(tmo 240)" "$MINFER" bench -m "$bm" --device cuda -p 512 -n 128 "$@" >>"$OUT/bench.md" \
         2>"$LOG/bench-$name.err"
     local rc=$?
     echo >>"$OUT/bench.md"
@@ -290,10 +368,9 @@ if [ $HAVE_MINFER -eq 1 ] && "$MINFER" bench --help >/dev/null 2>&1; then
                  "q7|--preset qwen2-7b --type Q4_K_M --layers ${GPU_CHECK_7B_LAYERS:-8}"; do
             tag=${m%%|*}; sargs=${m#*|}
             MNAME=perf-$tag KEEP_MODEL=1 PROFILE=1 bench_model "perf-$tag" "$sargs" -r 3
-            for lev in ${PERF_LEVERS:-MINFER_CUDA_PDL=0 MINFER_CUDA_GEMV_V1=1 MINFER_CUDA_GEMV_V3=1 \
-                       MINFER_CUDA_FUSE_ADD=0 MINFER_CUDA_NO_FLASH_DECODE=1 MINFER_CUDA_NO_MMA=1 \
-                       MINFER_CUDA_NO_TC_ATTN=1 MINFER_NO_CUDA_GRAPH=1 MINFER_CUDA_FUSE_GEMV=1 \
-                       MINFER_CUDA_GEMV_PROLOGUE=1}; do
+            for lev in ${PERF_LEVERS:-MINFER_CUDA_TUNE=pdl=0 MINFER_CUDA_TUNE=gemv=v1 MINFER_CUDA_TUNE=gemv=v3 \
+                       MINFER_CUDA_TUNE=fuse_add=0 MINFER_CUDA_TUNE=attn_decode=block MINFER_CUDA_TUNE=mm=wmma \
+                       MINFER_CUDA_TUNE=attn_prefill=flash MINFER_NO_CUDA_GRAPH=1 MINFER_CUDA_TUNE=fuse_gemv=1}; do
                 ( export_levers "$lev"; MNAME=perf-$tag KEEP_MODEL=1 bench_model "perf-$tag-$lev" "$sargs" -r 3 )
             done
             rm -f "$MODELS/bench-perf-$tag.gguf"
@@ -316,6 +393,18 @@ if [ $HAVE_MINFER -eq 1 ] && "$MINFER" bench --help >/dev/null 2>&1; then
                 ( MINFER=$TABLE_BASE MNAME=t-$tag KEEP_MODEL=1 bench_model "table-$tag-base" "$sx" -ctk f16 \
                     -r "${TABLE_R:-20}" ${TABLE_ARGS:-} )
             fi
+            if [ -n "${TABLE_BASE_DUMP:-}" ] && [ -n "$DUMP" ] && [ -s "$MODELS/bench-t-$tag.gguf" ]; then
+                # greedy tokens of this build and the base build on the same model
+                gtok() { grep -o '"tokens": *\[[^]]*\]' "$1" | head -1; }
+                for which in new base; do
+                    d=$DUMP; [ $which = base ] && d=$TABLE_BASE_DUMP
+                    timeout "$(tmo 120)" "$d" "$MODELS/bench-t-$tag.gguf" --tokens $TOKS --decode 16 --device cuda --cache f16 \
+                        >"$LOG/tok-$tag-$which.json" 2>"$LOG/tok-$tag-$which.err"
+                done
+                if [ -n "$(gtok "$LOG/tok-$tag-new.json")" ] && [ "$(gtok "$LOG/tok-$tag-new.json")" = "$(gtok "$LOG/tok-$tag-base.json")" ]; then
+                    note tokens PASS "$tag: greedy tokens (14 + 16 decoded) identical to the base build"
+                else note tokens FAIL "$tag: greedy tokens differ from the base build ($(tail -1 "$LOG/tok-$tag-new.err"))"; fi
+            fi
             for lev in ${TABLE_LEVERS:-}; do
                 ( export_levers "$lev"; MNAME=t-$tag KEEP_MODEL=1 bench_model "table-$tag-$lev" "$sx" -ctk f16 \
                     -r "${TABLE_R:-20}" ${TABLE_ARGS:-} )
@@ -323,10 +412,17 @@ if [ $HAVE_MINFER -eq 1 ] && "$MINFER" bench --help >/dev/null 2>&1; then
             if [ "$tag" = q7km ] && [ "${TABLE_DEPTH:-1}" = 1 ] && left; then
                 # pp2048 and tg128 after 4096 tokens of context (llama.cpp: 10,001 / 247.8)
                 echo "### table-q7km depth 4096 $(date -u +%Y-%m-%dT%H:%MZ)" >>"$OUT/bench.md"
-                timeout 300 "$MINFER" bench -m "$MODELS/bench-t-q7km.gguf" --device cuda -ctk f16 \
+                timeout "$(tmo 300)" "$MINFER" bench -m "$MODELS/bench-t-q7km.gguf" --device cuda -ctk f16 \
                     -p 2048 -n 128 -d 4096 -r "${TABLE_DEPTH_R:-3}" >>"$OUT/bench.md" 2>"$LOG/bench-depth.err" &&
                     note bench done "q7km d4096: $(grep -E 'pp2048|tg128' "$OUT/bench.md" | tail -2 | awk -F'|' '{print $(NF-2)}' | tr -s ' ' | tr '\n' ';')" ||
                     note bench FAIL "q7km d4096: $(tail -1 "$LOG/bench-depth.err")"
+                if [ -n "${TABLE_BASE:-}" ]; then
+                    echo "### table-q7km-base depth 4096 $(date -u +%Y-%m-%dT%H:%MZ)" >>"$OUT/bench.md"
+                    timeout "$(tmo 300)" "$TABLE_BASE" bench -m "$MODELS/bench-t-q7km.gguf" --device cuda -ctk f16 \
+                        -p 2048 -n 128 -d 4096 -r "${TABLE_DEPTH_R:-3}" >>"$OUT/bench.md" 2>"$LOG/bench-depth-base.err" &&
+                        note bench done "q7km-base d4096: $(grep -E 'pp2048|tg128' "$OUT/bench.md" | tail -2 | awk -F'|' '{print $(NF-2)}' | tr -s ' ' | tr '\n' ';')" ||
+                        note bench FAIL "q7km-base d4096: $(tail -1 "$LOG/bench-depth-base.err")"
+                fi
             fi
             rm -f "$MODELS/bench-t-$tag.gguf"
         done

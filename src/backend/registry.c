@@ -22,7 +22,7 @@ static int create_ref(const mf_weights *w, const mf_backend_options *o, mf_backe
 
 #ifdef MINFER_HAVE_CUDA
 static int create_cuda(const mf_weights *w, const mf_backend_options *o, mf_backend **out, mf_error *err) {
-    return mf_backend_cuda_new_progress(w, o->progress, o->progress_user, out, err);
+    return mf_backend_cuda_create(w, o, out, err);
 }
 #endif
 

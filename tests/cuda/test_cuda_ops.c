@@ -22,7 +22,7 @@
  * MINFER_CUDA_TEST_ONLY=matmul,norm,...: run only these families (matmul,
  * getrows, norm, rope, elementwise, attn, qkv, ffn, fuse_add, fuse_norm,
  * gemv_v2, graph, misc, mma, mmafuse, decattn, preattn, gemv, decsmall,
- * gemvfuse, lat, attnone, attnshort, q6k, normmm, qkvmix, ffnq8b, soa, shortrope, d2h,
+ * gemvfuse, lat, attnone, attnshort, q6k, normmm, qkvmix, ffnq8b, shortrope, d2h,
  * zc); racecheck runs the shared-memory families this way.
  * The fusion levers (MINFER_CUDA_FUSE_GEMV / _ROPE / _ADD / _NORM,
  * MINFER_CUDA_GEMV_V2, MINFER_CUDA_FLASH_PREFILL; docs/ENV.md says which are
@@ -213,27 +213,6 @@
  * (mf_cuda_q8_ready_stats), vs float64. MINFER_CUDA_TEST_BENCH=1: today vs
  * q8b=1 .. 5 us per FFN tail (norm-quant, gate/up, [quantize], down +
  * residual; PDL chain, weights from HBM) at 0.5B Q4_0 / Q5_0 and 1.5B Q4_K.
- * Family soa: MINFER_CUDA_SOA (soa.cu: plane copies of Q4_0 / Q5_0 / Q8_0
- * weights; q8w_soa.cuh: their v4 decoders; args fields w_soa / soa_stride)
- * for each of the three types at 896 -> 896 / 128 / 4864 / 151936 (the
- * last through mf_cu_matmul, the lm_head's route), 4864 -> 896, 3584 ->
- * 18944, 18944 -> 3584, the residual epilogue at 4864 -> 896 and 18944 ->
- * 3584, v4 u1 (the rule) and u2; fused QKV + bias (and with only q's copy:
- * the run must read the block copies), gate/up + SwiGLU 896 -> 4864 and
- * 3584 -> 18944; the mixed-type QKV (Q5_0/Q5_0/Q8_0, Q4_0/Q4_0/Q5_0)
- * block / plane x separate / mixed, and mixed with only v's copy: every
- * relayout byte for byte a host relayout (padding included), outputs
- * poisoned per run, vs float64 (3e-2 and the int8 bound per sampled output;
- * SwiGLU 6e-2), plane == block bitwise on every output, plane launches
- * (mf_cu_q8v4_soa_count) and mixed launches counted; through the backend
- * (MINFER_CUDA_SOA set for the test backend's creation; the switch then
- * off for the other families unless the variable was set, hook
- * mf_cuda_set_soa) a MATMUL 896 -> 151936 node and a FUSED_FFN 896 -> 4864
- * (fused GEMV) of each type, switch on == off bitwise, one plane launch
- * with it on, none off. MINFER_CUDA_TEST_BENCH=1: block vs
- * plane us and TB/s per v4 GEMV alone (x already quantized; weights from
- * HBM) at Q8_0 896 -> 151936, Q4_0 3584 -> 37888 and 18944 -> 3584, Q8_0
- * 3584 -> 18944 and 4864 -> 896, Q5_0 / Q4_0 896 -> 9728.
  * Family d2h: MINFER_CUDA_LOGITS_CHUNKS (the lm_head as K row chunks, each
  * chunk's logits copied into the engine's pinned buffer on a side stream
  * while the next computes; hook mf_cuda_set_logits_chunks): RMSNORM ->
@@ -260,6 +239,7 @@
  * MINFER_CUDA_TEST_BENCH=1: host us of a replayed step, copy vs ZC vs
  * chunks K 4, per head. */
 #include <math.h>
+#include <stdarg.h>
 #include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -269,11 +249,91 @@
 #include "backend/cuda/cuda_backend.h"
 #include "quant/quant.h"
 
+/* the backend's per-forward values, with the read-back hint (cuda_backend.h) */
+#define mf_exec_args mf_cuda_args
+
 /* ---- harness ----------------------------------------------------------------------- */
 
 static int n_pass, n_fail;
 static bool small;
 static mf_backend *be;
+
+/* ---- the choices the cases flip, all through the tuning string ---------------------------- */
+
+static mf_cuda_tune tune0; /* the tuning at creation (defaults + MINFER_CUDA_TUNE) */
+
+static void tune(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+static void tune(const char *fmt, ...) {
+    char s[160];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(s, sizeof s, fmt, ap);
+    va_end(ap);
+    mf_error e;
+    if (mf_cuda_retune(be, s, &e)) {
+        fprintf(stderr, "FAIL tuning '%s': %s\n", s, e.msg);
+        exit(1);
+    }
+}
+
+/* The decode attention's three old switches, kept apart here so the cases
+ * can flip one at a time; each flip writes the one attn_decode choice. */
+static int tk_decode = 1, tk_one = -1, tk_short = -1;
+static void tk_attn(void) {
+    const bool one = tk_one != 0, shrt = tk_short != 0;
+    tune("attn_decode=%s,attn_one_max=%lld", !tk_decode ? "block" : !one ? "split" : shrt ? "short" : "one",
+         tk_one == 1 ? (long long)1 << 40 : (long long)tune0.attn_one_max);
+}
+static void t_flash_decode(mf_backend *b, bool on) { (void)b; tk_decode = on; tk_attn(); }
+static void t_attn_one(mf_backend *b, int mode) { (void)b; tk_one = mode; tk_attn(); }
+static void t_attn_short(mf_backend *b, int mode) { (void)b; tk_short = mode; tk_attn(); }
+
+/* Prefill attention: the tensor-core kernel, the SIMT flash one, or neither. */
+static int tk_tc = 1, tk_flash = 1;
+static void tk_prefill(void) { tune("attn_prefill=%s", tk_tc ? "mma" : tk_flash ? "flash" : "simt"); }
+static void t_tc_attn(mf_backend *b, bool on) { (void)b; tk_tc = on; tk_prefill(); }
+static void t_flash(mf_backend *b, bool on) { (void)b; tk_flash = on; tk_prefill(); }
+
+static void t_matmul_mode(mf_backend *b, int mode) { (void)b; tune("force=%d", mode); }
+static void t_fuse(mf_backend *b, bool on) { (void)b; tune("fuse_gemv=%d", on); }
+static void t_fuse_add(mf_backend *b, bool on) { (void)b; tune("fuse_add=%d", on); }
+static void t_fuse_rope(mf_backend *b, bool on) { (void)b; tune("fuse_rope=%d", on); }
+static void t_fuse_norm(mf_backend *b, bool on) { (void)b; tune("fuse_norm=%d", on); }
+static void t_norm_mm(mf_backend *b, bool on) { (void)b; tune("norm_mm=%d", on); }
+static void t_logits_zc(mf_backend *b, bool on) { (void)b; tune("zc=%d", on); }
+static void t_short_rope(mf_backend *b, int mode) { (void)b; tune("short_rope=%d", mode < 0 ? tune0.short_rope : mode != 0); }
+static void t_ffn_q8b(mf_backend *b, int mode) { (void)b; tune("ffn_q8b=%d", mode < 0 ? tune0.ffn_q8b : mode != 0); }
+static void t_input_slots(mf_backend *b, int mode) { (void)b; tune("slots=%d", mode != 0); }
+static void t_mma_fuse(mf_backend *b, int fuse, int split) { (void)b; tune("mma_fuse=%d,mma_split=%d", fuse != 0, split != 0); }
+static void t_mma_chunk(mf_backend *b, uint64_t bytes) { (void)b; tune("mma_chunk=%llu", (unsigned long long)bytes); }
+/* v1 (on) or v3 (off) everywhere, the v4 kernel off */
+static void t_gemv_v1(mf_backend *b, bool on) { (void)b; tune("gemv=%s,v4=0", on ? "v1" : "v3"); }
+static void t_gemv_v4(mf_backend *b, int u) {
+    (void)b;
+    if (u < 0)
+        tune("v4=auto");
+    else
+        tune("v4=%d", u);
+}
+static void t_reset_gemv(mf_backend *b) {
+    (void)b;
+    tune("gemv=auto,v4=auto,qkv_mix=%d,ffn_q8b=%d", tune0.qkv_mix, tune0.ffn_q8b);
+}
+static void t_pdl(int on) { tune("pdl=%d", on != 0); }
+static void t_attn_short_pf(int on) { tune("attn_pf=%d", on != 0); }
+static void t_gemv_v4_big(int mib) { tune("v4_big=%d", mib); }
+static void t_gemv_v4_early(int mode) {
+    if (mode < 0 || mode > 1)
+        tune("v4_early=auto");
+    else
+        tune("v4_early=%d", mode);
+}
+static void t_gemv_v4_q6k(int u) {
+    if (u < 0 || u > 2)
+        tune("v4_q6k=auto");
+    else
+        tune("v4_q6k=%d", u);
+}
 static mf_weights *W;
 static const char *only;
 
@@ -377,7 +437,7 @@ static void dev_free(int32_t id) {
 /* Executes node `node` and synchronizes; returns 0 or -1 with err. */
 static int run(const mf_graph *g, int32_t node, const int32_t *in, int32_t out, mf_kv_pair kv,
                const mf_exec_args *a, mf_error *err) {
-    if (be->ops->execute_node(be, g, node, in, out, kv, a, err))
+    if (mf_cuda_execute_node(be, g, node, in, out, kv, a, err))
         return -1;
     return be->ops->synchronize(be, err);
 }
@@ -584,9 +644,9 @@ static void test_matmul(const mm_spec *s, int64_t nt, int mode) {
     int32_t in = dev_put(x, (size_t)(s->n_in * nt) * 4);
     int32_t out = dev_poison((size_t)(s->n_out * nt) * 4);
     mf_exec_args a = args(0, nt, 1, MF_TYPE_F32);
-    mf_cuda_set_matmul_mode(be, mode);
+    t_matmul_mode(be, mode);
     run_ok(&g, mi, &in, out, (mf_kv_pair){-1, -1}, &a);
-    mf_cuda_set_matmul_mode(be, 0);
+    t_matmul_mode(be, 0);
     float *y = dev_get(out, (size_t)(s->n_out * nt) * 4);
     const int64_t n_nan = count_nan(y, s->n_out * nt);
 
@@ -642,9 +702,9 @@ static void test_matmul(const mm_spec *s, int64_t nt, int mode) {
         snprintf(detail, sizeof detail, "worst |err| / bound %.3f", worst);
         check_true(bn2, worst <= 1.0, detail);
         int32_t out2 = dev_poison((size_t)(s->n_out * nt) * 4);
-        mf_cuda_set_matmul_mode(be, -1);
+        t_matmul_mode(be, -1);
         run_ok(&g, mi, &in, out2, (mf_kv_pair){-1, -1}, &a);
-        mf_cuda_set_matmul_mode(be, 0);
+        t_matmul_mode(be, 0);
         float *y2 = dev_get(out2, (size_t)(s->n_out * nt) * 4);
         double *y2d = malloc((size_t)(s->n_out * nt) * sizeof *y2d);
         for (int64_t i = 0; i < s->n_out * nt; i++)
@@ -1017,9 +1077,9 @@ static void test_attention(const attn_spec *s) {
     for (int inplace = 0; s->hd <= 128 && s->nt > 8 && inplace < 2; inplace++) {
         int32_t qf = inplace ? dev_put(q, (size_t)(qd * s->nt) * 4) : qid;
         int32_t of = inplace ? qf : dev_poison((size_t)(qd * s->nt) * 4);
-        mf_cuda_set_flash(be, true);
+        t_flash(be, true);
         run_ok(&g, at, (int32_t[]){qf, -1}, of, kv, &a);
-        mf_cuda_set_flash(be, false);
+        t_flash(be, false);
         float *yf = dev_get(of, (size_t)(qd * s->nt) * 4);
         char fname[160];
         snprintf(fname, sizeof fname, "%s [flash%s]", name, inplace ? " in-place" : "");
@@ -1230,13 +1290,11 @@ static void test_qkv(const qkv_spec *s, int64_t nt, int64_t n_past, bool epilogu
         mf_kv_pair kv = {dev_poison(region), dev_poison(region)};
         int32_t out = dev_poison((size_t)(qd * nt) * 4);
         mf_exec_args a = args(n_past, nt, n_ctx, kvt);
-        mf_cuda_set_fuse(be, fg);
-        mf_cuda_set_gemv_v2(be, fg); /* Q4_K weights: the paired-unit kernel inside the fused GEMV */
-        mf_cuda_set_fuse_rope(be, fr);
+        t_fuse(be, fg);
+        t_fuse_rope(be, fr);
         run_ok(&g, node, ids, out, kv, &a);
-        mf_cuda_set_fuse(be, false);
-        mf_cuda_set_gemv_v2(be, false);
-        mf_cuda_set_fuse_rope(be, mf_env_int("MINFER_CUDA_FUSE_ROPE", 1) != 0);
+        t_fuse(be, false);
+        t_fuse_rope(be, tune0.fuse_rope != 0);
         float *y = dev_get(out, (size_t)(qd * nt) * 4);
         uint8_t *kraw = malloc(region), *vraw = malloc(region);
         mf_error e;
@@ -1323,9 +1381,9 @@ static void test_ffn(uint32_t t, uint32_t ut, int64_t d, int64_t ff, int64_t nt)
         int32_t in = dev_put(x, (size_t)(d * nt) * 4);
         int32_t out = alias ? in : dev_poison((size_t)(ff * nt) * 4);
         mf_exec_args a = args(0, nt, 1, MF_TYPE_F32);
-        mf_cuda_set_fuse(be, fv == 1);
+        t_fuse(be, fv == 1);
         run_ok(&g, node, &in, out, (mf_kv_pair){-1, -1}, &a);
-        mf_cuda_set_fuse(be, false);
+        t_fuse(be, false);
         float *y = dev_get(out, (size_t)(ff * nt) * 4);
         snprintf(name, sizeof name, "fused_ffn%s %-5s%s%s %lld -> %lld nt %lld%s", fv ? "[fuse]" : "",
                  mf_type_name(t), ut != t ? "/" : "", ut != t ? mf_type_name(ut) : "", (long long)d,
@@ -1343,41 +1401,6 @@ static void test_ffn(uint32_t t, uint32_t ut, int64_t d, int64_t ff, int64_t nt)
 /* ---- refusals ---------------------------------------------------------------------------------- */
 
 /* ---- paired-unit Q4_K GEMV (MINFER_CUDA_GEMV_V2) ---------------------------------------------- */
-
-/* One Q4_K matmul node at a decode token count, default path vs the
- * paired-unit kernel (test hook), both against float64 and each other. */
-static void test_gemv_v2(int64_t n_in, int64_t n_out, int64_t nt) {
-    char wn[64], name[140];
-    mm_spec ms = {MF_TYPE_Q4_K, n_in, n_out, false};
-    mm_name(wn, sizeof wn, &ms);
-    float *x = rand_vec(n_in * nt, 1.0f);
-    double *ref = malloc((size_t)(n_out * nt) * sizeof *ref);
-    ref_matmul(wn, x, n_in, n_out, nt, NULL, ref);
-    mf_graph g;
-    graph_new(&g, 0, 0);
-    int32_t xi = ext(&g, n_in, nt);
-    int32_t mi = mf_g_matmul(&g, xi, wn, MF_TYPE_Q4_K, NULL, n_in, n_out);
-    int32_t in = dev_put(x, (size_t)(n_in * nt) * 4);
-    float *y0 = NULL;
-    for (int v = 0; v < 2; v++) {
-        int32_t out = dev_poison((size_t)(n_out * nt) * 4);
-        mf_exec_args a = args(0, nt, 1, MF_TYPE_F32);
-        mf_cuda_set_gemv_v2(be, v == 1);
-        run_ok(&g, mi, &in, out, (mf_kv_pair){-1, -1}, &a);
-        mf_cuda_set_gemv_v2(be, false);
-        float *y = dev_get(out, (size_t)(n_out * nt) * 4);
-        snprintf(name, sizeof name, "gemv_v2[%s] q4_K %lldx%lld nt %lld", v ? "on" : "off", (long long)n_in,
-                 (long long)n_out, (long long)nt);
-        result(name, rel_err(y, ref, n_out * nt), q8_tier(MF_TYPE_Q4_K, nt, 0) ? 1e-2 : 1e-3,
-               count_nan(y, n_out * nt), NULL);
-        check_vs_first(name, sizeof name, " vs off", v, y, &y0, n_out * nt);
-        dev_free(out);
-    }
-    dev_free(in);
-    free(x); free(ref); free(y0);
-    mf_graph_free(&g);
-}
-
 /* ---- RMSNORM folded into the next fused node (MINFER_CUDA_FUSE_NORM) ------------------------- */
 
 /* RMSNORM(x) -> FUSED_FFN executed back to back through the test hook.
@@ -1420,15 +1443,15 @@ static void test_fuse_norm(uint32_t t, uint32_t ut, int64_t d, int64_t ff, int64
         int32_t ob = dev_poison((size_t)(ff * nt) * 4);
         mf_exec_args a = args(0, nt, 1, MF_TYPE_F32);
         mf_error e;
-        mf_cuda_set_fuse_norm(be, v > 0);
-        if (be->ops->execute_node(be, &g, ni, &xb, nb, (mf_kv_pair){-1, -1}, &a, &e))
+        t_fuse_norm(be, v > 0);
+        if (mf_cuda_execute_node(be, &g, ni, &xb, nb, (mf_kv_pair){-1, -1}, &a, &e))
             die("fuse_norm rmsnorm", &e);
         if (v == 3 && be->ops->synchronize(be, &e))
             die("fuse_norm synchronize", &e);
-        if (be->ops->execute_node(be, &g, fi, &nb, ob, (mf_kv_pair){-1, -1}, &a, &e) ||
+        if (mf_cuda_execute_node(be, &g, fi, &nb, ob, (mf_kv_pair){-1, -1}, &a, &e) ||
             be->ops->synchronize(be, &e))
             die("fuse_norm ffn", &e);
-        mf_cuda_set_fuse_norm(be, mf_env_int("MINFER_CUDA_FUSE_NORM", 1) != 0);
+        t_fuse_norm(be, tune0.fuse_norm != 0);
         float *y = dev_get(ob, (size_t)(ff * nt) * 4);
         snprintf(name, sizeof name, "fuse_norm[%s] ffn %-5s%s%s %lld -> %lld nt %lld",
                  v == 0 ? "off" : v == 1 ? "on" : v == 2 ? "2 readers" : "flushed", mf_type_name(t),
@@ -1485,8 +1508,8 @@ static void test_fuse_add(uint32_t t, int64_t n_in, int64_t n_out, int64_t nt) {
         mf_exec_args a = args(0, nt, 1, MF_TYPE_F32);
         mf_error e;
         const int32_t ain[2] = {v == 2 ? mb : rb, v == 2 ? rb : mb};
-        mf_cuda_set_fuse_add(be, v > 0);
-        if (be->ops->execute_node(be, &g, mi, &xb, mb, (mf_kv_pair){-1, -1}, &a, &e))
+        t_fuse_add(be, v > 0);
+        if (mf_cuda_execute_node(be, &g, mi, &xb, mb, (mf_kv_pair){-1, -1}, &a, &e))
             die("fuse_add matmul", &e);
         float *ym = NULL;
         if (v == 4) {
@@ -1494,10 +1517,10 @@ static void test_fuse_add(uint32_t t, int64_t n_in, int64_t n_out, int64_t nt) {
                 die("fuse_add synchronize", &e);
             ym = dev_get(mb, (size_t)(n_out * nt) * 4);
         }
-        if (be->ops->execute_node(be, &g, ai, ain, ob, (mf_kv_pair){-1, -1}, &a, &e) ||
+        if (mf_cuda_execute_node(be, &g, ai, ain, ob, (mf_kv_pair){-1, -1}, &a, &e) ||
             be->ops->synchronize(be, &e))
             die("fuse_add add", &e);
-        mf_cuda_set_fuse_add(be, mf_env_int("MINFER_CUDA_FUSE_ADD", 1) != 0);
+        t_fuse_add(be, tune0.fuse_add != 0);
         float *y = dev_get(ob, (size_t)(n_out * nt) * 4);
         if (v == 3)
             ym = dev_get(mb, (size_t)(n_out * nt) * 4);
@@ -1526,9 +1549,9 @@ static void test_refusals(void) {
     int32_t a = mf_g_matmul(&g, xi, "no.such.weight", MF_TYPE_Q8_0, NULL, 896, 64);
     int32_t b = mf_g_matmul(&g, xi, "mm.q4_K.896x64", MF_TYPE_Q4_K, NULL, 896, 64);
     int32_t c = mf_g_matmul(&g, xi, "mm.q8_1", MF_TYPE_Q8_1, NULL, 896, 64);
-    check_true("supports_op: K-quant with n_in 896 refused", !be->ops->supports_op(be, &g.nodes[b]), NULL);
-    check_true("supports_op: q8_1 weights refused", !be->ops->supports_op(be, &g.nodes[c]), NULL);
-    check_true("supports_op: q8_0 matmul accepted", be->ops->supports_op(be, &g.nodes[a]), NULL);
+    check_true("supports_op: K-quant with n_in 896 refused", !mf_backend_supports_op(be, &g.nodes[b]), NULL);
+    check_true("supports_op: q8_1 weights refused", !mf_backend_supports_op(be, &g.nodes[c]), NULL);
+    check_true("supports_op: q8_0 matmul accepted", mf_backend_supports_op(be, &g.nodes[a]), NULL);
     check_true("has_weight: unknown name is false", !be->ops->has_weight(be, "no.such.weight"), NULL);
     float *x = rand_vec(896, 1.0f);
     int32_t in = dev_put(x, 896 * 4), out = dev_poison(64 * 4);
@@ -1635,7 +1658,7 @@ static void test_graph(void) {
     int64_t cap0, rep0, cap1, rep1, slots[RUNS], rpt0 = mf_cuda_repeat_count(be), rpt_taken = 0;
     for (int run_i = 0; run_i < RUNS; run_i++) {
         mf_cuda_set_graphs(be, run_i != 1);
-        mf_cuda_set_input_slots(be, run_i == 0 || run_i == 4 ? 1 : run_i == 3 ? 2 : 0);
+        t_input_slots(be, run_i == 0 || run_i == 4 ? 1 : run_i == 3 ? 2 : 0);
         g.stamp = run_i == 4 ? UINT64_MAX - 1 : 0;
         slots[run_i] = mf_cuda_slot_count(be);
         if (run_i == 0)
@@ -1646,22 +1669,22 @@ static void test_graph(void) {
         for (int st = 0; st < STEPS; st++) {
             const int32_t pos = PAST0 + st;
             mf_exec_args a = args(pos, 1, n_ctx, MF_TYPE_F16);
-            if (be->ops->begin_forward(be, &g, &a, &e) ||
+            if (mf_cuda_begin_forward(be, &g, &a, &e) ||
                 be->ops->write_host(be, bx, 0, xs + st * d, (size_t)d * 4, &e) ||
                 be->ops->write_host(be, bp, 0, &pos, 4, &e))
                 die("graph test: begin/inputs", &e);
             int took = 0;
-            if (run_i == 4 && (took = be->ops->repeat_calls(be, &g, &a, &e)) < 0)
+            if (run_i == 4 && (took = mf_cuda_repeat_calls(be, &g, &a, &e)) < 0)
                 die("graph test: repeat_calls", &e);
             rpt_taken += took;
             for (int k = 0; k < 4 && !took; k++) {
                 mf_kv_pair nkv = k == 1 || k == 2 ? kv : (mf_kv_pair){-1, -1};
-                if (be->ops->execute_node(be, &g, nodes[k], ins[k], outs[k], nkv, &a, &e))
+                if (mf_cuda_execute_node(be, &g, nodes[k], ins[k], outs[k], nkv, &a, &e))
                     die("graph test: execute", &e);
                 if (st == 4 && k == 1 && be->ops->synchronize(be, &e))
                     die("graph test: mid-forward synchronize", &e);
             }
-            if (be->ops->end_forward(be, &g, &a, &e) || be->ops->synchronize(be, &e) ||
+            if (mf_cuda_end_forward(be, &g, &a, &e) || be->ops->synchronize(be, &e) ||
                 be->ops->read_host(be, bo, 0, logits[run_i] + st * n_out, (size_t)n_out * 4, &e))
                 die("graph test: end/read", &e);
         }
@@ -1675,8 +1698,8 @@ static void test_graph(void) {
             mf_cuda_graph_stats(be, &cap1, &rep1);
         slots[run_i] = mf_cuda_slot_count(be) - slots[run_i];
     }
-    mf_cuda_set_graphs(be, !mf_env_flag("MINFER_NO_CUDA_GRAPH"));
-    mf_cuda_set_input_slots(be, (int)mf_env_int("MINFER_CUDA_INPUT_SLOTS", 1));
+    mf_cuda_set_graphs(be, !false);
+    t_input_slots(be, (int)tune0.slots);
     g.stamp = 0;
     char detail[120];
     snprintf(detail, sizeof detail, "%lld of %d steps through repeat_calls (count %lld)", (long long)rpt_taken,
@@ -1728,9 +1751,9 @@ static float *mma_run(const mf_graph *g, int32_t mi, const float *x, int64_t n_i
     int32_t in = dev_put(x, (size_t)(n_in * nt) * 4);
     int32_t out = dev_poison((size_t)(n_out * nt) * 4);
     mf_exec_args a = args(0, nt, 1, MF_TYPE_F32);
-    mf_cuda_set_matmul_mode(be, mode);
+    t_matmul_mode(be, mode);
     run_ok(g, mi, &in, out, (mf_kv_pair){-1, -1}, &a);
-    mf_cuda_set_matmul_mode(be, 0);
+    t_matmul_mode(be, 0);
     float *y = dev_get(out, (size_t)(n_out * nt) * 4);
     dev_free(in);
     dev_free(out);
@@ -1756,9 +1779,9 @@ static void test_mma(const mm_spec *s, int64_t nt, uint64_t chunk) {
     int32_t mi = mf_g_matmul(&g, xi, wn, s->type, s->bias ? bn : NULL, s->n_in, s->n_out);
     mf_g_set_name(&g, mi, "%s", wn);
     float *x = rand_vec(s->n_in * nt, 1.0f);
-    mf_cuda_set_mma_chunk(be, chunk);
+    t_mma_chunk(be, chunk);
     float *y = mma_run(&g, mi, x, s->n_in, s->n_out, nt, 3);
-    mf_cuda_set_mma_chunk(be, 0);
+    t_mma_chunk(be, 0);
     float *yt = mma_run(&g, mi, x, s->n_in, s->n_out, nt, 2);
     const int64_t n = s->n_out * nt;
 
@@ -1816,9 +1839,9 @@ static void test_mma_ffn(uint32_t t, int64_t d, int64_t ff, int64_t nt) {
         for (int mode = 0; mode < 2; mode++) {
             int32_t out = dev_poison((size_t)(ff * nt) * 4);
             mf_exec_args a = args(0, nt, 1, MF_TYPE_F32);
-            mf_cuda_set_matmul_mode(be, mode ? 2 : 0);
+            t_matmul_mode(be, mode ? 2 : 0);
             run_ok(&g, node, &in, out, (mf_kv_pair){-1, -1}, &a);
-            mf_cuda_set_matmul_mode(be, 0);
+            t_matmul_mode(be, 0);
             y[mode] = dev_get(out, (size_t)(ff * nt) * 4);
             dev_free(out);
         }
@@ -1980,10 +2003,9 @@ static void mma_family(void) {
     const int64_t nts[] = {9, 64, 100, 513}, cnts[] = {64, 65, 127, 513};
     const int n_nts = small ? 3 : 4;
     const int n_real = small ? 2 : N_MMA_REAL;
-    for (int cfg = 0; cfg < MF_CU_MMA_N_CFG; cfg++) {
+    for (int cfg = MF_CU_MMA_CFG_DEFAULT; cfg == MF_CU_MMA_CFG_DEFAULT; cfg++) { /* the backend's one config */
         g_mma_cfg = cfg;
-        mf_cuda_set_mma_cfg(be, cfg);
-        if (cfg == 0) {
+        if (cfg == MF_CU_MMA_CFG_DEFAULT) {
             for (int i = 0; i < N_TYPES; i++) {
                 const mm_spec s = mma_small_spec(i);
                 for (int k = 0; k < n_nts; k++)
@@ -2013,7 +2035,6 @@ static void mma_family(void) {
         }
     }
     g_mma_cfg = 0;
-    mf_cuda_set_mma_cfg(be, -1); /* the environment's (default) config */
     if (getenv("MINFER_CUDA_TEST_BENCH") && atoi(getenv("MINFER_CUDA_TEST_BENCH")) > 0) {
         const int64_t bnt[] = {512, 2048};
         for (int k = 0; k < 2; k++)
@@ -2273,9 +2294,9 @@ static void test_mmafuse_qkv_node(const qkv_spec *s, int64_t nt) {
         mf_kv_pair kv = {dev_poison(region), dev_poison(region)};
         int32_t out = dev_poison((size_t)(qd * nt) * 4);
         mf_exec_args ea = args(n_past, nt, n_ctx, MF_TYPE_F32);
-        mf_cuda_set_mma_fuse(be, v == 0, 1);
+        t_mma_fuse(be, v == 0, 1);
         run_ok(&g, node, ids, out, kv, &ea);
-        mf_cuda_set_mma_fuse(be, 1, 1);
+        t_mma_fuse(be, 1, 1);
         res[v][0] = dev_get(out, (size_t)(qd * nt) * 4);
         res[v][1] = malloc(kvb);
         res[v][2] = malloc(kvb);
@@ -2493,7 +2514,6 @@ static void mmafuse_family(void) {
     const int n_q = small ? 1 : 3;
     for (int cfg = 0; cfg < (small ? 1 : MF_CU_MMA_N_CFG); cfg++) {
         g_mma_cfg = cfg;
-        mf_cuda_set_mma_cfg(be, cfg);
         const int k0 = cfg == 0 ? 0 : 2;
         for (int i = 0; i < n_q; i++)
             for (int k = k0; k < (small ? 2 : 3); k++)
@@ -2512,25 +2532,24 @@ static void mmafuse_family(void) {
         }
     }
     g_mma_cfg = 0;
-    mf_cuda_set_mma_cfg(be, -1); /* the environment's (default) config */
     /* FUSED_FFN node on the default path with the fusion off (the old path), then on */
     printf("mmafuse: the next mma fused_ffn lines run with the mma fusion off, then on\n");
-    mf_cuda_set_mma_fuse(be, 0, 1);
+    t_mma_fuse(be, 0, 1);
     test_mma_ffn(MF_TYPE_Q4_0, 896, small ? 256 : 4864, 100);
-    mf_cuda_set_mma_fuse(be, 1, 1);
+    t_mma_fuse(be, 1, 1);
     test_mma_ffn(MF_TYPE_Q4_0, 896, small ? 256 : 4864, 100);
     /* split-K: 0.5B down at nt 100 / 513 (4 splits), 7B down at nt 100 (4); off = the old path */
     const mm_spec down05 = {MF_TYPE_Q4_0, 4864, 896, false}, down7 = {MF_TYPE_Q4_K, 18944, 3584, false};
     for (int sp = 0; sp < 2; sp++) {
         printf("mmafuse: the next test_mma lines run with split-K %s\n", sp ? "on (default)" : "off (old path)");
-        mf_cuda_set_mma_fuse(be, 1, sp);
+        t_mma_fuse(be, 1, sp);
         test_mma(&down05, 100, 0);
         if (!small) {
             test_mma(&down05, 513, 0);
             test_mma(&down7, 100, 0);
         }
     }
-    mf_cuda_set_mma_fuse(be, 1, 1);
+    t_mma_fuse(be, 1, 1);
     if (getenv("MINFER_CUDA_TEST_BENCH") && atoi(getenv("MINFER_CUDA_TEST_BENCH")) > 0) {
         const uint32_t q05[3] = {MF_TYPE_Q4_0, MF_TYPE_Q4_0, MF_TYPE_Q4_0},
                        q7[3] = {MF_TYPE_Q4_K, MF_TYPE_Q4_K, MF_TYPE_Q6_K};
@@ -2644,9 +2663,9 @@ static float *da_run(da_fix *f, const float *q, int64_t qd, int64_t n_past, int6
     int32_t qid = dev_put(q, (size_t)(qd * nt) * 4);
     int32_t out = inplace ? qid : dev_poison((size_t)(qd * nt) * 4);
     mf_exec_args a = args(n_past, nt, n_ctx, kv_type);
-    mf_cuda_set_flash_decode(be, decode);
+    t_flash_decode(be, decode);
     run_ok(&f->g, f->at, (int32_t[]){qid, -1}, out, f->kv, &a);
-    mf_cuda_set_flash_decode(be, !mf_env_flag("MINFER_CUDA_NO_FLASH_DECODE"));
+    t_flash_decode(be, !(tune0.attn_decode == MF_CU_AD_BLOCK));
     float *y = dev_get(out, (size_t)(qd * nt) * 4);
     dev_free(qid);
     if (!inplace)
@@ -2710,8 +2729,8 @@ static void test_decattn_graph(uint32_t kv_type, int64_t nt, int one) {
     int32_t qid = dev_put(NULL, (size_t)(qd * nt) * 4), out = dev_put(NULL, (size_t)(qd * nt) * 4);
     double *ref = malloc((size_t)(qd * nt) * sizeof *ref);
     mf_cuda_set_graphs(be, true);
-    mf_cuda_set_attn_one(be, one);
-    mf_cuda_set_attn_short(be, 0); /* the split-KV kernels (family attnshort replays its own) */
+    t_attn_one(be, one);
+    t_attn_short(be, 0); /* the split-KV kernels (family attnshort replays its own) */
     int64_t cap0, rep0, cap1, rep1;
     mf_cuda_graph_stats(be, &cap0, &rep0);
     double worst = 0;
@@ -2720,9 +2739,9 @@ static void test_decattn_graph(uint32_t kv_type, int64_t nt, int one) {
         float *q = rand_vec(qd * nt, 2.0f);
         mf_exec_args a = args(past[st], nt, n_ctx, kv_type);
         mf_error e;
-        if (be->ops->begin_forward(be, &f.g, &a, &e) || be->ops->write_host(be, qid, 0, q, (size_t)(qd * nt) * 4, &e) ||
-            be->ops->execute_node(be, &f.g, f.at, (int32_t[]){qid, -1}, out, f.kv, &a, &e) ||
-            be->ops->end_forward(be, &f.g, &a, &e))
+        if (mf_cuda_begin_forward(be, &f.g, &a, &e) || be->ops->write_host(be, qid, 0, q, (size_t)(qd * nt) * 4, &e) ||
+            mf_cuda_execute_node(be, &f.g, f.at, (int32_t[]){qid, -1}, out, f.kv, &a, &e) ||
+            mf_cuda_end_forward(be, &f.g, &a, &e))
             die("decattn graph step", &e);
         float *y = dev_get(out, (size_t)(qd * nt) * 4);
         da_ref(q, f.kc, f.vc, n_head, n_head_kv, hd, past[st], nt, f.scale, ref);
@@ -2732,9 +2751,9 @@ static void test_decattn_graph(uint32_t kv_type, int64_t nt, int one) {
         free(q);
     }
     mf_cuda_graph_stats(be, &cap1, &rep1);
-    mf_cuda_set_graphs(be, !mf_env_flag("MINFER_NO_CUDA_GRAPH"));
-    mf_cuda_set_attn_one(be, -1);
-    mf_cuda_set_attn_short(be, -1);
+    mf_cuda_set_graphs(be, !false);
+    t_attn_one(be, -1);
+    t_attn_short(be, -1);
     char name[160], detail[120];
     snprintf(name, sizeof name, "decattn graph %-4s nt %lld one %d ctx %d, %d steps (worst)", mf_type_name(kv_type),
              (long long)nt, one, n_ctx, STEPS);
@@ -2938,13 +2957,13 @@ static void test_preattn(const attn_spec *s, bool inplace) {
     kv_roundtrip(s->kv_type, v, vc, n_kv, kvd);
 
     const mf_exec_args a = args(s->n_past, s->nt, n_ctx, s->kv_type);
-    mf_cuda_set_flash(be, true);
-    mf_cuda_set_tc_attn(be, true);
+    t_flash(be, true);
+    t_tc_attn(be, true);
     float *yt = pa_run(&g, at, q, nq, kv, &a, false);
     float *yi = inplace ? pa_run(&g, at, q, nq, kv, &a, true) : NULL;
-    mf_cuda_set_tc_attn(be, false);
+    t_tc_attn(be, false);
     float *yf = pa_run(&g, at, q, nq, kv, &a, false);
-    mf_cuda_set_tc_attn(be, true);
+    t_tc_attn(be, true);
 
     /* float64 reference on the sampled tokens, gathered with the outputs */
     int64_t n_chk = 0;
@@ -3216,14 +3235,14 @@ static void test_gemv(const gv_case *c, int64_t nt, bool bias) {
     for (int v = 0; v < nv; v++) {
         int32_t out = dev_poison((size_t)ny * 4);
         mf_exec_args a = args(0, nt, 1, MF_TYPE_F32);
-        mf_cuda_set_matmul_mode(be, -2);
-        mf_cuda_set_gemv_v1(be, v == 2);
-        mf_cuda_set_gemv_v4(be, v < 3 ? 0 : 1 << (v - 3));
-        mf_cu_set_pdl(v == 1 || v >= 3);
+        t_matmul_mode(be, -2);
+        t_gemv_v1(be, v == 2);
+        t_gemv_v4(be, v < 3 ? 0 : 1 << (v - 3));
+        t_pdl(v == 1 || v >= 3);
         run_ok(&g, mi, &in, out, (mf_kv_pair){-1, -1}, &a);
-        mf_cu_set_pdl(mf_env_int("MINFER_CUDA_PDL", MF_CU_PDL_DEFAULT) != 0);
-        mf_cuda_reset_gemv(be);
-        mf_cuda_set_matmul_mode(be, 0);
+        t_pdl(tune0.pdl != 0);
+        t_reset_gemv(be);
+        t_matmul_mode(be, 0);
         ys[v] = dev_get(out, (size_t)ny * 4);
         dev_free(out);
         double worst = 0;
@@ -3257,13 +3276,13 @@ static void test_gemv(const gv_case *c, int64_t nt, bool bias) {
         for (int on = 0; on < 2; on++) {
             int32_t out = dev_poison((size_t)ny * 4);
             mf_exec_args a = args(0, nt, 1, MF_TYPE_F32);
-            mf_cuda_set_matmul_mode(be, -2);
-            mf_cuda_set_gemv_v4(be, u);
-            mf_cu_set_gemv_v4_early(on);
+            t_matmul_mode(be, -2);
+            t_gemv_v4(be, u);
+            t_gemv_v4_early(on);
             run_ok(&g, mi, &in, out, (mf_kv_pair){-1, -1}, &a);
-            mf_cu_set_gemv_v4_early((int)mf_env_int("MINFER_CUDA_GEMV_V4_EARLY", 2));
-            mf_cuda_reset_gemv(be);
-            mf_cuda_set_matmul_mode(be, 0);
+            t_gemv_v4_early((int)tune0.v4_early);
+            t_reset_gemv(be);
+            t_matmul_mode(be, 0);
             yo[on] = dev_get(out, (size_t)ny * 4);
             dev_free(out);
         }
@@ -3382,7 +3401,7 @@ static void gemv_rule(void) {
         {-1, MF_TYPE_Q4_0, 2 * 18944, 3584, 1}, {-1, MF_TYPE_Q8_0, 151936, 896, 1},
         {2, MF_TYPE_Q4_0, 896, 896, 2},         {0, MF_TYPE_Q4_K, 2 * 18944, 3584, 0},
     };
-    mf_cu_set_gemv_v4_big(32); /* the default threshold, whatever the environment says */
+    t_gemv_v4_big(32); /* the default threshold, whatever the environment says */
     for (size_t i = 0; i < sizeof r / sizeof r[0]; i++) {
         char name[120];
         const int got = mf_cu_q8v4_u(r[i].mode, r[i].t, r[i].rows, r[i].n_in);
@@ -3390,7 +3409,7 @@ static void gemv_rule(void) {
                  (long long)r[i].rows, (long long)r[i].n_in, r[i].want);
         check_true(name, got == r[i].want, NULL);
     }
-    mf_cu_set_gemv_v4_big((int)mf_env_int("MINFER_CUDA_GEMV_V4_BIG", 32));
+    t_gemv_v4_big((int)tune0.v4_big_mib);
 }
 
 static void gemv_family(void) {
@@ -3409,15 +3428,15 @@ static void gemv_family(void) {
     const qkv_spec q7 = {MF_TYPE_Q4_K, 3584, 28, 4, 128, true, false, MF_ROPE_NEOX, MF_TYPE_Q6_K};
     const qkv_spec q05 = {MF_TYPE_Q8_0, 896, 14, 2, 64, true, false, MF_ROPE_NEOX, 0};
     for (int v = 0; v < 3; v++) { /* v3, v1, v4 (2 slices in flight) */
-        mf_cuda_set_gemv_v1(be, v == 1);
-        mf_cuda_set_gemv_v4(be, v == 2 ? 2 : 0);
+        t_gemv_v1(be, v == 1);
+        t_gemv_v4(be, v == 2 ? 2 : 0);
         test_qkv(&q7, 1, 37, false, MF_TYPE_F32);
         test_qkv(&q05, 5, 3, false, MF_TYPE_F32);
         test_ffn(MF_TYPE_Q4_0, MF_TYPE_Q4_0, 896, small ? 256 : 4864, 1);
         test_ffn(MF_TYPE_Q4_0, MF_TYPE_Q4_0, 896, small ? 256 : 4864, 5);
         test_ffn(MF_TYPE_Q6_K, MF_TYPE_Q6_K, 2560, small ? 256 : 9728, 1);
         test_fuse_add(MF_TYPE_Q4_K, 3584, 3584, 1);
-        mf_cuda_reset_gemv(be);
+        t_reset_gemv(be);
     }
     /* the residual epilogue of the E instances (its loads at the group's
      * start), forced on and off (the auto rule gives them to <= 4 MiB); the
@@ -3425,13 +3444,13 @@ static void gemv_family(void) {
      * the same data as before these cases existed */
     const uint64_t rng0 = rng;
     for (int on = 0; on < 2; on++) {
-        mf_cuda_set_gemv_v4(be, 1);
-        mf_cu_set_gemv_v4_early(on);
+        t_gemv_v4(be, 1);
+        t_gemv_v4_early(on);
         test_fuse_add(MF_TYPE_Q4_0, 896, 896, 1);
         test_fuse_add(MF_TYPE_Q6_K, 2560, small ? 256 : 9728, 1);
     }
-    mf_cu_set_gemv_v4_early((int)mf_env_int("MINFER_CUDA_GEMV_V4_EARLY", 2));
-    mf_cuda_reset_gemv(be);
+    t_gemv_v4_early((int)tune0.v4_early);
+    t_reset_gemv(be);
     rng = rng0;
     if (!(getenv("MINFER_CUDA_TEST_BENCH") && atoi(getenv("MINFER_CUDA_TEST_BENCH")) > 0))
         return;
@@ -3472,14 +3491,14 @@ typedef struct q6k_case {
  * can reuse family q6k's cases, tests and bench). */
 typedef struct v4dec {
     uint32_t type;
-    void (*set)(int u);
-    const char *env, *tag;
+    void (*set)(int u); /* through the tuning string, so a later retune keeps it */
+    const char *tag;
     int def;
 } v4dec;
-static const v4dec dec_q6k = {MF_TYPE_Q6_K, mf_cu_set_gemv_v4_q6k, "MINFER_CUDA_GEMV_V4_Q6K", "q6k", 3};
+static const v4dec dec_q6k = {MF_TYPE_Q6_K, t_gemv_v4_q6k, "q6k", 3};
 
 static void dec_reset(const v4dec *d) {
-    d->set((int)mf_env_int(d->env, d->def));
+    d->set(d->def);
 }
 
 static int q6k_cases(q6k_case *c) {
@@ -3554,16 +3573,16 @@ static void test_q6k(const v4dec *d, int64_t n_in, int64_t n_out) {
     for (int v = 0; v < NV; v++) {
         int32_t out = dev_poison((size_t)n_out * 4);
         mf_exec_args a = args(0, 1, 1, MF_TYPE_F32);
-        mf_cuda_set_matmul_mode(be, -2);
-        mf_cuda_set_gemv_v1(be, 0);
-        mf_cuda_set_gemv_v4(be, v >= 4 ? -1 : 1 + (v & 1));
+        t_matmul_mode(be, -2);
+        t_gemv_v1(be, 0);
+        t_gemv_v4(be, v >= 4 ? -1 : 1 + (v & 1));
         d->set(v < 2 ? 0 : v < 4 ? 1 : v - 3);
-        mf_cu_set_pdl(1);
+        t_pdl(1);
         run_ok(&g, mi, &in, out, (mf_kv_pair){-1, -1}, &a);
-        mf_cu_set_pdl(mf_env_int("MINFER_CUDA_PDL", MF_CU_PDL_DEFAULT) != 0);
+        t_pdl(tune0.pdl != 0);
         dec_reset(d);
-        mf_cuda_reset_gemv(be);
-        mf_cuda_set_matmul_mode(be, 0);
+        t_reset_gemv(be);
+        t_matmul_mode(be, 0);
         ys[v] = dev_get(out, (size_t)n_out * 4);
         dev_free(out);
         double worst = 0;
@@ -3618,10 +3637,10 @@ static void q6k_family(const v4dec *d) {
     const qkv_spec q7 = {MF_TYPE_Q4_K, 3584, 28, 4, 128, true, false, MF_ROPE_NEOX, d->type};
     d->set(1);
     for (int u = 1; u <= 2; u++) {
-        mf_cuda_set_gemv_v4(be, u);
+        t_gemv_v4(be, u);
         test_ffn(d->type, d->type, 2560, small ? 256 : 9728, 1);
         test_qkv(&q7, 1, 37, false, MF_TYPE_F32);
-        mf_cuda_reset_gemv(be);
+        t_reset_gemv(be);
     }
     dec_reset(d);
     if (!(getenv("MINFER_CUDA_TEST_BENCH") && atoi(getenv("MINFER_CUDA_TEST_BENCH")) > 0))
@@ -3638,7 +3657,7 @@ static void q6k_family(const v4dec *d) {
 
 /* The wide switches back to what the environment asked for. */
 static void ds_wide_default(void) {
-    mf_cu_set_wide(!mf_env_flag("MINFER_CUDA_NO_WIDE_NORM"), !mf_env_flag("MINFER_CUDA_NO_WIDE_ROPE"));
+    mf_cu_set_wide(!false, !false);
 }
 
 static void *ds_alloc(size_t n, int poison) {
@@ -3912,7 +3931,7 @@ static void ds_fuse_add_graph(void) {
         const int32_t bm = dev_poison((size_t)d * 4);
         y[on] = malloc((size_t)(d * STEPS) * 4);
         const mf_graph *g = &gs[on];
-        mf_cuda_set_fuse_add(be, on);
+        t_fuse_add(be, on);
         mf_cuda_set_graphs(be, true);
         int64_t a0, n0, c0, r0, a1, n1, c1, r1;
         mf_cuda_fuse_stats(be, &a0, &n0);
@@ -3920,12 +3939,12 @@ static void ds_fuse_add_graph(void) {
         mf_error e;
         for (int s = 0; s < STEPS; s++) {
             mf_exec_args a = args(10 + s, 1, 64, MF_TYPE_F32);
-            if (be->ops->begin_forward(be, g, &a, &e) ||
+            if (mf_cuda_begin_forward(be, g, &a, &e) ||
                 be->ops->write_host(be, bx, 0, xs + s * d, (size_t)d * 4, &e) ||
                 be->ops->write_host(be, br, 0, rs + s * d, (size_t)d * 4, &e) ||
-                be->ops->execute_node(be, g, mi, &bx, bm, (mf_kv_pair){-1, -1}, &a, &e) ||
-                be->ops->execute_node(be, g, ai, (int32_t[]){br, bm}, br, (mf_kv_pair){-1, -1}, &a, &e) ||
-                be->ops->end_forward(be, g, &a, &e) || be->ops->synchronize(be, &e) ||
+                mf_cuda_execute_node(be, g, mi, &bx, bm, (mf_kv_pair){-1, -1}, &a, &e) ||
+                mf_cuda_execute_node(be, g, ai, (int32_t[]){br, bm}, br, (mf_kv_pair){-1, -1}, &a, &e) ||
+                mf_cuda_end_forward(be, g, &a, &e) || be->ops->synchronize(be, &e) ||
                 be->ops->read_host(be, br, 0, y[on] + s * d, (size_t)d * 4, &e))
                 die("decsmall fuse_add graph step", &e);
         }
@@ -3935,8 +3954,8 @@ static void ds_fuse_add_graph(void) {
         reps[on] = r1 - r0;
         dev_free(bx); dev_free(br); dev_free(bm);
     }
-    mf_cuda_set_fuse_add(be, mf_env_int("MINFER_CUDA_FUSE_ADD", 1) != 0);
-    mf_cuda_set_graphs(be, !mf_env_flag("MINFER_NO_CUDA_GRAPH"));
+    t_fuse_add(be, tune0.fuse_add != 0);
+    mf_cuda_set_graphs(be, !false);
     char det[120];
     snprintf(det, sizeof det, "(%lld fused launches, %lld replays; off: %lld, %lld)", (long long)adds[1],
              (long long)reps[1], (long long)adds[0], (long long)reps[0]);
@@ -3962,7 +3981,7 @@ typedef bool (*bt_call)(void *ctx, int rep, int i, cudaStream_t st);
  * back-to-back calls: the median of reps (<= 32) batches after `warm`
  * untimed ones; -1 when a call, an event or the synchronize failed (the
  * error is cleared). burst_time and the rotating benches (gemvfuse,
- * qkvmix, soa, ffnq8b) time through it. */
+ * qkvmix, ffnq8b) time through it. */
 static float batch_time(bt_call f, void *ctx, cudaStream_t st, int warm, int batch, int reps) {
     float ms[32];
     reps = reps < 32 ? reps : 32;
@@ -4151,7 +4170,7 @@ static void decsmall_family(void) {
 
 /* The LAT switch back to what the environment asked for. */
 static void lat_default(void) {
-    mf_cu_set_lat(mf_env_int("MINFER_CUDA_LAT", 1) != 0);
+    mf_cu_set_lat(1 != 0);
 }
 
 /* One mf_cu_rmsnorm of nt rows of n with the given switches into a buffer
@@ -4479,7 +4498,7 @@ static void ao_case(int32_t nh, int32_t nkv, int32_t hd, int64_t n_past, int64_t
     const int32_t np32 = (int32_t)n_past;
     int32_t *dp = ds_put(&np32, 4);
     void *q8o = ds_alloc(q8b, 0);
-    const int lat = mf_env_int("MINFER_CUDA_LAT", 1) != 0;
+    const int lat = 1 != 0;
     bool out_ok = true, q8_ok = true, cnt_ok = true;
     int64_t n_nan = 0;
     for (int v = 0; v < 5 + (nt == 3); v++) {
@@ -4558,23 +4577,23 @@ static void attn_layer_exec(attn_layer *L, int32_t qb, int32_t rb, int32_t ob, i
                           const mf_exec_args *a) {
     mf_error e;
     const int32_t ain[2] = {qb, -1}, aadd[2] = {rb, mb};
-    if (be->ops->execute_node(be, &L->f.g, L->f.at, ain, ob, L->f.kv, a, &e) ||
-        be->ops->execute_node(be, &L->f.g, L->mi, &ob, mb, (mf_kv_pair){-1, -1}, a, &e) ||
-        be->ops->execute_node(be, &L->f.g, L->ai, aadd, yb, (mf_kv_pair){-1, -1}, a, &e))
+    if (mf_cuda_execute_node(be, &L->f.g, L->f.at, ain, ob, L->f.kv, a, &e) ||
+        mf_cuda_execute_node(be, &L->f.g, L->mi, &ob, mb, (mf_kv_pair){-1, -1}, a, &e) ||
+        mf_cuda_execute_node(be, &L->f.g, L->ai, aadd, yb, (mf_kv_pair){-1, -1}, a, &e))
         die("attention layer (ATTN -> o MATMUL -> ADD)", &e);
 }
 
 /* The switches back to what the environment asked for. */
 static void attn_switches_default(void) {
-    mf_cuda_set_attn_short(be, -1);
-    mf_cuda_set_attn_one(be, -1);
-    mf_cuda_set_fuse_add(be, mf_env_int("MINFER_CUDA_FUSE_ADD", 1) != 0);
-    mf_cuda_set_flash_decode(be, !mf_env_flag("MINFER_CUDA_NO_FLASH_DECODE"));
+    t_attn_short(be, -1);
+    t_attn_one(be, -1);
+    t_fuse_add(be, tune0.fuse_add != 0);
+    t_flash_decode(be, !(tune0.attn_decode == MF_CU_AD_BLOCK));
 }
 
 /* One synchronized forward of the layer on fresh buffers for q / r (nb
  * bytes each; the outputs poisoned) with FUSE_ADD and flash decode on and
- * the hooks mf_cuda_set_attn_one(one), mf_cuda_set_attn_short(shrt): the
+ * the hooks t_attn_one(one), t_attn_short(shrt): the
  * attention output into *ya and the layer output into *yl (malloc'd);
  * returns how far the x-ready GEMV count (mf_cuda_q8_ready_stats) moved. */
 static int64_t attn_layer_run(attn_layer *L, const float *q, const float *r, size_t nb, const mf_exec_args *a,
@@ -4584,10 +4603,10 @@ static int64_t attn_layer_run(attn_layer *L, const float *q, const float *r, siz
     mf_error e;
     int64_t c0, c1;
     mf_cuda_q8_ready_stats(be, &c0);
-    mf_cuda_set_flash_decode(be, true);
-    mf_cuda_set_fuse_add(be, true);
-    mf_cuda_set_attn_one(be, one);
-    mf_cuda_set_attn_short(be, shrt);
+    t_flash_decode(be, true);
+    t_fuse_add(be, true);
+    t_attn_one(be, one);
+    t_attn_short(be, shrt);
     attn_layer_exec(L, qb, rb, ob, mb, yb, a);
     if (be->ops->synchronize(be, &e))
         die(what, &e);
@@ -4803,11 +4822,11 @@ static void as_case(int32_t nh, int32_t nkv, int32_t hd, int64_t n_past, int64_t
             b.n_past = 0; /* must be ignored */
         }
         ao_variant_out(&b, v == 2, v, hq, ob, q8o, q8b);
-        mf_cu_set_attn_short_pf(v != 1); /* MINFER_CUDA_ATTN_PF: the same bits with the L2 prefetch */
+        t_attn_short_pf(v != 1); /* MINFER_CUDA_ATTN_PF: the same bits with the L2 prefetch */
         ds_sync("attnshort variant", mf_cu_attn_short(&b, 0, st), st);
         ao_variant_cmp(&b, ob, qd * nt, ys, q8o, q8used, s8, &n_nan, &same, &q8same);
     }
-    mf_cu_set_attn_short_pf(mf_env_int("MINFER_CUDA_ATTN_PF", 1) != 0);
+    t_attn_short_pf(tune0.attn_pf != 0);
     char name[160], sub[220];
     snprintf(name, sizeof name, "attnshort %-4s heads %d/%d hd %d n_past %lld nt %lld", mf_type_name(kvt), nh, nkv, hd,
              (long long)n_past, (long long)nt);
@@ -4914,10 +4933,10 @@ static void as_graph(int64_t nt, int mode, cudaStream_t st) {
     double worst = 0;
     int64_t nan = 0, cap0 = 0, rep0 = 0, cap1 = 0, rep1 = 0;
     bool att_same = true, lay_same = true;
-    mf_cuda_set_flash_decode(be, true);
-    mf_cuda_set_fuse_add(be, true);
-    mf_cuda_set_attn_one(be, 1);
-    mf_cuda_set_attn_short(be, mode);
+    t_flash_decode(be, true);
+    t_fuse_add(be, true);
+    t_attn_one(be, 1);
+    t_attn_short(be, mode);
     for (int g = 1; g >= 0; g--) { /* graphs on, then the same steps plainly */
         mf_cuda_set_graphs(be, g);
         if (g)
@@ -4929,11 +4948,11 @@ static void as_graph(int64_t nt, int mode, cudaStream_t st) {
             }
             mf_exec_args a = args(past[s], nt, n_ctx, kvt);
             mf_error e;
-            if (be->ops->begin_forward(be, &L.f.g, &a, &e) || be->ops->write_host(be, qb, 0, q[s], nb, &e) ||
+            if (mf_cuda_begin_forward(be, &L.f.g, &a, &e) || be->ops->write_host(be, qb, 0, q[s], nb, &e) ||
                 be->ops->write_host(be, rb, 0, r[s], nb, &e))
                 die("attnshort graph step", &e);
             attn_layer_exec(&L, qb, rb, ob, mb, yb, &a);
-            if (be->ops->end_forward(be, &L.f.g, &a, &e))
+            if (mf_cuda_end_forward(be, &L.f.g, &a, &e))
                 die("attnshort graph step", &e);
             float *y = dev_get(yb, nb);
             if (g) {
@@ -4954,7 +4973,7 @@ static void as_graph(int64_t nt, int mode, cudaStream_t st) {
         if (g)
             mf_cuda_graph_stats(be, &cap1, &rep1);
     }
-    mf_cuda_set_graphs(be, !mf_env_flag("MINFER_NO_CUDA_GRAPH"));
+    mf_cuda_set_graphs(be, !false);
     attn_switches_default();
     char name[160], det[120];
     snprintf(name, sizeof name, "attnshort graph f16 nt %lld mode %d, %d steps (worst)", (long long)nt, mode, STEPS);
@@ -5190,9 +5209,9 @@ static void sr_case(int32_t nh, int32_t nkv, int32_t hd, int32_t n_rot, int mode
         sr_dev_new(&n, &c, v == 1, v == 1 ? 0x7f : 0xff);
         if (v == 2)
             n.a.q8out = NULL;
-        mf_cu_set_attn_short_pf(v > 0); /* MINFER_CUDA_ATTN_PF: the same bits with the L2 prefetch */
+        t_attn_short_pf(v > 0); /* MINFER_CUDA_ATTN_PF: the same bits with the L2 prefetch */
         const cudaError_t e = mf_cu_attn_short_rope(&n.a, &n.rs, st);
-        mf_cu_set_attn_short_pf(mf_env_int("MINFER_CUDA_ATTN_PF", 1) != 0);
+        t_attn_short_pf(tune0.attn_pf != 0);
         launched_ok = launched_ok && e == cudaSuccess;
         ds_sync("shortrope fused", e, st);
         float *yn = ds_get(n.out, ob), *qn_ = ds_get(n.q, ob), *kn_ = ds_get(n.k, (size_t)kvd * 4);
@@ -5359,11 +5378,11 @@ static void sr_layer_exec(const sr_layer *L, const sr_bufs *b, mf_kv_pair kv, co
     mf_error e;
     const int32_t qin[4] = {b->x, L->epi ? b->xk : b->p, b->xv, b->p}, ain[2] = {b->qkv, b->qkv},
                   aadd[2] = {b->r, b->mm};
-    if (be->ops->execute_node(be, &L->g, L->qkv, qin, b->qkv, kv, a, &e) ||
+    if (mf_cuda_execute_node(be, &L->g, L->qkv, qin, b->qkv, kv, a, &e) ||
         (split && be->ops->synchronize(be, &e)) ||
-        be->ops->execute_node(be, &L->g, L->at, ain, b->at, kv, a, &e) ||
-        be->ops->execute_node(be, &L->g, L->mi, &b->at, b->mm, (mf_kv_pair){-1, -1}, a, &e) ||
-        be->ops->execute_node(be, &L->g, L->ai, aadd, b->y, (mf_kv_pair){-1, -1}, a, &e))
+        mf_cuda_execute_node(be, &L->g, L->at, ain, b->at, kv, a, &e) ||
+        mf_cuda_execute_node(be, &L->g, L->mi, &b->at, b->mm, (mf_kv_pair){-1, -1}, a, &e) ||
+        mf_cuda_execute_node(be, &L->g, L->ai, aadd, b->y, (mf_kv_pair){-1, -1}, a, &e))
         die("shortrope layer", &e);
 }
 
@@ -5383,21 +5402,21 @@ static int32_t sr_cache(uint32_t kvt, const float *src, int64_t n_ctx, int64_t k
 
 /* The switches the node / graph tests set, and back. */
 static void sr_switches(int on) {
-    mf_cuda_set_flash_decode(be, true);
-    mf_cuda_set_fuse_add(be, true);
-    mf_cuda_set_fuse_rope(be, true);
-    mf_cuda_set_attn_one(be, 1);
-    mf_cuda_set_attn_short(be, 1);
-    mf_cuda_set_short_rope(be, on);
+    t_flash_decode(be, true);
+    t_fuse_add(be, true);
+    t_fuse_rope(be, true);
+    t_attn_one(be, 1);
+    t_attn_short(be, 1);
+    t_short_rope(be, on);
 }
 
 static void sr_default(void) {
-    mf_cuda_set_flash_decode(be, !mf_env_flag("MINFER_CUDA_NO_FLASH_DECODE"));
-    mf_cuda_set_fuse_add(be, mf_env_int("MINFER_CUDA_FUSE_ADD", 1) != 0);
-    mf_cuda_set_fuse_rope(be, mf_env_int("MINFER_CUDA_FUSE_ROPE", 1) != 0);
-    mf_cuda_set_attn_one(be, -1);
-    mf_cuda_set_attn_short(be, -1);
-    mf_cuda_set_short_rope(be, -1);
+    t_flash_decode(be, !(tune0.attn_decode == MF_CU_AD_BLOCK));
+    t_fuse_add(be, tune0.fuse_add != 0);
+    t_fuse_rope(be, tune0.fuse_rope != 0);
+    t_attn_one(be, -1);
+    t_attn_short(be, -1);
+    t_short_rope(be, -1);
 }
 
 /* Through the backend, one token: FUSED_QKV (epi: QKV_BIAS_ROPE_STORE) ->
@@ -5522,11 +5541,11 @@ static void sr_graph(void) {
             const int32_t pos = (int32_t)past[i];
             mf_exec_args a = args(past[i], 1, n_ctx, kvt);
             mf_error e;
-            if (be->ops->begin_forward(be, &L.g, &a, &e) || be->ops->write_host(be, b.x, 0, x[i], (size_t)s->d * 4, &e) ||
+            if (mf_cuda_begin_forward(be, &L.g, &a, &e) || be->ops->write_host(be, b.x, 0, x[i], (size_t)s->d * 4, &e) ||
                 be->ops->write_host(be, b.p, 0, &pos, 4, &e) || be->ops->write_host(be, b.r, 0, r[i], nb, &e))
                 die("shortrope graph step", &e);
             sr_layer_exec(&L, &b, kv, &a, false);
-            if (be->ops->end_forward(be, &L.g, &a, &e))
+            if (mf_cuda_end_forward(be, &L.g, &a, &e))
                 die("shortrope graph step", &e);
             ya[on][i] = dev_get(b.at, nb);
             yl[on][i] = dev_get(b.y, nb);
@@ -5542,7 +5561,7 @@ static void sr_graph(void) {
         dev_free(b.x); dev_free(b.p); dev_free(b.r); dev_free(b.qkv); dev_free(b.at); dev_free(b.mm); dev_free(b.y);
         dev_free(kv.k); dev_free(kv.v);
     }
-    mf_cuda_set_graphs(be, !mf_env_flag("MINFER_NO_CUDA_GRAPH"));
+    mf_cuda_set_graphs(be, !false);
     sr_default();
     bool same = !memcmp(kc[0], kc[1], region) && !memcmp(vc[0], vc[1], region);
     double worst = 0;
@@ -5797,7 +5816,7 @@ static void gf_test(const gf_spec *s, int64_t nt, bool norm, bool res) {
              norm ? " +norm" : "", res ? " +res" : "");
     const int64_t ntb = nt < 8 ? nt : 8;
     const bool fits = 576 + ntb * n_in + ntb * n_in / 4 <= 47 * 1024;
-    const bool pdl0 = mf_env_int("MINFER_CUDA_PDL", MF_CU_PDL_DEFAULT) != 0;
+    const bool pdl0 = tune0.pdl != 0;
     cudaStream_t st;
     cudaStreamCreate(&st);
     for (int v1 = 0; v1 < 2; v1++) {
@@ -5810,7 +5829,7 @@ static void gf_test(const gf_spec *s, int64_t nt, bool norm, bool res) {
                 else
                     cudaMemset(dy[k], 0xff, (size_t)(s->n_out[k] * nt) * 4);
             }
-            mf_cu_set_pdl(run == 2 ? 0 : 1);
+            t_pdl(run == 2 ? 0 : 1);
             const int64_t c0 = mf_cu_gemv_prologue_count();
             cudaError_t e;
             if (s->n_w == 1 && !norm && !res) { /* the single MATMUL entry (launch_q8 for v1) */
@@ -5837,7 +5856,7 @@ static void gf_test(const gf_spec *s, int64_t nt, bool norm, bool res) {
             for (int k = 0; k < ny_w; k++)
                 out[run][k] = ds_get(dy[k], (size_t)(s->n_out[k] * nt) * 4);
         }
-        mf_cu_set_pdl(pdl0);
+        t_pdl(pdl0);
         static const char *const rn[3] = {"separate", "prologue", "prologue pdl0"};
         for (int run = 0; run < 3; run++) {
             double worst = 0;
@@ -5946,14 +5965,14 @@ static void ffn_tail_step(ffn_tail *t, int32_t n_past, const float *x, const flo
     mf_exec_args a = args(n_past, 1, 64, MF_TYPE_F32);
     mf_error e;
     const mf_kv_pair nokv = {-1, -1};
-    if (be->ops->begin_forward(be, &t->gr, &a, &e) ||
+    if (mf_cuda_begin_forward(be, &t->gr, &a, &e) ||
         be->ops->write_host(be, t->bx, 0, x, (size_t)t->d * 4, &e) ||
         be->ops->write_host(be, t->br, 0, r, (size_t)t->d * 4, &e) ||
-        be->ops->execute_node(be, &t->gr, t->ni, &t->bx, t->bn, nokv, &a, &e) ||
-        be->ops->execute_node(be, &t->gr, t->fi, &t->bn, t->bf, nokv, &a, &e) ||
-        be->ops->execute_node(be, &t->gr, t->mi, &t->bf, t->bm, nokv, &a, &e) ||
-        be->ops->execute_node(be, &t->gr, t->ai, (int32_t[]){t->br, t->bm}, t->br, nokv, &a, &e) ||
-        be->ops->end_forward(be, &t->gr, &a, &e) || be->ops->synchronize(be, &e) ||
+        mf_cuda_execute_node(be, &t->gr, t->ni, &t->bx, t->bn, nokv, &a, &e) ||
+        mf_cuda_execute_node(be, &t->gr, t->fi, &t->bn, t->bf, nokv, &a, &e) ||
+        mf_cuda_execute_node(be, &t->gr, t->mi, &t->bf, t->bm, nokv, &a, &e) ||
+        mf_cuda_execute_node(be, &t->gr, t->ai, (int32_t[]){t->br, t->bm}, t->br, nokv, &a, &e) ||
+        mf_cuda_end_forward(be, &t->gr, &a, &e) || be->ops->synchronize(be, &e) ||
         be->ops->read_host(be, t->br, 0, y, (size_t)t->d * 4, &e) ||
         (h && be->ops->read_host(be, t->bf, 0, h, (size_t)t->ff * 4, &e)))
         die(what, &e);
@@ -5985,76 +6004,6 @@ static double *ffn_tail_ref(const float *xs, const float *rs, const char *norm, 
     free(xn); free(g); free(u); free(xnf); free(hf);
     return ref;
 }
-
-/* A decode layer tail through the backend with CUDA graphs: RMSNORM ->
- * FUSED_FFN (gate/up Q4_0 896 -> 4864, SwiGLU) -> MATMUL down (4864 -> 896)
- * -> ADD in place over the residual, begin_forward / execute_node /
- * end_forward for 6 steps (the plain first step, the capture, replays), with
- * the prologue on (auto rule) and off, PDL on and off. On: the prologue
- * counter moved (the FFN with the norm folded and the down GEMV with the
- * residual, in the plain step and the capture), the norm folded and the add
- * fused (mf_cuda_fuse_stats), the graph replayed; every step vs float64
- * (3e-2: two int8 GEMVs in a row) and on vs off (1e-6: same int8 values). */
-static void gf_graph(void) {
-    const int64_t d = 896, ff = 4864;
-    char gn[64], un[80];
-    mm_name(gn, sizeof gn, &(mm_spec){MF_TYPE_Q4_0, d, ff, false});
-    ffn_up_name(un, sizeof un, gn, MF_TYPE_Q4_0, MF_TYPE_Q4_0);
-    const char *dn = "gf.down.q4_0.4864x896";
-    mf_ffn_meta m = {.gate = {.weight = gn, .wtype = MF_TYPE_Q4_0, .n_in = d, .n_out = ff},
-                     .up = {.weight = un, .wtype = MF_TYPE_Q4_0, .n_in = d, .n_out = ff}};
-    const float eps = 1e-6f;
-    enum { STEPS = 6 };
-    float *xs = rand_vec(d * STEPS, 2.0f), *rs = rand_vec(d * STEPS, 1.0f);
-    double *ref = ffn_tail_ref(xs, rs, "norm.896", eps, gn, NULL, un, NULL, dn, d, ff, STEPS);
-    const bool pdl0 = mf_env_int("MINFER_CUDA_PDL", MF_CU_PDL_DEFAULT) != 0;
-    for (int pdl = 1; pdl >= 0; pdl--) {
-        float *y[2];
-        int64_t pro[2], reps[2], adds[2], norms[2];
-        for (int on = 1; on >= 0; on--) {
-            ffn_tail t;
-            ffn_tail_new(&t, d, ff, "norm.896", eps, &m, dn, MF_TYPE_Q4_0);
-            y[on] = malloc((size_t)(d * STEPS) * 4);
-            mf_cu_set_pdl(pdl);
-            mf_cuda_set_gemv_prologue(be, on);
-            mf_cuda_set_fuse_norm(be, true); /* both folds on, whatever the environment says */
-            mf_cuda_set_fuse_add(be, true);
-            mf_cuda_set_graphs(be, true);
-            int64_t a0, n0, c0, r0, a1, n1, c1, r1;
-            mf_cuda_fuse_stats(be, &a0, &n0);
-            mf_cuda_graph_stats(be, &c0, &r0);
-            const int64_t p0 = mf_cu_gemv_prologue_count();
-            for (int s = 0; s < STEPS; s++)
-                ffn_tail_step(&t, 10 + s, xs + s * d, rs + s * d, y[on] + s * d, NULL, "gemvfuse graph step");
-            pro[on] = mf_cu_gemv_prologue_count() - p0;
-            mf_cuda_fuse_stats(be, &a1, &n1);
-            mf_cuda_graph_stats(be, &c1, &r1);
-            adds[on] = a1 - a0;
-            norms[on] = n1 - n0;
-            reps[on] = r1 - r0;
-            ffn_tail_free(&t);
-        }
-        mf_cu_set_pdl(pdl0);
-        mf_cuda_set_gemv_prologue(be, -1);
-        mf_cuda_set_fuse_norm(be, mf_env_int("MINFER_CUDA_FUSE_NORM", 1) != 0);
-        mf_cuda_set_fuse_add(be, mf_env_int("MINFER_CUDA_FUSE_ADD", 1) != 0);
-        mf_cuda_set_graphs(be, !mf_env_flag("MINFER_NO_CUDA_GRAPH"));
-        char name[120], det[200];
-        snprintf(det, sizeof det, "(prologue launches %lld, fused adds %lld, folded norms %lld, replays %lld; "
-                 "off: %lld, %lld, %lld, %lld)", (long long)pro[1], (long long)adds[1], (long long)norms[1],
-                 (long long)reps[1], (long long)pro[0], (long long)adds[0], (long long)norms[0], (long long)reps[0]);
-        snprintf(name, sizeof name, "gemvfuse graph pdl %d: prologue launched, replayed", pdl);
-        check_true(name, pro[1] >= 4 && pro[0] == 0 && adds[1] >= 2 && norms[1] >= 2 && reps[1] >= STEPS - 3 &&
-                             reps[0] >= STEPS - 3, det);
-        snprintf(name, sizeof name, "gemvfuse graph pdl %d: 6 steps vs float64", pdl);
-        result(name, rel_err(y[1], ref, d * STEPS), 3e-2, count_nan(y[1], d * STEPS), NULL);
-        snprintf(name, sizeof name, "gemvfuse graph pdl %d: prologue vs separate", pdl);
-        result(name, rel_err_f(y[1], y[0], d * STEPS), 1e-6, count_nan(y[0], d * STEPS), NULL);
-        free(y[0]); free(y[1]);
-    }
-    free(xs); free(rs); free(ref);
-}
-
 /* The output norm folded into the lm_head's quantization (norm_fusable's
  * MATMUL consumer, MINFER_CUDA_NORM_MM): RMSNORM -> MATMUL (the graph's
  * output) for 4 decode steps with CUDA graphs, fold on and off. On: the
@@ -6092,8 +6041,8 @@ static void normmm_case(const char *wn, uint32_t t, int64_t d) {
         const int32_t bx = dev_put(NULL, (size_t)d * 4), bn = dev_poison((size_t)d * 4);
         const int32_t by = dev_poison((size_t)nv * 4);
         y[on] = malloc((size_t)(nv * STEPS) * 4);
-        mf_cuda_set_fuse_norm(be, true);
-        mf_cuda_set_norm_mm(be, on);
+        t_fuse_norm(be, true);
+        t_norm_mm(be, on);
         mf_cuda_set_graphs(be, true);
         int64_t a0, n0, c0, r0, a1, n1, c1, r1;
         mf_cuda_fuse_stats(be, &a0, &n0);
@@ -6101,11 +6050,11 @@ static void normmm_case(const char *wn, uint32_t t, int64_t d) {
         mf_error e;
         for (int s = 0; s < STEPS; s++) {
             mf_exec_args a = args(10 + s, 1, 64, MF_TYPE_F32);
-            if (be->ops->begin_forward(be, &gr, &a, &e) ||
+            if (mf_cuda_begin_forward(be, &gr, &a, &e) ||
                 be->ops->write_host(be, bx, 0, xs + s * d, (size_t)d * 4, &e) ||
-                be->ops->execute_node(be, &gr, ni, &bx, bn, (mf_kv_pair){-1, -1}, &a, &e) ||
-                be->ops->execute_node(be, &gr, mi, &bn, by, (mf_kv_pair){-1, -1}, &a, &e) ||
-                be->ops->end_forward(be, &gr, &a, &e) || be->ops->synchronize(be, &e) ||
+                mf_cuda_execute_node(be, &gr, ni, &bx, bn, (mf_kv_pair){-1, -1}, &a, &e) ||
+                mf_cuda_execute_node(be, &gr, mi, &bn, by, (mf_kv_pair){-1, -1}, &a, &e) ||
+                mf_cuda_end_forward(be, &gr, &a, &e) || be->ops->synchronize(be, &e) ||
                 be->ops->read_host(be, by, 0, y[on] + s * nv, (size_t)nv * 4, &e))
                 die("normmm step", &e);
         }
@@ -6116,9 +6065,9 @@ static void normmm_case(const char *wn, uint32_t t, int64_t d) {
         dev_free(bx); dev_free(bn); dev_free(by);
         mf_graph_free(&gr);
     }
-    mf_cuda_set_fuse_norm(be, mf_env_int("MINFER_CUDA_FUSE_NORM", 1) != 0);
-    mf_cuda_set_norm_mm(be, mf_env_int("MINFER_CUDA_NORM_MM", 1) != 0);
-    mf_cuda_set_graphs(be, !mf_env_flag("MINFER_NO_CUDA_GRAPH"));
+    t_fuse_norm(be, tune0.fuse_norm != 0);
+    t_norm_mm(be, tune0.norm_mm != 0);
+    mf_cuda_set_graphs(be, !false);
     char name[120], det[160];
     snprintf(det, sizeof det, "(folded norms %lld, replays %lld; off: %lld, %lld)", (long long)norms[1],
              (long long)reps[1], (long long)norms[0], (long long)reps[0]);
@@ -6199,7 +6148,6 @@ static void gemvfuse_family(void) {
             if (k == 0 && multi)
                 gf_test(s, 3, false, false); /* the multi GEMV without the norm */
         }
-    gf_graph();
     if (!(getenv("MINFER_CUDA_TEST_BENCH") && atoi(getenv("MINFER_CUDA_TEST_BENCH")) > 0))
         return;
     for (int i = 0; i < 2; i++) {
@@ -6282,8 +6230,8 @@ static void qm_backend(const qkv_spec *s) {
         const int32_t bo = dev_poison((size_t)qd * 4);
         mf_kv_pair kv = {dev_poison(region), dev_poison(region)};
         setenv("MINFER_CUDA_QKV_MIX", mix ? "1" : "0", 1);
-        mf_cuda_reset_gemv(be); /* reads the switch as backend creation does */
-        mf_cuda_set_fuse(be, true);
+        t_reset_gemv(be); /* reads the switch as backend creation does */
+        t_fuse(be, true);
         mf_cuda_set_graphs(be, true);
         int64_t c0, r0, c1, r1;
         mf_cuda_graph_stats(be, &c0, &r0);
@@ -6293,11 +6241,11 @@ static void qm_backend(const qkv_spec *s) {
         for (int t = 0; t < STEPS; t++) {
             const int32_t pos = 10 + t;
             mf_exec_args a = args(pos, 1, n_ctx, MF_TYPE_F32);
-            if (be->ops->begin_forward(be, &g, &a, &e) ||
+            if (mf_cuda_begin_forward(be, &g, &a, &e) ||
                 be->ops->write_host(be, bx, 0, xs + t * s->d, (size_t)s->d * 4, &e) ||
                 be->ops->write_host(be, bp, 0, &pos, 4, &e) ||
-                be->ops->execute_node(be, &g, node, (int32_t[]){bx, bp}, bo, kv, &a, &e) ||
-                be->ops->end_forward(be, &g, &a, &e) || be->ops->synchronize(be, &e) ||
+                mf_cuda_execute_node(be, &g, node, (int32_t[]){bx, bp}, bo, kv, &a, &e) ||
+                mf_cuda_end_forward(be, &g, &a, &e) || be->ops->synchronize(be, &e) ||
                 be->ops->read_host(be, bo, 0, q[mix] + t * qd, (size_t)qd * 4, &e))
                 die("qkvmix backend step", &e);
         }
@@ -6314,9 +6262,9 @@ static void qm_backend(const qkv_spec *s) {
     else
         unsetenv("MINFER_CUDA_QKV_MIX");
     free(env0);
-    mf_cuda_reset_gemv(be);
-    mf_cuda_set_fuse(be, mf_env_flag("MINFER_CUDA_FUSE_GEMV"));
-    mf_cuda_set_graphs(be, !mf_env_flag("MINFER_NO_CUDA_GRAPH"));
+    t_reset_gemv(be);
+    t_fuse(be, tune0.fuse_gemv);
+    mf_cuda_set_graphs(be, !false);
     const size_t rows = (size_t)(kvd * STEPS) * 4, at = (size_t)(kvd * 10); /* the rows stored: n_past 10..13 */
     const bool same = memcmp(q[1], q[0], (size_t)(qd * STEPS) * 4) == 0 && memcmp(kc[1] + at, kc[0] + at, rows) == 0 &&
                       memcmp(vc[1] + at, vc[0] + at, rows) == 0;
@@ -6434,7 +6382,7 @@ static void qm_test(int si, const qm_spec *s, bool bias, bool res, bool norm) {
                        mf_type_name(s->t[k]));
     snprintf(name + strlen(name), sizeof name - strlen(name), "%s%s%s", bias ? " +bias" : "", res ? " +res" : "",
              norm ? " +norm" : "");
-    const bool pdl0 = mf_env_int("MINFER_CUDA_PDL", MF_CU_PDL_DEFAULT) != 0;
+    const bool pdl0 = tune0.pdl != 0;
     static const int poison[3] = {0xff, 0xfe, 0xff};
     static const char *const rn[3] = {"separate", "mixed", "mixed pdl0"};
     cudaStream_t st;
@@ -6444,7 +6392,7 @@ static void qm_test(int si, const qm_spec *s, bool bias, bool res, bool norm) {
     for (int run = 0; run < 3; run++) {
         for (int k = 0; k < s->n_w; k++)
             cudaMemset(d.y[k], poison[run], (size_t)s->n_out[k] * 4);
-        mf_cu_set_pdl(run == 2 ? 0 : 1);
+        t_pdl(run == 2 ? 0 : 1);
         const mf_cu_q8_multi_args a = qm_args(s, &d, bias, res, norm, run > 0);
         const int64_t c0 = mf_cu_q8v4_mix_count();
         ds_sync("qkvmix gemv", mf_cu_gemv_q8_multi(&a, st), st);
@@ -6452,7 +6400,7 @@ static void qm_test(int si, const qm_spec *s, bool bias, bool res, bool norm) {
         for (int k = 0; k < s->n_w; k++)
             out[run][k] = ds_get(d.y[k], (size_t)s->n_out[k] * 4);
     }
-    mf_cu_set_pdl(pdl0);
+    t_pdl(pdl0);
     for (int run = 0; run < 3; run++) {
         float got[3 * NS];
         double r64[3 * NS], worst = 0;
@@ -6519,7 +6467,7 @@ static void qm_fallback(int si, const qm_spec *s) {
         for (int mix = 0; mix < 2; mix++) {
             mf_cu_q8_multi_args a = qm_args(s, &d, false, false, false, mix);
             a.gemv_v4 = f == 0 ? 2 : f == 1 ? -1 : 0;
-            mf_cu_set_gemv_v4_q6k(f == 1 ? 0 : 1);
+            t_gemv_v4_q6k(f == 1 ? 0 : 1);
             for (int k = 0; k < s->n_w; k++)
                 cudaMemset(d.y[k], mix ? 0xfe : 0xff, (size_t)s->n_out[k] * 4);
             const int64_t c0 = mf_cu_q8v4_mix_count();
@@ -6528,7 +6476,7 @@ static void qm_fallback(int si, const qm_spec *s) {
             for (int k = 0; k < s->n_w; k++)
                 out[mix][k] = ds_get(d.y[k], (size_t)s->n_out[k] * 4);
         }
-        mf_cu_set_gemv_v4_q6k((int)mf_env_int("MINFER_CUDA_GEMV_V4_Q6K", 3));
+        t_gemv_v4_q6k((int)tune0.v4_q6k);
         bool same = true;
         int64_t nan = 0;
         for (int k = 0; k < s->n_w; k++) {
@@ -6571,8 +6519,8 @@ static void qm_graph(int si, const qm_spec *s) {
         d.b[k] = ds_put(wf32(bn), (size_t)s->n_out[k] * 4);
         d.y[k] = ds_alloc((size_t)s->n_out[k] * 4, 0xff);
     }
-    const bool pdl0 = mf_env_int("MINFER_CUDA_PDL", MF_CU_PDL_DEFAULT) != 0;
-    mf_cu_set_pdl(1);
+    const bool pdl0 = tune0.pdl != 0;
+    t_pdl(1);
     cudaStream_t st;
     cudaStreamCreate(&st);
     float *ref[STEPS][3];
@@ -6613,7 +6561,7 @@ static void qm_graph(int si, const qm_spec *s) {
         }
     }
     const int64_t replayed = mf_cu_q8v4_mix_count() - c0 - captured;
-    mf_cu_set_pdl(pdl0);
+    t_pdl(pdl0);
     char name[160], det[120];
     snprintf(name, sizeof name, "qkvmix graph %s: %d replays == separate", s->what, STEPS);
     snprintf(det, sizeof det, "(mixed launches captured %lld, host launches in replays %lld, NaN %lld; bitwise)",
@@ -6734,620 +6682,6 @@ static void qkvmix_family(void) {
         return;
     for (int i = 0; i < 4; i++)
         qm_bench(&c[i]);
-}
-
-/* ---- plane copies of Q4_0 / Q5_0 / Q8_0 for the v4 GEMV (family "soa") --------------------- */
-
-static const uint32_t soa_types[3] = {MF_TYPE_Q4_0, MF_TYPE_Q5_0, MF_TYPE_Q8_0};
-/* n_in -> n_out: the 0.5B q / k (v) / gate (up) / lm_head / down, the 7B gate (up) / down */
-static const int64_t soa_shapes[7][2] = {{896, 896},   {896, 128},    {896, 4864},  {896, 151936},
-                                         {4864, 896}, {3584, 18944}, {18944, 3584}};
-
-static bool soa_shape_on(int i) {
-    return !small || (soa_shapes[i][0] <= 4864 && soa_shapes[i][1] <= 4864);
-}
-
-static void soa_wname(char *b, size_t n, uint32_t t, const char *part, int64_t n_in, int64_t n_out) {
-    snprintf(b, n, "soa.%s%s.%lldx%lld", mf_type_name(t), part, (long long)n_in, (long long)n_out);
-}
-
-static void soa_weights(void) {
-    char wn[80];
-    for (int ti = 0; ti < 3; ti++)
-        for (int i = 0; i < 7; i++) {
-            if (!soa_shape_on(i))
-                continue;
-            const int64_t n_in = soa_shapes[i][0], n_out = soa_shapes[i][1];
-            soa_wname(wn, sizeof wn, soa_types[ti], "", n_in, n_out);
-            add_weight(wn, soa_types[ti], n_in, n_out);
-            const char *part = n_out == 128 ? ".v" : n_out == 4864 || n_out == 18944 ? ".up" : NULL;
-            if (part) { /* the third weight of a QKV, the up half of a gate/up pair */
-                soa_wname(wn, sizeof wn, soa_types[ti], part, n_in, n_out);
-                add_weight(wn, soa_types[ti], n_in, n_out);
-            }
-        }
-}
-
-/* The plane layout written by hand from the block structs (independent of
- * soa.cu): per row of n units, qs[QS n] (qh[4 n]) d[2 n], the row padded
- * with zeros to a multiple of 16 bytes (*stride). */
-static uint8_t *soa_host(uint32_t t, const uint8_t *src, int64_t n_in, int64_t rows, uint64_t *stride) {
-    const int64_t n = n_in / 32;
-    size_t bs, qs, qso, qho = 0;
-    if (t == MF_TYPE_Q4_0) {
-        bs = sizeof(mf_block_q4_0), qs = 16, qso = offsetof(mf_block_q4_0, qs);
-    } else if (t == MF_TYPE_Q5_0) {
-        bs = sizeof(mf_block_q5_0), qs = 16, qso = offsetof(mf_block_q5_0, qs), qho = offsetof(mf_block_q5_0, qh);
-    } else {
-        bs = sizeof(mf_block_q8_0), qs = 32, qso = offsetof(mf_block_q8_0, qs);
-    }
-    const uint64_t st = ((uint64_t)n * bs + 15) / 16 * 16;
-    uint8_t *d = calloc((size_t)(st * (uint64_t)rows), 1);
-    for (int64_t r = 0; r < rows; r++)
-        for (int64_t u = 0; u < n; u++) {
-            const uint8_t *b = src + (size_t)(r * n + u) * bs;
-            uint8_t *row = d + (size_t)r * st;
-            memcpy(row + qs * (size_t)u, b + qso, qs);
-            size_t dp = qs * (size_t)n;
-            if (t == MF_TYPE_Q5_0) {
-                memcpy(row + dp + 4 * (size_t)u, b + qho, 4);
-                dp += 4 * (size_t)n;
-            }
-            memcpy(row + dp + 2 * (size_t)u, b, 2); /* d: the first field of each block */
-        }
-    *stride = st;
-    return d;
-}
-
-/* One weight on the device: its block copy (gf_wdev) and its plane copy made
- * by mf_cu_soa_relayout into a buffer poisoned with 0xa5, checked byte for
- * byte (padding included) against soa_host and the stride against
- * mf_cu_soa_stride. */
-typedef struct soa_dw {
-    char name[80];
-    uint32_t t;
-    int64_t n_in, n_out;
-    void *aos, *soa;
-    uint64_t stride;
-} soa_dw;
-
-static void soa_dw_make(soa_dw *w, uint32_t t, const char *part, int64_t n_in, int64_t n_out, cudaStream_t st) {
-    soa_wname(w->name, sizeof w->name, t, part, n_in, n_out);
-    w->t = t;
-    w->n_in = n_in;
-    w->n_out = n_out;
-    w->aos = gf_wdev(w->name);
-    w->stride = mf_cu_soa_stride(t, n_in);
-    uint64_t hs;
-    uint8_t *h = soa_host(t, mf_weights_find(W, w->name)->data, n_in, n_out, &hs);
-    const size_t nb = (size_t)(hs * (uint64_t)n_out);
-    w->soa = ds_alloc(nb, 0xa5);
-    ds_sync("soa relayout", mf_cu_soa_relayout(t, w->aos, n_in, n_out, w->soa, st), st);
-    uint8_t *g = ds_get(w->soa, nb);
-    size_t bad = 0;
-    while (bad < nb && g[bad] == h[bad])
-        bad++;
-    char name[160], det[96];
-    snprintf(name, sizeof name, "soa relayout %s: device == host", w->name);
-    snprintf(det, sizeof det, "(stride %llu / host %llu; first differing byte %zu of %zu)",
-             (unsigned long long)w->stride, (unsigned long long)hs, bad, nb);
-    check_true(name, w->stride == hs && bad == nb, det);
-    free(g);
-    free(h);
-}
-
-static void soa_dw_free(soa_dw *w) {
-    cudaFree(w->aos);
-    cudaFree(w->soa);
-}
-
-/* Float64 reference of NS sampled rows of w (first, last, random) against x:
- * rows[], ref[] (+ res / bias where given) and the int8 bound[]. */
-enum { SOA_NS = 24 };
-static void soa_ref(const soa_dw *w, const float *x, const float *bias, const float *res, int64_t *rows, double *ref,
-                    double *bound) {
-    double *wr = malloc((size_t)w->n_in * sizeof *wr);
-    for (int i = 0; i < SOA_NS; i++) {
-        const int64_t o = i == 0 ? 0 : i == 1 ? w->n_out - 1 : (int64_t)(next_u64() % (uint64_t)w->n_out);
-        rows[i] = o;
-        ref_row(w->name, o, wr);
-        ref[i] = int8_dot(wr, x, w->n_in, &bound[i]) + (bias ? bias[o] : 0.0) + (res ? res[o] : 0.0);
-    }
-    free(wr);
-}
-
-/* The checks of one output y of w's rows: NaN-free, sampled rows vs float64
- * (3e-2 norm-wise) and each within the int8 bound (bound NULL: SwiGLU, 6e-2
- * norm-wise only). */
-static void soa_check(const char *name, const float *y, int64_t n_out, const int64_t *rows, const double *ref,
-                      const double *bound, int ns) {
-    float got[3 * SOA_NS];
-    double worst = 0;
-    for (int i = 0; i < ns; i++) {
-        got[i] = y[rows[i]];
-        if (bound)
-            worst = fmax(worst, fabs((double)got[i] - ref[i]) / bound[i]);
-    }
-    result(name, rel_err(got, ref, ns), bound ? 3e-2 : 6e-2, count_nan(y, n_out), NULL);
-    if (bound) {
-        char sub[220], det[64];
-        snprintf(sub, sizeof sub, "%s: int8 bound", name);
-        snprintf(det, sizeof det, "worst |err| / bound %.3f", worst);
-        check_true(sub, worst <= 1.0, det);
-    }
-}
-
-static float *soa_x(int64_t n_in) {
-    float *x = rand_vec(n_in, 1.0f);
-    for (int64_t i = 0; i < n_in; i += 97) /* a few large activations: units of mixed scale */
-        x[i] *= 8.0f;
-    return x;
-}
-
-/* One weight at nt 1: v4 with the auto rule's slices (1) and 2 forced, each
- * on the block copy and on the plane copy (outputs poisoned 0xff / 0xfe),
- * through mf_cu_gemv_q8_multi (res: the residual epilogue) or, vocab-wide,
- * mf_cu_matmul's int8 route (the lm_head's): every run vs float64 and the
- * plane run bitwise the block run over every output. */
-static void soa_single(uint32_t t, int64_t n_in, int64_t n_out, bool res, cudaStream_t st) {
-    soa_dw w;
-    soa_dw_make(&w, t, "", n_in, n_out, st);
-    float *x = soa_x(n_in), *hr = res ? rand_vec(n_out, 1.0f) : NULL;
-    float *dx = ds_put(x, (size_t)n_in * 4), *dr = res ? ds_put(hr, (size_t)n_out * 4) : NULL;
-    float *dy = ds_alloc((size_t)n_out * 4, 0xff);
-    void *q8 = ds_alloc(mf_cu_q8_bytes(n_in, 1), 0x5a);
-    int64_t rows[SOA_NS];
-    double ref[SOA_NS], bound[SOA_NS];
-    soa_ref(&w, x, NULL, hr, rows, ref, bound);
-    const bool mm = n_out > 65536 && !res;
-    for (int ui = 0; ui < 2; ui++) {
-        float *y[2];
-        char name[160];
-        int64_t moved[2];
-        for (int soa = 0; soa < 2; soa++) {
-            cudaMemset(dy, soa ? 0xfe : 0xff, (size_t)n_out * 4);
-            const int64_t c0 = mf_cu_q8v4_soa_count();
-            cudaError_t e;
-            if (mm) {
-                mf_cu_matmul_args a = {.wtype = t, .w = w.aos, .row_bytes = mf_type_row_size(t, n_in), .x = dx,
-                                       .y = dy, .n_in = n_in, .n_out = n_out, .nt = 1, .q8 = q8, .gemv_auto = 1,
-                                       .gemv_v4 = ui ? 2 : -1, .w_soa = soa ? w.soa : NULL,
-                                       .soa_stride = soa ? w.stride : 0};
-                e = mf_cu_matmul(&a, st);
-            } else {
-                mf_cu_q8_multi_args a = {.n_w = 1, .x = dx, .n_in = n_in, .nt = 1, .q8 = q8, .gemv_auto = 1,
-                                         .gemv_v4 = ui ? 2 : -1};
-                a.wtype[0] = t;
-                a.w[0] = w.aos;
-                a.row_bytes[0] = mf_type_row_size(t, n_in);
-                a.res[0] = dr;
-                a.y[0] = dy;
-                a.n_out[0] = n_out;
-                a.w_soa[0] = soa ? w.soa : NULL;
-                a.soa_stride[0] = soa ? w.stride : 0;
-                e = mf_cu_gemv_q8_multi(&a, st);
-            }
-            ds_sync("soa gemv", e, st);
-            moved[soa] = mf_cu_q8v4_soa_count() - c0;
-            y[soa] = ds_get(dy, (size_t)n_out * 4);
-            snprintf(name, sizeof name, "soa %-5s %5lld->%-6lld%s%s v4 u%s [%s]", mf_type_name(t), (long long)n_in,
-                     (long long)n_out, res ? " +res" : "", mm ? " (matmul)" : "", ui ? "2" : "1 (rule)",
-                     soa ? "plane" : "block");
-            soa_check(name, y[soa], n_out, rows, ref, bound, SOA_NS);
-        }
-        snprintf(name, sizeof name, "soa %-5s %5lld->%-6lld%s%s v4 u%s: plane == block", mf_type_name(t),
-                 (long long)n_in, (long long)n_out, res ? " +res" : "", mm ? " (matmul)" : "", ui ? "2" : "1");
-        char det[80];
-        snprintf(det, sizeof det, "(bitwise, every output; plane launches %lld / %lld, want 0 / 1)",
-                 (long long)moved[0], (long long)moved[1]);
-        check_true(name, memcmp(y[0], y[1], (size_t)n_out * 4) == 0 && moved[0] == 0 && moved[1] == 1, det);
-        free(y[0]);
-        free(y[1]);
-    }
-    soa_dw_free(&w);
-    cudaFree(dx); cudaFree(dr); cudaFree(dy); cudaFree(q8);
-    free(x); free(hr);
-}
-
-/* The device side of one multi-weight launch of the soa tests: up to 3
- * weights (made by the caller), the activation row x (host and device) and
- * its q8 scratch, per weight a bias (host hb, device db; NULL: none) and an
- * output dy (NULL: none). soa_io_free releases every part that was set. */
-typedef struct soa_io {
-    soa_dw w[3];
-    int nw;
-    float *x, *dx;
-    void *q8;
-    float *hb[3], *db[3], *dy[3];
-} soa_io;
-
-static void soa_io_new(soa_io *o, int nw, int64_t n_in) {
-    memset(o, 0, sizeof *o);
-    o->nw = nw;
-    o->x = soa_x(n_in);
-    o->dx = ds_put(o->x, (size_t)n_in * 4);
-    o->q8 = ds_alloc(mf_cu_q8_bytes(n_in, 1), 0x5a);
-}
-
-static void soa_io_free(soa_io *o) {
-    for (int k = 0; k < o->nw; k++) {
-        soa_dw_free(&o->w[k]);
-        cudaFree(o->db[k]);
-        cudaFree(o->dy[k]);
-        free(o->hb[k]);
-    }
-    cudaFree(o->dx);
-    cudaFree(o->q8);
-    free(o->x);
-}
-
-/* A fused group at nt 1: QKV (q n_in x 896, k and v x 128, biases) or
- * gate/up with the SwiGLU epilogue (n_out each). Block copies vs plane
- * copies (poisoned 0xff / 0xfe), and one run where only the first weight
- * has its plane copy (the launch must read the block copies: a run takes
- * the plane decoder only when all its weights have one): every run vs
- * float64, plane and partial bitwise the block run. */
-static void soa_fused(uint32_t t, int64_t n_in, int64_t n_out, bool swiglu, cudaStream_t st) {
-    const int nw = swiglu ? 2 : 3;
-    soa_io o;
-    soa_io_new(&o, nw, n_in);
-    soa_dw *w = o.w;
-    const float *x = o.x, *dx = o.dx;
-    void *q8 = o.q8;
-    float **hb = o.hb, **db = o.db, **dy = o.dy;
-    if (swiglu) {
-        soa_dw_make(&w[0], t, "", n_in, n_out, st);
-        soa_dw_make(&w[1], t, ".up", n_in, n_out, st);
-    } else {
-        soa_dw_make(&w[0], t, "", n_in, 896, st);
-        soa_dw_make(&w[1], t, "", n_in, 128, st);
-        soa_dw_make(&w[2], t, ".v", n_in, 128, st);
-    }
-    int64_t rows[3][SOA_NS];
-    double ref[3][SOA_NS], bound[3][SOA_NS];
-    for (int k = 0; k < nw; k++) {
-        if (!swiglu) {
-            hb[k] = rand_vec(w[k].n_out, 0.5f);
-            db[k] = ds_put(hb[k], (size_t)w[k].n_out * 4);
-        }
-        if (!swiglu || k == 0)
-            dy[k] = ds_alloc((size_t)w[k].n_out * 4, 0xff);
-        soa_ref(&w[k], x, hb[k], NULL, rows[k], ref[k], bound[k]);
-    }
-    double sref[SOA_NS]; /* SwiGLU: silu(gate) * up on gate's sampled rows */
-    if (swiglu) {
-        double *wr = malloc((size_t)n_in * sizeof *wr), bd;
-        for (int i = 0; i < SOA_NS; i++) {
-            const double g = ref[0][i];
-            ref_row(w[1].name, rows[0][i], wr);
-            sref[i] = g / (1.0 + exp(-g)) * int8_dot(wr, x, n_in, &bd);
-        }
-        free(wr);
-    }
-    static const char *const rn[3] = {"block", "plane", "partial"};
-    float *out[3][3];
-    int64_t moved[3];
-    char name[200];
-    for (int run = 0; run < 3; run++) {
-        mf_cu_q8_multi_args a = {.n_w = nw, .swiglu = swiglu, .x = dx, .n_in = n_in, .nt = 1, .q8 = q8,
-                                 .gemv_auto = 1, .gemv_v4 = -1};
-        for (int k = 0; k < nw; k++) {
-            a.wtype[k] = t;
-            a.w[k] = w[k].aos;
-            a.row_bytes[k] = mf_type_row_size(t, n_in);
-            a.bias[k] = db[k];
-            a.y[k] = dy[swiglu ? 0 : k];
-            a.n_out[k] = w[k].n_out;
-            const bool p = run == 1 || (run == 2 && k == 0);
-            a.w_soa[k] = p ? w[k].soa : NULL;
-            a.soa_stride[k] = p ? w[k].stride : 0;
-            if (dy[k])
-                cudaMemset(dy[k], run == 1 ? 0xfe : 0xff, (size_t)w[k].n_out * 4);
-        }
-        const int64_t c0 = mf_cu_q8v4_soa_count();
-        ds_sync("soa fused gemv", mf_cu_gemv_q8_multi(&a, st), st);
-        moved[run] = mf_cu_q8v4_soa_count() - c0;
-        for (int k = 0; k < nw; k++)
-            out[run][k] = dy[k] ? ds_get(dy[k], (size_t)w[k].n_out * 4) : NULL;
-        snprintf(name, sizeof name, "soa %-5s %lld->%s %s [%s]", mf_type_name(t), (long long)n_in,
-                 swiglu ? "gate/up" : "q/k/v", swiglu ? "+swiglu" : "+bias", rn[run]);
-        if (swiglu) {
-            soa_check(name, out[run][0], n_out, rows[0], sref, NULL, SOA_NS);
-        } else {
-            float got[3 * SOA_NS];
-            double r64[3 * SOA_NS], worst = 0;
-            int64_t nan = 0;
-            for (int k = 0, m = 0; k < nw; k++) {
-                nan += count_nan(out[run][k], w[k].n_out);
-                for (int i = 0; i < SOA_NS; i++, m++) {
-                    got[m] = out[run][k][rows[k][i]];
-                    r64[m] = ref[k][i];
-                    worst = fmax(worst, fabs((double)got[m] - r64[m]) / bound[k][i]);
-                }
-            }
-            result(name, rel_err(got, r64, 3 * SOA_NS), 3e-2, nan, NULL);
-            char sub[240], det[64];
-            snprintf(sub, sizeof sub, "%s: int8 bound", name);
-            snprintf(det, sizeof det, "worst |err| / bound %.3f", worst);
-            check_true(sub, worst <= 1.0, det);
-        }
-        if (run > 0) {
-            bool same = true;
-            for (int k = 0; k < nw; k++)
-                same = same && (!out[run][k] || memcmp(out[run][k], out[0][k], (size_t)w[k].n_out * 4) == 0);
-            snprintf(name, sizeof name, "soa %-5s %lld->%s: %s == block", mf_type_name(t), (long long)n_in,
-                     swiglu ? "gate/up" : "q/k/v", rn[run]);
-            char det[80];
-            snprintf(det, sizeof det, "(bitwise, every output; plane launches %lld, want %d; block run %lld)",
-                     (long long)moved[run], run == 1, (long long)moved[0]);
-            check_true(name, same && moved[run] == (run == 1) && moved[0] == 0, det);
-        }
-    }
-    for (int run = 0; run < 3; run++)
-        for (int k = 0; k < nw; k++)
-            free(out[run][k]);
-    soa_io_free(&o);
-}
-
-/* The mixed-type QKV (MINFER_CUDA_QKV_MIX's kernel) on plane copies: the
- * 0.5B Q4_K_M QKV (Q5_0 q / k, Q8_0 v) and the Q3_K_M one (Q4_0 q / k, Q5_0
- * v), bias on: block separate (switch off), block mixed, plane mixed, plane
- * separate, and mixed with only v's plane copy (must fall back to the block
- * pair): all bitwise the first over every output, NaN-free, and the mixed
- * kernel launched exactly in the mixed runs (mf_cu_q8v4_mix_count). */
-static void soa_mix(uint32_t tqk, uint32_t tv, cudaStream_t st) {
-    soa_io o;
-    soa_io_new(&o, 3, 896);
-    soa_dw *w = o.w;
-    const float *dx = o.dx;
-    void *q8 = o.q8;
-    float **hb = o.hb, **db = o.db, **dy = o.dy;
-    soa_dw_make(&w[0], tqk, "", 896, 896, st);
-    soa_dw_make(&w[1], tqk, "", 896, 128, st);
-    soa_dw_make(&w[2], tv, ".v", 896, 128, st);
-    for (int k = 0; k < 3; k++) {
-        hb[k] = rand_vec(w[k].n_out, 0.5f);
-        db[k] = ds_put(hb[k], (size_t)w[k].n_out * 4);
-        dy[k] = ds_alloc((size_t)w[k].n_out * 4, 0xff);
-    }
-    static const char *const rn[5] = {"block separate", "block mixed", "plane mixed", "plane separate",
-                                      "mixed, only v plane"};
-    static const int mix[5] = {0, 1, 1, 0, 1}, plane[5] = {0, 0, 7, 7, 4}; /* plane: bit k = weight k's copy */
-    float *out[5][3];
-    int64_t moved[5], pmoved[5];
-    static const int pwant[5] = {0, 0, 1, 2, 0}; /* plane launches: plane separate is one per type run */
-    for (int run = 0; run < 5; run++) {
-        mf_cu_q8_multi_args a = {.n_w = 3, .x = dx, .n_in = 896, .nt = 1, .q8 = q8, .gemv_auto = 1, .gemv_v4 = -1,
-                                 .qkv_mix = mix[run]};
-        for (int k = 0; k < 3; k++) {
-            a.wtype[k] = w[k].t;
-            a.w[k] = w[k].aos;
-            a.row_bytes[k] = mf_type_row_size(w[k].t, 896);
-            a.bias[k] = db[k];
-            a.y[k] = dy[k];
-            a.n_out[k] = w[k].n_out;
-            const bool p = (plane[run] >> k) & 1;
-            a.w_soa[k] = p ? w[k].soa : NULL;
-            a.soa_stride[k] = p ? w[k].stride : 0;
-            cudaMemset(dy[k], run & 1 ? 0xfe : 0xff, (size_t)w[k].n_out * 4);
-        }
-        const int64_t c0 = mf_cu_q8v4_mix_count(), p0 = mf_cu_q8v4_soa_count();
-        ds_sync("soa mixed qkv", mf_cu_gemv_q8_multi(&a, st), st);
-        moved[run] = mf_cu_q8v4_mix_count() - c0;
-        pmoved[run] = mf_cu_q8v4_soa_count() - p0;
-        for (int k = 0; k < 3; k++)
-            out[run][k] = ds_get(dy[k], (size_t)w[k].n_out * 4);
-    }
-    for (int run = 1; run < 5; run++) {
-        bool same = true;
-        int64_t nan = 0;
-        for (int k = 0; k < 3; k++) {
-            same = same && memcmp(out[run][k], out[0][k], (size_t)w[k].n_out * 4) == 0;
-            nan += count_nan(out[run][k], w[k].n_out);
-        }
-        char name[200], det[96];
-        snprintf(name, sizeof name, "soa qkvmix %s/%s/%s 896->896/128/128 [%s] == block separate",
-                 mf_type_name(tqk), mf_type_name(tqk), mf_type_name(tv), rn[run]);
-        snprintf(det, sizeof det, "(bitwise; NaN %lld; mixed launches %lld, want %d; plane %lld, want %d)",
-                 (long long)nan, (long long)moved[run], mix[run], (long long)pmoved[run], pwant[run]);
-        check_true(name, same && nan == 0 && moved[run] == mix[run] && pmoved[run] == pwant[run] && pmoved[0] == 0,
-                   det);
-    }
-    for (int run = 0; run < 5; run++)
-        for (int k = 0; k < 3; k++)
-            free(out[run][k]);
-    soa_io_free(&o);
-}
-
-/* Through the backend (MINFER_CUDA_SOA set for the test's backend creation,
- * the switch then flipped with mf_cuda_set_soa): the copies exist, and a
- * one-token MATMUL node of each type (the lm_head shape; 4864 -> 896 small)
- * gives bitwise the same output with the switch on and off. */
-static void soa_backend(void) {
-    const uint64_t bytes = mf_cuda_soa_bytes(be);
-    char det[80];
-    snprintf(det, sizeof det, "(%llu bytes of plane copies)", (unsigned long long)bytes);
-    check_true("soa backend: plane copies built at creation", bytes > 0, det);
-    if (!bytes)
-        return;
-    const int64_t n_in = small ? 4864 : 896, n_out = small ? 896 : 151936;
-    for (int ti = 0; ti < 3; ti++) {
-        char wn[80];
-        soa_wname(wn, sizeof wn, soa_types[ti], "", n_in, n_out);
-        mf_graph g;
-        graph_new(&g, 0, 0);
-        const int32_t xi = ext(&g, n_in, 1);
-        const int32_t mi = mf_g_matmul(&g, xi, wn, soa_types[ti], NULL, n_in, n_out);
-        float *x = soa_x(n_in);
-        const int32_t in = dev_put(x, (size_t)n_in * 4);
-        float *y[2];
-        int64_t moved[2];
-        for (int on = 0; on < 2; on++) {
-            const int32_t out = dev_poison((size_t)n_out * 4);
-            mf_exec_args a = args(0, 1, 1, MF_TYPE_F32);
-            const int64_t c0 = mf_cu_q8v4_soa_count();
-            mf_cuda_set_soa(be, on);
-            run_ok(&g, mi, &in, out, (mf_kv_pair){-1, -1}, &a);
-            mf_cuda_set_soa(be, false);
-            moved[on] = mf_cu_q8v4_soa_count() - c0;
-            y[on] = dev_get(out, (size_t)n_out * 4);
-            dev_free(out);
-        }
-        char name[160];
-        snprintf(name, sizeof name, "soa backend MATMUL %s %lld->%lld nt 1: on == off", mf_type_name(soa_types[ti]),
-                 (long long)n_in, (long long)n_out);
-        snprintf(det, sizeof det, "(bitwise; NaN %lld; plane launches %lld / %lld)", (long long)count_nan(y[1], n_out),
-                 (long long)moved[0], (long long)moved[1]);
-        check_true(name,
-                   memcmp(y[0], y[1], (size_t)n_out * 4) == 0 && count_nan(y[1], n_out) == 0 && moved[0] == 0 &&
-                       moved[1] == 1,
-                   det);
-        free(y[0]);
-        free(y[1]);
-        free(x);
-        dev_free(in);
-        mf_graph_free(&g);
-        /* FUSED_FFN on the fused int8 GEMV (hook mf_cuda_set_fuse): run_multi's gate/up + SwiGLU */
-        char gn[80], un[80];
-        soa_wname(gn, sizeof gn, soa_types[ti], "", 896, 4864);
-        soa_wname(un, sizeof un, soa_types[ti], ".up", 896, 4864);
-        mf_ffn_meta fm = {.gate = {.weight = gn, .wtype = soa_types[ti], .n_in = 896, .n_out = 4864},
-                          .up = {.weight = un, .wtype = soa_types[ti], .n_in = 896, .n_out = 4864}};
-        graph_new(&g, 0, 0);
-        const int32_t fxi = ext(&g, 896, 1);
-        const int32_t fi = mf_g_fused_ffn(&g, fxi, &fm);
-        x = soa_x(896);
-        const int32_t fin = dev_put(x, 896 * 4);
-        for (int on = 0; on < 2; on++) {
-            const int32_t out = dev_poison(4864 * 4);
-            mf_exec_args a = args(0, 1, 1, MF_TYPE_F32);
-            const int64_t c0 = mf_cu_q8v4_soa_count();
-            mf_cuda_set_soa(be, on);
-            mf_cuda_set_fuse(be, true);
-            run_ok(&g, fi, &fin, out, (mf_kv_pair){-1, -1}, &a);
-            mf_cuda_set_fuse(be, false);
-            mf_cuda_set_soa(be, false);
-            moved[on] = mf_cu_q8v4_soa_count() - c0;
-            y[on] = dev_get(out, 4864 * 4);
-            dev_free(out);
-        }
-        snprintf(name, sizeof name, "soa backend FUSED_FFN %s 896->4864 nt 1: on == off", mf_type_name(soa_types[ti]));
-        snprintf(det, sizeof det, "(bitwise; NaN %lld; plane launches %lld / %lld)", (long long)count_nan(y[1], 4864),
-                 (long long)moved[0], (long long)moved[1]);
-        check_true(name,
-                   memcmp(y[0], y[1], 4864 * 4) == 0 && count_nan(y[1], 4864) == 0 && moved[0] == 0 && moved[1] == 1,
-                   det);
-        free(y[0]);
-        free(y[1]);
-        free(x);
-        dev_free(fin);
-        mf_graph_free(&g);
-    }
-}
-
-/* MINFER_CUDA_TEST_BENCH=1: one line per shape, the v4 GEMV alone (x
- * already quantized: x_q8_ready) on the block copy vs the plane copy, auto
- * rule slices: batches of 20 back-to-back launches (PDL as
- * MINFER_CUDA_PDL), each on the next of `copies` weight copies (>= 256 MB
- * of each layout: weights from HBM, not L2), median of 7 batches after one
- * warm-up; us per GEMV and TB/s over the block bytes (the plane copy holds
- * the same bytes plus < 16 a row). Weight bytes 0x3c. */
-typedef struct soa_bench_ctx {
-    uint32_t t;
-    int64_t n_in, n_out;
-    uint64_t rb, sst, set[2];
-    uint8_t *w[2];
-    void *q8;
-    float *x, *y;
-    int copies, soa;
-} soa_bench_ctx;
-
-/* call i of batch rep: the GEMV on copy i % copies (block, or plane with
- * soa); batch 0 also quantizes x into q8 (x_q8_ready from batch 1 on) */
-static bool soa_bench_call(void *p, int rep, int i, cudaStream_t st) {
-    const soa_bench_ctx *c = p;
-    mf_cu_q8_multi_args a = {.n_w = 1, .x = c->x, .n_in = c->n_in, .nt = 1, .q8 = c->q8, .gemv_auto = 1,
-                             .gemv_v4 = -1, .x_q8_ready = rep > 0};
-    a.wtype[0] = c->t;
-    a.w[0] = c->w[0] + c->set[0] * (uint64_t)(i % c->copies);
-    a.row_bytes[0] = c->rb;
-    a.y[0] = c->y;
-    a.n_out[0] = c->n_out;
-    a.w_soa[0] = c->soa ? c->w[1] + c->set[1] * (uint64_t)(i % c->copies) : NULL;
-    a.soa_stride[0] = c->soa ? c->sst : 0;
-    return mf_cu_gemv_q8_multi(&a, st) == cudaSuccess;
-}
-
-static void soa_bench(uint32_t t, int64_t n_in, int64_t n_out) {
-    enum { BATCH = 20, REPS = 7 };
-    const uint64_t rb = mf_type_row_size(t, n_in), sst = mf_cu_soa_stride(t, n_in);
-    const uint64_t set[2] = {(rb * (uint64_t)n_out + 256 + 255) & ~(uint64_t)255,
-                             (sst * (uint64_t)n_out + 255) & ~(uint64_t)255};
-    const int copies = bench_copies(set[0]);
-    uint8_t *w[2] = {NULL, NULL};
-    void *q8 = NULL;
-    float *x = NULL, *y = NULL;
-    cudaStream_t st = NULL;
-    bool ok = cudaMalloc((void **)&w[0], set[0] * (uint64_t)copies) == cudaSuccess &&
-              cudaMalloc((void **)&w[1], set[1] * (uint64_t)copies) == cudaSuccess &&
-              cudaMalloc(&q8, mf_cu_q8_bytes(n_in, 1)) == cudaSuccess &&
-              cudaMalloc((void **)&x, (size_t)n_in * 4) == cudaSuccess &&
-              cudaMalloc((void **)&y, (size_t)n_out * 4) == cudaSuccess && cudaStreamCreate(&st) == cudaSuccess;
-    float us[2] = {-1.0f, -1.0f};
-    if (ok) {
-        cudaMemset(w[0], 0x3c, set[0] * (uint64_t)copies);
-        cudaMemset(w[1], 0x3c, set[1] * (uint64_t)copies);
-        cudaMemset(x, 0x3c, (size_t)n_in * 4);
-        soa_bench_ctx c = {.t = t, .n_in = n_in, .n_out = n_out, .rb = rb, .sst = sst, .set = {set[0], set[1]},
-                           .w = {w[0], w[1]}, .q8 = q8, .x = x, .y = y, .copies = copies};
-        for (int soa = 0; soa < 2; soa++) { /* batch 0 quantizes x into q8, batch 1 warms up */
-            c.soa = soa;
-            us[soa] = batch_time(soa_bench_call, &c, st, 2, BATCH, REPS);
-        }
-    }
-    const double bytes = (double)rb * (double)n_out;
-    if (!ok)
-        printf("soa bench %s %lld->%lld: allocation failed\n", mf_type_name(t), (long long)n_in, (long long)n_out);
-    else
-        printf("soa bench %-5s %5lld->%-6lld (v4 GEMV alone, %d copies): block %.2f us %.2f TB/s | plane %.2f us "
-               "%.2f TB/s (%+.1f %%)\n",
-               mf_type_name(t), (long long)n_in, (long long)n_out, copies, us[0], bytes / (us[0] * 1e6), us[1],
-               bytes / (us[1] * 1e6), 100.0 * (us[0] / us[1] - 1.0));
-    if (st)
-        cudaStreamDestroy(st);
-    cudaFree(w[0]); cudaFree(w[1]); cudaFree(q8); cudaFree(x); cudaFree(y);
-    cudaGetLastError();
-}
-
-static void soa_family(void) {
-    cudaStream_t st;
-    cudaStreamCreate(&st);
-    for (int ti = 0; ti < 3; ti++) {
-        const uint32_t t = soa_types[ti];
-        for (int i = 0; i < 7; i++)
-            if (soa_shape_on(i))
-                soa_single(t, soa_shapes[i][0], soa_shapes[i][1], false, st);
-        soa_single(t, 4864, 896, true, st); /* the residual epilogue (FUSE_ADD's form) */
-        if (!small)
-            soa_single(t, 18944, 3584, true, st);
-        soa_fused(t, 896, 896, false, st); /* QKV + bias */
-        soa_fused(t, 896, 4864, true, st); /* gate/up + SwiGLU */
-        if (!small)
-            soa_fused(t, 3584, 18944, true, st);
-    }
-    soa_mix(MF_TYPE_Q5_0, MF_TYPE_Q8_0, st);
-    soa_mix(MF_TYPE_Q4_0, MF_TYPE_Q5_0, st);
-    cudaStreamDestroy(st);
-    soa_backend();
-    if (!(getenv("MINFER_CUDA_TEST_BENCH") && atoi(getenv("MINFER_CUDA_TEST_BENCH")) > 0))
-        return;
-    soa_bench(MF_TYPE_Q8_0, 896, 151936);
-    soa_bench(MF_TYPE_Q4_0, 3584, 37888);
-    soa_bench(MF_TYPE_Q4_0, 18944, 3584);
-    soa_bench(MF_TYPE_Q8_0, 3584, 18944);
-    soa_bench(MF_TYPE_Q5_0, 896, 9728);
-    soa_bench(MF_TYPE_Q4_0, 896, 9728);
-    soa_bench(MF_TYPE_Q8_0, 4864, 896);
 }
 
 /* ---- the SwiGLU GEMV writing the down GEMV's int8 input (family "ffnq8b") ------------------------ */
@@ -7543,7 +6877,7 @@ static void fq_test(const fq_spec *s, bool bias, bool norm) {
     const mf_cu_q8_multi_args rule = fq_ffn_args(s, &d, bias, norm, NULL, 0);
     snprintf(sub, sizeof sub, "%s: taken by the rule", name);
     check_true(sub, mf_cu_gemv_q8_ffn_q8b_ok(&rule) == 1, "(mf_cu_gemv_q8_ffn_q8b_ok)");
-    const bool pdl0 = mf_env_int("MINFER_CUDA_PDL", MF_CU_PDL_DEFAULT) != 0;
+    const bool pdl0 = tune0.pdl != 0;
     enum { RUNS = 1 + 2 * MF_CU_Q8B_FORMS };
     char rn[RUNS][32];
     cudaStream_t st;
@@ -7562,7 +6896,7 @@ static void fq_test(const fq_spec *s, bool bias, bool norm) {
         cudaMemset(d.z, run % 2 ? 0xfe : 0xff, (size_t)D * 4);
         cudaMemset(d.q8o, run % 2 ? 0xa5 : 0x5a, qb);
         cudaMemset(d.q8r, 0x33, qb);
-        mf_cu_set_pdl(run && run % 2 == 0 ? 0 : 1);
+        t_pdl(run && run % 2 == 0 ? 0 : 1);
         const int64_t c0 = mf_cu_q8_quant_count(), s0 = mf_cu_q8v4_swq8_count();
         const int64_t f0 = mf_cu_q8v4_swq8_form_count(form);
         const mf_cu_q8_multi_args fa = fq_ffn_args(s, &d, bias, norm, run ? d.q8o : NULL, form);
@@ -7580,7 +6914,7 @@ static void fq_test(const fq_spec *s, bool bias, bool norm) {
         z[run] = ds_get(d.z, (size_t)D * 4);
         q[run] = ds_get(run ? d.q8o : d.q8r, qb);
     }
-    mf_cu_set_pdl(pdl0);
+    t_pdl(pdl0);
     for (int run = 0; run < RUNS; run++) {
         snprintf(sub, sizeof sub, "%s [%s]: h vs float64", name, rn[run]);
         result(sub, rel_err(h[run], g, F), 6e-2, count_nan(h[run], F), NULL);
@@ -7699,12 +7033,12 @@ static void fq_graph(const fq_spec *s) {
     fq_dev d;
     fq_dev_new(s, &d);
     cudaMemcpy(d.r, r, (size_t)D * 4, cudaMemcpyHostToDevice);
-    const bool pdl0 = mf_env_int("MINFER_CUDA_PDL", MF_CU_PDL_DEFAULT) != 0;
+    const bool pdl0 = tune0.pdl != 0;
     cudaStream_t st;
     cudaStreamCreate(&st);
     for (int pf = 0; pf < 2 * MF_CU_Q8B_FORMS; pf++) {
         const int pdl = pf % 2 == 0, form = 1 + pf / 2;
-        mf_cu_set_pdl(pdl);
+        t_pdl(pdl);
         float *hr[STEPS], *zr[STEPS];
         for (int t = 0; t < STEPS; t++) { /* today's chain, plain */
             cudaMemcpy(d.x, xs + t * D, (size_t)D * 4, cudaMemcpyHostToDevice);
@@ -7760,7 +7094,7 @@ static void fq_graph(const fq_spec *s) {
         cudaGraphExecDestroy(ge);
         cudaGraphDestroy(gr);
     }
-    mf_cu_set_pdl(pdl0);
+    t_pdl(pdl0);
     cudaStreamDestroy(st);
     fq_dev_free(&d);
     free(xs); free(r);
@@ -7795,10 +7129,10 @@ static void fq_backend(const fq_spec *s) {
         ffn_tail_new(&tl, D, F, nn, eps, &m, dn, s->t);
         y[on] = malloc((size_t)(D * STEPS) * 4);
         h[on] = malloc((size_t)(F * STEPS) * 4);
-        mf_cuda_set_ffn_q8b(be, on);
-        mf_cuda_set_fuse(be, true);
-        mf_cuda_set_fuse_norm(be, true);
-        mf_cuda_set_fuse_add(be, true);
+        t_ffn_q8b(be, on);
+        t_fuse(be, true);
+        t_fuse_norm(be, true);
+        t_fuse_add(be, true);
         mf_cuda_set_graphs(be, true);
         int64_t r0, r1, c0, c1, q0, q1;
         mf_cuda_graph_stats(be, &c0, &r0);
@@ -7816,11 +7150,11 @@ static void fq_backend(const fq_spec *s) {
         ready[on] = q1 - q0;
         ffn_tail_free(&tl);
     }
-    mf_cuda_set_ffn_q8b(be, -1);
-    mf_cuda_set_fuse(be, mf_env_flag("MINFER_CUDA_FUSE_GEMV"));
-    mf_cuda_set_fuse_norm(be, mf_env_int("MINFER_CUDA_FUSE_NORM", 1) != 0);
-    mf_cuda_set_fuse_add(be, mf_env_int("MINFER_CUDA_FUSE_ADD", 1) != 0);
-    mf_cuda_set_graphs(be, !mf_env_flag("MINFER_NO_CUDA_GRAPH"));
+    t_ffn_q8b(be, -1);
+    t_fuse(be, tune0.fuse_gemv);
+    t_fuse_norm(be, tune0.fuse_norm != 0);
+    t_fuse_add(be, tune0.fuse_add != 0);
+    mf_cuda_set_graphs(be, !false);
     char name[160], det[240];
     const int64_t plain0 = STEPS - reps[0]; /* host-launched steps */
     for (int on = 1; on < RUNS; on++) {
@@ -7957,30 +7291,6 @@ static void ffnq8b_family(void) {
 }
 
 /* ---- family d2h: the logits copy overlapped with the lm_head ------------------------- */
-
-/* Family d2h: MINFER_CUDA_LOGITS_CHUNKS (hook mf_cuda_set_logits_chunks):
- * the output RMSNorm -> lm_head MATMUL of a decode step, run through
- * begin_forward / execute_node / end_forward / read_host (no synchronize:
- * the engine's order) with the mf_exec_args out_host hint on a host_alloc
- * block, over 5 steps with new inputs and every read buffer poisoned (NaN)
- * before its step. K = 2, 4, 7 with CUDA graphs on and off, norm folded
- * (NORM_MM) and not: logits bitwise the K = 0 run (graphs off), the chunked
- * path taken on every step (mf_cuda_d2h_stats: capture + replays count) and
- * every read served by the early copy; the v4 plan (u, ks) of every chunk
- * equal to the whole launch's (mf_cu_q8v4_ks) at the Q8_0 896 x 151936 and
- * Q6_K 2560 x 151936 heads, and a 3000-row head whose chunks would plan
- * otherwise runs unchunked (same bits); two sessions' logits buffers
- * alternating on one graph: each read holds its own step's logits, the
- * other buffer keeps the previous step's, and the graph replays (2
- * captures, (g, out_host) entries); a read into a heap buffer other than
- * the hint and a read of half the bytes into the hint buffer: bitwise. */
-static void d2h_weights(void) {
-    add_weight("mm.q8_0.896x151936", MF_TYPE_Q8_0, 896, 151936);
-    if (!small)
-        add_weight("mm.q6_k.2560x151936", MF_TYPE_Q6_K, 2560, 151936);
-    add_weight("d2h.q8_0.896x3000", MF_TYPE_Q8_0, 896, 3000);
-}
-
 enum { D2H_STEPS = 5 };
 
 typedef struct d2h_case {
@@ -8047,10 +7357,9 @@ static void zc_forwards(const d2h_case *c, const zc_run *r, const float *xs, int
     d2h_head h;
     d2h_head_new(&h, c, "head", NULL);
     const int32_t ni = h.ni, mi = h.mi, bx = h.bx, bn = h.bn, by = h.by;
-    mf_cuda_set_fuse_norm(be, true);
-    mf_cuda_set_norm_mm(be, r->norm_mm);
+    t_fuse_norm(be, true);
+    t_norm_mm(be, r->norm_mm);
     mf_cuda_set_graphs(be, r->graphs);
-    mf_cuda_set_logits_chunks(be, r->k);
     int64_t c0, r0, k0, e0;
     mf_cuda_graph_stats(be, &c0, &r0);
     mf_cuda_d2h_stats(be, &k0, &e0);
@@ -8059,7 +7368,7 @@ static void zc_forwards(const d2h_case *c, const zc_run *r, const float *xs, int
     mf_error e;
     for (int s = 0; s < steps; s++) {
         const bool on = r->zc == 1 || (r->zc == 2 && s % 2);
-        mf_cuda_set_logits_zc(be, on);
+        t_logits_zc(be, on);
         const int64_t zs = mf_cuda_zc_count(be);
         for (int64_t i = 0; i < nv; i++)
             hint[s][i] = dst[s][i] = NAN;
@@ -8067,11 +7376,11 @@ static void zc_forwards(const d2h_case *c, const zc_run *r, const float *xs, int
         a.out_host = hint[s];
         a.out_node = mi;
         a.out_bytes = (size_t)nv * 4;
-        if (be->ops->begin_forward(be, &h.gr, &a, &e) ||
+        if (mf_cuda_begin_forward(be, &h.gr, &a, &e) ||
             be->ops->write_host(be, bx, 0, xs + s * d, (size_t)d * 4, &e) ||
-            be->ops->execute_node(be, &h.gr, ni, &bx, bn, (mf_kv_pair){-1, -1}, &a, &e) ||
-            be->ops->execute_node(be, &h.gr, mi, &bn, by, (mf_kv_pair){-1, -1}, &a, &e) ||
-            be->ops->end_forward(be, &h.gr, &a, &e) ||
+            mf_cuda_execute_node(be, &h.gr, ni, &bx, bn, (mf_kv_pair){-1, -1}, &a, &e) ||
+            mf_cuda_execute_node(be, &h.gr, mi, &bn, by, (mf_kv_pair){-1, -1}, &a, &e) ||
+            mf_cuda_end_forward(be, &h.gr, &a, &e) ||
             be->ops->read_host(be, by, 0, dst[s], (size_t)r->n_read * 4, &e))
             die("zc step", &e);
         memcpy(res + s * nv, dst[s], (size_t)nv * 4);
@@ -8092,26 +7401,12 @@ static void zc_forwards(const d2h_case *c, const zc_run *r, const float *xs, int
     st->zc = mf_cuda_zc_count(be) - z0;
     st->launches = mf_cu_q8v4_zc_count() - l0;
     d2h_head_free(&h);
-    mf_cuda_set_logits_zc(be, mf_env_int("MINFER_CUDA_LOGITS_ZC", 1) == 1);
-    mf_cuda_set_logits_chunks(be, (int)mf_env_int("MINFER_CUDA_LOGITS_CHUNKS", 0));
-    mf_cuda_set_fuse_norm(be, mf_env_int("MINFER_CUDA_FUSE_NORM", 1) != 0);
-    mf_cuda_set_norm_mm(be, mf_env_int("MINFER_CUDA_NORM_MM", 1) != 0);
-    mf_cuda_set_graphs(be, !mf_env_flag("MINFER_NO_CUDA_GRAPH"));
+    t_logits_zc(be, tune0.zc == 1);
+    t_fuse_norm(be, tune0.fuse_norm != 0);
+    t_norm_mm(be, tune0.norm_mm != 0);
+    mf_cuda_set_graphs(be, !false);
 }
 
-/* d2h's steps: zc_forwards with the ZC switch off (the family's subject
- * is the chunk copies), k chunks, graphs and norm_mm as given. */
-static void d2h_forwards(const d2h_case *c, int k, bool graphs, bool norm_mm, const float *xs, int steps,
-                         float *const *hint, float *const *dst, int64_t n_read, float *res, d2h_stats *st) {
-    const zc_run r = {.zc = 0, .k = k, .graphs = graphs, .norm_mm = norm_mm, .n_read = n_read};
-    zc_stats z;
-    zc_forwards(c, &r, xs, steps, hint, dst, res, &z);
-    st->caps = z.caps;
-    st->reps = z.reps;
-    st->chunked = z.chunked;
-    st->early = z.early;
-    st->clobbered = z.clobbered;
-}
 
 /* Floats of a (n) whose bits differ from b's, NaNs in a counted too. */
 static int64_t d2h_diff(const float *a, const float *b, int64_t n) {
@@ -8120,111 +7415,6 @@ static int64_t d2h_diff(const float *a, const float *b, int64_t n) {
         k += memcmp(a + i, b + i, 4) != 0 || isnan(a[i]);
     return k;
 }
-
-/* Whether every chunk of k over c's rows plans as the whole (what lc_chunks checks). */
-static bool d2h_plan_same(const d2h_case *c, int k) {
-    const int u = mf_cu_q8v4_u(-1, c->t, c->nv, c->d);
-    const int ks = u > 0 ? mf_cu_q8v4_ks(c->t, u, c->nv, c->d) : 0;
-    if (ks <= 0)
-        return false;
-    for (int i = 0; i < k; i++) {
-        const int64_t r0 = (c->nv * i / k) & ~(int64_t)63, r1 = i + 1 >= k ? c->nv : (c->nv * (i + 1) / k) & ~(int64_t)63;
-        if (r1 <= r0 || mf_cu_q8v4_u(-1, c->t, r1 - r0, c->d) != u || mf_cu_q8v4_ks(c->t, u, r1 - r0, c->d) != ks)
-            return false;
-    }
-    return true;
-}
-
-static void d2h_case_run(const d2h_case *c, bool full) {
-    const int64_t d = c->d, nv = c->nv;
-    const int steps = D2H_STEPS;
-    float *xs = rand_vec(d * steps, 2.0f);
-    float *pa = be->ops->host_alloc(be, (size_t)nv * 4), *pb = be->ops->host_alloc(be, (size_t)nv * 4);
-    float *heap = malloc((size_t)nv * 4 + 4);
-    float *base[2] = {malloc((size_t)(nv * steps) * 4), malloc((size_t)(nv * steps) * 4)};
-    float *res = malloc((size_t)(nv * steps) * 4);
-    if (!pa || !pb) {
-        check_true("d2h: host_alloc gave pinned blocks", false, NULL);
-        return;
-    }
-    float *ha[D2H_STEPS], *hh[D2H_STEPS], *hab[D2H_STEPS];
-    for (int s = 0; s < steps; s++) {
-        ha[s] = pa;
-        hh[s] = heap;
-        hab[s] = s % 2 ? pb : pa;
-    }
-    char name[160], det[200];
-    d2h_stats st;
-    const int ks_list[3] = {2, 4, 7};
-    for (int i = 0; i < 3; i++) {
-        snprintf(name, sizeof name, "d2h plan %s %lld x %lld K %d: chunks plan as the whole", mf_type_name(c->t),
-                 (long long)d, (long long)nv, ks_list[i]);
-        if (nv > 100000)
-            check_true(name, d2h_plan_same(c, ks_list[i]), NULL);
-    }
-    for (int nm = 1; nm >= (full ? 0 : 1); nm--) {
-        /* the old path: K 0, graphs off */
-        d2h_forwards(c, 0, false, nm, xs, steps, ha, ha, nv, base[nm], &st);
-        snprintf(name, sizeof name, "d2h %s %lld: K 0 baseline (norm %s)", mf_type_name(c->t), (long long)nv,
-                 nm ? "folded" : "separate");
-        check_true(name, d2h_diff(base[nm], base[nm], nv * steps) == 0 && st.chunked == 0 && st.early == 0,
-                   "(no NaN, nothing chunked)");
-        for (int i = 0; i < 3; i++)
-            for (int gon = 0; gon < 2; gon++) {
-                const int k = ks_list[i];
-                if (!full && (k != 4 || !gon))
-                    continue;
-                d2h_forwards(c, k, gon, nm, xs, steps, ha, ha, nv, res, &st);
-                const bool want = d2h_plan_same(c, k);
-                snprintf(name, sizeof name, "d2h %s %lld K %d graphs %s norm %s", mf_type_name(c->t), (long long)nv,
-                         k, gon ? "on" : "off", nm ? "folded" : "separate");
-                snprintf(det, sizeof det, "(%lld floats differ; chunked %lld early reads %lld of %d, want %s; "
-                         "captures %lld replays %lld)", (long long)d2h_diff(res, base[nm], nv * steps),
-                         (long long)st.chunked, (long long)st.early, steps, want ? "all" : "none",
-                         (long long)st.caps, (long long)st.reps);
-                check_true(name, d2h_diff(res, base[nm], nv * steps) == 0 &&
-                                     st.chunked == (want ? steps : 0) && st.early == (want ? steps : 0) &&
-                                     (!gon || st.reps >= steps - 2), det);
-            }
-    }
-    if (full) {
-        /* two sessions' logits buffers alternating on one graph */
-        d2h_forwards(c, 4, true, true, xs, steps, hab, hab, nv, res, &st);
-        snprintf(det, sizeof det, "(%lld floats differ, %lld of the other buffer changed; captures %lld replays "
-                 "%lld, chunked %lld early %lld)", (long long)d2h_diff(res, base[1], nv * steps),
-                 (long long)st.clobbered, (long long)st.caps, (long long)st.reps, (long long)st.chunked,
-                 (long long)st.early);
-        check_true("d2h two buffers alternating: own logits, other kept, replayed",
-                   d2h_diff(res, base[1], nv * steps) == 0 && st.clobbered == 0 && st.caps <= 2 &&
-                       st.reps >= steps - 4 && st.chunked == steps && st.early == steps, det);
-        /* a read into another buffer than the hint */
-        d2h_forwards(c, 4, true, true, xs, steps, ha, hh, nv, res, &st);
-        snprintf(det, sizeof det, "(%lld floats differ; chunked %lld early %lld)",
-                 (long long)d2h_diff(res, base[1], nv * steps), (long long)st.chunked, (long long)st.early);
-        check_true("d2h read into a heap buffer, not the hint", d2h_diff(res, base[1], nv * steps) == 0 &&
-                                                                      st.chunked == steps && st.early == 0, det);
-        /* half the bytes into the hint buffer: the plain read */
-        d2h_forwards(c, 4, true, true, xs, steps, ha, ha, nv / 2, res, &st);
-        int64_t bad = 0;
-        for (int s = 0; s < steps; s++)
-            bad += d2h_diff(res + s * nv, base[1] + s * nv, nv / 2);
-        snprintf(det, sizeof det, "(%lld floats differ; early %lld)", (long long)bad, (long long)st.early);
-        check_true("d2h read of half the hinted bytes", bad == 0 && st.early == 0, det);
-    }
-    be->ops->host_free(be, pa);
-    be->ops->host_free(be, pb);
-    free(heap); free(base[0]); free(base[1]); free(res); free(xs);
-}
-
-static void d2h_family(void) {
-    mf_cuda_set_logits_zc(be, false); /* the chunk copies are what is tested; ZC (default on) wins over them */
-    d2h_case_run(&(d2h_case){"mm.q8_0.896x151936", MF_TYPE_Q8_0, 896, 151936}, !small);
-    if (!small)
-        d2h_case_run(&(d2h_case){"mm.q6_k.2560x151936", MF_TYPE_Q6_K, 2560, 151936}, false);
-    d2h_case_run(&(d2h_case){"d2h.q8_0.896x3000", MF_TYPE_Q8_0, 896, 3000}, false);
-    mf_cuda_set_logits_zc(be, mf_env_int("MINFER_CUDA_LOGITS_ZC", 1) == 1);
-}
-
 /* ---- family zc: the lm_head GEMV writes the logits into the pinned block --------------- */
 
 /* Family zc: MINFER_CUDA_LOGITS_ZC (hook mf_cuda_set_logits_zc): the same
@@ -8263,8 +7453,7 @@ static double zc_step_us(const d2h_case *c, const zc_run *r, const float *xs, fl
     d2h_head_new(&h, c, "zc.bench", xs);
     const int32_t ni = h.ni, mi = h.mi, bx = h.bx, bn = h.bn, by = h.by;
     mf_cuda_set_graphs(be, true);
-    mf_cuda_set_logits_chunks(be, r->k);
-    mf_cuda_set_logits_zc(be, r->zc == 1);
+    t_logits_zc(be, r->zc == 1);
     float us[REPS];
     mf_error e;
     for (int s = 0; s < WARM + REPS; s++) {
@@ -8273,18 +7462,17 @@ static double zc_step_us(const d2h_case *c, const zc_run *r, const float *xs, fl
         a.out_node = mi;
         a.out_bytes = (size_t)nv * 4;
         const uint64_t t0 = mf_time_ns();
-        if (be->ops->begin_forward(be, &h.gr, &a, &e) ||
-            be->ops->execute_node(be, &h.gr, ni, &bx, bn, (mf_kv_pair){-1, -1}, &a, &e) ||
-            be->ops->execute_node(be, &h.gr, mi, &bn, by, (mf_kv_pair){-1, -1}, &a, &e) ||
-            be->ops->end_forward(be, &h.gr, &a, &e) || be->ops->read_host(be, by, 0, hint, (size_t)nv * 4, &e))
+        if (mf_cuda_begin_forward(be, &h.gr, &a, &e) ||
+            mf_cuda_execute_node(be, &h.gr, ni, &bx, bn, (mf_kv_pair){-1, -1}, &a, &e) ||
+            mf_cuda_execute_node(be, &h.gr, mi, &bn, by, (mf_kv_pair){-1, -1}, &a, &e) ||
+            mf_cuda_end_forward(be, &h.gr, &a, &e) || be->ops->read_host(be, by, 0, hint, (size_t)nv * 4, &e))
             die("zc bench step", &e);
         if (s >= WARM)
             us[s - WARM] = (float)((double)(mf_time_ns() - t0) / 1e3);
     }
     d2h_head_free(&h);
-    mf_cuda_set_logits_zc(be, mf_env_int("MINFER_CUDA_LOGITS_ZC", 1) == 1);
-    mf_cuda_set_logits_chunks(be, (int)mf_env_int("MINFER_CUDA_LOGITS_CHUNKS", 0));
-    mf_cuda_set_graphs(be, !mf_env_flag("MINFER_NO_CUDA_GRAPH"));
+    t_logits_zc(be, tune0.zc == 1);
+    mf_cuda_set_graphs(be, !false);
     qsort(us, REPS, sizeof us[0], cmp_f);
     return us[REPS / 2];
 }
@@ -8294,9 +7482,9 @@ static void zc_case_run(const d2h_case *c, bool full) {
     const int steps = D2H_STEPS;
     float *xs = rand_vec(d * steps, 2.0f);
     /* the ZC switch on before the blocks exist: host_alloc maps them */
-    mf_cuda_set_logits_zc(be, true);
+    t_logits_zc(be, true);
     float *pa = be->ops->host_alloc(be, (size_t)nv * 4), *pb = be->ops->host_alloc(be, (size_t)nv * 4 + 64);
-    mf_cuda_set_logits_zc(be, mf_env_int("MINFER_CUDA_LOGITS_ZC", 1) == 1);
+    t_logits_zc(be, tune0.zc == 1);
     float *heap = malloc((size_t)nv * 4 + 4);
     float *base[2] = {malloc((size_t)(nv * steps) * 4), malloc((size_t)(nv * steps) * 4)};
     float *res = malloc((size_t)(nv * steps) * 4);
@@ -8372,16 +7560,7 @@ static void zc_case_run(const d2h_case *c, bool full) {
                  (long long)st.zc, (long long)st.early);
         check_true("zc hint not 32-byte aligned: plain read", d2h_diff(res, base[1], nv * steps) == 0 && st.zc == 0 &&
                                                                   st.early == 0 && st.launches == 0, det);
-        /* ZC and the chunks both on: ZC */
-        r.k = 4;
-        zc_forwards(c, &r, xs, steps, ha, ha, res, &st);
-        snprintf(det, sizeof det, "(%lld floats differ; zc %lld chunked %lld early %lld)",
-                 (long long)d2h_diff(res, base[1], nv * steps), (long long)st.zc, (long long)st.chunked,
-                 (long long)st.early);
-        check_true("zc with the chunks on: ZC taken", d2h_diff(res, base[1], nv * steps) == 0 && st.zc == steps &&
-                                                          st.chunked == 0 && st.early == steps, det);
         /* the switch flipped every step on one graph: graphs keyed on it */
-        r.k = 0;
         r.zc = 2;
         zc_forwards(c, &r, xs, steps, ha, ha, res, &st);
         snprintf(det, sizeof det, "(%lld floats differ; zc %lld early %lld, want %d)",
@@ -8390,12 +7569,11 @@ static void zc_case_run(const d2h_case *c, bool full) {
                                                                   st.zc == steps / 2 && st.early == steps / 2, det);
     }
     if (mf_env_flag("MINFER_CUDA_TEST_BENCH")) {
-        const zc_run b_off = {.zc = 0}, b_on = {.zc = 1}, b_k4 = {.k = 4};
+        const zc_run b_off = {.zc = 0}, b_on = {.zc = 1};
         const double t_off = zc_step_us(c, &b_off, xs, pa), t_on = zc_step_us(c, &b_on, xs, pa);
-        const double t_k4 = zc_step_us(c, &b_k4, xs, pa);
-        printf("bench zc %s %lld x %lld: replayed norm + head + logits read, host us: copy %.1f, ZC %.1f, "
-               "chunks K 4 %.1f (%.0f KB of logits)\n", mf_type_name(c->t), (long long)d, (long long)nv, t_off, t_on,
-               t_k4, (double)nv * 4 / 1024);
+        printf("bench zc %s %lld x %lld: replayed norm + head + logits read, host us: copy %.1f, ZC %.1f "
+               "(%.0f KB of logits)\n", mf_type_name(c->t), (long long)d, (long long)nv, t_off, t_on,
+               (double)nv * 4 / 1024);
     }
     be->ops->host_free(be, pa);
     be->ops->host_free(be, pb);
@@ -8498,31 +7676,21 @@ int main(void) {
         qkvmix_weights();
     if (fam("ffnq8b"))
         ffnq8b_weights();
-    if (fam("d2h"))
-        d2h_weights();
     if (fam("zc"))
         zc_weights();
-    /* family soa: the backend builds its plane copies only when
-     * MINFER_CUDA_SOA is set at creation; the other families keep the
-     * block copies (mf_cuda_set_soa off below) */
-    const bool soa_env = getenv("MINFER_CUDA_SOA") != NULL;
-    if (fam("soa")) {
-        soa_weights();
-        if (!soa_env)
-            setenv("MINFER_CUDA_SOA", "1", 1);
-    }
 
     mf_error e;
-    if (mf_backend_cuda_new(W, &be, &e)) {
+    /* MINFER_CUDA_TUNE: the whole suite under another tuning (gpu-check.sh's ops-nopdl: pdl=0) */
+    mf_backend_options o;
+    mf_backend_options_default(&o);
+    o.tune = getenv("MINFER_CUDA_TUNE");
+    if (mf_backend_cuda_create(W, &o, &be, &e)) {
         printf("skip: no usable CUDA backend: %s\n", e.msg);
         mf_weights_free(W);
         return 77;
     }
     printf("device: %s%s\n", mf_cuda_device_desc(be), small ? " (small shapes)" : "");
-    if (fam("soa") && !soa_env) { /* the copies exist; the switch as the environment had it (off) */
-        unsetenv("MINFER_CUDA_SOA");
-        mf_cuda_set_soa(be, false);
-    }
+    tune0 = *mf_cuda_tuning(be);
 
     const int64_t nts[] = {1, 7, 64, 513};
     const int n_nts = small ? 3 : 4;
@@ -8579,7 +7747,7 @@ int main(void) {
     }
 
     const uint32_t kvt[] = {MF_TYPE_F32, MF_TYPE_F16, MF_TYPE_Q8_0};
-    mf_cuda_set_tc_attn(be, false); /* family attn: the f32 kernels at 1e-4 (preattn: the tensor-core one) */
+    t_tc_attn(be, false); /* family attn: the f32 kernels at 1e-4 (preattn: the tensor-core one) */
     for (int i = 0; fam("attn") && i < 3; i++) {
         test_attention(&(attn_spec){14, 2, 64, 0, small ? 64 : 513, kvt[i]});
         test_attention(&(attn_spec){14, 2, 64, small ? 100 : 2000, 1, kvt[i]});
@@ -8591,7 +7759,7 @@ int main(void) {
     }
     if (fam("attn"))
         test_attention(&(attn_spec){8, 8, 256, 50, 3, MF_TYPE_F32}); /* widest head, no GQA */
-    mf_cuda_set_tc_attn(be, true);
+    t_tc_attn(be, true);
 
     for (size_t i = 0; fam("qkv") && i < sizeof qkvs / sizeof qkvs[0]; i++) {
         test_qkv(&qkvs[i], 1, 37, false, MF_TYPE_F32);
@@ -8616,16 +7784,6 @@ int main(void) {
         test_fuse_add(MF_TYPE_Q4_K, 3584, 3584, 1); /* 7B attn_output */
         test_fuse_add(MF_TYPE_Q6_K, 2560, small ? 256 : 9728, 3);
         test_fuse_add(MF_TYPE_BF16, 896, 896, 1);   /* no int8 tier: never fuses */
-    }
-    if (fam("gemv_v2")) {
-        test_gemv_v2(2560, small ? 96 : 1152, 1);
-        test_gemv_v2(2560, small ? 96 : 1152, 8);
-        test_gemv_v2(3584, 3584, 1);  /* 7B attn_q / attn_output */
-        test_gemv_v2(3584, 3584, 5);
-        if (!small) {
-            test_gemv_v2(18944, 160, 1); /* long rows: ks 4, many pairs per lane */
-            test_gemv_v2(3584, 18944, 1);
-        }
     }
     if (fam("fuse_norm")) {
         const int64_t ff05 = small ? 256 : 4864;
@@ -8668,10 +7826,6 @@ int main(void) {
         qkvmix_family();
     if (fam("ffnq8b"))
         ffnq8b_family();
-    if (fam("soa"))
-        soa_family();
-    if (fam("d2h"))
-        d2h_family();
     if (fam("zc"))
         zc_family();
     if (fam("misc")) {

@@ -101,7 +101,7 @@ static __global__ void __launch_bounds__(32 * MF_ATTN_WARPS) attn_kernel(mf_cu_a
     }
 }
 
-/* ---- flash prefill (MINFER_CUDA_FLASH_PREFILL) ------------------------------------------ */
+/* ---- flash prefill (tune attn_prefill) ------------------------------------------ */
 
 /* One block of FA_WARPS warps per (query head, tile of FA_BQ tokens): the
  * tile's q rows are staged in shared memory, then the cache rows

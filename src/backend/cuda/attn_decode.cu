@@ -30,10 +30,10 @@
  * the tail of the split kernel. The first objection is gone now: the backend
  * owns zeroed counters (cuda_backend.c counters()) and the kernel leaves
  * them zeroed. On the H200 a decode kernel costs >= 2-3 us in a PDL chain
- * even when nearly empty, so MINFER_CUDA_ATTN_ONE (a.cnt set; the backend's
+ * even when nearly empty, so tune attn_decode=one (a.cnt set; the backend's
  * default while the context is at most 384 tokens: the last block merges
  * the active splits alone, 32 of them at depth 1000 cost +3.9 us over the
- * second kernel, docs/PERF.md entry 14) drops the second kernel: the
+ * second kernel, docs/PERF.md) drops the second kernel: the
  * non-empty split blocks of a (token, KV head) count arrivals after writing
  * their partials; the last one reads all partials of the group (__ldcg,
  * after a fence) and merges them with exactly the combine's arithmetic in
@@ -357,7 +357,7 @@ static __global__ void __launch_bounds__(32 * DA_WARPS) attn_decode_kernel(mf_cu
             pml[2 * pi + 1] = L;
         }
     }
-    if (a.cnt) { /* MINFER_CUDA_ATTN_ONE: the group's last non-empty block combines */
+    if (a.cnt) { /* tune attn_decode=one: the group's last non-empty block combines */
         __shared__ int s_last;
         const int n_act = (int)((n_kv + chunk - 1) / chunk); /* the non-empty splits: split < n_act */
         int32_t *cnt = a.cnt + t * a.n_head_kv + kvh;
@@ -407,7 +407,7 @@ static __device__ __forceinline__ void dc_max_sum(const float (&wm)[DCL_ML], con
 }
 
 /* The combine of the G query heads of KV head kvh, token t, by the split
- * kernel's last block (MINFER_CUDA_ATTN_ONE), bitwise attn_decode_combine(_lat):
+ * kernel's last block (tune attn_decode=one), bitwise attn_decode_combine(_lat):
  * warp w takes heads w, w + 4: the max and the weighted sum of l in
  * combine_lat's lane order and shuffle tree (so L is its L), the weights
  * exp2f(m_s - M) into s_w (its per-thread w, the same value); then thread
@@ -654,7 +654,7 @@ extern "C" cudaError_t mf_cu_attn_decode(const mf_cu_attn_args *a, cudaStream_t 
                              : kvt == DA_F16 ? attn_decode_kernel<128, DA_F16>
                                              : attn_decode_kernel<128, DA_Q8>);
     cudaError_t e = mf_launch(k, grid, block, 0, s, *a, n_split);
-    if (e != cudaSuccess || a->cnt) /* MINFER_CUDA_ATTN_ONE: the split kernel combined */
+    if (e != cudaSuccess || a->cnt) /* tune attn_decode=one: the split kernel combined */
         return e;
     return mf_launch(mf_cu_lat ? attn_decode_combine_lat : attn_decode_combine, dim3((unsigned)a->n_head,
                      (unsigned)a->nt), dim3(DC_THREADS), 0, s, *a, n_split);

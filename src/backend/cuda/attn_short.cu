@@ -1,6 +1,6 @@
 /* attn_short.cu - decode attention for short contexts in one pass
- * (MINFER_CUDA_ATTN_SHORT; the backend takes it only where the one-kernel
- * split-KV decode, MINFER_CUDA_ATTN_ONE, would run: n_past + nt <= 384).
+ * (tune attn_decode=short; the backend takes it only where the one-kernel
+ * split-KV decode, tune attn_decode=one, would run: n_past + nt <= 384).
  *
  * The split-KV kernel (attn_decode.cu) is built for long contexts: a block
  * per (KV head, split) loads a batch of rows for the whole GQA group, then
@@ -105,7 +105,7 @@ static __device__ __forceinline__ void as_cvt(const unsigned w[NW], float f[F16 
     }
 }
 
-/* ---- MINFER_CUDA_SHORT_ROPE: rope (+ QkNorm) and the K/V store inside the kernel ----
+/* ---- tune short_rope: rope (+ QkNorm) and the K/V store inside the kernel ----
  *
  * asr_prologue: with one token the rope-store launch between the QKV GEMV
  * and this kernel (ropestore.cu) is folded in. The block's last six warps
@@ -342,7 +342,7 @@ static __device__ __forceinline__ void asr_finish(const mf_cu_attn_args &a, cons
  * and V come from the raw QKV output through shared memory; rows >= n_past
  * (the current one and the clamped ones past it) take those instead of the
  * cache. */
-/* MINFER_CUDA_ATTN_PF (mf_cu_set_attn_short_pf): before the PDL wait, lane l
+/* tune attn_pf (args field no_pf): before the PDL wait, lane l
  * of warp w asks L2 for cache rows 32 w + l's K and V slices of the block's
  * KV head (RB bytes each), rows before n_past only: earlier forwards wrote
  * those, so nothing this forward writes is touched, and a prefetch is a hint
@@ -561,7 +561,7 @@ static __global__ void __launch_bounds__(32 * NW) attn_short_kernel(mf_cu_attn_a
     as_body<HD, F16, NW, false>(a, nullptr, pf);
 }
 
-/* MINFER_CUDA_SHORT_ROPE: the default 12 warps only (the roles take six) */
+/* tune short_rope: the default 12 warps only (the roles take six) */
 template <int HD, bool F16>
 static __global__ void __launch_bounds__(32 * AS_WARPS_DEF) attn_short_rope_kernel(mf_cu_attn_args a,
                                                                                  mf_cu_rope_store_args r, int pf) {
@@ -584,18 +584,12 @@ static void (*as_pick(const mf_cu_attn_args *a))(mf_cu_attn_args, int) {
                              : (f16 ? attn_short_kernel<128, true, NW> : attn_short_kernel<128, false, NW>);
 }
 
-static int as_pf = 1; /* MINFER_CUDA_ATTN_PF (set by the backend): as_prefetch before the wait */
-
-extern "C" void mf_cu_set_attn_short_pf(int on) {
-    as_pf = on != 0;
-}
-
 extern "C" cudaError_t mf_cu_attn_short(const mf_cu_attn_args *a, int warps, cudaStream_t s) {
     if (!mf_cu_attn_short_ok(a) || (warps != 0 && warps != 4 && warps != AS_WARPS_DEF))
         return cudaErrorInvalidValue;
     const int nw = warps ? warps : AS_WARPS_DEF;
     return mf_launch(nw == 4 ? as_pick<4>(a) : as_pick<AS_WARPS_DEF>(a), dim3((unsigned)a->n_head, (unsigned)a->nt),
-                     dim3(32 * nw), 0, s, *a, as_pf);
+                     dim3(32 * nw), 0, s, *a, (int)!a->no_pf);
 }
 
 /* The rope-store r describes what the fused kernel folds in: one token,
@@ -628,7 +622,7 @@ extern "C" cudaError_t mf_cu_attn_short_rope(const mf_cu_attn_args *a, const mf_
     void (*k)(mf_cu_attn_args, mf_cu_rope_store_args, int) =
         a->head_dim == 64 ? (f16 ? attn_short_rope_kernel<64, true> : attn_short_rope_kernel<64, false>)
                           : (f16 ? attn_short_rope_kernel<128, true> : attn_short_rope_kernel<128, false>);
-    return mf_launch(k, dim3((unsigned)a->n_head, 1), dim3(32 * AS_WARPS_DEF), 0, s, *a, *r, as_pf);
+    return mf_launch(k, dim3((unsigned)a->n_head, 1), dim3(32 * AS_WARPS_DEF), 0, s, *a, *r, (int)!a->no_pf);
 }
 
 #include "backend/cuda/probe.cuh"

@@ -42,28 +42,25 @@ typedef struct mf_cu_matmul_args {
     int64_t n_in, n_out, nt;
     int32_t force_gemm;     /* tests: 3 mma GEMM, 2 TC GEMM, 1 SIMT GEMM, -1 f32 GEMV, -2 int8 GEMV,
                                0 choose by nt (int8 GEMV for nt <= 8 when q8 is set) */
-    int32_t no_tc;          /* MINFER_CUDA_NO_TC: the SIMT tier for nt > 8 */
+    int32_t no_tc;          /* tune mm=simt: the SIMT tier for nt > 8 */
     void *q8;               /* scratch of mf_cu_q8_bytes(n_in, nt) for the int8 GEMV; NULL: f32 GEMV */
     /* the mma prefill tier (gemm_mma.cu), taken when mf_cu_mma_wanted */
-    int32_t no_mma;         /* MINFER_CUDA_NO_MMA: the wmma tier for every nt > 8 */
+    int32_t no_mma;         /* tune mm=wmma: the wmma tier for every nt > 8 */
     int32_t mma_min_nt;     /* auto takes the mma tier from this many tokens (0: 64) */
     int32_t x_ready;        /* xf16 already holds this x as f16 (fused QKV / FFN group) */
     uint64_t wchunk_bytes;  /* f16 weight rows per dequant + GEMM chunk, bytes (0: 320 MiB) */
     void *wf16;             /* scratch of mf_cu_mma_scratch's w_bytes (f16 weight chunk, split-K partials) */
     void *xf16;             /* scratch of its x_bytes */
-    int32_t gemv_v1;        /* MINFER_CUDA_GEMV_V1: the int8 GEMV on the v1 kernels (else v3) */
+    int32_t gemv_v1;        /* tune gemv=v1: the int8 GEMV on the v1 kernels (else v3) */
     int32_t gemv_auto;      /* v3 only where it measured faster (mf_cu_gemv_v3_wanted) */
     int32_t gemv_v4;        /* nt == 1, the v4 GEMV: -1 where mf_cu_q8v4_u's rule takes it, 1 / 2 slices
                                per lane in flight everywhere it can, 0 off */
     int32_t prologue;       /* int8 GEMV: 1 quantize x in the GEMV's prologue where mf_cu_q8_prologue_rule
                                allows, 2 wherever it fits (tests), 0 the separate quantize kernel
                                (default; MINFER_CUDA_GEMV_PROLOGUE=1 opts in) */
-    int32_t no_split;       /* MINFER_CUDA_NO_MMA_SPLIT: no split-K in the mma tier */
+    int32_t no_split;       /* tune mma_split=0: no split-K in the mma tier */
     int32_t mma_cfg;        /* the mma GEMM's tile config 0 .. MF_CU_MMA_N_CFG - 1 (gemm_mma.cu lists
                                them; the backend passes MINFER_CUDA_MMA_CFG, default 2); others: 0 */
-    const void *w_soa;      /* MINFER_CUDA_SOA: the plane copy of w (mf_cu_soa_relayout, soa_stride bytes a
-                               row), read only by the one-token v4 GEMV; NULL: none */
-    uint64_t soa_stride;
 } mf_cu_matmul_args;
 cudaError_t mf_cu_matmul(const mf_cu_matmul_args *a, cudaStream_t s);
 
@@ -71,7 +68,8 @@ cudaError_t mf_cu_matmul(const mf_cu_matmul_args *a, cudaStream_t s);
  * auto at nt >= mma_min_nt without no_mma / no_tc; n_in % 8 == 0 and a
  * device that passed mf_cu_probe_mma), the scratch it needs, and the
  * launcher (dequantize W to f16 per chunk, x to f16, mma.sync GEMM). */
-#define MF_CU_MMA_N_CFG 4 /* MINFER_CUDA_MMA_CFG values 0 .. 3 */
+#define MF_CU_MMA_N_CFG 4 /* tile configs 0 .. 3 */
+#define MF_CU_MMA_CFG_DEFAULT 2 /* the one the backend uses (docs/PERF.md, "MMA tile configs") */
 int mf_cu_mma_wanted(const mf_cu_matmul_args *a);
 void mf_cu_mma_scratch(const mf_cu_matmul_args *a, size_t *w_bytes, size_t *x_bytes);
 cudaError_t mf_cu_gemm_mma(const mf_cu_matmul_args *a, cudaStream_t s);
@@ -110,13 +108,13 @@ cudaError_t mf_cu_mma_dequant(uint32_t wtype, const void *w, uint64_t row_bytes,
  * Needs a quantized weight type with n_in % 32 == 0 and nt <= 8. */
 int mf_cu_q8_supported(uint32_t wtype, int64_t n_in);
 cudaError_t mf_cu_gemv_q8(const mf_cu_matmul_args *a, cudaStream_t s);
-/* The fused decode GEMV (MINFER_CUDA_FUSE_GEMV): n_w (1..3) weights sharing
+/* The fused decode GEMV (tune fuse_gemv): n_w (1..3) weights sharing
  * the input x (n_in, nt <= 8) -> y[i] (n_out[i], nt), one activation
  * quantization into q8 and one GEMV launch per run of equal weight types
  * (Q/K/V of one type: 2 kernels instead of 6). swiglu (n_w == 2, one type,
  * equal n_out): y[0] = silu(W0 x + b0) * (W1 x + b1), y[1] unused (gate/up
  * plus the SwiGLU: 2 kernels instead of 5). res[i] adds a residual in the
- * epilogue (MINFER_CUDA_FUSE_ADD: MATMUL + ADD as one GEMV). y may alias x
+ * epilogue (tune fuse_add: MATMUL + ADD as one GEMV). y may alias x
  * (the GEMV reads only the quantized copy). */
 typedef struct mf_cu_q8_multi_args {
     int32_t n_w;
@@ -130,34 +128,31 @@ typedef struct mf_cu_q8_multi_args {
     const float *bias[3]; /* NULL: none */
     const float *res[3];  /* NULL: none; else y[i] += res[i] (n_out[i], nt; may equal y[i]) */
     int32_t norm;         /* 1: x is RMSNorm'ed (norm_w, norm_eps) while it is quantized
-                             (MINFER_CUDA_FUSE_NORM: the norm node is not launched) */
+                             (tune fuse_norm: the norm node is not launched) */
     const float *norm_w;  /* n_in weights; NULL: none */
     float norm_eps;
     int32_t v2;           /* MINFER_CUDA_GEMV_V2: Q4_K weights take the paired-unit GEMV */
-    int32_t gemv_v1;      /* MINFER_CUDA_GEMV_V1: the v1 kernels (else the v3 row-pair GEMV) */
+    int32_t gemv_v1;      /* tune gemv=v1: the v1 kernels (else the v3 row-pair GEMV) */
     int32_t gemv_auto;    /* v3 only where it measured faster (mf_cu_gemv_v3_wanted) */
     int32_t gemv_v4;      /* as mf_cu_matmul_args.gemv_v4 */
     int32_t prologue;     /* as mf_cu_matmul_args.prologue (with norm: RMSNorm + quantize in the prologue) */
     int32_t x_q8_ready;   /* q8 already holds x quantized (RMSNorm'ed first with norm): the kernel
                              before wrote it as a by-product; no quantize launch, no prologue */
-    int32_t qkv_mix;      /* MINFER_CUDA_QKV_MIX=1: weights in two runs of different types (Q/K and V of a
+    int32_t qkv_mix;      /* tune qkv_mix=1: weights in two runs of different types (Q/K and V of a
                              K-quant mix's use_more_bits layers) as one v4 launch where a mixed-type kernel
                              exists (mf_cu_q8v4_mix_supported), bitwise the two launches; 0: one per run */
-    const void *w_soa[3];   /* as mf_cu_matmul_args.w_soa, per weight; a v4 launch reads the plane copies
-                               only when every weight of its run has one */
-    uint64_t soa_stride[3];
     float *y[3];
     int64_t n_out[3];
-    void *q8out;          /* MINFER_CUDA_FFN_Q8B: swiglu at nt 1 also writes y[0]'s int8 quantization here
+    void *q8out;          /* tune ffn_q8b: swiglu at nt 1 also writes y[0]'s int8 quantization here
                              (mf_cu_q8_bytes(n_out[0], 1), bitwise the quantize kernel's; must not overlap
                              q8), by the block-local SwiGLU GEMV; only where mf_cu_gemv_q8_ffn_q8b_ok says
                              so (else the launch fails); NULL: today's launches */
-    int32_t q8b_form;     /* with q8out: the block-local kernel's form (MINFER_CUDA_FFN_Q8B's value): 0 or 1
+    int32_t q8b_form;     /* with q8out: the block-local kernel's form (tune ffn_q8b's value): 0 or 1
                              8 warps x 4 outputs, 2: 16 warps x 2, 3: form 1 capped at 80 registers (3 blocks
                              a SM), 4: form 3 with 2 of a warp's 4 outputs in flight at a time, 5: form 1
                              letting the next kernel launch only after its stores (gemv_q8v4.cu); same bits;
                              another value: the launch fails (cudaErrorInvalidValue) */
-    float *y_host;        /* MINFER_CUDA_LOGITS_ZC: a device alias of mapped pinned host memory (32-byte
+    float *y_host;        /* tune zc: a device alias of mapped pinned host memory (32-byte
                              aligned) that also receives y[0], written by the v4 GEMV's epilogue in whole
                              32-byte lines; only where mf_cu_gemv_q8_zc_ok says so (else the launch fails);
                              NULL: today's launches */
@@ -184,16 +179,8 @@ int64_t mf_cu_q8_quant_count(void);
 int64_t mf_cu_q8v4_swq8_count(void);
 /* ... of those, the launches of block form `form` (1 .. MF_CU_Q8B_FORMS; a form 0 launch counts as 1). */
 int64_t mf_cu_q8v4_swq8_form_count(int form);
-/* MINFER_CUDA_SOA (soa.cu; layout in q8w_soa.cuh): the row stride of the
- * plane copy of a Q4_0 / Q5_0 / Q8_0 weight with rows of n_in (the planes
- * rounded up to 16 bytes), 0 for other types or n_in % 32 != 0; and the
- * device relayout of rows rows of blocks at src (2-byte aligned) into dst
- * (16-byte aligned, stride * rows bytes; padding zeroed), enqueued on s. */
-uint64_t mf_cu_soa_stride(uint32_t wtype, int64_t n_in);
-cudaError_t mf_cu_soa_relayout(uint32_t wtype, const void *src, int64_t n_in, int64_t rows, void *dst,
-                               cudaStream_t s);
 /* The quantizing prologue (opt-in, MINFER_CUDA_GEMV_PROLOGUE=1: measured
- * slower on the H200, docs/PERF.md entry 12): every GEMV
+ * slower on the H200, docs/PERF.md): every GEMV
  * block quantizes (RMSNorms) its tokens' f32 rows into shared memory itself,
  * so no separate quantize / norm-quant launch precedes it. Auto rule: a
  * launch of `blocks` blocks of ntb tokens of n_in takes it when the redundant
@@ -273,7 +260,7 @@ typedef struct mf_cu_copy_args {
 } mf_cu_copy_args;
 cudaError_t mf_cu_copy4d(const mf_cu_copy_args *a, cudaStream_t s);
 
-/* MINFER_CUDA_INPUT_SLOTS=1: copies n writes of the slots (the mapped
+/* tune slots=1: copies n writes of the slots (the mapped
  * pinned block whose device alias is src; bytes [0, used) hold them, 16-byte
  * aligned) to their device addresses: write i is len[i] bytes at src +
  * off[i] for dst[i]. One block; reads the slots when it runs (a graph
@@ -320,7 +307,7 @@ cudaError_t mf_cu_kv_load(const mf_cu_kv_args *a, cudaStream_t s);
 
 /* RoPE of Q (rq: x -> y) and of K in place (rk: x == y), then the K rows
  * (ks.src == rk.y) and V rows (vs) stored into the cache: the tail of
- * FUSED_QKV in one launch (MINFER_CUDA_FUSE_ROPE), bitwise equal to
+ * FUSED_QKV in one launch (tune fuse_rope), bitwise equal to
  * mf_cu_rope x2 + mf_cu_kv_store x2. All four describe the same nt. */
 typedef struct mf_cu_rope_store_args {
     mf_cu_rope_args rq, rk;
@@ -346,20 +333,23 @@ typedef struct mf_cu_attn_args {
     const int32_t *n_past_dev; /* non-NULL: n_past is read from here (CUDA graph replay) */
     int32_t n_head, n_head_kv, head_dim;
     float scale;
-    int32_t flash; /* MINFER_CUDA_FLASH_PREFILL: the query-tiled kernel (mf_cu_attn_flash_ok) */
+    int32_t flash; /* tune attn_prefill: the query-tiled kernel (mf_cu_attn_flash_ok) */
     int32_t n_ctx; /* cache rows: fixes the split-KV decode's split count; 0: unknown */
     float *part;   /* scratch of mf_cu_attn_decode_bytes(): the split-KV decode path; NULL: off */
-    int32_t tc;    /* tensor-core prefill (mf_cu_attn_mma_ok); MINFER_CUDA_NO_TC_ATTN=1 clears it */
-    int32_t *cnt;  /* split-KV decode, MINFER_CUDA_ATTN_ONE: nt * n_head_kv zeroed counters (left
+    int32_t tc;    /* tensor-core prefill (mf_cu_attn_mma_ok); tune attn_prefill=flash=1 clears it */
+    int32_t *cnt;  /* split-KV decode, tune attn_decode=one: nt * n_head_kv zeroed counters (left
                       zeroed); the last block of each (token, KV head) combines, no second
                       kernel. NULL: the combine kernel */
     void *q8out;   /* with cnt: also the int8 quantization of out (mf_cu_q8_bytes(n_head *
                       head_dim, nt) layout, bitwise the quantize kernel's); NULL: none */
+    int32_t no_pf; /* tune attn_pf=0: the short-context kernels do not ask L2 for the cache rows
+                      of earlier forwards before their PDL wait (0: they do, the default; the
+                      same bits either way) */
 } mf_cu_attn_args;
 cudaError_t mf_cu_attn(const mf_cu_attn_args *a, cudaStream_t s);
 /* Whether the flash-prefill kernel takes this shape: head_dim <= 128, nt > 8. */
 int mf_cu_attn_flash_ok(int32_t head_dim, int64_t nt);
-/* Split-KV flash decode (attn_decode.cu; MINFER_CUDA_NO_FLASH_DECODE=1 turns
+/* Split-KV flash decode (attn_decode.cu; tune attn_decode=block=1 turns
  * it off): nt <= 8, head_dim 64 or 128, at most 8 query heads per KV head,
  * f32/f16/q8_0 cache. Returns the scratch bytes a->part needs, 0 when the
  * shape is not taken; a function of nt, n_head, n_head_kv, head_dim and
@@ -368,7 +358,7 @@ int mf_cu_attn_flash_ok(int32_t head_dim, int64_t nt);
 size_t mf_cu_attn_decode_bytes(const mf_cu_attn_args *a);
 cudaError_t mf_cu_attn_decode(const mf_cu_attn_args *a, cudaStream_t s);
 /* Short-context decode attention in one kernel, no scratch (attn_short.cu;
- * MINFER_CUDA_ATTN_SHORT=1, the backend takes it where the one-kernel
+ * tune attn_decode=short=1, the backend takes it where the one-kernel
  * split-KV decode would run): a block per (query head, token), nt <= 8,
  * head_dim 64 or 128, <= 8 query heads per KV head, f32/f16 cache, q/out/k/v
  * 16-byte aligned; a->part and a->cnt are ignored, a->q8out (if set) gets
@@ -378,7 +368,7 @@ cudaError_t mf_cu_attn_decode(const mf_cu_attn_args *a, cudaStream_t s);
  * suggested design; 128 rows a pass). _ok: whether it takes a's shape. */
 int mf_cu_attn_short_ok(const mf_cu_attn_args *a);
 cudaError_t mf_cu_attn_short(const mf_cu_attn_args *a, int warps, cudaStream_t s);
-/* MINFER_CUDA_SHORT_ROPE (attn_short.cu): mf_cu_attn_short (12 warps) with
+/* tune short_rope (attn_short.cu): mf_cu_attn_short (12 warps) with
  * the rope-store r of the token folded in, one token: the kernel reads the
  * raw q (r->rq.x; a->q is not read), QkNorms (r->q_norm / k_norm) and ropes
  * q of its head and K of its KV head, and the first query head of each
@@ -388,10 +378,6 @@ cudaError_t mf_cu_attn_short(const mf_cu_attn_args *a, int warps, cudaStream_t s
  * (a, r): f32 / f16 caches, r's heads, head_dim, caches and row a's. */
 int mf_cu_attn_short_rope_ok(const mf_cu_attn_args *a, const mf_cu_rope_store_args *r);
 cudaError_t mf_cu_attn_short_rope(const mf_cu_attn_args *a, const mf_cu_rope_store_args *r, cudaStream_t s);
-/* MINFER_CUDA_ATTN_PF: the short-context kernels ask L2 for the cache rows of
- * earlier forwards before their PDL wait (on, the default), or not. The same
- * bits either way. */
-void mf_cu_set_attn_short_pf(int on);
 /* Tensor-core flash prefill (attn_prefill_mma.cu): nt > 8, head_dim 64 or
  * 128, f32/f16/q8_0 cache, q/out/k/v 16-byte aligned, a device of cc >= 8.0
  * (recorded by mf_cu_attn_mma_setup, which mf_cu_probe_attn calls). mf_cu_attn
@@ -401,17 +387,17 @@ cudaError_t mf_cu_attn_mma(const mf_cu_attn_args *a, cudaStream_t s);
 cudaError_t mf_cu_attn_mma_setup(const char **bad);
 
 /* Programmatic dependent launch for the kernels launched through
- * mf_launch (pdl.cuh); set once at backend creation (MINFER_CUDA_PDL). */
+ * mf_launch (pdl.cuh); set once at backend creation (tune pdl). */
 void mf_cu_set_pdl(int on);
 /* Built with MINFER_CUDA_KTIME (MF_KTIME) only: prints the kernel timeline
  * recorded in mf_pdl_wait (pdl.cuh) to f and empties it; cu_free calls it
  * with the device idle. Not defined without the option. */
 void mf_cu_ktime_dump(FILE *f);
-/* MINFER_CUDA_PDL's default: on (H200, docs/PERF.md entry 11: qwen2-0.5B
+/* tune pdl's default: on (H200, docs/PERF.md: qwen2-0.5B
  * tg128 1,006 -> 1,170 t/s, 7B Q4_K_M 260 -> 270). */
 #define MF_CU_PDL_DEFAULT 1
 /* Whether the v3 GEMV takes a launch of `rows` output rows of n_in inputs of
- * wtype under the auto rule (docs/PERF.md entry 11: with PDL on, v3 wins on
+ * wtype under the auto rule (docs/PERF.md: with PDL on, v3 wins on
  * the layer matmuls; v1 on the vocab-wide lm_head and on Q6_K). */
 int mf_cu_gemv_v3_wanted(uint32_t wtype, int64_t n_in, int64_t rows);
 /* Slices in flight for a one-token GEMV over `rows` weight rows of n_in
@@ -424,28 +410,19 @@ int mf_cu_q8v4_u(int mode, uint32_t wtype, int64_t rows, int64_t n_in);
  * lm_head only where every chunk's ks and u equal the whole's (same bits;
  * gemv_q8v4.cu). */
 int mf_cu_q8v4_ks(uint32_t wtype, int u, int64_t rows, int64_t n_in);
-/* MINFER_CUDA_LOGITS_ZC: whether a single-weight, non-SwiGLU v4 launch of
+/* tune zc: whether a single-weight, non-SwiGLU v4 launch of
  * u slices over `rows` rows of wtype has a ZC instance (the epilogue that
  * also stores the rows into mapped host memory) with the plain launch's
  * plan: u 1, ks 1, an instance of ZC_FOR_EACH_INST (gemv_q8v4.cu). _count:
  * ZC launches so far (host count; a captured launch counts once). */
 int mf_cu_q8v4_zc_ok(uint32_t wtype, int u, int64_t rows, int64_t n_in);
 int64_t mf_cu_q8v4_zc_count(void);
-/* Launches of the mixed-type v4 GEMV so far (MINFER_CUDA_QKV_MIX; host
+/* Launches of the mixed-type v4 GEMV so far (tune qkv_mix; host
  * count, for tests: a captured launch counts once, its replays not). */
 int64_t mf_cu_q8v4_mix_count(void);
-/* Launches of v4 GEMVs on plane weight copies so far (MINFER_CUDA_SOA; the
- * mixed-type kernel on two plane runs included; host count, for tests). */
-int64_t mf_cu_q8v4_soa_count(void);
 /* The FFN_Q8B kernel's rule for a SwiGLU GEMV of n_out outputs over n_in
  * with u slices in flight (gemv_q8v4.cu, see mf_cu_gemv_q8_ffn_q8b_ok). */
 int mf_cu_q8v4_swq8_ok(uint32_t wtype, int u, int64_t n_out, int64_t n_in);
-/* The v3 int8 GEMV's L2 prefetch distance in 32-unit groups per row (0:
- * none; clamped to 0..8) and kind (lines 0: one TMA bulk prefetch per row
- * and group; 1: prefetch.global.L2 per 128-byte line); set once at backend
- * creation (MINFER_CUDA_GEMV_PF, default 0: every distance measured slower;
- * MINFER_CUDA_GEMV_PF_LINES=1). */
-void mf_cu_set_gemv_pf(int groups, int lines);
 
 /* The wide decode kernels, set once at backend creation (tests flip them):
  * norm: RMSNorm of up to 64 rows and the q8 norm-quant on many blocks per
@@ -458,21 +435,21 @@ void mf_cu_set_wide(int norm, int rope);
  * ones they replace: on by default, MINFER_CUDA_LAT=0 runs exactly the old
  * kernels. Set once at backend creation (tests flip it). */
 void mf_cu_set_lat(int on);
-/* The v4 GEMV's pre-wait L2 prefetch (MINFER_CUDA_GEMV_V4_PF, default 3;
+/* The v4 GEMV's pre-wait L2 prefetch (tune v4_pf, default 3;
  * gemv_q8v4.cu): 0 off, 1 each block's first weight batch into L2 before the
  * PDL wait, 2 every batch of the block's first row group, 3 auto (2 for a
  * launch of <= 4 MiB of weights, else 1) */
 void mf_cu_set_gemv_v4_pf(int on);
 /* u = 1 or 2: Q6_K one-token GEMVs on the v4 slice decoder (under the auto
  * rule with u slices in flight at every row count, the lm_head included;
- * a forced MINFER_CUDA_GEMV_V4=U keeps its U) instead of the unit decoder /
+ * a forced tune v4=U keeps its U) instead of the unit decoder /
  * v1; 3: the slice decoder with two slices for rows of >= 4096 in a weight
  * of <= 4 MiB, else one; 0: the old rule and decoder
- * (MINFER_CUDA_GEMV_V4_Q6K=u, default 3; gemv_q8v4.cu). Process-wide, set at
+ * (tune v4_q6k=u, default 3; gemv_q8v4.cu). Process-wide, set at
  * backend creation (tests flip it). */
 void mf_cu_set_gemv_v4_q6k(int u);
 /* The auto rule's Q4_K threshold: weights of at least mib MiB take two
- * slices in flight, smaller ones one (MINFER_CUDA_GEMV_V4_BIG, default 32;
+ * slices in flight, smaller ones one (tune v4_big, default 32;
  * 0: two everywhere, the session-3 rule). Process-wide, like the above. */
 void mf_cu_set_gemv_v4_big(int mib);
 /* The v4 GEMV's early-load instances (E) for plain (no SwiGLU) launches of
@@ -480,7 +457,7 @@ void mf_cu_set_gemv_v4_big(int mib);
  * decoder) on the one-batch loop: a batch's activation loaded with its
  * weight bytes before anything waits, each row's bias and residual when its
  * group starts. 0 off, 1 on, 2 auto (launches of <= 4 MiB of weights);
- * MINFER_CUDA_GEMV_V4_EARLY, default 2, gemv_q8v4.cu. Same bits every way.
+ * tune v4_early, default 2, gemv_q8v4.cu. Same bits every way.
  * Process-wide, set at backend creation (tests flip it). */
 void mf_cu_set_gemv_v4_early(int mode);
 /* Test entry: the int8 GEMV's activation quantization alone, nt rows of n_in

@@ -1,7 +1,7 @@
 /* gemm_mma.cu - the prefill GEMM tier at tensor-core speed (sm_80+).
  *
  * y[t][o] = sum_k x[t][k] W[o][k] (+ bias[o]) in three steps, for nt >= the
- * tier's threshold (MINFER_CUDA_MMA_MIN_NT, default 64) or force_gemm 3:
+ * tier's threshold (tune mma_min_nt, default 64) or force_gemm 3:
  *   1. dequant_f16_kernel<T>: W rows [r0, r0 + rows) dequantized with
  *      mf_deq<T>::unit into an f16 row-major scratch [rows][n_in]. One
  *      thread per 32-element unit; when n_in % 32 == 0 the block's 256
@@ -25,8 +25,8 @@
  *      (n_out 128 .. 4864 at nt 512) still spread over the SMs. blockIdx.x
  *      walks the token tiles, so the blocks that share a weight tile (the
  *      big operand) are scheduled together.
- *      Opt-in tile configs (MINFER_CUDA_MMA_CFG=1..3, session 3, until
- *      measured; 0 / unset = the above exactly): mma_gemm64_kernel, warp
+ *      Tile configs 1..3 (the backend takes 2, MF_CU_MMA_CFG_DEFAULT; 0 is
+ *      the above exactly; the op tests reach the others): mma_gemm64_kernel, warp
  *      tile 64x64 (8 ldmatrix per 32 mma instead of 6 per 16), copy roles
  *      and their bounds fixed before the k loop (the 64x32 kernel spends
  *      ~500 instructions of 64-bit address math per 32 mma), fragments
@@ -40,12 +40,12 @@
  *      grid fills at most half a wave, blockIdx.z takes a k range and the
  *      f32 partials (in the weight scratch, after the f16 chunk) are summed
  *      in a fixed order by splitk_reduce_kernel, which adds the bias: the
- *      result does not depend on scheduling (MINFER_CUDA_NO_MMA_SPLIT=1 off).
+ *      result does not depend on scheduling (tune mma_split=0=1 off).
  * The weight is processed in chunks of whole rows of at most wchunk_bytes of
  * f16 (default 320 MiB: the 7B lm_head would be 1.09 GB; every other 7B
  * weight, and gate+up fused, fits one chunk: a chunked GEMM pays one more
  * partial wave per chunk), one dequant + GEMM per chunk.
- * Fused forms (mf_cu_gemm_mma_multi, MINFER_CUDA_NO_MMA_FUSE=1 off):
+ * Fused forms (mf_cu_gemm_mma_multi, tune mma_fuse=0=1 off):
  * FUSED_QKV dequantizes q, k, v (each its own type) into consecutive rows of
  * one scratch and runs ONE GEMM whose epilogue (EPI_ROUTE) sends each row to
  * its output with its bias; FUSED_FFN dequantizes gate and up with their

@@ -21,7 +21,7 @@
  * That is v1. v3 (gemv_q8v3_kernel below: the same unit decoders and
  * arithmetic, two rows per warp, PDL-aware) takes the layer matmuls and v1
  * the vocab-wide lm_head and Q6_K (mf_cu_gemv_v3_wanted, the rule measured
- * on the H200; MINFER_CUDA_GEMV_V1=1 / _V3=1 pick one everywhere), for the
+ * on the H200; tune gemv=v1=1 / _V3=1 pick one everywhere), for the
  * single GEMV and the multi-weight launches alike.
  * Step 1 can also run inside step 2 (q8_prologue, opt-in with
  * MINFER_CUDA_GEMV_PROLOGUE=1, then under mf_cu_q8_prologue_rule): each GEMV
@@ -536,7 +536,7 @@ template <int T> static cudaError_t launch_q8(const mf_cu_matmul_args *a, q8_src
     return cudaGetLastError();
 }
 
-/* ---- the fused multi-weight GEMV (MINFER_CUDA_FUSE_GEMV) ------------------------------ */
+/* ---- the fused multi-weight GEMV (tune fuse_gemv) ------------------------------ */
 
 
 /* Q4_K, paired (MINFER_CUDA_GEMV_V2): units 2p and 2p+1 of a super-block
@@ -696,7 +696,7 @@ static cudaError_t launch_q8_multi(const q8_multi *p, q8_src *in, int64_t n_in, 
     return cudaGetLastError();
 }
 
-/* ---- GEMV v3 (the layer matmuls; MINFER_CUDA_GEMV_V1=1 restores the kernels above) ---- */
+/* ---- GEMV v3 (the layer matmuls; tune gemv=v1=1 restores the kernels above) ---- */
 
 /* Why a third kernel. v1 keeps the weight bytes it waits for in registers:
  * two units per lane, decoded, is ~36 warps x 2 units x ~20 bytes = ~23 to
@@ -712,7 +712,7 @@ static cudaError_t launch_q8_multi(const q8_multi *p, q8_src *in, int64_t n_in, 
  * (cp.async.bulk.prefetch.L2, sm_90) of the group `pf` iterations ahead,
  * so the demand loads mostly hit L2 and DRAM sees pf x R groups per warp in
  * flight (pf = MINFER_CUDA_GEMV_PF; default 0, off: on the H200 every
- * distance measured slower than none, docs/PERF.md entry 11); (2) gives
+ * distance measured slower than none, docs/PERF.md); (2) gives
  * a warp R = 2 rows (two consecutive rows of the joint row space, or the
  * gate and up rows of one SwiGLU output) so every activation load feeds
  * both; (3) with PDL, prefetches its first pf + 1 groups before
@@ -726,12 +726,12 @@ static cudaError_t launch_q8_multi(const q8_multi *p, q8_src *in, int64_t n_in, 
  * kp + ks, ...) when there are few row pairs. */
 #define Q8V3_R Q8_PAIR_R
 
-static int q8v3_pf = 0; /* mf_cu_set_gemv_pf: distance | Q8V3_PF_LINES */
-#define Q8V3_PF_LINES 256 /* per-lane prefetch.global.L2 of 128-byte lines instead of one TMA bulk prefetch */
-
-extern "C" void mf_cu_set_gemv_pf(int groups, int lines) {
-    q8v3_pf = (groups < 0 ? 0 : groups > 8 ? 8 : groups) | (lines ? Q8V3_PF_LINES : 0);
-}
+/* The kernel's pf argument: a prefetch distance in 32-unit groups | Q8V3_PF_LINES
+ * (per-lane prefetch.global.L2 of 128-byte lines instead of one TMA bulk
+ * prefetch). Every distance measured slower than none (docs/PERF.md), so the
+ * launcher passes Q8V3_PF_NONE. */
+#define Q8V3_PF_LINES 256
+#define Q8V3_PF_NONE 0
 
 /* bytes [s, e) of a weight into L2, widened to 16-byte bounds (a weight's
  * upload is 256-byte aligned and padded, so the widening stays inside it) */
@@ -921,9 +921,9 @@ static cudaError_t launch_q8v3(const q8_multi *p, q8_src *in, int64_t n_in, int6
         return qe;
     if (nt == 1)
         return mf_launch(gemv_q8v3_kernel<T, 1, SWIGLU>, grid, dim3(32 * Q8_WARPS), smem, s, *p, xq, xd, xs, n_in,
-                         nt, ks, q8v3_pf, pro);
+                         nt, ks, Q8V3_PF_NONE, pro);
     return mf_launch(gemv_q8v3_kernel<T, 8, SWIGLU>, grid, dim3(32 * Q8_WARPS), smem, s, *p, xq, xd, xs, n_in, nt,
-                     ks, q8v3_pf, pro);
+                     ks, Q8V3_PF_NONE, pro);
 }
 
 #define MF_CU_FOR_EACH_Q8_WTYPE(X) \
@@ -946,7 +946,7 @@ extern "C" int mf_cu_q8_supported(uint32_t wtype, int64_t n_in) {
     }
 }
 
-/* The auto rule, from the H200 runs of docs/PERF.md entry 11 (ops bench, v1 vs
+/* The auto rule, from the H200 runs of docs/PERF.md (ops bench, v1 vs
  * v3 without prefetch, and minfer bench end to end, PDL on): v3 is faster
  * on the layer matmuls (qwen2-0.5B tg128 1,221 t/s all-v3 vs 1,127 all-v1;
  * 7B Q4_K_M 328 with this rule vs 271 all-v1 and 319 all-v3), v1 on
@@ -979,8 +979,6 @@ extern "C" cudaError_t mf_cu_gemv_q8(const mf_cu_matmul_args *a, cudaStream_t s)
         m.gemv_auto = a->gemv_auto;
         m.gemv_v4 = a->gemv_v4;
         m.prologue = a->prologue;
-        m.w_soa[0] = a->w_soa;
-        m.soa_stride[0] = a->soa_stride;
         return mf_cu_gemv_q8_multi(&m, s);
     }
     q8_src in;
@@ -1017,12 +1015,10 @@ static void q8_run(const mf_cu_q8_multi_args *a, int first, int end, q8_multi *p
         p->y[k] = a->y[first + k];
         p->n_out[k] = a->n_out[first + k];
         p->start[k + 1] = p->start[k] + p->n_out[k];
-        p->soa[k] = (const uint8_t *)a->w_soa[first + k];
-        p->soa_stride[k] = a->soa_stride[first + k];
     }
 }
 
-/* MINFER_CUDA_QKV_MIX: weights in exactly two runs of different types (Q/K
+/* tune qkv_mix: weights in exactly two runs of different types (Q/K
  * of one, V of another), both on the v4 GEMV with a mixed-type kernel for
  * the pair: one launch instead of two (each row's bits unchanged, see
  * mf_cu_q8v4_launch_mix). *done = false (nothing launched) when it does
@@ -1069,7 +1065,7 @@ extern "C" int mf_cu_gemv_q8_ffn_q8b_ok(const mf_cu_q8_multi_args *a) {
     return u > 0 && mf_cu_q8v4_swq8_ok(a->wtype[0], u, a->n_out[0], a->n_in);
 }
 
-/* MINFER_CUDA_LOGITS_ZC's rule: the launch mf_cu_gemv_q8_multi would make
+/* tune zc's rule: the launch mf_cu_gemv_q8_multi would make
  * is the v4 GEMV of one weight, one token, one slice in flight and one
  * warp per row pair, which the ZC instance runs with the same plan (so the
  * same bits); mf_cu_q8v4_zc_ok adds the types. */
@@ -1124,7 +1120,7 @@ extern "C" cudaError_t mf_cu_gemv_q8_multi(const mf_cu_q8_multi_args *a, cudaStr
     in.xq = (int8_t *)a->q8;
     in.xd = (float *)(in.xq + a->nt * a->n_in);
     in.xs = (int32_t *)(in.xd + a->nt * (a->n_in / 32));
-    if (a->q8out) { /* MINFER_CUDA_FFN_Q8B: the SwiGLU GEMV that also writes the down GEMV's int8 input */
+    if (a->q8out) { /* tune ffn_q8b: the SwiGLU GEMV that also writes the down GEMV's int8 input */
         if (!mf_cu_gemv_q8_ffn_q8b_ok(a) || a->q8b_form < 0 || a->q8b_form > MF_CU_Q8B_FORMS || a->y_host ||
             q8_overlap(a->q8out, mf_cu_q8_bytes(a->n_out[0], 1), a->q8, mf_cu_q8_bytes(a->n_in, 1)))
             return cudaErrorInvalidValue;
@@ -1134,7 +1130,7 @@ extern "C" cudaError_t mf_cu_gemv_q8_multi(const mf_cu_q8_multi_args *a, cudaStr
             e = mf_cu_q8v4_swq8_launch(&p, a->wtype[0], a->q8b_form, in.xq, in.xd, in.xs, a->n_in, a->q8out, s);
         return e != cudaSuccess ? e : cudaGetLastError();
     }
-    if (a->y_host) { /* MINFER_CUDA_LOGITS_ZC: y also into mapped host memory, by the v4 epilogue */
+    if (a->y_host) { /* tune zc: y also into mapped host memory, by the v4 epilogue */
         if (!mf_cu_gemv_q8_zc_ok(a) || ((uintptr_t)a->y_host & 31))
             return cudaErrorInvalidValue;
         q8_multi p;

@@ -24,12 +24,6 @@ typedef struct q8_multi {
     int64_t n_out[3];
     int64_t start[4];
     int32_t n_w;
-    /* MINFER_CUDA_SOA: weight i's plane copy and its row stride (NULL: none).
-     * Host side only: the v4 launcher runs a plane-decoder instance on a
-     * copy of this struct with w / row_bytes swapped for these when every
-     * weight has one (gemv_q8v4.cu); the kernels read w / row_bytes. */
-    const uint8_t *soa[3];
-    uint64_t soa_stride[3];
 } q8_multi;
 
 /* One 32-element unit from one warp, v being this lane's element: q =
@@ -204,7 +198,7 @@ cudaError_t mf_cu_q8v4_launch(const q8_multi *p, uint32_t wtype, bool swiglu, in
                               const float *xd, const int32_t *xs, int64_t n_in, cudaStream_t s);
 /* The v4 GEMV of two runs of weights of different types (pa: ta with u
  * slices ua, pb: tb, ub; each run's weights of one type) against the same
- * quantized activation, in one launch (MINFER_CUDA_QKV_MIX): every output
+ * quantized activation, in one launch (tune qkv_mix): every output
  * row bitwise what mf_cu_q8v4_launch(pa, ta, ua) and (pb, tb, ub) write.
  * mf_cu_q8v4_mix_supported says whether the pair has a kernel (ua == ub ==
  * 1, a type pair of the K-quant mixes, see V4_FOR_EACH_MIX); the launch
@@ -213,7 +207,7 @@ int mf_cu_q8v4_mix_supported(uint32_t ta, int ua, uint32_t tb, int ub);
 cudaError_t mf_cu_q8v4_launch_mix(const q8_multi *pa, uint32_t ta, int ua, const q8_multi *pb, uint32_t tb, int ub,
                                   const int8_t *xq, const float *xd, const int32_t *xs, int64_t n_in,
                                   cudaStream_t s);
-/* MINFER_CUDA_LOGITS_ZC: the v4 GEMV of p (one weight of wtype, one token,
+/* tune zc: the v4 GEMV of p (one weight of wtype, one token,
  * one slice in flight, no residual) whose epilogue also stores every row
  * into yh, a device alias of mapped pinned host memory (32-byte aligned),
  * in whole 32-byte lines; y bitwise what mf_cu_q8v4_launch(p, wtype, false,
@@ -224,7 +218,7 @@ cudaError_t mf_cu_q8v4_launch_zc(const q8_multi *p, uint32_t wtype, const int8_t
 /* Fills the v4 occupancy table (from mf_cu_probe_gemv_q8). */
 void mf_cu_q8v4_probe(int sms);
 int mf_cu_q8v4_supported(uint32_t wtype);
-/* MINFER_CUDA_FFN_Q8B: the v4 SwiGLU GEMV of p (gate, up of n_out rows, one
+/* tune ffn_q8b: the v4 SwiGLU GEMV of p (gate, up of n_out rows, one
  * type wtype) with one slice in flight, a block per 32 consecutive outputs,
  * writing y[0] bitwise as mf_cu_q8v4_launch(p, wtype, true, 1) does and its
  * int8 quantization into q8out (mf_cu_q8_bytes(n_out, 1) layout, bitwise

@@ -7,7 +7,7 @@
  * while Little's law for ~4 TB/s at ~0.8 us of loaded DRAM latency wants
  * ~25-30 KB per SM *all the time*; with the load -> compute -> load chain of
  * each warp the average is about half that, and the 7B GEMVs stream at
- * 1.2-2.1 TB/s (docs/PERF.md entries 10-12). And its Q4_K unit decode loads
+ * 1.2-2.1 TB/s (docs/PERF.md). And its Q4_K unit decode loads
  * the 32 qs bytes two units share, so every byte crosses L1 twice.
  *
  * So v4: (1) a "slice" is 32 elements a lane reads with one aligned 16-byte
@@ -26,24 +26,21 @@
  * The arithmetic per 16-element half is v3's (dp4a, the half sums, the
  * per-unit activation scale): only the f32 summation order differs.
  * Taken for nt == 1 by the rule of mf_cu_q8v4_u (default), or forced with
- * MINFER_CUDA_GEMV_V4=U (U = 1 or 2; 0 turns it off; cuda_backend.c).
+ * tune v4=U (U = 1 or 2; 0 turns it off; cuda_backend.c).
  * U = 4 measured slower (-11 % on qwen2-7B tg128: the registers of 16 raw
- * slices cost occupancy) and was dropped. With MINFER_CUDA_SOA a run of
- * Q4_0 / Q5_0 / Q8_0 weights that all have plane copies runs on the plane
- * decoders (q8w_soa.cuh, instances V4_SOA_*): aligned loads, same bits. */
+ * slices cost occupancy) and was dropped. */
 #include "backend/cuda/cuda_args.h"
 #include "backend/cuda/dequant.cuh"
 #include "backend/cuda/gemv_q8.cuh"
 #include "backend/cuda/pdl.cuh"
 #include "backend/cuda/q8w.cuh"
-#include "backend/cuda/q8w_soa.cuh"
 
 #define V4_R Q8_PAIR_R
 /* The loop with the next batch in flight while this one is computed: Q4_K,
  * and Q6_K on the slice decoder at two slices (the auto rule gives those
  * only to small weights with long rows, the 0.5B down GEMV, where a warp's
  * second batch otherwise waits for a whole round trip of its own: Nsight
- * Compute, PERF.md entry 18, 85 % of cycles with no eligible warp). */
+ * Compute, docs/PERF.md, 85 % of cycles with no eligible warp). */
 #define V4_PIPE(T, U) ((T) == MF_TYPE_Q4_K || ((T) == V4_Q6K_SLICE && (U) == 2))
 
 /* Slice k of a row: the weight bytes (fetch, loads only) and its dot with
@@ -142,7 +139,7 @@ template <> struct v4s<MF_TYPE_Q4_K> {
     }
 };
 
-/* The Q6_K slice decoder (MINFER_CUDA_GEMV_V4_Q6K, default 1, see
+/* The Q6_K slice decoder (tune v4_q6k, default 1, see
  * mf_cu_q8v4_u; it has its own instance id so =0 keeps the unit decoder). A 210-byte super-block is two 128-element halves of ql[64]
  * (element l and l + 64 in the low / high nibble of byte l, l + 32 and
  * l + 96 in byte l + 32) and qh[32] (2 bits each of l, l + 32, l + 64,
@@ -224,37 +221,19 @@ template <> struct v4s<V4_Q6K_SLICE> {
     }
 };
 
-/* The plane-copy decoders (MINFER_CUDA_SOA, q8w_soa.cuh): instance ids of
- * Q4_0 / Q5_0 / Q8_0 read from their plane copies. fetch takes the row's
- * unit count (the planes' offsets); the dot is bitwise the unit decoder's. */
-#define V4_SOA_Q4_0 (V4_Q6K_SLICE + 1)
-#define V4_SOA_Q5_0 (V4_Q6K_SLICE + 2)
-#define V4_SOA_Q8_0 (V4_Q6K_SLICE + 3)
-#define V4_N_INST (V4_Q6K_SLICE + 4)
-#define V4_IS_SOA(T) ((T) >= V4_SOA_Q4_0 && (T) <= V4_SOA_Q8_0)
-template <> struct v4s<V4_SOA_Q4_0> : q8soa_dec<MF_TYPE_Q4_0> {};
-template <> struct v4s<V4_SOA_Q5_0> : q8soa_dec<MF_TYPE_Q5_0> {};
-template <> struct v4s<V4_SOA_Q8_0> : q8soa_dec<MF_TYPE_Q8_0> {};
+#define V4_N_INST (V4_Q6K_SLICE + 1)
 /* Instances with the early-load form (E): the unit decoders on the
  * one-batch loop (not the K-quant slice decoders: Q4_K runs pipelined, and
- * the two-slice Q6_K there lost 0.37 us a layer with it, H200 session 9) */
+ * the two-slice Q6_K there lost 0.37 us a layer with it, H200) */
 #define V4_HAS_E(T, U) ((T) != MF_TYPE_Q4_K && (T) != V4_Q6K_SLICE && !V4_PIPE(T, U))
 
-/* The block type an instance decodes (plane instances: their type's). */
-static constexpr __host__ __device__ int v4_base(int t) {
-    return t == V4_SOA_Q4_0 ? MF_TYPE_Q4_0 : t == V4_SOA_Q5_0 ? MF_TYPE_Q5_0 : t == V4_SOA_Q8_0 ? MF_TYPE_Q8_0 : t;
-}
-
 /* Offset in its row of the bytes of unit k that the pre-wait prefetch asks
- * L2 for: unit k's share of the row, or on a plane copy its qs. */
+ * L2 for: unit k's share of the row. */
 template <int T> static __device__ __forceinline__ uint64_t v4_pf_off(uint64_t row_bytes, int64_t k, int64_t n) {
-    if constexpr (V4_IS_SOA(T))
-        return (uint64_t)q8soa<v4_base(T)>::QS * (uint64_t)k;
-    else
-        return row_bytes * (uint64_t)k / (uint64_t)n;
+    return row_bytes * (uint64_t)k / (uint64_t)n;
 }
 
-/* MINFER_CUDA_LOGITS_ZC: the epilogue of row group g of a launch of one
+/* tune zc: the epilogue of row group g of a launch of one
  * weight with one warp per row pair (ks 1, so the group is rows 8g ..
  * 8g + 7): each warp stores its pair's rows into y as q8_row_store does for
  * one token without a residual (acc + bias: the same expression, so the
@@ -335,7 +314,7 @@ static __device__ __forceinline__ void v4_epi_store(const q8_multi &p, int64_t g
  * v4_rows is that loop for block bx of a grid of gx blocks (the single-type
  * kernel: blockIdx.x of gridDim.x; the mixed-type kernel: its blocks split
  * into one such grid per weight type); part is the block's reduction buffer.
- * E (MINFER_CUDA_GEMV_V4_EARLY; unit decoders on the one-batch loop, plain
+ * E (tune v4_early; unit decoders on the one-batch loop, plain
  * launches): a batch's activation is loaded with its weight bytes, in the
  * block before the loop body that uses them, and the epilogue's bias and
  * residual when the group starts. Left to the compiler (SASS, nvcc 13.0
@@ -349,7 +328,7 @@ static __device__ __forceinline__ void v4_rows(const q8_multi &p, const int8_t *
                                                int64_t n_in, int ks, int64_t n_grp, int pf, float (*part)[V4_R],
                                                unsigned bx, unsigned gx, float *yh = nullptr,
                                                float (*zst)[Q8_WARPS * V4_R] = nullptr) {
-    static_assert(!ZC || (U == 1 && !SWIGLU), "MINFER_CUDA_LOGITS_ZC: one slice, one weight");
+    static_assert(!ZC || (U == 1 && !SWIGLU), "tune zc: one slice, one weight");
     static_assert(!E || (V4_HAS_E(T, U) && !SWIGLU && !ZC), "the early-load form: unit decoders, plain launches");
     constexpr int R = V4_R;
     typedef typename v4s<T>::raw raw;
@@ -374,10 +353,7 @@ static __device__ __forceinline__ void v4_rows(const q8_multi &p, const int8_t *
             k = k < n_units ? k : n_units - 1; /* read again, not added */
 #pragma unroll
             for (int r = 0; r < R; r++)
-                if constexpr (V4_IS_SOA(T))
-                    v4s<T>::fetch(row[r], k, n_units, wr[j][r]);
-                else
-                    v4s<T>::fetch(row[r], k, wr[j][r]);
+                v4s<T>::fetch(row[r], k, wr[j][r]);
         }
     };
     auto dots = [&](const raw (*wr)[R], int64_t base, float *acc) {
@@ -412,8 +388,8 @@ static __device__ __forceinline__ void v4_rows(const q8_multi &p, const int8_t *
      * first weight loads (into registers) before griddepcontrol.wait made
      * one step of a PDL chain (norm-quant -> FFN GEMV -> quant -> down GEMV,
      * with or without graphs) come out NaN on the H200, and waiting first
-     * fixed it (PERF.md entry 13; the cause was not pinned down). The
-     * prefetch (MINFER_CUDA_GEMV_V4_PF, default on) measured +4.5 % on
+     * fixed it (docs/PERF.md; the cause was not pinned down). The
+     * prefetch (tune v4_pf, default on) measured +4.5 % on
      * qwen2-7B Q4_0 tg128 and neutral on Q4_K_M. */
     /* the first batch's lines (pf 1), or with one slice in flight every
      * batch of the first row group (pf 2), into L2 while the kernel before
@@ -549,7 +525,7 @@ gemv_q8v4_kernel(q8_multi p, const int8_t *__restrict__ xq, const float *__restr
     v4_rows<T, U, SWIGLU, false, E>(p, xq, xd, xs, n_in, ks, n_grp, pf, part, blockIdx.x, gridDim.x);
 }
 
-/* MINFER_CUDA_LOGITS_ZC: the single-weight, one-slice, one-warp-per-row-pair
+/* tune zc: the single-weight, one-slice, one-warp-per-row-pair
  * instance whose epilogue also writes the rows into yh (v4_zc_store). */
 template <int T>
 static __global__ void __launch_bounds__(32 * Q8_WARPS)
@@ -563,7 +539,7 @@ gemv_q8v4_zc_kernel(q8_multi p, const int8_t *__restrict__ xq, const float *__re
 
 /* Two runs of weights of different types sharing the input (Q/K of one
  * type, V of another: the use_more_bits layers of the K-quant mixes) in one
- * launch (MINFER_CUDA_QKV_MIX): blocks [0, nba) are run a's grid (pa, type
+ * launch (tune qkv_mix): blocks [0, nba) are run a's grid (pa, type
  * TA), the rest run b's (pb, TB), each block running the single-type loop
  * of its run with the ks and group count that run's own launch would take
  * (v4_plan). A row's slices, warps and reduction are then exactly those of
@@ -590,8 +566,8 @@ gemv_q8v4_mix_kernel(q8_multi pa, q8_multi pb, const int8_t *__restrict__ xq, co
 static int v4_bps[V4_N_INST][2][2];
 static int v4_ebps[V4_N_INST][2];
 static int v4_sms = 132;
-static int v4_pf = 1; /* mf_cu_set_gemv_v4_pf (MINFER_CUDA_GEMV_V4_PF): 0 off, 1 first batch, 2 every batch, 3 auto */
-static int v4_early = 2; /* mf_cu_set_gemv_v4_early (MINFER_CUDA_GEMV_V4_EARLY): 0 off, 1 on, 2 auto */
+static int v4_pf = 1; /* mf_cu_set_gemv_v4_pf (tune v4_pf): 0 off, 1 first batch, 2 every batch, 3 auto */
+static int v4_early = 2; /* mf_cu_set_gemv_v4_early (tune v4_early): 0 off, 1 on, 2 auto */
 #define V4_PF_ALL_BYTES ((uint64_t)4 << 20)
 
 static uint64_t v4_bytes(const q8_multi *p, bool sw) {
@@ -604,7 +580,7 @@ static uint64_t v4_bytes(const q8_multi *p, bool sw) {
 /* The kernels' pf for a launch of p: under 3 (auto), every batch of the
  * first row group (2) when the launch's weights are at most 4 MiB (the 0.5B
  * down GEMV: +1.9 % tg on the 0.5B Q4_0), else the first batch (1): the 7B
- * GEMVs lost 7 % with every batch (session 7 run 3). */
+ * GEMVs lost 7 % with every batch (H200). */
 static int v4_pf_of(const q8_multi *p, bool sw) {
     if (v4_pf != 3)
         return v4_pf;
@@ -616,11 +592,11 @@ static int v4_pf_of(const q8_multi *p, bool sw) {
 static bool v4_early_of(uint64_t b) {
     return v4_early == 1 || (v4_early == 2 && b <= V4_PF_ALL_BYTES);
 }
-static int v4_big_mib = 32; /* mf_cu_set_gemv_v4_big (MINFER_CUDA_GEMV_V4_BIG): Q4_K weights from this many MiB take U 2 */
-static int v4_q6k = 3; /* mf_cu_set_gemv_v4_q6k (MINFER_CUDA_GEMV_V4_Q6K): Q6_K on v4s<V4_Q6K_SLICE>, the rule's U (3: auto) */
-/* MINFER_CUDA_GEMV_V4_Q6K=3 (auto, the default): two slices in flight for
+static int v4_big_mib = 32; /* mf_cu_set_gemv_v4_big (tune v4_big): Q4_K weights from this many MiB take U 2 */
+static int v4_q6k = 3; /* mf_cu_set_gemv_v4_q6k (tune v4_q6k): Q6_K on v4s<V4_Q6K_SLICE>, the rule's U (3: auto) */
+/* tune v4_q6k=3 (auto, the default): two slices in flight for
  * a Q6_K weight of <= 4 MiB with rows of >= 4096 (the 0.5B down GEMV, 896 x
- * 4864: 5.5 -> 5.4 us a layer; H200, PERF.md entry 18: 0.5B Q4_K_M tg128
+ * 4864: 5.5 -> 5.4 us a layer; H200, docs/PERF.md: 0.5B Q4_K_M tg128
  * 1,731.9 with =1 -> 1,755.0), one elsewhere. Two everywhere lost 3.5 % on
  * the 7B and 5 % on the 4B: a small V (the 7B's 512 x 3584) with two slices
  * loses its mixed QKV launch, which has one-slice instances only. */
@@ -642,10 +618,9 @@ static int64_t v4_plan(const q8_multi *p, int64_t n_in, int *ks_out, int64_t *n_
     const int64_t pairs = SW ? rows : (rows + V4_R - 1) / V4_R;
     const int bps = E ? v4_ebps[T][v4_ui(U)] : v4_bps[T][v4_ui(U)][SW];
     const int64_t wave = (int64_t)v4_sms * (bps > 0 ? bps : 4);
-    /* ks by the block-copy instance's wave: a plane instance (fewer
-     * registers, maybe more blocks a SM) or an E one (more) sums a row in
-     * the same order */
-    const int kbps = v4_bps[v4_base(T)][v4_ui(U)][SW];
+    /* ks by the plain instance's wave: an E one (maybe more blocks a SM)
+     * sums a row in the same order */
+    const int kbps = v4_bps[T][v4_ui(U)][SW];
     const int64_t kwave = (int64_t)v4_sms * (kbps > 0 ? kbps : 4);
     /* more warps per row pair while each still gets a batch of 32 U slices
      * and the blocks still fit one wave */
@@ -680,9 +655,8 @@ static cudaError_t v4_go(const q8_multi *p, const int8_t *xq, const float *xd, c
  * Q4_K_M), Q4_0 + Q5_0 (0.5B Q3_K_M); Q5_K_M, Q4_K_S and the Q5_1 / Q5_K /
  * Q3_K sides have no v4 kernel at all. */
 #define V4_FOR_EACH_MIX(X) \
-    X(0, MF_TYPE_Q4_K, V4_Q6K_SLICE) X(1, MF_TYPE_Q5_0, MF_TYPE_Q8_0) X(2, MF_TYPE_Q4_0, MF_TYPE_Q5_0) \
-    X(3, V4_SOA_Q5_0, V4_SOA_Q8_0) X(4, V4_SOA_Q4_0, V4_SOA_Q5_0) /* 1, 2 on plane copies (MINFER_CUDA_SOA) */
-#define V4_N_MIX 5
+    X(0, MF_TYPE_Q4_K, V4_Q6K_SLICE) X(1, MF_TYPE_Q5_0, MF_TYPE_Q8_0) X(2, MF_TYPE_Q4_0, MF_TYPE_Q5_0)
+#define V4_N_MIX 3
 static int v4_mix_bps[V4_N_MIX][2]; /* resident blocks per SM of each mixed instance, [E] (mf_cu_q8v4_probe) */
 static int64_t v4_mix_launches;  /* mf_cu_q8v4_mix_count */
 
@@ -734,7 +708,7 @@ static cudaError_t v4_type(const q8_multi *p, bool sw, int u, const int8_t *xq, 
  * flight (its pipelined loop; 7-17 % under v3 on the 7B shapes), the other
  * types one (Q4_0 / Q8_0 / Q6_K layer matmuls 5-20 % under v3 / v1), except
  * the vocab-wide Q6_K lm_head where v1 stays faster (177 vs 190 us) than the
- * generic unit decoder. MINFER_CUDA_GEMV_V4_Q6K=1 (default) sends every Q6_K
+ * generic unit decoder. tune v4_q6k=1 (default) sends every Q6_K
  * GEMV, the lm_head included, to the slice decoder with one slice in flight
  * (=2: two; =0: the generic decoder and the v1 lm_head): H200, PERF.md entry
  * 14: lm_head 175 (v1) -> 161 us, 7B down 26.2 -> 25.1 us, qwen2-7B Q4_K_M
@@ -755,8 +729,8 @@ int mf_cu_q8v4_u(int mode, uint32_t wtype, int64_t rows, int64_t n_in) {
     if (wtype != MF_TYPE_Q4_K)
         return 1;
     /* Q4_K: two slices (the pipelined 116-register loop) only for a weight
-     * of >= v4_big_mib MiB (32; MINFER_CUDA_GEMV_V4_BIG, 0: always); smaller ones keep more blocks resident with one (H200,
-     * PERF.md entry 14: 7B gate+up 76 MB 34.9 (u2) vs 36.6 us, down 38 MB
+     * of >= v4_big_mib MiB (32; tune v4_big, 0: always); smaller ones keep more blocks resident with one (H200,
+     * docs/PERF.md: 7B gate+up 76 MB 34.9 (u2) vs 36.6 us, down 38 MB
      * 18.0 vs 21.4; 7B q+k+v 9 MB 10.0 vs 8.5, 4B gate+up 28 MB 20.7 vs
      * 17.6, 4B down 14 MB 10.6 vs 9.9) */
     const double bytes = (double)rows * (double)(n_in / 256) * 144.0;
@@ -774,53 +748,8 @@ int mf_cu_q8v4_supported(uint32_t wtype) {
     }
 }
 
-static int64_t v4_soa_launches; /* mf_cu_q8v4_soa_count */
-
-int64_t mf_cu_q8v4_soa_count(void) {
-    return v4_soa_launches;
-}
-
-/* MINFER_CUDA_SOA: the plane instance of wtype when every weight of p has
- * a plane copy, with *q = p reading those (w / row_bytes swapped); else -1. */
-static int v4_soa(const q8_multi *p, uint32_t wtype, q8_multi *q) {
-    const int t = wtype == MF_TYPE_Q4_0   ? V4_SOA_Q4_0
-                  : wtype == MF_TYPE_Q5_0 ? V4_SOA_Q5_0
-                  : wtype == MF_TYPE_Q8_0 ? V4_SOA_Q8_0
-                                          : -1;
-    if (t < 0 || p->n_w < 1)
-        return -1;
-    for (int k = 0; k < p->n_w; k++)
-        if (!p->soa[k] || p->soa_stride[k] == 0)
-            return -1;
-    *q = *p;
-    for (int k = 0; k < p->n_w; k++) {
-        q->w[k] = p->soa[k];
-        q->row_bytes[k] = p->soa_stride[k];
-    }
-    return t;
-}
-
 cudaError_t mf_cu_q8v4_launch(const q8_multi *p, uint32_t wtype, bool swiglu, int u, const int8_t *xq,
                               const float *xd, const int32_t *xs, int64_t n_in, cudaStream_t s) {
-    q8_multi q;
-    cudaError_t e = cudaErrorNotSupported;
-    switch (v4_soa(p, wtype, &q)) {
-    case V4_SOA_Q4_0:
-        e = v4_type<V4_SOA_Q4_0>(&q, swiglu, u, xq, xd, xs, n_in, s);
-        break;
-    case V4_SOA_Q5_0:
-        e = v4_type<V4_SOA_Q5_0>(&q, swiglu, u, xq, xd, xs, n_in, s);
-        break;
-    case V4_SOA_Q8_0:
-        e = v4_type<V4_SOA_Q8_0>(&q, swiglu, u, xq, xd, xs, n_in, s);
-        break;
-    default:
-        break;
-    }
-    if (e != cudaErrorNotSupported) {
-        v4_soa_launches += e == cudaSuccess;
-        return e;
-    }
     if (wtype == MF_TYPE_Q6_K && v4_q6k)
         return v4_type<V4_Q6K_SLICE>(p, swiglu, u, xq, xd, xs, n_in, s);
     switch (wtype) {
@@ -835,7 +764,7 @@ cudaError_t mf_cu_q8v4_launch(const q8_multi *p, uint32_t wtype, bool swiglu, in
 }
 
 /* The instance id weight type wtype runs on (Q6_K: the slice decoder while
- * MINFER_CUDA_GEMV_V4_Q6K is on). */
+ * tune v4_q6k is on). */
 static int v4_inst(uint32_t wtype) {
     return wtype == MF_TYPE_Q6_K && v4_q6k ? V4_Q6K_SLICE : (int)wtype;
 }
@@ -876,8 +805,7 @@ static int v4_plan_ks(int inst, int u, bool swiglu, int64_t rows, int64_t n_in) 
 
 /* MINFER_CUDA_LOGITS_CHUNKS: the ks of a single-run, non-SwiGLU launch of
  * u slices over `rows` rows of wtype, the instance mf_cu_q8v4_launch would
- * take (a plane instance plans ks as its block-copy type, so one answer
- * covers both). Row chunks of a launch whose ks and u equal the whole
+ * take. Row chunks of a launch whose ks and u equal the whole
  * launch's give every row the same bits. */
 int mf_cu_q8v4_ks(uint32_t wtype, int u, int64_t rows, int64_t n_in) {
     if (rows <= 0 || n_in <= 0 || (u != 1 && u != 2))
@@ -885,14 +813,13 @@ int mf_cu_q8v4_ks(uint32_t wtype, int u, int64_t rows, int64_t n_in) {
     return v4_plan_ks(v4_inst(wtype), u, false, rows, n_in);
 }
 
-/* ---- MINFER_CUDA_LOGITS_ZC: the lm_head GEMV also writes the logits into host memory ---- */
+/* ---- tune zc: the lm_head GEMV also writes the logits into host memory ---- */
 
-/* The instances with a ZC kernel: the block and plane decoders of the
+/* The instances with a ZC kernel: the block decoders of the
  * types a vocab-wide head takes at one slice in flight under the auto rule
  * (Q8_0, Q4_0, Q5_0; Q6_K on the slice decoder). A Q4_K head (two slices
  * from 32 MiB) or Q6_K on the unit decoder keeps the copy. */
 #define ZC_FOR_EACH_INST(X) X(MF_TYPE_Q4_0) X(MF_TYPE_Q5_0) X(MF_TYPE_Q8_0) X(V4_Q6K_SLICE)
-#define ZC_FOR_EACH_SOA(X) X(V4_SOA_Q4_0) X(V4_SOA_Q5_0) X(V4_SOA_Q8_0)
 
 static int v4_zc_bps[V4_N_INST]; /* resident blocks per SM of each ZC instance (mf_cu_q8v4_probe) */
 static int64_t v4_zc_launches;   /* mf_cu_q8v4_zc_count */
@@ -901,7 +828,6 @@ static bool v4_zc_inst(int i) {
     switch (i) {
 #define MF_CASE(I) case I:
         ZC_FOR_EACH_INST(MF_CASE)
-        ZC_FOR_EACH_SOA(MF_CASE)
 #undef MF_CASE
         return true;
     default:
@@ -919,8 +845,7 @@ int64_t mf_cu_q8v4_zc_count(void) {
 
 /* The ZC launch of p (one weight, no residual): the plan of the plain
  * one-slice launch (ks 1, the same row groups; only the wave is the ZC
- * instance's own), on the plane copies where p has them (MINFER_CUDA_SOA,
- * the same choice mf_cu_q8v4_launch makes). */
+ * instance's own). */
 template <int T>
 static cudaError_t v4_go_zc(const q8_multi *p, const int8_t *xq, const float *xd, const int32_t *xs, int64_t n_in,
                             float *yh, cudaStream_t s) {
@@ -940,22 +865,18 @@ cudaError_t mf_cu_q8v4_launch_zc(const q8_multi *p, uint32_t wtype, const int8_t
     const int64_t rows = p->start[1];
     if (p->n_w != 1 || p->res[0] || !yh || ((uintptr_t)yh & 31) || !mf_cu_q8v4_zc_ok(wtype, 1, rows, n_in))
         return cudaErrorNotSupported;
-    q8_multi q;
-    const int si = v4_soa(p, wtype, &q);
     cudaError_t e = cudaErrorNotSupported;
-    switch (si >= 0 ? si : v4_inst(wtype)) {
-#define MF_CASE(I)                                                                 \
-    case I:                                                                        \
-        e = v4_go_zc<I>(si >= 0 ? &q : p, xq, xd, xs, n_in, yh, s);                \
+    switch (v4_inst(wtype)) {
+#define MF_CASE(I)                                      \
+    case I:                                             \
+        e = v4_go_zc<I>(p, xq, xd, xs, n_in, yh, s);    \
         break;
         ZC_FOR_EACH_INST(MF_CASE)
-        ZC_FOR_EACH_SOA(MF_CASE)
 #undef MF_CASE
     default:
         break;
     }
     v4_zc_launches += e == cudaSuccess;
-    v4_soa_launches += si >= 0 && e == cudaSuccess;
     return e;
 }
 
@@ -985,17 +906,9 @@ cudaError_t mf_cu_q8v4_launch_mix(const q8_multi *pa, uint32_t ta, int ua, const
                                   const int8_t *xq, const float *xd, const int32_t *xs, int64_t n_in,
                                   cudaStream_t s) {
     bool swap = false;
-    q8_multi qa, qb; /* both runs on their plane copies (MINFER_CUDA_SOA) where both have them */
-    const int sa = v4_soa(pa, ta, &qa), sb = v4_soa(pb, tb, &qb);
     int mi = -1;
-    bool planes = false;
-    if (ua == 1 && ub == 1 && sa >= 0 && sb >= 0 && (mi = v4_mix_find(sa, sb, &swap)) >= 0) {
-        pa = &qa;
-        pb = &qb;
-        planes = true;
-    } else if (ua == 1 && ub == 1) {
+    if (ua == 1 && ub == 1)
         mi = v4_mix_find(v4_inst(ta), v4_inst(tb), &swap);
-    }
     if (swap) { /* the instance's first type is run b's */
         const q8_multi *t = pa;
         pa = pb;
@@ -1012,7 +925,6 @@ cudaError_t mf_cu_q8v4_launch_mix(const q8_multi *pa, uint32_t ta, int ua, const
     default:
         break;
     }
-    v4_soa_launches += planes && e == cudaSuccess;
     return e;
 }
 
@@ -1052,7 +964,6 @@ void mf_cu_q8v4_probe(int sms) {
 #define MF_CASE(T) v4_occ<T, 1>(); v4_occ<T, 2>();
     V4_FOR_EACH_TYPE(MF_CASE)
     MF_CASE(V4_Q6K_SLICE)
-    MF_CASE(V4_SOA_Q4_0) MF_CASE(V4_SOA_Q5_0) MF_CASE(V4_SOA_Q8_0)
 #undef MF_CASE
     int n = 0;
 #define MF_CASE(I, A, B)                                                                                 \
@@ -1070,15 +981,14 @@ void mf_cu_q8v4_probe(int sms) {
     if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&n, gemv_q8v4_zc_kernel<I>, 32 * Q8_WARPS, 0) == cudaSuccess) \
         v4_zc_bps[I] = n;
     ZC_FOR_EACH_INST(MF_CASE)
-    ZC_FOR_EACH_SOA(MF_CASE)
 #undef MF_CASE
 }
 
-/* ---- MINFER_CUDA_FFN_Q8B: the SwiGLU GEMV also writes the down GEMV's int8 input ---- */
+/* ---- tune ffn_q8b: the SwiGLU GEMV also writes the down GEMV's int8 input ---- */
 
 /* Why. In a decode layer the gate/up + SwiGLU GEMV is followed by a
  * quantize kernel (q8_quant_kernel, ~1.7 us on the critical path of the
- * replayed 0.5B graph, PERF.md entry 15) whose only job is to turn h into
+ * replayed 0.5B graph, docs/PERF.md) whose only job is to turn h into
  * the down GEMV's int8 input. The earlier fold (MINFER_CUDA_FFN_Q8, entry
  * 14) let the warp that completed a 32-row unit quantize it, behind a
  * __threadfence + atomic per row: every warp stalled on it. Here a block
@@ -1100,9 +1010,9 @@ void mf_cu_q8v4_probe(int sms) {
  * 0.5B's 4864, one wave on 132 SMs at 2 blocks a SM. */
 #define SWQ_MAX_IN 2048  /* the size rule: n_in up to this (0.5B / 1.5B gate/up: latency-bound) */
 
-/* The block forms (MINFER_CUDA_FFN_Q8B=1 .. 5, args field q8b_form;
- * default 4, H200 session 7, PERF.md entry 17). Form 1 made the down GEMV
- * after it slower in the H200 timeline (PERF.md entry 16), likeliest
+/* The block forms (tune ffn_q8b=1 .. 5, args field q8b_form;
+ * default 4, H200, docs/PERF.md). Form 1 made the down GEMV
+ * after it slower in the H200 timeline (docs/PERF.md), likeliest
  * through residency: the down GEMV's blocks are launched (PDL) while this
  * kernel runs and become resident, and issue their pre-wait L2 prefetch,
  * only in the registers it leaves free. The other forms keep a block per int8 unit and each
@@ -1122,7 +1032,7 @@ void mf_cu_q8v4_probe(int sms) {
  *      (a diagnostic: the down GEMV's blocks then land on a GPU this kernel
  *      is leaving, as they did after the 19-block quantize kernel, at the
  *      price of their pre-wait prefetch's head start).
- * The measurements: PERF.md entry 17. */
+ * The measurements: docs/PERF.md. */
 #define SWQ_WARPS 8
 #define SWQ_OPW 4        /* form 1: consecutive outputs a warp: SWQ_WARPS * SWQ_OPW = 32, one int8 unit */
 
@@ -1165,12 +1075,8 @@ static __device__ __forceinline__ void swq8_body(const q8_multi &p, const int8_t
 #pragma unroll
             for (int i = 0; i < G; i++)
 #pragma unroll
-                for (int r = 0; r < 2; r++) {
-                    if constexpr (V4_IS_SOA(T))
-                        v4s<T>::fetch(row[g0 + i][r], kk, n_units, wr[i][r]);
-                    else
-                        v4s<T>::fetch(row[g0 + i][r], kk, wr[i][r]);
-                }
+                for (int r = 0; r < 2; r++)
+                    v4s<T>::fetch(row[g0 + i][r], kk, wr[i][r]);
 #pragma unroll
             for (int i = 0; i < G; i++)
 #pragma unroll
@@ -1222,7 +1128,6 @@ gemv_q8v4_swq8_kernel(q8_multi p, const int8_t *__restrict__ xq, const float *__
 
 #define SWQ_FOR_EACH_INST(X) \
     X(MF_TYPE_Q4_0) X(MF_TYPE_Q5_0) X(MF_TYPE_Q8_0) X(MF_TYPE_Q4_K) X(MF_TYPE_Q6_K) X(V4_Q6K_SLICE)
-#define SWQ_FOR_EACH_SOA(X) X(V4_SOA_Q4_0) X(V4_SOA_Q5_0) X(V4_SOA_Q8_0)
 
 static int64_t v4_swq8_launches; /* mf_cu_q8v4_swq8_count */
 
@@ -1272,22 +1177,18 @@ cudaError_t mf_cu_q8v4_swq8_launch(const q8_multi *p, uint32_t wtype, int form, 
     float *od = (float *)(oq + n_out);
     int32_t *os = (int32_t *)(od + nb);
     cudaError_t e = cudaErrorNotSupported;
-    q8_multi q; /* MINFER_CUDA_SOA: the plane copies when both weights have one (same bits) */
-    const int si = v4_soa(p, wtype, &q);
-    switch (si >= 0 ? si : v4_inst(wtype)) {
-#define MF_CASE(I)                                                                   \
-    case I:                                                                          \
-        e = swq8_go<I>(form, si >= 0 ? q : *p, xq, xd, xs, n_in, oq, od, os, nb, s); \
+    switch (v4_inst(wtype)) {
+#define MF_CASE(I)                                                          \
+    case I:                                                                 \
+        e = swq8_go<I>(form, *p, xq, xd, xs, n_in, oq, od, os, nb, s);      \
         break;
         SWQ_FOR_EACH_INST(MF_CASE)
-        SWQ_FOR_EACH_SOA(MF_CASE)
 #undef MF_CASE
     default:
         break;
     }
     v4_swq8_launches += e == cudaSuccess;
     v4_swq8_form_launches[form] += e == cudaSuccess;
-    v4_soa_launches += si >= 0 && e == cudaSuccess;
     return e;
 }
 

@@ -17,18 +17,18 @@
  *     the tensor cores (wmma m16n16k16, f16 in, f32 accumulate). Operand
  *     rounding to f16 costs about 3e-4 relative error per dot product (the
  *     tier's tolerance is 3e-3, documented in docs/GPU-TESTS.md);
- *     MINFER_CUDA_NO_TC=1 (host side) selects the SIMT tier instead.
- * Above those, for nt >= MINFER_CUDA_MMA_MIN_NT (default 64; force_gemm 3
+ *     tune mm=simt=1 (host side) selects the SIMT tier instead.
+ * Above those, for nt >= tune mma_min_nt (default 64; force_gemm 3
  * at any nt) with n_in % 8 == 0 on an sm_80+ device, the call goes to the
  * mma tier (gemm_mma.cu: W dequantized to f16 once per call in bounded
  * chunks, x to f16, a pipelined mma.sync GEMM) when the caller supplied its
  * scratch; the dequant costs 2 bytes written + read per weight element, so
  * it only pays over enough tokens (below the threshold the TC tier above
- * stays). MINFER_CUDA_NO_MMA=1 keeps the TC tier for every nt > 8 (mode 3
+ * stays). tune mm=wmma=1 keeps the TC tier for every nt > 8 (mode 3
  * without a usable mma tier also falls back to the TC tier).
  * For nt <= 8 on quantized weights with a q8 scratch, auto mode hands the
  * call to the int8 GEMV (gemv_q8.cu); this file's GEMV is then the f32
- * reference tier (mode -1, MINFER_CUDA_NO_Q8=1, float weights).
+ * reference tier (mode -1, tune gemv_q8=0=1, float weights).
  * Accumulation is f32. Out-of-range rows/tokens compute on clamped indices
  * and skip only their stores (no early return before a barrier). */
 #include "backend/cuda/cuda_args.h"

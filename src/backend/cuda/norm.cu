@@ -27,10 +27,10 @@ extern "C" void mf_cu_set_wide(int norm, int rope) {
     mf_cu_wide_rope = rope != 0;
 }
 
-/* MINFER_CUDA_LAT: the decode row kernels without serial load chains (the
- * *_lat kernels in norm.cu, gemv_q8.cu, ropestore.cu, attn_decode.cu); 0
- * runs exactly the kernels before them. */
-int mf_cu_lat = 0;
+/* The decode row kernels without serial load chains (the *_lat kernels in
+ * norm.cu, gemv_q8.cu, ropestore.cu, attn_decode.cu; bitwise the older
+ * ones, which only the op tests still select, through mf_cu_set_lat). */
+int mf_cu_lat = 1;
 
 extern "C" void mf_cu_set_lat(int on) {
     mf_cu_lat = on != 0;

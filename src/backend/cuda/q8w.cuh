@@ -86,10 +86,9 @@ static __device__ __forceinline__ uint32_t spread4(uint32_t h, int i, int at) {
 
 /* The 8 words of weight integers of a unit's 16 nibble bytes w (Q4 / Q5
  * qs): low nibbles (elements 0-15) into q[0..3], high nibbles (16-31) into
- * q[4..7]; with H each byte also gets its fifth bit from h (Q5 qh). The
- * block decoders here and the plane decoders (q8w_soa.cuh) share it. h by
- * reference: by value nvcc 13 swaps the operands of the plane decoder's
- * `or` (same bits, other PTX). */
+ * q[4..7]; with H each byte also gets its fifth bit from h (Q5 qh). h by
+ * reference: by value nvcc 13 swapped the operands of an `or` in one
+ * decoder (same bits, other PTX). */
 template <bool H>
 static __device__ __forceinline__ void q8_nibbles(const uint32_t *w, const uint32_t &h, uint32_t *q) {
 #pragma unroll

@@ -1,5 +1,5 @@
 /* ropestore.cu - the attention-input tail of FUSED_QKV as one launch
- * (MINFER_CUDA_FUSE_ROPE): RoPE of Q into the output, RoPE of K in place,
+ * (tune fuse_rope): RoPE of Q into the output, RoPE of K in place,
  * and the K and V rows stored into the cache, instead of four launches.
  *
  * Grid (nt, 3): block (t, 0) ropes Q row t, (t, 1) ropes K row t and then

@@ -1,4 +1,4 @@
-/* slot_copy.cu - the input slots' copy (MINFER_CUDA_INPUT_SLOTS=1): one
+/* slot_copy.cu - the input slots' copy (tune slots=1): one
  * block moves a recorded forward's small inputs (token ids, positions,
  * n_past) from the mapped pinned slots into their device buffers, the first
  * kernel of the forward and so of its CUDA graph. It replaces a host copy

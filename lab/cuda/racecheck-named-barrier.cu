@@ -10,7 +10,7 @@
 // count the named barrier as a block-wide one, so the four warps that took
 // it look one barrier ahead of the rest. memcheck, and the bitwise tests of
 // the shortrope family, cover the kernel instead.
-//   nvcc -O3 -lineinfo -arch=sm_90 scripts/racecheck-named-barrier.cu -o nb
+//   nvcc -O3 -lineinfo -arch=sm_90 lab/cuda/racecheck-named-barrier.cu -o nb
 //   compute-sanitizer --tool racecheck ./nb
 #include <cstdio>
 

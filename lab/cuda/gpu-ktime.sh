@@ -15,7 +15,7 @@
 # that binary per model, whose host-times line ("graph on the GPU") shows
 # what the instrumentation itself costs; MINFER_KTIME_STEPS=n prints n steps.
 set -u
-cd "$(dirname "$0")/.."
+cd "$(dirname "$0")/../.."
 OUT=${OUT:-$PWD/gpu-out}; mkdir -p "$OUT"
 BUILD=${KTIME_BUILD:-$PWD/build-ktime-gpu}
 export PATH=/usr/local/cuda/bin:$PATH

@@ -11,7 +11,7 @@
 # memory / scheduler sections for PROFILE_COUNT (8) launches of the matching
 # kernels after PROFILE_SKIP (8): ncu-sections-<name>.txt.
 set -u
-cd "$(dirname "$0")/.."
+cd "$(dirname "$0")/../.."
 OUT=${OUT:-$PWD/gpu-out}; mkdir -p "$OUT"
 BUILD=${BUILD:-$PWD/build-gpu}
 export PATH=/usr/local/cuda/bin:$PATH

@@ -20,7 +20,7 @@
 // between two sizes (b1, b2) like norm-quant (4 blocks) and GEMV (112-448).
 // The launches and the wait / trigger are minfer's own (pdl.cuh: mf_launch
 // with mf_cu_pdl_on set per mode, mf_pdl_wait, mf_pdl_trigger).
-//   nvcc -O3 -arch=sm_90 -I src scripts/pdl-chain-bench.cu -o pdl-chain-bench
+//   nvcc -O3 -arch=sm_90 -I src lab/cuda/pdl-chain-bench.cu -o pdl-chain-bench
 //   ./pdl-chain-bench [N=168] [b1=4] [b2=144] [threads=128] [kb=0]
 #include <cstdio>
 #include <cstdlib>
