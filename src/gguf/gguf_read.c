@@ -514,7 +514,35 @@ int mf_gguf_parse(const void *buf, size_t len, mf_gguf **out, mf_error *err) {
     return 0;
 }
 
-/* Maps path read-only and parses it. Errors name the path. */
+/* MINFER_NO_MMAP=1: the file's bytes in anonymous memory (so nothing later
+ * depends on the file staying unchanged, and munmap still releases it), read
+ * with plain read() calls. NULL with err set on failure. */
+static void *read_whole(int fd, const char *path, size_t size, mf_error *err) {
+    void *mem = mmap(NULL, size, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    if (mem == MAP_FAILED) {
+        mf_errorf(err, "gguf: cannot allocate %zu bytes to read '%s': %s", size, path,
+                  strerror(errno));
+        return NULL;
+    }
+    size_t done = 0;
+    while (done < size) {
+        ssize_t k = read(fd, (char *)mem + done, size - done);
+        if (k < 0 && errno == EINTR)
+            continue;
+        if (k <= 0) {
+            mf_errorf(err, "gguf: cannot read '%s' (%zu of %zu bytes): %s", path, done, size,
+                      k < 0 ? strerror(errno) : "file shrank");
+            munmap(mem, size);
+            return NULL;
+        }
+        done += (size_t)k;
+    }
+    mprotect(mem, size, PROT_READ);
+    return mem;
+}
+
+/* Maps path read-only (or reads it, see read_whole) and parses it. Errors
+ * name the path. */
 static int open_one(const char *path, mf_gguf **out, mf_error *err) {
     *out = NULL;
     int fd = open(path, O_RDONLY | O_CLOEXEC);
@@ -533,14 +561,23 @@ static int open_one(const char *path, mf_gguf **out, mf_error *err) {
     size_t size = (size_t)st.st_size;
     void *map = NULL;
     if (size > 0) {
-        map = mmap(NULL, size, PROT_READ, MAP_PRIVATE, fd, 0);
-        if (map == MAP_FAILED) {
-            int e = errno;
+        if (mf_env_flag("MINFER_NO_MMAP"))
+            map = read_whole(fd, path, size, err);
+        else if ((map = mmap(NULL, size, PROT_READ, MAP_PRIVATE, fd, 0)) == MAP_FAILED) {
+            map = NULL;
+            mf_errorf(err, "gguf: cannot map '%s' (%zu bytes): %s", path, size, strerror(errno));
+        }
+        if (!map) {
             close(fd);
             free(g);
-            return mf_errorf(err, "gguf: cannot map '%s' (%zu bytes): %s", path, size, strerror(e));
+            return -1;
         }
+        if (mf_env_flag("MINFER_MLOCK") && mlock(map, size) != 0)
+            mf_log(MF_LOG_WARN, "cannot lock '%s' (%zu bytes) in memory: %s (see ulimit -l)", path,
+                   size, strerror(errno));
     }
+    mf_log(MF_LOG_DEBUG, "gguf: %s '%s' (%zu bytes)",
+           mf_env_flag("MINFER_NO_MMAP") ? "read" : "mapped", path, size);
     close(fd);
     int rc = parse_file(g, map, size, err);
     g->map = map;
