@@ -4,6 +4,10 @@
 
 #include "tools.h"
 
+#ifndef MINFER_BUILD_COMMIT
+#define MINFER_BUILD_COMMIT "unknown"
+#endif
+
 static const struct {
     const char *name;
     int (*fn)(int argc, char **argv);
@@ -38,7 +42,7 @@ int main(int argc, char **argv) {
         return 0;
     }
     if (!strcmp(argv[1], "--version")) {
-        printf("minfer %s\n", MF_VERSION_STRING);
+        printf("minfer %s (commit %s)\n", MF_VERSION_STRING, MINFER_BUILD_COMMIT);
         return 0;
     }
     for (size_t i = 0; i < sizeof commands / sizeof commands[0]; i++)
