@@ -95,8 +95,8 @@ int mf_parse_flash_attn(const char *cmd, const char *v, mf_error *err) {
     if (!strcmp(v, "on") || !strcmp(v, "auto") || !strcmp(v, "1") || !strcmp(v, "true"))
         return 0;
     if (!strcmp(v, "off") || !strcmp(v, "0") || !strcmp(v, "false"))
-        return mf_errorf(err, "-fa %s: minfer's attention is always one fused kernel (online "
-                              "softmax over the KV cache); there is no unfused path to select",
+        return mf_errorf(err, "-fa %s: minfer's attention is always its fused kernel "
+                              "(one pass over the KV cache); there is no unfused path to select",
                          v);
     return mf_errorf(err, "-fa: '%s' is not on, off or auto", v);
 }
