@@ -6,6 +6,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 #include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
@@ -48,7 +49,8 @@ static void usage(FILE *f, bool chat) {
             "  -sys, --system TEXT      system message (implies the chat template)\n"
             "      --chat-template NAME chatml, llama3, llama2, gemma, phi3, zephyr "
             "(default: the model's)\n"
-            "  -e, --escape             process \\n \\t \\\\ ... in -p, -sys, -r (default on)\n"
+            "  -e, --escape             process \\n \\t \\\\ ... in prompt, system and reverse prompt\n"
+            "                           texts (default on)\n"
             "      --no-escape          take them literally\n"
             "  -r, --reverse-prompt TEXT stop when the output contains TEXT (repeatable)\n"
             "      --ignore-eos         never stop at end-of-generation tokens\n"
@@ -489,7 +491,16 @@ static void pick_seed(run_opts *o) {
     if (fd >= 0)
         close(fd);
     o->so.seed = v & 0x7fffffffffffffffull; /* -s takes it back */
-    if (!o->log_disable && o->so.temp > 0)
+    o->seed_random = true;
+}
+
+/* Said once the model and session exist (an error before that stays the
+ * only stderr line), and only where sampling is random. */
+static void print_seed(const run_opts *o) {
+    const char *lv = getenv("MINFER_LOG"); /* at error level only errors print */
+    if (lv && !strcasecmp(lv, "error"))
+        return;
+    if (o->seed_random && !o->log_disable && o->so.temp > 0)
         fprintf(stderr, "seed: %llu\n", (unsigned long long)o->so.seed);
 }
 
@@ -511,6 +522,7 @@ static int run_conversation(run_opts *o, const char *sys_text) {
         minfer_model_free(m);
         return 1;
     }
+    print_seed(o);
     minfer_sampler *smp = minfer_sampler_new(&o->so);
     int rc = mf_chat_loop(o, m, s, smp);
     minfer_sampler_free(smp);
@@ -564,6 +576,7 @@ int mf_cmd_run(int argc, char **argv) {
     }
     if (mf_run_open_session(&o, "run", m, prompt, &s))
         goto out;
+    print_seed(&o);
     smp = minfer_sampler_new(&o.so);
     if (o.display_prompt) {
         fputs(o.color ? "\x1b[33m" : "", stdout);
@@ -641,6 +654,7 @@ int mf_cmd_chat(int argc, char **argv) {
         minfer_model_free(m);
         return 1;
     }
+    print_seed(&o);
     minfer_sampler *smp = minfer_sampler_new(&o.so);
     rc = mf_chat_loop(&o, m, s, smp);
     minfer_sampler_free(smp);
