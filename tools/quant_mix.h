@@ -10,6 +10,8 @@
  *     when the target is q8_0 or its rows are not a multiple of 256;
  *   - Q2_K: attn_v q3_K (q4_K when n_head/n_head_kv >= 4), attn_output q3_K,
  *     ffn_down q3_K;
+ *   - Q3_K_S: q3_K everywhere (the output rule only);
+ *   - Q3_K_L: attn_v, attn_output and ffn_down q5_K;
  *   - Q3_K_M: attn_v q5_K for the first 2 layers else q4_K, attn_output q4_K,
  *     ffn_down q5_K in the first n/16 layers else q4_K;
  *   - Q4_K_M / Q5_K_M: attn_v and ffn_down q6_K in the "use_more_bits" layers
@@ -36,7 +38,9 @@
 typedef enum mf_mix_kind {
     MF_MIX_UNIFORM, /* one type everywhere (plus the output rule when quantized) */
     MF_MIX_Q2_K,
+    MF_MIX_Q3_K_S,
     MF_MIX_Q3_K_M,
+    MF_MIX_Q3_K_L,
     MF_MIX_Q4_K_S,
     MF_MIX_Q4_K_M,
     MF_MIX_Q5_K_S,

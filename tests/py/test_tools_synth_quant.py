@@ -261,6 +261,21 @@ ok(t2["blk.0.attn_v.weight"].tensor_type == Q.Q4_K, "Q2_K attn_v q4_K (n_gqa 4)"
 ok(t2["blk.0.ffn_down.weight"].tensor_type == Q.Q3_K, "Q2_K ffn_down q3_K")
 ok(t2["blk.0.attn_output.weight"].tensor_type == Q.Q3_K, "Q2_K attn_output q3_K")
 check_close(t2, ["blk.0.attn_q.weight", "blk.0.ffn_down.weight"], "Q2_K")
+# Q3_K_S: q3_K everywhere but the output; Q3_K_L: attn_v, attn_output and
+# ffn_down q5_K (llama.cpp's rules); both load and run
+for mix, ft, special in (("Q3_K_S", 11, Q.Q3_K), ("Q3_K_L", 13, Q.Q5_K)):
+    d3 = path(f"small_{mix}.gguf")
+    run("quantize", src, d3, mix)
+    r3 = gguf.GGUFReader(d3)
+    t3 = tensors(r3)
+    ok(field(r3, "general.file_type") == ft, f"{mix} file_type {ft}")
+    ok(t3["output.weight"].tensor_type == Q.Q6_K, f"{mix} output q6_K")
+    for l in range(L):
+        ok(t3[f"blk.{l}.attn_q.weight"].tensor_type == Q.Q3_K, f"{mix} blk.{l}.attn_q q3_K")
+        for n in ("attn_v", "attn_output", "ffn_down"):
+            ok(t3[f"blk.{l}.{n}.weight"].tensor_type == special, f"{mix} blk.{l}.{n} {special.name}")
+    check_close(t3, ["blk.0.attn_q.weight", "blk.0.attn_v.weight"], mix)
+    ok(run("run", "-m", d3, "-p", "hello", "-n", "2", "--temp", "0").returncode == 0, f"{mix} model runs")
 d8 = path("small_q80.gguf")
 run("quantize", src, d8, "Q8_0")
 t8 = tensors(gguf.GGUFReader(d8))
