@@ -72,7 +72,8 @@ static void usage(FILE *f) {
             "  -b, --batch-size N       prefill batch (default 512)\n"
             "  -t, --threads N          CPU threads (default 0: all cores)\n"
             "  -ctk, --cache-type TYPE  KV cache type f32, f16, q8_0 (default f32)\n"
-            "  -ngl, --n-gpu-layers N   -1 all layers on the GPU, 0 none\n"
+            "  -ngl, --n-gpu-layers N   -1 or N >= layers: all on the GPU, 0: none\n"
+            "  -fa, --flash-attn MODE   on, auto (fused attention; off is refused)\n"
             "      --device NAME        cpu, cuda, auto (default auto)\n"
             "      --chat-template NAME chatml, llama3, llama2, gemma, phi3, zephyr "
             "(default: the model's)\n"
@@ -136,6 +137,9 @@ static int parse(int argc, char **argv, serve_opts *o) {
             STR(o->ctk);
         } else if (VAL("-ngl") || VAL("--n-gpu-layers")) {
             INT(o->n_gpu_layers, -1, INT32_MAX);
+        } else if (VAL("-fa") || VAL("--flash-attn")) {
+            if (r < 0 || mf_parse_flash_attn(cmd, v, &e))
+                return mf_arg_fail(cmd, &e);
         } else if (VAL("--device")) {
             STR(o->device);
         } else if (VAL("--chat-template")) {
