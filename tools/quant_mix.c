@@ -10,7 +10,7 @@
 
 /* llama_ftype numbers (llama.h): ALL_F32 0, MOSTLY_F16 1, Q4_0 2, Q4_1 3,
  * Q8_0 7, Q5_0 8, Q5_1 9, Q2_K 10, Q3_K_S 11, Q3_K_M 12, Q3_K_L 13, Q4_K_S 14,
- * Q4_K_M 15, Q5_K_S 16, Q5_K_M 17, Q6_K 18, BF16 32. */
+ * Q4_K_M 15, Q5_K_S 16, Q5_K_M 17, Q6_K 18, IQ4_NL 25, IQ4_XS 30, BF16 32. */
 static const mf_quant_mix mixes[] = {
     {"f32", MF_MIX_UNIFORM, MF_TYPE_F32, 0, false},
     {"f16", MF_MIX_UNIFORM, MF_TYPE_F16, 1, false},
@@ -25,6 +25,8 @@ static const mf_quant_mix mixes[] = {
     {"q4_K", MF_MIX_UNIFORM, MF_TYPE_Q4_K, 14, false},
     {"q5_K", MF_MIX_UNIFORM, MF_TYPE_Q5_K, 16, false},
     {"q6_K", MF_MIX_UNIFORM, MF_TYPE_Q6_K, 18, false},
+    {"iq4_nl", MF_MIX_UNIFORM, MF_TYPE_IQ4_NL, 25, false},
+    {"iq4_xs", MF_MIX_UNIFORM, MF_TYPE_IQ4_XS, 30, false},
     {"Q3_K_S", MF_MIX_Q3_K_S, MF_TYPE_Q3_K, 11, false},
     {"Q3_K_M", MF_MIX_Q3_K_M, MF_TYPE_Q3_K, 12, false},
     {"Q3_K_L", MF_MIX_Q3_K_L, MF_TYPE_Q3_K, 13, false},
@@ -36,7 +38,7 @@ static const mf_quant_mix mixes[] = {
 #define N_MIXES (sizeof mixes / sizeof mixes[0])
 
 const char *mf_quant_mix_names(void) {
-    return "f32 f16 bf16 q4_0 q4_1 q5_0 q5_1 q8_0 q3_K q4_K q5_K q6_K, mixes Q2_K Q3_K_S "
+    return "f32 f16 bf16 q4_0 q4_1 q5_0 q5_1 q8_0 q3_K q4_K q5_K q6_K iq4_nl iq4_xs, mixes Q2_K Q3_K_S "
            "Q3_K_M Q3_K_L Q4_K_S Q4_K_M Q5_K_S Q5_K_M (Q6_K, Q8_0 = q6_K, q8_0)";
 }
 
@@ -140,6 +142,8 @@ uint32_t mf_quant_mix_choose(const mf_quant_mix *mix, const mf_mix_model *model,
         default: t = MF_TYPE_Q4_0; break;
         }
     }
+    if (t == MF_TYPE_IQ4_XS && ne0 % MF_QK_K != 0)
+        t = MF_TYPE_IQ4_NL; /* the same codebook in blocks of 32 */
     const mf_type_traits *tr = mf_type_get(t);
     if (tr && ne0 % tr->block_size != 0)
         t = MF_TYPE_F16;

@@ -18,7 +18,7 @@
  *     (the first and last eighth, and every third layer in between);
  *   - Q4_K_S: attn_v q5_K in layers < 4, ffn_down q5_K in the first eighth;
  *   - a K-quant on a row length that is not a multiple of 256 falls back
- *     (q4_K->q5_0, q5_K->q5_1, q6_K->q8_0, q2_K/q3_K->q4_0), and a 32-block
+ *     (q4_K->q5_0, q5_K->q5_1, q6_K->q8_0, q2_K/q3_K->q4_0, iq4_xs->iq4_nl), and a 32-block
  *     type on a row length not a multiple of 32 falls back to f16.
  * Names are case-insensitive. "Q2_K", "Q6_K" and "Q8_0" are the llama.cpp
  * file types of those names (Q6_K and Q8_0 are uniform anyway, Q2_K is the
