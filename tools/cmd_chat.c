@@ -233,7 +233,12 @@ static int answer(chat *c) {
     }
     size_t kl = strlen(c->kv_text);
     const char *delta = full + kl;
-    if (strncmp(full, c->kv_text, kl) != 0) {
+    const int32_t past = minfer_session_n_past(c->s);
+    /* Start over when the history renders differently, or when the new part,
+     * tokenized on its own, would not fit after what the context holds. */
+    if (strncmp(full, c->kv_text, kl) != 0 ||
+        past + minfer_tokenize(c->m, delta, strlen(delta), past == 0, true, NULL, 0) >
+            minfer_session_n_ctx(c->s)) {
         minfer_session_reset(c->s);
         delta = full;
     }
