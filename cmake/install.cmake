@@ -5,7 +5,8 @@ include(GNUInstallDirs)
 include(CMakePackageConfigHelpers)
 
 # The internal static libraries, in link order, that libminfer combines.
-set(MF_ALL_LIBS libminfer mf_model mf_cpu mf_ref mf_tokenizer mf_graph mf_gguf mf_quant mf_base
+set(MF_ALL_LIBS libminfer mf_model mf_engine mf_registry mf_cpu mf_ref mf_backend mf_tokenizer mf_ir
+    mf_gguf mf_quant mf_base
     ${MF_GPU_LIBS})
 
 # Static: one archive made of the members of every module's archive.

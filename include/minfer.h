@@ -53,6 +53,13 @@ const char *minfer_model_backend(const minfer_model *m);
  * 139.8 GiB"), or "" when the model runs on the CPU. */
 const char *minfer_model_device_desc(const minfer_model *m);
 
+/* The devices (backends) compiled into this build, in priority order, e.g.
+ * "cuda, cpu, ref"; a model option's device is one of them or "auto". */
+const char *minfer_build_devices(void);
+bool minfer_build_has_device(const char *name);
+/* The commit the build was configured from (git describe), or "unknown". */
+const char *minfer_build_commit(void);
+
 /* ---- logging ------------------------------------------------------------------------ */
 
 typedef enum minfer_log_level {

@@ -73,14 +73,15 @@ static void usage(FILE *f) {
             "  -ctk, --cache-type-k T   KV cache type f32, f16, q8_0 (K and V; default f32)\n"
             "  -ctv, --cache-type-v T   must equal -ctk\n"
             "  -ngl, --n-gpu-layers N   -1 or N >= layers: all on the GPU, 0: none\n"
-            "  -fa, --flash-attn LIST   1, on, auto (fused attention always; 0 is refused)\n"
-            "      --device NAME        cpu, cuda, auto (default auto)\n"
+            "  -fa, --flash-attn LIST   1, on, auto (fused attention always; 0 is refused)\n",
+            MF_DEFAULT_MODEL);
+    fprintf(f, "      --device NAME        %s or auto (default auto)\n", minfer_build_devices());
+    fprintf(f,
             "  -o, --output FMT         md (default), csv, json or jsonl\n"
             "      --membw              measure memory read bandwidth per thread count and "
             "add\n"
             "                           '%% of membw' to tg rows\n"
-            "  -h, --help               this text\n",
-            MF_DEFAULT_MODEL);
+            "  -h, --help               this text\n");
 }
 
 /* Parses "1,2,3" into l (each value in [lo, hi]). */
@@ -196,8 +197,9 @@ static int parse(int argc, char **argv, bench_opts *o) {
         } else if (VAL("--device")) {
             if (r < 0)
                 return mf_arg_fail("bench", &e);
-            if (strcmp(v, "cpu") && strcmp(v, "cuda") && strcmp(v, "auto")) {
-                mf_errorf(&e, "--device: '%s' is not cpu, cuda or auto", v);
+            if (strcmp(v, "auto") && !minfer_build_has_device(v)) {
+                mf_errorf(&e, "--device: '%s' is not a device of this build (%s) or auto", v,
+                          minfer_build_devices());
                 return mf_arg_fail("bench", &e);
             }
             o->device = v;

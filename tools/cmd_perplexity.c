@@ -38,10 +38,10 @@ static void usage(FILE *f) {
             "  -ngl, --n-gpu-layers N -1 or >= layers: all on the GPU, 0: none\n"
             "      --kl-divergence-base FILE  save the scored positions' log-probs to FILE\n"
             "                         (or, with --kl-divergence, read them as the base)\n"
-            "      --kl-divergence    compare with the base FILE: mean KLD, same top token\n"
-            "      --device NAME      cpu, cuda, auto (default auto)\n"
-            "  -h, --help             this text\n",
+            "      --kl-divergence    compare with the base FILE: mean KLD, same top token\n",
             MF_DEFAULT_MODEL);
+    fprintf(f, "      --device NAME      %s or auto (default auto)\n", minfer_build_devices());
+    fprintf(f, "  -h, --help             this text\n");
 }
 
 static char *slurp(const char *path) {

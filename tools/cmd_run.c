@@ -61,8 +61,9 @@ static void usage(FILE *f, bool chat) {
             "  -ctk, --cache-type-k T   KV cache type f32, f16, q8_0 (default f32)\n"
             "  -ctv, --cache-type-v T   must equal -ctk (one type for K and V)\n"
             "  -ngl, --n-gpu-layers N   -1 or N >= layers: all on the GPU, 0: none\n"
-            "  -fa, --flash-attn MODE   on, auto (fused attention; off is refused)\n"
-            "      --device NAME        cpu, cuda, auto (default auto)\n"
+            "  -fa, --flash-attn MODE   on, auto (fused attention; off is refused)\n");
+    fprintf(f, "      --device NAME        %s or auto (default auto)\n", minfer_build_devices());
+    fprintf(f,
             "      --no-mmap            read the model into memory instead of mapping it\n"
             "      --mlock              lock the model's memory (no swapping out)\n"
             "  -s, --seed N             sampler seed (default random, printed)\n"

@@ -73,14 +73,15 @@ static void usage(FILE *f) {
             "  -t, --threads N          CPU threads (default 0: all cores)\n"
             "  -ctk, --cache-type TYPE  KV cache type f32, f16, q8_0 (default f32)\n"
             "  -ngl, --n-gpu-layers N   -1 or N >= layers: all on the GPU, 0: none\n"
-            "  -fa, --flash-attn MODE   on, auto (fused attention; off is refused)\n"
-            "      --device NAME        cpu, cuda, auto (default auto)\n"
+            "  -fa, --flash-attn MODE   on, auto (fused attention; off is refused)\n",
+            MF_DEFAULT_MODEL);
+    fprintf(f, "      --device NAME        %s or auto (default auto)\n", minfer_build_devices());
+    fprintf(f,
             "      --chat-template NAME chatml, llama3, llama2, gemma, phi3, zephyr "
             "(default: the model's)\n"
             "      --parallel N         requests served at once: only 1 is supported\n"
             "      --timeout N          seconds a client has to send its request (default 10)\n"
-            "  -h, --help               this text\n",
-            MF_DEFAULT_MODEL);
+            "  -h, --help               this text\n");
 }
 
 /* Returns 0 ok, 1 help printed, 2 bad usage (message printed). */

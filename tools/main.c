@@ -2,11 +2,8 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "minfer.h"
 #include "tools.h"
-
-#ifndef MINFER_BUILD_COMMIT
-#define MINFER_BUILD_COMMIT "unknown"
-#endif
 
 static const struct {
     const char *name;
@@ -42,7 +39,8 @@ int main(int argc, char **argv) {
         return 0;
     }
     if (!strcmp(argv[1], "--version")) {
-        printf("minfer %s (commit %s)\n", MF_VERSION_STRING, MINFER_BUILD_COMMIT);
+        printf("minfer %s (commit %s)\nbackends: %s\n", MF_VERSION_STRING, minfer_build_commit(),
+               minfer_build_devices());
         return 0;
     }
     for (size_t i = 0; i < sizeof commands / sizeof commands[0]; i++)

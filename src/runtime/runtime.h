@@ -7,24 +7,25 @@
 #include <stdbool.h>
 #include <stdint.h>
 
-#include "graph/engine.h"
+#include "backend/registry.h"
+#include "engine/engine.h"
 #include "minfer.h"
 #include "model/model.h"
 #include "tokenizer/tokenizer.h"
 
 #define MF_RT_MAX_BACKENDS 4
 
-typedef enum mf_backend_choice { MF_BE_CPU, MF_BE_REF, MF_BE_CUDA } mf_backend_choice;
-
 struct minfer_model {
     mf_model *m;
     mf_tokenizer *tok;
     mf_chat_template tmpl;      /* detected from the GGUF (ChatML when unknown) */
     int32_t n_threads;
-    mf_backend_choice be[MF_RT_MAX_BACKENDS]; /* engine backend list, priority order */
+    const mf_backend_entry *be[MF_RT_MAX_BACKENDS]; /* engine backend list, priority order */
+    mf_backend *made[MF_RT_MAX_BACKENDS]; /* GPU entries: made at load (weights uploaded once),
+                                             shared by sessions; NULL for per-session ones */
     int n_be;
-    char backend_name[32];      /* "cpu", "ref,cpu", "cuda,cpu" */
-    mf_backend *gpu;            /* made at load (weights uploaded once), shared by sessions */
+    mf_backend_options bo;      /* what every backend is made with (from the levers) */
+    char backend_name[64];      /* "cpu", "ref,cpu", "cuda,cpu" */
 };
 
 struct minfer_session {

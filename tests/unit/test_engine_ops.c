@@ -10,7 +10,7 @@
 #include <string.h>
 
 #include "backend/backend.h"
-#include "graph/engine.h"
+#include "engine/engine.h"
 #include "mf_test.h"
 
 /* ---- random data and the weight table ------------------------------------------------ */

@@ -1,7 +1,7 @@
 /* graph.c - the graph IR: op names, node helpers, string arena, validation,
  * the weight table (hash map by GGUF name), graph params equality and the
  * trace dump. No device or backend notion lives here. */
-#include "graph/graph.h"
+#include "ir/graph.h"
 
 #include <stdarg.h>
 #include <stdio.h>
