@@ -24,6 +24,7 @@
 #include "args.h"
 #include "membw.h"
 #include "minfer.h"
+#include "runtime/levers.h"
 #include "tools.h"
 
 #ifndef MINFER_BUILD_COMMIT
@@ -621,7 +622,7 @@ static int result_fields(const bench_ctx *c, const minfer_model *m, const bench_
     n = add_field(fs, n, "n_gpu_layers", "%d",
                   strcmp(minfer_model_backend(m), "cpu") ? minfer_model_n_layers(m) : 0);
     n = add_field(fs, n, "flash_attn", "true");
-    n = add_field(fs, n, "use_mmap", "%s", getenv("MINFER_NO_MMAP") ? "false" : "true");
+    n = add_field(fs, n, "use_mmap", "%s", mf_lever_flag("MINFER_NO_MMAP") ? "false" : "true");
     n = add_field(fs, n, "embeddings", "false");
     n = add_field(fs, n, "n_prompt", "%d", t->pg_n ? t->pg_p : t->tg ? 0 : t->n_tokens);
     n = add_field(fs, n, "n_gen", "%d", t->pg_n ? t->pg_n : t->tg ? t->n_tokens : 0);

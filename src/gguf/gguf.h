@@ -64,8 +64,18 @@ typedef struct mf_gguf_tensor {
 
 typedef struct mf_gguf mf_gguf;
 
-/* Opens and validates path (and its sibling parts for a split model). */
+/* How the reader holds a file's bytes. The runtime fills it from its levers
+ * (MINFER_NO_MMAP, MINFER_MLOCK); the reader reads no environment. */
+typedef struct mf_gguf_open_options {
+    bool read; /* read into anonymous memory instead of mapping the file */
+    bool lock; /* mlock the bytes; a failure (ulimit -l) is a warning */
+} mf_gguf_open_options;
+
+/* Opens and validates path (and its sibling parts for a split model),
+ * mapped and not locked. */
 int mf_gguf_open(const char *path, mf_gguf **out, mf_error *err);
+/* The same with options (NULL: mf_gguf_open's). */
+int mf_gguf_open_opts(const char *path, const mf_gguf_open_options *o, mf_gguf **out, mf_error *err);
 /* Parses an in-memory file (not copied: buf must outlive the result). */
 int mf_gguf_parse(const void *buf, size_t len, mf_gguf **out, mf_error *err);
 void mf_gguf_close(mf_gguf *g);

@@ -543,7 +543,8 @@ static void *read_whole(int fd, const char *path, size_t size, mf_error *err) {
 
 /* Maps path read-only (or reads it, see read_whole) and parses it. Errors
  * name the path. */
-static int open_one(const char *path, mf_gguf **out, mf_error *err) {
+static int open_one(const char *path, const mf_gguf_open_options *o, mf_gguf **out,
+                    mf_error *err) {
     *out = NULL;
     int fd = open(path, O_RDONLY | O_CLOEXEC);
     if (fd < 0)
@@ -561,7 +562,7 @@ static int open_one(const char *path, mf_gguf **out, mf_error *err) {
     size_t size = (size_t)st.st_size;
     void *map = NULL;
     if (size > 0) {
-        if (mf_env_flag("MINFER_NO_MMAP"))
+        if (o->read)
             map = read_whole(fd, path, size, err);
         else if ((map = mmap(NULL, size, PROT_READ, MAP_PRIVATE, fd, 0)) == MAP_FAILED) {
             map = NULL;
@@ -572,12 +573,12 @@ static int open_one(const char *path, mf_gguf **out, mf_error *err) {
             free(g);
             return -1;
         }
-        if (mf_env_flag("MINFER_MLOCK") && mlock(map, size) != 0)
+        if (o->lock && mlock(map, size) != 0)
             mf_log(MF_LOG_WARN, "cannot lock '%s' (%zu bytes) in memory: %s (see ulimit -l)", path,
                    size, strerror(errno));
     }
     mf_log(MF_LOG_DEBUG, "gguf: %s '%s' (%zu bytes)",
-           mf_env_flag("MINFER_NO_MMAP") ? "read" : "mapped", path, size);
+           o->read ? "read" : "mapped", path, size);
     close(fd);
     int rc = parse_file(g, map, size, err);
     g->map = map;
@@ -619,7 +620,8 @@ static size_t split_name(const char *path, int *no, int *count) {
 }
 
 /* Opens parts 1..count of a split model and merges their tensors into part 1. */
-static int open_split(const char *path, size_t plen, int no, int count, mf_gguf **out, mf_error *err) {
+static int open_split(const char *path, size_t plen, int no, int count,
+                      const mf_gguf_open_options *o, mf_gguf **out, mf_error *err) {
     if (no < 1 || no > count)
         return mf_errorf(err, "gguf: '%s': part number %d is not in 1..%d", path, no, count);
     char *pp = mf_malloc(plen + 32);
@@ -629,7 +631,7 @@ static int open_split(const char *path, size_t plen, int no, int count, mf_gguf 
         memcpy(pp, path, plen);
         snprintf(pp + plen, 32, "-%05d-of-%05d.gguf", k + 1, count);
         mf_gguf *part;
-        if (open_one(pp, &part, err))
+        if (open_one(pp, o, &part, err))
             goto done;
         if (k == 0) {
             g = part;
@@ -682,11 +684,18 @@ done:
 }
 
 int mf_gguf_open(const char *path, mf_gguf **out, mf_error *err) {
+    return mf_gguf_open_opts(path, NULL, out, err);
+}
+
+int mf_gguf_open_opts(const char *path, const mf_gguf_open_options *o, mf_gguf **out, mf_error *err) {
+    static const mf_gguf_open_options mapped = {false, false};
+    if (!o)
+        o = &mapped;
     int no = 0, count = 0;
     size_t plen = split_name(path, &no, &count);
     if (plen && count > 1)
-        return open_split(path, plen, no, count, out, err);
-    if (open_one(path, out, err))
+        return open_split(path, plen, no, count, o, out, err);
+    if (open_one(path, o, out, err))
         return -1;
     int64_t v;
     if (get_int_any(*out, "split.count", &v) == 0 && v > 1) {

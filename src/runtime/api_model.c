@@ -233,8 +233,10 @@ minfer_model *minfer_model_load(const minfer_model_options *o, char *err, size_t
     bool gpu_required = false;
     mf_levers_backend_options(&mm->bo);
     mm->bo.n_threads = mm->n_threads;
+    mf_gguf_open_options open = {.read = mf_lever_flag("MINFER_NO_MMAP"),
+                                 .lock = mf_lever_flag("MINFER_MLOCK")};
     if (choose_backends(mm, o, &gpu_required, &e) ||
-        mf_model_load(o->path, o->progress, o->progress_user, &mm->m, &e) ||
+        mf_model_load(o->path, &open, o->progress, o->progress_user, &mm->m, &e) ||
         check_gpu_layers(mm, o, &e) || make_gpus(mm, o, gpu_required, &e))
         goto fail;
     name_backends(mm);
