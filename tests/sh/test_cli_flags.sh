@@ -67,6 +67,15 @@ grep -q "context full" "$TMP/k2" && pass || fail "without --keep the context did
 # -cnv: conversation mode of run, -p as the system message
 printf '%s\n' "$Q" | "${R[@]}" -cnv -p "You are a helpful assistant." -n 24 >"$TMP/cnv" 2>/dev/null
 grep -q Paris "$TMP/cnv" && pass || fail "run -cnv: $(cat "$TMP/cnv")"
-# --version: version and commit
-"$BIN" --version | grep -qE '^minfer [0-9.]+ \(commit [^)]+\)$' && pass || fail "--version: $("$BIN" --version)"
+# --version: version and commit, then the compiled backends (cpu always one of
+# them); every --help device line lists the same names
+"$BIN" --version >"$TMP/ver"
+head -n 1 "$TMP/ver" | grep -qE '^minfer [0-9.]+ \(commit [^)]+\)$' && pass || fail "--version: $(cat "$TMP/ver")"
+BE=$(sed -n 's/^backends: //p' "$TMP/ver")
+case ", $BE," in *", cpu,"*) pass ;; *) fail "--version backends line: $(cat "$TMP/ver")" ;; esac
+for c in run chat serve bench perplexity; do
+    "$BIN" $c --help | grep -qF -- "--device NAME" || { fail "$c --help: no --device line"; continue; }
+    "$BIN" $c --help | grep -F -- "--device NAME" | grep -qF "$BE or auto" && pass ||
+        fail "$c --help device line is not '$BE or auto': $("$BIN" $c --help | grep -F -- --device)"
+done
 finish
