@@ -28,7 +28,7 @@ typedef struct minfer_model_options {
     const char *path;          /* GGUF file (first part of a split model) */
     int32_t n_threads;         /* 0: all cores */
     const char *device;        /* "auto" (default), "cpu", "cuda" */
-    int32_t n_gpu_layers;      /* -1: all (default), 0: none; other values are refused */
+    int32_t n_gpu_layers;      /* -1 or >= layers: all (default -1), 0: none; else refused */
     const char *backends;      /* NULL: default list; else e.g. "ref,cpu" (MINFER_BACKENDS) */
     minfer_progress_fn progress;
     void *progress_user;

@@ -10,6 +10,7 @@
  * per test builds and caches the graphs of both shapes. Uses only
  * include/minfer.h for the engine. */
 #include <inttypes.h>
+#include <stdarg.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -23,6 +24,7 @@
 #include "args.h"
 #include "membw.h"
 #include "minfer.h"
+#include "runtime/levers.h"
 #include "tools.h"
 
 #ifndef MINFER_BUILD_COMMIT
@@ -41,11 +43,15 @@ typedef struct int_list {
     int n;
 } int_list;
 
+typedef enum out_fmt { OUT_MD, OUT_CSV, OUT_JSON, OUT_JSONL } out_fmt;
+
 typedef struct bench_opts {
     const char *model, *ctk, *device;
     int_list p, n, t, d;
-    int32_t reps, n_batch;
-    bool json, membw;
+    int_list pg_p, pg_n; /* -pg PP,TG pairs */
+    int32_t reps, n_batch, n_ubatch, ngl;
+    out_fmt fmt;
+    bool json, membw;    /* json: any machine format (the md table stays off stdout) */
 } bench_opts;
 
 static void usage(FILE *f) {
@@ -61,12 +67,18 @@ static void usage(FILE *f) {
             "(default 0)\n"
             "  -t, --threads LIST       CPU threads (default: all cores)\n"
             "  -r, --repetitions N      timed runs per test, after one warm-up (default 5)\n"
+            "  -pg PP,TG                a prefill of PP then TG decodes, timed together\n"
+            "                           (t/s over PP+TG tokens; repeatable)\n"
             "  -b, --batch-size N       prefill batch (default 512)\n"
-"  -ctk, --cache-type-k T   KV cache type f32, f16, q8_0 (K and V; default f32)\n",
+            "  -ub, --ubatch-size N     physical batch: tokens per forward (default: -b)\n"
+            "  -ctk, --cache-type-k T   KV cache type f32, f16, q8_0 (K and V; default f32)\n"
+            "  -ctv, --cache-type-v T   must equal -ctk\n"
+            "  -ngl, --n-gpu-layers N   -1 or N >= layers: all on the GPU, 0: none\n"
+            "  -fa, --flash-attn LIST   1, on, auto (fused attention always; 0 is refused)\n",
             MF_DEFAULT_MODEL);
     fprintf(f, "      --device NAME        %s or auto (default auto)\n", minfer_build_devices());
     fprintf(f,
-            "  -o, --output FMT         md (default) or json\n"
+            "  -o, --output FMT         md (default), csv, json or jsonl\n"
             "      --membw              measure memory read bandwidth per thread count and "
             "add\n"
             "                           '%% of membw' to tg rows\n"
@@ -109,7 +121,9 @@ static int parse(int argc, char **argv, bench_opts *o) {
     o->t = (int_list){{0}, 1};
     o->reps = 5;
     o->n_batch = 512;
+    o->ngl = -1;
     o->device = "auto";
+    const char *ctv = NULL;
     mf_error e = {{0}};
     const char *fmt = "md";
     for (int i = 1; i < argc; i++) {
@@ -142,6 +156,43 @@ static int parse(int argc, char **argv, bench_opts *o) {
         } else if (VAL("-b") || VAL("--batch-size")) {
             if (r < 0 || mf_arg_i32(a, v, 1, 1 << 20, &o->n_batch, &e))
                 return mf_arg_fail("bench", &e);
+        } else if (VAL("-ub") || VAL("--ubatch-size")) {
+            if (r < 0 || mf_arg_i32(a, v, 1, 1 << 20, &o->n_ubatch, &e))
+                return mf_arg_fail("bench", &e);
+        } else if (VAL("-ngl") || VAL("--n-gpu-layers")) {
+            if (r < 0 || mf_arg_i32(a, v, -1, INT32_MAX, &o->ngl, &e))
+                return mf_arg_fail("bench", &e);
+        } else if (VAL("-fa") || VAL("--flash-attn")) {
+            if (r < 0)
+                return mf_arg_fail("bench", &e);
+            char item[32];
+            for (const char *q = v;;) { /* llama-bench takes a list: -fa 0,1 */
+                size_t len = strcspn(q, ",");
+                snprintf(item, sizeof item, "%.*s", (int)(len < 31 ? len : 31), q);
+                if (mf_parse_flash_attn("bench", item, &e))
+                    return mf_arg_fail("bench", &e);
+                if (!q[len])
+                    break;
+                q += len + 1;
+            }
+        } else if (VAL("-pg")) {
+            int_list pair;
+            if (r < 0 || parse_list(a, v, 1, 1 << 20, &pair, &e))
+                return mf_arg_fail("bench", &e);
+            if (pair.n != 2) {
+                mf_errorf(&e, "-pg: '%s' is not PP,TG (two positive integers)", v);
+                return mf_arg_fail("bench", &e);
+            }
+            if (o->pg_p.n == MAX_LIST) {
+                mf_errorf(&e, "-pg: more than %d pairs", MAX_LIST);
+                return mf_arg_fail("bench", &e);
+            }
+            o->pg_p.v[o->pg_p.n++] = pair.v[0];
+            o->pg_n.v[o->pg_n.n++] = pair.v[1];
+        } else if (VAL("-ctv") || VAL("--cache-type-v")) {
+            if (r < 0)
+                return mf_arg_fail("bench", &e);
+            ctv = v;
         } else if (VAL("-ctk") || VAL("--cache-type-k")) {
             if (r < 0)
                 return mf_arg_fail("bench", &e);
@@ -158,8 +209,8 @@ static int parse(int argc, char **argv, bench_opts *o) {
         } else if (VAL("-o") || VAL("--output")) {
             if (r < 0)
                 return mf_arg_fail("bench", &e);
-            if (strcmp(v, "md") && strcmp(v, "json")) {
-                mf_errorf(&e, "--output: '%s' is not md or json", v);
+            if (strcmp(v, "md") && strcmp(v, "json") && strcmp(v, "csv") && strcmp(v, "jsonl")) {
+                mf_errorf(&e, "--output: '%s' is not md, csv, json or jsonl", v);
                 return mf_arg_fail("bench", &e);
             }
             fmt = v;
@@ -172,8 +223,17 @@ static int parse(int argc, char **argv, bench_opts *o) {
 #undef VAL
 #undef LIST
     }
-    o->json = !strcmp(fmt, "json");
-    bool any = false;
+    o->fmt = !strcmp(fmt, "json") ? OUT_JSON : !strcmp(fmt, "jsonl") ? OUT_JSONL
+           : !strcmp(fmt, "csv") ? OUT_CSV : OUT_MD;
+    o->json = o->fmt != OUT_MD;
+    if (ctv && o->ctk && strcmp(ctv, o->ctk)) {
+        mf_errorf(&e, "-ctk %s and -ctv %s differ: separate K and V cache types are not "
+                      "supported (one type for both)", o->ctk, ctv);
+        return mf_arg_fail("bench", &e);
+    }
+    if (ctv && !o->ctk)
+        o->ctk = ctv;
+    bool any = o->pg_p.n > 0;
     for (int i = 0; i < o->p.n; i++)
         any |= o->p.v[i] > 0;
     for (int i = 0; i < o->n.n; i++)
@@ -196,7 +256,8 @@ static int parse(int argc, char **argv, bench_opts *o) {
 
 typedef struct bench_test {
     bool tg;              /* false: pp */
-    int32_t n_tokens;     /* p for pp, n for tg */
+    int32_t n_tokens;     /* p for pp, n for tg; pg: the sum */
+    int32_t pg_p, pg_n;   /* -pg: a prefill of pg_p then pg_n decodes (pg_n > 0) */
     int32_t depth, threads;
     char name[48];        /* "pp512", "tg128 @ d4096" */
     char time_iso[32];    /* start of the test, UTC */
@@ -261,7 +322,13 @@ static double run_once(minfer_session *s, const bench_test *t, int32_t n_vocab, 
     }
     fill_tokens(tok, t->n_tokens, &state, n_vocab);
     uint64_t t0 = mf_time_ns();
-    if (!t->tg) {
+    if (t->pg_n > 0) {
+        if (minfer_prefill(s, tok, t->pg_p, err, errlen))
+            return -1;
+        for (int32_t i = 0; i < t->pg_n; i++)
+            if (minfer_decode(s, tok[t->pg_p + i], err, errlen))
+                return -1;
+    } else if (!t->tg) {
         if (minfer_prefill(s, tok, t->n_tokens, err, errlen))
             return -1;
     } else {
@@ -285,7 +352,7 @@ static int run_test(minfer_model *m, const bench_opts *o, bench_test *t) {
     minfer_session_options so;
     minfer_session_options_default(&so);
     so.n_ctx = t->depth + t->n_tokens;
-    so.n_batch = o->n_batch;
+    so.n_batch = o->n_ubatch && o->n_ubatch < o->n_batch ? o->n_ubatch : o->n_batch;
     so.cache_type = o->ctk;
     minfer_session *s = minfer_session_new(m, &so, err, sizeof err);
     if (!s) {
@@ -484,53 +551,163 @@ static void json_nums(FILE *f, const double *x, int n, bool integer) {
     fputc(']', f);
 }
 
-static void json_row(const bench_ctx *c, const minfer_model *m, const bench_test *t,
-                     const sample_stats *st, const double *ts, double membw) {
+/* One result as (key, JSON value) pairs, in llama-bench's field order, so the
+ * json, jsonl and csv outputs carry the same fields. */
+typedef struct field {
+    const char *key;
+    char *val;
+} field;
+
+#define MAX_FIELDS 40
+
+static int add_field(field *fs, int n, const char *key, const char *fmt, ...)
+    __attribute__((format(printf, 4, 5)));
+static int add_field(field *fs, int n, const char *key, const char *fmt, ...) {
+    va_list ap;
+    va_start(ap, fmt);
+    char *v = NULL;
+    if (vasprintf(&v, fmt, ap) < 0)
+        v = NULL;
+    va_end(ap);
+    fs[n] = (field){key, v};
+    return n + 1;
+}
+
+static char *json_text(const char *s) {
+    char *buf = NULL;
+    size_t len = 0;
+    FILE *f = open_memstream(&buf, &len);
+    if (!f)
+        return NULL;
+    json_str(f, s);
+    fclose(f);
+    return buf;
+}
+
+static char *json_nums_text(const double *x, int n, bool integer) {
+    char *buf = NULL;
+    size_t len = 0;
+    FILE *f = open_memstream(&buf, &len);
+    if (!f)
+        return NULL;
+    json_nums(f, x, n, integer);
+    fclose(f);
+    return buf;
+}
+
+static int result_fields(const bench_ctx *c, const minfer_model *m, const bench_test *t,
+                         const sample_stats *st, const double *ts, double membw, field *fs) {
     const bench_opts *o = c->o;
-    FILE *f = stdout;
     char be[32];
     upper(be, sizeof be, minfer_model_backend(m));
     const char *ct = o->ctk ? o->ctk : "f32";
-    fprintf(f, "%s  {\n", c->n_rows ? ",\n" : "[\n");
-    fprintf(f, "    \"build_commit\": ");
-    json_str(f, MINFER_BUILD_COMMIT);
-    fprintf(f, ",\n    \"build_number\": 0,\n    \"cpu_info\": ");
-    json_str(f, c->cpu);
-    fprintf(f, ",\n    \"gpu_info\": ");
-    json_str(f, minfer_model_device_desc(m));
-    fprintf(f, ",\n    \"backends\": ");
-    json_str(f, be);
-    fprintf(f, ",\n    \"model_filename\": ");
-    json_str(f, o->model);
-    fprintf(f, ",\n    \"model_type\": ");
-    json_str(f, minfer_model_desc(m));
-    fprintf(f,
-            ",\n    \"model_size\": %" PRIu64 ",\n    \"model_n_params\": %" PRId64
-            ",\n    \"n_batch\": %d,\n    \"n_threads\": %d,\n",
-            minfer_model_size(m), minfer_model_n_params(m), o->n_batch, t->threads);
-    fprintf(f, "    \"type_k\": ");
-    json_str(f, ct);
-    fprintf(f, ",\n    \"type_v\": ");
-    json_str(f, ct);
-    /* The all-weights gate makes participation all or nothing: -1 is "all". */
-    fprintf(f,
-            ",\n    \"n_gpu_layers\": %d,\n    \"n_prompt\": %d,\n    \"n_gen\": %d,\n"
-            "    \"n_depth\": %d,\n    \"test_time\": \"%s\",\n",
-            strcmp(minfer_model_backend(m), "cpu") ? -1 : 0, t->tg ? 0 : t->n_tokens,
-            t->tg ? t->n_tokens : 0, t->depth, t->time_iso);
-    fprintf(f,
-            "    \"avg_ns\": %.0f,\n    \"stddev_ns\": %.0f,\n    \"avg_ts\": %.6f,\n"
-            "    \"stddev_ts\": %.6f,\n    \"samples_ns\": ",
-            st->avg_ns, st->sd_ns, st->avg_ts, st->sd_ts);
-    json_nums(f, t->ns, o->reps, true);
-    fprintf(f, ",\n    \"samples_ts\": ");
-    json_nums(f, ts, o->reps, false);
+    char *q;
+    int n = 0;
+#define STR(k, s) (q = json_text(s), n = add_field(fs, n, k, "%s", q ? q : "\"\""), free(q))
+    STR("build_commit", MINFER_BUILD_COMMIT);
+    n = add_field(fs, n, "build_number", "0");
+    STR("cpu_info", c->cpu);
+    STR("gpu_info", minfer_model_device_desc(m));
+    STR("backends", be);
+    STR("model_filename", o->model);
+    STR("model_type", minfer_model_desc(m));
+    n = add_field(fs, n, "model_size", "%" PRIu64, minfer_model_size(m));
+    n = add_field(fs, n, "model_n_params", "%" PRId64, minfer_model_n_params(m));
+    n = add_field(fs, n, "n_batch", "%d", o->n_batch);
+    n = add_field(fs, n, "n_ubatch", "%d",
+                  o->n_ubatch && o->n_ubatch < o->n_batch ? o->n_ubatch : o->n_batch);
+    n = add_field(fs, n, "n_threads", "%d", t->threads);
+    STR("type_k", ct);
+    STR("type_v", ct);
+    /* The all-weights gate makes participation all or nothing: the layer
+     * count when the GPU runs the model, else 0. */
+    n = add_field(fs, n, "n_gpu_layers", "%d",
+                  strcmp(minfer_model_backend(m), "cpu") ? minfer_model_n_layers(m) : 0);
+    n = add_field(fs, n, "flash_attn", "true");
+    n = add_field(fs, n, "use_mmap", "%s", mf_lever_flag("MINFER_NO_MMAP") ? "false" : "true");
+    n = add_field(fs, n, "embeddings", "false");
+    n = add_field(fs, n, "n_prompt", "%d", t->pg_n ? t->pg_p : t->tg ? 0 : t->n_tokens);
+    n = add_field(fs, n, "n_gen", "%d", t->pg_n ? t->pg_n : t->tg ? t->n_tokens : 0);
+    n = add_field(fs, n, "n_depth", "%d", t->depth);
+    STR("test_time", t->time_iso);
+    n = add_field(fs, n, "avg_ns", "%.0f", st->avg_ns);
+    n = add_field(fs, n, "stddev_ns", "%.0f", st->sd_ns);
+    n = add_field(fs, n, "avg_ts", "%.6f", st->avg_ts);
+    n = add_field(fs, n, "stddev_ts", "%.6f", st->sd_ts);
+    q = json_nums_text(t->ns, o->reps, true);
+    n = add_field(fs, n, "samples_ns", "%s", q ? q : "[]");
+    free(q);
+    q = json_nums_text(ts, o->reps, false);
+    n = add_field(fs, n, "samples_ts", "%s", q ? q : "[]");
+    free(q);
+    /* csv has one header for every row: the optional fields stay, empty */
+    const bool csv = o->fmt == OUT_CSV;
     if (t->tg)
-        fprintf(f, ",\n    \"weights_gbps\": %.6f",
-                (double)minfer_model_size(m) * st->avg_ts / 1e9);
+        n = add_field(fs, n, "weights_gbps", "%.6f",
+                      (double)minfer_model_size(m) * st->avg_ts / 1e9);
+    else if (csv)
+        n = add_field(fs, n, "weights_gbps", "%s", "");
     if (membw > 0)
-        fprintf(f, ",\n    \"membw_gbps\": %.6f", membw);
-    fprintf(f, ",\n    \"peak_rss_bytes\": %" PRIu64 "\n  }", peak_rss_bytes());
+        n = add_field(fs, n, "membw_gbps", "%.6f", membw);
+    else if (csv && o->membw)
+        n = add_field(fs, n, "membw_gbps", "%s", "");
+    n = add_field(fs, n, "peak_rss_bytes", "%" PRIu64, peak_rss_bytes());
+#undef STR
+    return n;
+}
+
+/* CSV cell of a JSON value: strings unquoted from JSON and re-quoted for CSV
+ * (doubled quotes), arrays as one quoted cell. */
+static void csv_cell(FILE *f, const char *v) {
+    if (v[0] != '"' && v[0] != '[') {
+        fputs(v, f);
+        return;
+    }
+    fputc('"', f);
+    size_t n = strlen(v);
+    const char *p = v, *end = v + n;
+    if (v[0] == '"') {
+        p++;
+        end--;
+    }
+    for (; p < end; p++) {
+        if (v[0] == '"' && *p == '\\' && p + 1 < end) /* undo the JSON escape */
+            p++;
+        if (*p == '"')
+            fputc('"', f);
+        fputc(*p, f);
+    }
+    fputc('"', f);
+}
+
+static void machine_row(bench_ctx *c, const minfer_model *m, const bench_test *t,
+                        const sample_stats *st, const double *ts, double membw) {
+    field fs[MAX_FIELDS];
+    int n = result_fields(c, m, t, st, ts, membw, fs);
+    FILE *f = stdout;
+    const out_fmt fmt = c->o->fmt;
+    if (fmt == OUT_CSV) {
+        if (c->n_rows == 0)
+            for (int i = 0; i < n; i++)
+                fprintf(f, "%s%s", fs[i].key, i + 1 < n ? "," : "\n");
+        for (int i = 0; i < n; i++) {
+            csv_cell(f, fs[i].val ? fs[i].val : "");
+            fputs(i + 1 < n ? "," : "\n", f);
+        }
+    } else if (fmt == OUT_JSONL) {
+        fputc('{', f);
+        for (int i = 0; i < n; i++)
+            fprintf(f, "%s\"%s\": %s", i ? ", " : "", fs[i].key, fs[i].val ? fs[i].val : "null");
+        fputs("}\n", f);
+    } else {
+        fprintf(f, "%s  {\n", c->n_rows ? ",\n" : "[\n");
+        for (int i = 0; i < n; i++)
+            fprintf(f, "    \"%s\": %s%s\n", fs[i].key, fs[i].val ? fs[i].val : "null",
+                    i + 1 < n ? "," : "");
+        fputs("  }", f);
+    }
+    for (int i = 0; i < n; i++)
+        free(fs[i].val);
     fflush(f);
 }
 
@@ -544,6 +721,7 @@ static minfer_model *load_model(const bench_opts *o, int32_t n_threads) {
     mo.path = o->model;
     mo.n_threads = n_threads;
     mo.device = o->device;
+    mo.n_gpu_layers = o->ngl;
     minfer_model *m = minfer_model_load(&mo, err, sizeof err);
     if (!m)
         fprintf(stderr, "bench: %s\n", err);
@@ -606,16 +784,22 @@ int mf_cmd_bench(int argc, char **argv) {
             break;
         }
         for (int di = 0; di < o.d.n && !rc; di++) {
-            for (int k = 0; k < o.p.n + o.n.n && !rc; k++) {
-                bench_test t = {.tg = k >= o.p.n,
-                                .n_tokens = k < o.p.n ? o.p.v[k] : o.n.v[k - o.p.n],
+            for (int k = 0; k < o.p.n + o.n.n + o.pg_p.n && !rc; k++) {
+                const int g = k - o.p.n - o.n.n; /* >= 0: a -pg pair */
+                bench_test t = {.tg = k >= o.p.n && g < 0,
+                                .n_tokens = k < o.p.n ? o.p.v[k]
+                                            : g < 0   ? o.n.v[k - o.p.n]
+                                                      : o.pg_p.v[g] + o.pg_n.v[g],
+                                .pg_p = g >= 0 ? o.pg_p.v[g] : 0,
+                                .pg_n = g >= 0 ? o.pg_n.v[g] : 0,
                                 .depth = o.d.v[di],
                                 .threads = o.t.v[ti],
                                 .ns = ns};
                 if (t.n_tokens == 0)
                     continue;
-                int len = snprintf(t.name, sizeof t.name, "%s%d", t.tg ? "tg" : "pp",
-                                   t.n_tokens);
+                int len = g >= 0 ? snprintf(t.name, sizeof t.name, "pp%d+tg%d", t.pg_p, t.pg_n)
+                                 : snprintf(t.name, sizeof t.name, "%s%d", t.tg ? "tg" : "pp",
+                                            t.n_tokens);
                 if (t.depth > 0)
                     snprintf(t.name + len, sizeof t.name - (size_t)len, " @ d%d", t.depth);
                 if (run_test(m, &o, &t)) {
@@ -624,7 +808,7 @@ int mf_cmd_bench(int argc, char **argv) {
                 }
                 sample_stats st = stats_of(&t, o.reps, ts);
                 if (o.json) {
-                    json_row(&c, m, &t, &st, ts, c.membw[ti]);
+                    machine_row(&c, m, &t, &st, ts, c.membw[ti]);
                 } else {
                     if (c.n_rows == 0)
                         md_header(&c);
@@ -635,7 +819,7 @@ int mf_cmd_bench(int argc, char **argv) {
         }
         minfer_model_free(m);
     }
-    if (o.json && c.n_rows)
+    if (o.fmt == OUT_JSON && c.n_rows)
         printf("\n]\n");
     else if (!o.json && c.n_rows)
         fprintf(stderr, "peak RSS: %.2f MiB\n", (double)peak_rss_bytes() / (1024.0 * 1024.0));

@@ -5,7 +5,13 @@
  * model adds one) with logits for every position, and only the second half
  * of each chunk is scored, so every scored token sees at least n_ctx/2
  * tokens of context. PPL = exp(mean NLL); the +/- is the standard error of
- * the mean NLL carried through exp (as llama-perplexity reports it). */
+ * the mean NLL carried through exp (as llama-perplexity reports it).
+ *
+ * KL divergence against a base model (llama-perplexity's procedure): a run
+ * with --kl-divergence-base FILE alone saves the base model's log-softmax of
+ * every scored position; a later run with --kl-divergence and the same FILE
+ * (same text, -c and chunks; another model or cache type) reports the mean
+ * KL(base || this) and how often both put the same token on top. */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -20,7 +26,8 @@ static void usage(FILE *f) {
     fprintf(f,
             "usage: minfer perplexity [-m MODEL] -f TEXT [options]\n"
             "Chunked perplexity of a text file: chunks of -c tokens, the second half of\n"
-            "each scored; prints the running [chunk]ppl values and 'PPL = x +/- y'.\n\n"
+            "each scored; prints the running [chunk]ppl values and 'Final estimate: PPL =\n"
+            "x +/- y'.\n\n"
             "  -m, --model FILE       GGUF model (default: $MINFER_MODEL or %s)\n"
             "  -f, --file FILE        text to score (needs at least -c tokens)\n"
             "  -c, --ctx-size N       chunk length (default 512)\n"
@@ -28,10 +35,13 @@ static void usage(FILE *f) {
             "  -t, --threads N        CPU threads (default 0: all cores)\n"
             "      --chunks N         score at most N chunks (default all)\n"
             "  -ctk, -ctv TYPE        KV cache type f32, f16, q8_0 (default f32)\n"
-            "  -ngl, --n-gpu-layers N -1 all layers on the GPU, 0 none\n"
-            "      --device NAME      cpu, cuda, auto (default auto)\n"
-            "  -h, --help             this text\n",
+            "  -ngl, --n-gpu-layers N -1 or >= layers: all on the GPU, 0: none\n"
+            "      --kl-divergence-base FILE  save the scored positions' log-probs to FILE\n"
+            "                         (or, with --kl-divergence, read them as the base)\n"
+            "      --kl-divergence    compare with the base FILE: mean KLD, same top token\n",
             MF_DEFAULT_MODEL);
+    fprintf(f, "      --device NAME      %s or auto (default auto)\n", minfer_build_devices());
+    fprintf(f, "  -h, --help             this text\n");
 }
 
 static char *slurp(const char *path) {
@@ -72,9 +82,145 @@ static double nll_of(const float *lg, int32_t n_vocab, int32_t target) {
     return log(sum) - ((double)lg[target] - mx);
 }
 
+/* ---- KL divergence ------------------------------------------------------------- */
+
+/* The base file: a 32-byte header (magic, n_vocab, n_ctx, n_chunks, a hash of
+ * the scored text's tokens) and then, per scored position, the base model's
+ * n_vocab log-probabilities as f32 (little-endian hosts only, like the rest
+ * of the GGUF path). */
+static const char kl_magic[8] = {'M', 'F', 'K', 'L', 'D', '1', 0, 0};
+
+typedef struct kl_file_t {
+    FILE *f;
+    bool compare;
+    int32_t n_vocab;
+    double *lp;    /* this model's log-probs */
+    float *base;   /* the base's, read back */
+    double sum, sum2;
+    int64_t n, same_top;
+} kl_file_t;
+
+static uint64_t fnv(const int32_t *t, int64_t n) {
+    uint64_t h = 1469598103934665603ull;
+    for (int64_t i = 0; i < n; i++) {
+        h ^= (uint32_t)t[i];
+        h *= 1099511628211ull;
+    }
+    return h;
+}
+
+static int kl_open(kl_file_t *k, const char *path, bool compare, int32_t n_vocab, int32_t n_ctx,
+                   int64_t n_chunks, uint64_t hash, const char *cmd) {
+    k->compare = compare;
+    k->n_vocab = n_vocab;
+    k->lp = malloc((size_t)n_vocab * sizeof *k->lp);
+    k->base = malloc((size_t)n_vocab * sizeof *k->base);
+    k->f = fopen(path, compare ? "rb" : "wb");
+    if (!k->lp || !k->base || !k->f) {
+        fprintf(stderr, "%s: --kl-divergence-base: cannot %s '%s'\n", cmd,
+                compare ? "open" : "create", path);
+        return -1;
+    }
+    struct {
+        char magic[8];
+        int32_t n_vocab, n_ctx;
+        int64_t n_chunks;
+        uint64_t hash;
+    } h = {{0}, n_vocab, n_ctx, n_chunks, hash}, got;
+    memcpy(h.magic, kl_magic, 8);
+    if (!compare)
+        return fwrite(&h, sizeof h, 1, k->f) == 1 ? 0 : -1;
+    if (fread(&got, sizeof got, 1, k->f) != 1 || memcmp(got.magic, kl_magic, 8)) {
+        fprintf(stderr, "%s: '%s' is not a minfer KL-divergence base file\n", cmd, path);
+        return -1;
+    }
+    if (got.n_vocab != n_vocab || got.n_ctx != n_ctx || got.n_chunks != n_chunks ||
+        got.hash != hash) {
+        fprintf(stderr,
+                "%s: '%s' was saved for another run (n_vocab %d, -c %d, %lld chunks%s); this "
+                "run has n_vocab %d, -c %d, %lld chunks\n",
+                cmd, path, got.n_vocab, got.n_ctx, (long long)got.n_chunks,
+                got.hash != hash ? ", other text" : "", n_vocab, n_ctx, (long long)n_chunks);
+        return -1;
+    }
+    return 0;
+}
+
+/* One scored position: write the log-probs, or compare them with the base's. */
+static int kl_step(kl_file_t *k, const float *lg, const char *cmd) {
+    const int32_t nv = k->n_vocab;
+    float mx = lg[0];
+    int32_t top = 0;
+    for (int32_t i = 1; i < nv; i++)
+        if (lg[i] > mx) {
+            mx = lg[i];
+            top = i;
+        }
+    double z = 0;
+    for (int32_t i = 0; i < nv; i++)
+        z += exp((double)lg[i] - mx);
+    double lz = log(z) + mx;
+    for (int32_t i = 0; i < nv; i++)
+        k->lp[i] = (double)lg[i] - lz;
+    if (!k->compare) {
+        for (int32_t i = 0; i < nv; i++)
+            k->base[i] = (float)k->lp[i];
+        if (fwrite(k->base, sizeof *k->base, (size_t)nv, k->f) != (size_t)nv) {
+            fprintf(stderr, "%s: --kl-divergence-base: write failed\n", cmd);
+            return -1;
+        }
+        return 0;
+    }
+    if (fread(k->base, sizeof *k->base, (size_t)nv, k->f) != (size_t)nv) {
+        fprintf(stderr, "%s: --kl-divergence-base: the file ends early\n", cmd);
+        return -1;
+    }
+    double kl = 0;
+    int32_t btop = 0;
+    for (int32_t i = 0; i < nv; i++) {
+        double pb = exp((double)k->base[i]);
+        kl += pb * ((double)k->base[i] - k->lp[i]);
+        if (k->base[i] > k->base[btop])
+            btop = i;
+    }
+    if (kl < 0)
+        kl = 0; /* rounding of a value that is 0 in exact arithmetic */
+    k->sum += kl;
+    k->sum2 += kl * kl;
+    k->n++;
+    k->same_top += btop == top;
+    return 0;
+}
+
+static int kl_finish(kl_file_t *k, const char *cmd) {
+    if (!k->compare) {
+        if (fflush(k->f)) {
+            fprintf(stderr, "%s: --kl-divergence-base: write failed\n", cmd);
+            return -1;
+        }
+        fprintf(stderr, "%s: saved the base log-probs of the scored positions\n", cmd);
+        return 0;
+    }
+    double n = (double)k->n, mean = k->sum / n, var = k->sum2 / n - mean * mean;
+    double se = k->n > 1 && var > 0 ? sqrt(var / (n - 1)) : 0;
+    double p = (double)k->same_top / n;
+    printf("Mean KLD: %.6f +/- %.6f\n", mean, se);
+    printf("Same top p: %.3f +/- %.3f %%\n", 100 * p, 100 * sqrt(p * (1 - p) / n));
+    return 0;
+}
+
+static void kl_close(kl_file_t *k) {
+    if (k->f)
+        fclose(k->f);
+    free(k->lp);
+    free(k->base);
+}
+
 int mf_cmd_perplexity(int argc, char **argv) {
     const char *cmd = "perplexity";
     const char *model = NULL, *file = NULL, *ctk = NULL, *ctv = NULL, *device = "auto";
+    const char *kl_file = NULL;
+    bool kl_compare = false;
     int32_t n_ctx = 512, n_batch = 0, n_threads = 0, ngl = -1, max_chunks = -1;
     mf_error e = {{0}};
     for (int i = 1; i < argc; i++) {
@@ -113,6 +259,12 @@ int mf_cmd_perplexity(int argc, char **argv) {
         } else if (VAL("--chunks")) {
             if (r < 0 || mf_arg_i32(a, v, -1, INT32_MAX, &max_chunks, &e))
                 return mf_arg_fail(cmd, &e);
+        } else if (VAL("--kl-divergence-base")) {
+            if (r < 0)
+                return mf_arg_fail(cmd, &e);
+            kl_file = v;
+        } else if (!strcmp(a, "--kl-divergence")) {
+            kl_compare = true;
         } else if (VAL("-ngl") || VAL("--n-gpu-layers")) {
             if (r < 0 || mf_arg_i32(a, v, -1, INT32_MAX, &ngl, &e))
                 return mf_arg_fail(cmd, &e);
@@ -132,6 +284,10 @@ int mf_cmd_perplexity(int argc, char **argv) {
     }
     if (ctk && ctv && strcmp(ctk, ctv)) {
         mf_errorf(&e, "-ctk %s and -ctv %s differ (one cache type for K and V)", ctk, ctv);
+        return mf_arg_fail(cmd, &e);
+    }
+    if (kl_compare && !kl_file) {
+        mf_errorf(&e, "--kl-divergence needs --kl-divergence-base FILE (the saved base)");
         return mf_arg_fail(cmd, &e);
     }
     if (!model)
@@ -154,6 +310,7 @@ int mf_cmd_perplexity(int argc, char **argv) {
     char err[512];
     int rc = 1;
     int32_t *toks = NULL;
+    kl_file_t kf = {0};
     minfer_session *s = NULL;
     minfer_model_options mo;
     minfer_model_options_default(&mo);
@@ -190,6 +347,10 @@ int mf_cmd_perplexity(int argc, char **argv) {
     if (minfer_tokenize(m, "", 0, true, false, &bos_tok, 1) != 1)
         bos_tok = -1;
 
+    /* Before the session, so a mismatched base file is the only message. */
+    if (kl_file && kl_open(&kf, kl_file, kl_compare, minfer_model_n_vocab(m), n_ctx, n_chunks,
+                           fnv(toks, n_chunks * n_ctx), cmd))
+        goto out;
     minfer_session_options so;
     minfer_session_options_default(&so);
     so.n_ctx = n_ctx;
@@ -202,6 +363,7 @@ int mf_cmd_perplexity(int argc, char **argv) {
         goto out;
     }
     const int32_t n_vocab = minfer_model_n_vocab(m), first = n_ctx / 2;
+
     fprintf(stderr, "%s: %lld tokens, %lld chunks of %d, scoring positions %d..%d of each\n", cmd,
             (long long)n_tok, (long long)n_chunks, n_ctx, first, n_ctx - 2);
     double nll = 0, nll2 = 0;
@@ -223,7 +385,10 @@ int mf_cmd_perplexity(int argc, char **argv) {
                 int32_t p = b + i;
                 if (p < first || p + 1 >= n_ctx)
                     continue;
-                double v = nll_of(minfer_logits_ith(s, i), n_vocab, ct[p + 1]);
+                const float *lg = minfer_logits_ith(s, i);
+                if (kl_file && kl_step(&kf, lg, cmd))
+                    goto out;
+                double v = nll_of(lg, n_vocab, ct[p + 1]);
                 nll += v;
                 nll2 += v * v;
                 count++;
@@ -237,9 +402,12 @@ int mf_cmd_perplexity(int argc, char **argv) {
     double mean = nll / (double)count, var = nll2 / (double)count - mean * mean;
     double se = count > 1 && var > 0 ? sqrt(var / (double)(count - 1)) : 0;
     double ppl = exp(mean);
-    printf("PPL = %.4f +/- %.5f\n", ppl, se * ppl);
+    printf("Final estimate: PPL = %.4f +/- %.5f\n", ppl, se * ppl);
+    if (kl_file && kl_finish(&kf, cmd))
+        goto out;
     rc = 0;
 out:
+    kl_close(&kf);
     free(toks);
     free(text);
     minfer_session_free(s);

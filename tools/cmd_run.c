@@ -1,28 +1,27 @@
-/* cmd_run.c - `minfer run` (one prompt, streamed continuation) and `minfer
- * chat` (multi-turn with the model's chat template, one answer per stdin
- * line). Both use only include/minfer.h. */
+/* cmd_run.c - `minfer run` (one prompt, streamed continuation) and the option
+ * parsing and set-up that `minfer chat` shares (cmd_chat.c). Both use only
+ * include/minfer.h. Flag spellings and meanings follow llama.cpp's
+ * llama-cli where minfer can do the same thing (docs/CLI.md). */
+#include <fcntl.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 #include <sys/stat.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "args.h"
 #include "minfer.h"
+#include "runopts.h"
 #include "tools.h"
-
-typedef struct run_opts {
-    const char *model, *prompt, *file, *sys, *tmpl, *ctk, *ctv, *logits_out, *device;
-    int32_t n_predict, n_ctx, n_threads, n_batch, n_gpu_layers;
-    bool chat, display_prompt;
-    minfer_sampler_options so;
-} run_opts;
 
 static void usage(FILE *f, bool chat) {
     if (chat)
         fprintf(f, "usage: minfer chat [-m MODEL] [options]\n"
-                   "Reads one user message per stdin line and streams the model's answer\n"
-                   "(ends at end of generation or EOF). Works with a pipe.\n\n");
+                   "A conversation with the model's chat template. On a terminal: line editing\n"
+                   "and history, Ctrl-C stops an answer (at an empty prompt it exits), /help\n"
+                   "lists the commands. From a pipe: one user message per line.\n\n");
     else
         fprintf(f, "usage: minfer run [-m MODEL] (-p PROMPT | -f FILE) [options]\n"
                    "Streams the prompt (unless --no-display-prompt) and its continuation to\n"
@@ -31,13 +30,18 @@ static void usage(FILE *f, bool chat) {
             "  -m, --model FILE         GGUF model (default: $MINFER_MODEL or %s)\n",
             MF_DEFAULT_MODEL);
     if (!chat)
-        fprintf(f, "  -p, --prompt TEXT        prompt text\n"
-                   "  -f, --file FILE          read the prompt from FILE\n"
+        fprintf(f, "  -p, --prompt TEXT        prompt text (with -cnv: the system message)\n"
+                   "  -f, --file FILE          read the prompt from FILE ('-': stdin)\n"
                    "  -n, --n-predict N        tokens to generate (default 128; -1: until end "
                    "of text or context)\n"
                    "      --chat               wrap the prompt in the model's chat template\n"
+                   "  -cnv, --conversation     conversation mode (as `minfer chat`; -i too)\n"
+                   "  -i, --interactive        same as -cnv\n"
                    "      --logits-out FILE    write the prompt's last-position logits (f32 LE)\n"
-                   "      --no-display-prompt  do not echo the prompt\n");
+                   "      --no-display-prompt  do not echo the prompt\n"
+                   "      --keep N             on a full context keep N prompt tokens (-1: all)\n"
+                   "                           and the newer half of the rest, and go on\n"
+                   "      --verbose-prompt     print the prompt's tokens on stderr\n");
     else
         fprintf(f, "  -n, --n-predict N        max tokens per answer (default -1: until end of "
                    "turn)\n");
@@ -45,15 +49,24 @@ static void usage(FILE *f, bool chat) {
             "  -sys, --system TEXT      system message (implies the chat template)\n"
             "      --chat-template NAME chatml, llama3, llama2, gemma, phi3, zephyr "
             "(default: the model's)\n"
+            "  -e, --escape             process \\n \\t \\\\ ... in prompt, system and reverse prompt\n"
+            "                           texts (default on)\n"
+            "      --no-escape          take them literally\n"
+            "  -r, --reverse-prompt TEXT stop when the output contains TEXT (repeatable)\n"
+            "      --ignore-eos         never stop at end-of-generation tokens\n"
             "  -c, --ctx-size N         context length (default 0: min(model, 4096))\n"
             "  -b, --batch-size N       prefill batch (default 512)\n"
+            "  -ub, --ubatch-size N     physical batch: tokens per forward (default: -b)\n"
             "  -t, --threads N          CPU threads (default 0: all cores)\n"
-            "  -ctk, -ctv TYPE          KV cache type f32, f16, q8_0 (K and V equal; default "
-            "f32)\n"
-"  -ngl, --n-gpu-layers N   -1 all layers on the GPU, 0 none\n");
+            "  -ctk, --cache-type-k T   KV cache type f32, f16, q8_0 (default f32)\n"
+            "  -ctv, --cache-type-v T   must equal -ctk (one type for K and V)\n"
+            "  -ngl, --n-gpu-layers N   -1 or N >= layers: all on the GPU, 0: none\n"
+            "  -fa, --flash-attn MODE   on, auto (fused attention; off is refused)\n");
     fprintf(f, "      --device NAME        %s or auto (default auto)\n", minfer_build_devices());
     fprintf(f,
-            "  -s, --seed N             sampler seed (default random)\n"
+            "      --no-mmap            read the model into memory instead of mapping it\n"
+            "      --mlock              lock the model's memory (no swapping out)\n"
+            "  -s, --seed N             sampler seed (default random, printed)\n"
             "      --temp F             temperature (default 0.8; <= 0: greedy)\n"
             "      --top-k N            (default 40; 0: off)\n"
             "      --top-p F            (default 0.95; 1: off)\n"
@@ -62,7 +75,62 @@ static void usage(FILE *f, bool chat) {
             "      --repeat-last-n N    penalty window (default 64; -1: 8192)\n"
             "      --presence-penalty F (default 0)\n"
             "      --frequency-penalty F (default 0)\n"
+            "      --color              colour the prompt (yellow) and user input (green)\n"
+            "  -v, --verbose            debug log lines (MINFER_LOG=debug)\n"
+            "      --log-disable        no log, seed or stats lines (errors still print)\n"
+            "      --log-file FILE      write the log (stderr) to FILE\n"
             "  -h, --help               this text\n");
+}
+
+/* llama.cpp's escape processing: \n \r \t \a \b \f \v \\ \' \" \? \xHH; any
+ * other backslash stays as it is. Edits s in place (the result is never
+ * longer). */
+static void process_escapes(char *s) {
+    char *w = s;
+    for (const char *r = s; *r; r++) {
+        if (*r != '\\' || !r[1]) {
+            *w++ = *r;
+            continue;
+        }
+        char c = *++r;
+        switch (c) {
+        case 'n': *w++ = '\n'; break;
+        case 'r': *w++ = '\r'; break;
+        case 't': *w++ = '\t'; break;
+        case 'a': *w++ = '\a'; break;
+        case 'b': *w++ = '\b'; break;
+        case 'f': *w++ = '\f'; break;
+        case 'v': *w++ = '\v'; break;
+        case '\\': case '\'': case '"': case '?': *w++ = c; break;
+        case 'x': {
+            int v = 0, k = 0;
+            while (k < 2) {
+                char h = r[1];
+                int d = h >= '0' && h <= '9' ? h - '0' : h >= 'a' && h <= 'f' ? h - 'a' + 10
+                      : h >= 'A' && h <= 'F' ? h - 'A' + 10 : -1;
+                if (d < 0)
+                    break;
+                v = v * 16 + d;
+                r++;
+                k++;
+            }
+            if (k && v) {
+                *w++ = (char)v;
+            } else { /* \x without digits (or \x00, which would end the text) */
+                *w++ = '\\';
+                *w++ = 'x';
+                r -= k;
+            }
+            break;
+        }
+        default: *w++ = '\\'; *w++ = c; break;
+        }
+    }
+    *w = 0;
+}
+
+static bool is_cache_type(const char *t) {
+    return !strcmp(t, "f32") || !strcmp(t, "f16") || !strcmp(t, "q8_0");
 }
 
 /* Returns 0 ok, 1 help printed, 2 bad usage (message printed). */
@@ -73,9 +141,12 @@ static int parse(int argc, char **argv, bool chat, run_opts *o) {
     o->n_predict = chat ? -1 : 128;
     o->n_batch = 512;
     o->n_gpu_layers = -1;
+    o->n_keep = -2;
     o->device = "auto";
     o->display_prompt = true;
+    o->escape = true;
     o->chat = chat;
+    o->conversation = chat;
     mf_error e = {{0}};
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i], *v = NULL;
@@ -121,6 +192,8 @@ static int parse(int argc, char **argv, bool chat, run_opts *o) {
             INT(o->n_threads, 0, 4096);
         } else if (VAL("-b") || VAL("--batch-size")) {
             INT(o->n_batch, 1, INT32_MAX);
+        } else if (VAL("-ub") || VAL("--ubatch-size")) {
+            INT(o->n_ubatch, 1, INT32_MAX);
         } else if (VAL("--temp")) {
             FLOAT(o->so.temp);
         } else if (VAL("--top-k")) {
@@ -154,7 +227,7 @@ static int parse(int argc, char **argv, bool chat, run_opts *o) {
             if (mf_arg_int(a, v, -1, INT64_MAX, &i64, &e))
                 return mf_arg_fail(cmd, &e);
             o->so.seed = i64 < 0 ? UINT64_MAX : (uint64_t)i64;
-        } else if (VAL("-sys") || VAL("--system")) {
+        } else if (VAL("-sys") || VAL("--system") || VAL("--system-prompt")) {
             CHECK();
             o->sys = v;
         } else if (VAL("--chat-template")) {
@@ -162,6 +235,9 @@ static int parse(int argc, char **argv, bool chat, run_opts *o) {
             o->tmpl = v;
         } else if (!chat && !strcmp(a, "--chat")) {
             o->chat = true;
+        } else if (!chat && (!strcmp(a, "-cnv") || !strcmp(a, "--conversation") ||
+                             !strcmp(a, "-i") || !strcmp(a, "--interactive"))) {
+            o->conversation = true;
         } else if (VAL("-ctk") || VAL("--cache-type-k")) {
             CHECK();
             o->ctk = v;
@@ -173,11 +249,50 @@ static int parse(int argc, char **argv, bool chat, run_opts *o) {
             o->logits_out = v;
         } else if (!chat && !strcmp(a, "--no-display-prompt")) {
             o->display_prompt = false;
-        } else if (VAL("-ngl") || VAL("--n-gpu-layers")) {
+        } else if (!chat && !strcmp(a, "--verbose-prompt")) {
+            o->verbose_prompt = true;
+        } else if (!chat && VAL("--keep")) {
+            INT(o->n_keep, -1, INT32_MAX);
+            o->keep_given = true;
+        } else if (VAL("-ngl") || VAL("--n-gpu-layers") || VAL("--gpu-layers")) {
             INT(o->n_gpu_layers, -1, INT32_MAX);
+        } else if (VAL("-fa") || VAL("--flash-attn")) {
+            CHECK();
+            if (mf_parse_flash_attn(cmd, v, &e))
+                return mf_arg_fail(cmd, &e);
         } else if (VAL("--device")) {
             CHECK();
             o->device = v;
+        } else if (!strcmp(a, "-e") || !strcmp(a, "--escape")) {
+            o->escape = true;
+        } else if (!strcmp(a, "--no-escape")) {
+            o->escape = false;
+        } else if (VAL("-r") || VAL("--reverse-prompt")) {
+            CHECK();
+            if (o->n_rev == MF_GEN_MAX_REV) {
+                mf_errorf(&e, "-r: at most %d reverse prompts", MF_GEN_MAX_REV);
+                return mf_arg_fail(cmd, &e);
+            }
+            if (!*v) {
+                mf_errorf(&e, "-r: an empty reverse prompt would stop at once");
+                return mf_arg_fail(cmd, &e);
+            }
+            o->rev[o->n_rev++] = v;
+        } else if (!strcmp(a, "--ignore-eos")) {
+            o->ignore_eos = true;
+        } else if (!strcmp(a, "--no-mmap")) {
+            o->no_mmap = true;
+        } else if (!strcmp(a, "--mlock")) {
+            o->mlock = true;
+        } else if (!strcmp(a, "-v") || !strcmp(a, "--verbose")) {
+            o->verbose = true;
+        } else if (!strcmp(a, "--log-disable")) {
+            o->log_disable = true;
+        } else if (VAL("--log-file")) {
+            CHECK();
+            o->log_file = v;
+        } else if (!strcmp(a, "--color") || !strcmp(a, "-co")) {
+            o->color = true;
         } else {
             mf_errorf(&e, "unknown option '%s' (see 'minfer %s --help')", a, cmd);
             return mf_arg_fail(cmd, &e);
@@ -187,7 +302,7 @@ static int parse(int argc, char **argv, bool chat, run_opts *o) {
 #undef FLOAT
 #undef INT
     }
-    if (!chat && !o->prompt && !o->file) {
+    if (!chat && !o->conversation && !o->prompt && !o->file) {
         mf_errorf(&e, "a prompt is needed: -p TEXT or -f FILE");
         return mf_arg_fail(cmd, &e);
     }
@@ -196,9 +311,28 @@ static int parse(int argc, char **argv, bool chat, run_opts *o) {
         return mf_arg_fail(cmd, &e);
     }
     if (o->ctk && o->ctv && strcmp(o->ctk, o->ctv)) {
-        mf_errorf(&e, "-ctk %s and -ctv %s differ (one cache type for K and V)", o->ctk, o->ctv);
+        if (is_cache_type(o->ctk) && is_cache_type(o->ctv))
+            mf_errorf(&e, "-ctk %s and -ctv %s differ: separate K and V cache types are not "
+                          "supported (one type for both)", o->ctk, o->ctv);
+        else
+            mf_errorf(&e, "-ctk %s and -ctv %s differ (one cache type for K and V: f32, f16, "
+                          "q8_0)", o->ctk, o->ctv);
         return mf_arg_fail(cmd, &e);
     }
+    if (o->conversation && !chat && o->logits_out) {
+        mf_errorf(&e, "--logits-out does not go with conversation mode");
+        return mf_arg_fail(cmd, &e);
+    }
+    if (o->escape) {
+        if (o->prompt)
+            process_escapes((char *)o->prompt); /* argv strings are writable */
+        if (o->sys)
+            process_escapes((char *)o->sys);
+        for (int k = 0; k < o->n_rev; k++)
+            process_escapes((char *)o->rev[k]);
+    }
+    if (o->n_ubatch && o->n_ubatch < o->n_batch)
+        o->n_batch = o->n_ubatch; /* minfer runs one physical batch per forward */
     if (o->sys)
         o->chat = true;
     if (!o->model)
@@ -206,8 +340,33 @@ static int parse(int argc, char **argv, bool chat, run_opts *o) {
     return 0;
 }
 
+/* The process-wide effects of the logging and loading flags, applied once the
+ * whole command line has parsed (a bad flag later on changes nothing). */
+static int apply_env(const run_opts *o, const char *cmd) {
+    if (o->log_file) {
+        int fd = open(o->log_file, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+        if (fd < 0) {
+            fprintf(stderr, "%s: --log-file: cannot create '%s'\n", cmd, o->log_file);
+            return 1;
+        }
+        fflush(stderr);
+        dup2(fd, 2);
+        close(fd);
+    }
+    if (o->verbose)
+        minfer_log_set_level(MINFER_LOG_DEBUG);
+    if (o->log_disable)
+        minfer_log_set_level(MINFER_LOG_ERROR);
+    if (o->no_mmap)
+        setenv("MINFER_NO_MMAP", "1", 1);
+    if (o->mlock)
+        setenv("MINFER_MLOCK", "1", 1);
+    return 0;
+}
+
 static char *read_file(const char *path, const char *cmd) {
-    FILE *f = fopen(path, "rb");
+    bool in = !strcmp(path, "-");
+    FILE *f = in ? stdin : fopen(path, "rb");
     if (!f) {
         fprintf(stderr, "%s: cannot open '%s'\n", cmd, path);
         return NULL;
@@ -229,7 +388,10 @@ static char *read_file(const char *path, const char *cmd) {
         }
     }
     bool bad = ferror(f) || !buf;
-    fclose(f);
+    if (!in)
+        fclose(f);
+    if (in)
+        path = "<stdin>";
     if (bad) {
         free(buf);
         fprintf(stderr, "%s: cannot read '%s'\n", cmd, path);
@@ -249,8 +411,7 @@ static void progress(void *user, float frac, const char *what) {
     fprintf(stderr, "\r%s %3.0f%%%s", what, 100.0 * frac, frac >= 1.0f ? "\n" : "");
 }
 
-/* The model from the options; prints the error and returns 1 on failure. */
-static int load_model(const run_opts *o, const char *cmd, minfer_model **m) {
+int mf_run_load_model(const run_opts *o, const char *cmd, minfer_model **m) {
     char err[512];
     minfer_model_options mo;
     minfer_model_options_default(&mo);
@@ -265,7 +426,7 @@ static int load_model(const run_opts *o, const char *cmd, minfer_model **m) {
         return 1;
     }
     /* A progress line only where a person waits for it. */
-    if (st.st_size >= (1ll << 30) && isatty(2))
+    if (st.st_size >= (64ll << 20) && isatty(2) && !o->log_disable)
         mo.progress = progress;
     *m = minfer_model_load(&mo, err, sizeof err);
     if (!*m) {
@@ -275,9 +436,7 @@ static int load_model(const run_opts *o, const char *cmd, minfer_model **m) {
     return 0;
 }
 
-/* The session; a prompt (may be NULL) that cannot fit the context is refused
- * before the session (and its KV cache) exists. Returns 1 on failure. */
-static int open_session(const run_opts *o, const char *cmd, minfer_model *m, const char *prompt,
+int mf_run_open_session(const run_opts *o, const char *cmd, minfer_model *m, const char *prompt,
                         minfer_session **s) {
     char err[512];
     minfer_session_options so;
@@ -301,25 +460,76 @@ static int open_session(const run_opts *o, const char *cmd, minfer_model *m, con
     return 0;
 }
 
-static bool print_token(void *user, int32_t token, const char *text, size_t len) {
-    (void)user;
-    (void)token;
-    fwrite(text, 1, len, stdout);
-    fflush(stdout);
-    return true;
-}
-
-static void print_stats(const minfer_model *m, const minfer_generate_stats *st) {
-    double pp = st->prompt_ms > 0 ? 1e3 * st->n_prompt / st->prompt_ms : 0;
-    double tg = st->gen_ms > 0 ? 1e3 * st->n_generated / st->gen_ms : 0;
-    double ms = st->n_generated ? st->gen_ms / st->n_generated : 0;
-    double gbs = st->gen_ms > 0 ? (double)st->weight_bytes * st->n_generated / (st->gen_ms * 1e6)
-                                : 0;
+void mf_run_print_stats(const run_opts *o, const minfer_model *m, const mf_gen_result *r) {
+    if (o->log_disable)
+        return;
+    double pp = r->prompt_ms > 0 ? 1e3 * r->n_prompt / r->prompt_ms : 0;
+    double tg = r->gen_ms > 0 ? 1e3 * r->n_generated / r->gen_ms : 0;
+    double ms = r->n_generated ? r->gen_ms / r->n_generated : 0;
+    double gbs = r->gen_ms > 0
+                     ? (double)minfer_model_size(m) * r->n_generated / (r->gen_ms * 1e6)
+                     : 0;
     fprintf(stderr,
             "prompt %d tokens %.1f t/s | generated %d tokens %.1f t/s %.2f ms/token | %.2f GB/s "
-            "of weights | %s on %s%s\n",
-            st->n_prompt, pp, st->n_generated, tg, ms, gbs, minfer_model_desc(m),
-            minfer_model_backend(m), st->stopped_ctx ? " | context full" : "");
+            "of weights | %s on %s%s%s\n",
+            r->n_prompt, pp, r->n_generated, tg, ms, gbs, minfer_model_desc(m),
+            minfer_model_backend(m), r->stopped_ctx ? " | context full" : "",
+            r->stopped_rev ? " | reverse prompt" : "");
+}
+
+/* A random seed when none was given, said on stderr so the run can be
+ * repeated with -s. */
+static void pick_seed(run_opts *o) {
+    if (o->so.seed != UINT64_MAX)
+        return;
+    uint64_t v = 0;
+    int fd = open("/dev/urandom", O_RDONLY | O_CLOEXEC);
+    if (fd < 0 || read(fd, &v, sizeof v) != (ssize_t)sizeof v) {
+        struct timespec ts;
+        clock_gettime(CLOCK_REALTIME, &ts);
+        v = (uint64_t)ts.tv_nsec ^ ((uint64_t)ts.tv_sec << 20) ^ (uint64_t)getpid();
+    }
+    if (fd >= 0)
+        close(fd);
+    o->so.seed = v & 0x7fffffffffffffffull; /* -s takes it back */
+    o->seed_random = true;
+}
+
+/* Said once the model and session exist (an error before that stays the
+ * only stderr line), and only where sampling is random. */
+static void print_seed(const run_opts *o) {
+    const char *lv = getenv("MINFER_LOG"); /* at error level only errors print */
+    if (lv && !strcasecmp(lv, "error"))
+        return;
+    if (o->seed_random && !o->log_disable && o->so.temp > 0)
+        fprintf(stderr, "seed: %llu\n", (unsigned long long)o->so.seed);
+}
+
+static void print_text(void *user, const char *text, size_t len) {
+    (void)user;
+    fwrite(text, 1, len, stdout);
+    fflush(stdout);
+}
+
+/* `run -cnv`: the chat loop, with -p (or -f) as its system message. */
+static int run_conversation(run_opts *o, const char *sys_text) {
+    if (sys_text && !o->sys)
+        o->sys = sys_text;
+    minfer_model *m;
+    minfer_session *s;
+    if (mf_run_load_model(o, "run", &m))
+        return 1;
+    if (mf_run_open_session(o, "run", m, NULL, &s)) {
+        minfer_model_free(m);
+        return 1;
+    }
+    print_seed(o);
+    minfer_sampler *smp = minfer_sampler_new(&o->so);
+    int rc = mf_chat_loop(o, m, s, smp);
+    minfer_sampler_free(smp);
+    minfer_session_free(s);
+    minfer_model_free(m);
+    return rc;
 }
 
 int mf_cmd_run(int argc, char **argv) {
@@ -327,10 +537,18 @@ int mf_cmd_run(int argc, char **argv) {
     int rc = parse(argc, argv, false, &o);
     if (rc)
         return rc == 1 ? 0 : rc;
+    if (apply_env(&o, "run"))
+        return 1;
     char *file_text = NULL;
     if (o.file && !(file_text = read_file(o.file, "run")))
         return 1;
     const char *prompt = o.file ? file_text : o.prompt;
+    pick_seed(&o);
+    if (o.conversation) {
+        rc = run_conversation(&o, prompt);
+        free(file_text);
+        return rc;
+    }
     minfer_model *m = NULL;
     minfer_session *s = NULL;
     char err[512];
@@ -342,7 +560,7 @@ int mf_cmd_run(int argc, char **argv) {
         free(file_text);
         return 2;
     }
-    if (load_model(&o, "run", &m))
+    if (mf_run_load_model(&o, "run", &m))
         goto out;
     if (o.chat) {
         minfer_chat_message msgs[2];
@@ -357,16 +575,27 @@ int mf_cmd_run(int argc, char **argv) {
         }
         prompt = formatted;
     }
-    if (open_session(&o, "run", m, prompt, &s))
+    if (mf_run_open_session(&o, "run", m, prompt, &s))
         goto out;
+    print_seed(&o);
     smp = minfer_sampler_new(&o.so);
     if (o.display_prompt) {
+        fputs(o.color ? "\x1b[33m" : "", stdout);
         fputs(prompt, stdout);
+        fputs(o.color ? "\x1b[0m" : "", stdout);
         fflush(stdout);
     }
-    minfer_generate_stats st, st2;
-    if (minfer_generate(s, smp, prompt, o.logits_out ? 0 : o.n_predict, print_token, NULL, &st,
-                        err, sizeof err)) {
+    mf_gen_opts go = {.n_predict = o.logits_out ? 0 : o.n_predict,
+                      .ignore_eos = o.ignore_eos,
+                      .n_rev = o.n_rev,
+                      .n_keep = o.keep_given ? o.n_keep : -2,
+                      .verbose_prompt = o.verbose_prompt,
+                      .progress = isatty(2) && !o.log_disable,
+                      .n_batch = o.n_batch,
+                      .out = print_text};
+    memcpy(go.rev, o.rev, sizeof go.rev);
+    mf_gen_result st, st2;
+    if (mf_gen_run(m, s, smp, prompt, &go, &st, err, sizeof err)) {
         fprintf(stderr, "run: %s\n", err);
         goto out;
     }
@@ -385,8 +614,8 @@ int mf_cmd_run(int argc, char **argv) {
             goto out;
         }
         if (o.n_predict != 0) {
-            if (minfer_generate(s, smp, "", o.n_predict, print_token, NULL, &st2, err,
-                                sizeof err)) {
+            go.n_predict = o.n_predict;
+            if (mf_gen_run(m, s, smp, "", &go, &st2, err, sizeof err)) {
                 fprintf(stderr, "run: %s\n", err);
                 goto out;
             }
@@ -394,11 +623,12 @@ int mf_cmd_run(int argc, char **argv) {
             st.gen_ms = st2.gen_ms;
             st.stopped_ctx = st2.stopped_ctx;
             st.stopped_eog = st2.stopped_eog;
+            st.stopped_rev = st2.stopped_rev;
         }
     }
     printf("\n");
     fflush(stdout);
-    print_stats(m, &st);
+    mf_run_print_stats(&o, m, &st);
     rc = 0;
 out:
     minfer_sampler_free(smp);
@@ -409,151 +639,25 @@ out:
     return rc;
 }
 
-/* ---- chat ------------------------------------------------------------------------- */
-
-typedef struct answer {
-    char *buf;
-    size_t n, cap;
-} answer;
-
-static bool chat_token(void *user, int32_t token, const char *text, size_t len) {
-    answer *a = user;
-    (void)token;
-    if (a->n + len + 1 > a->cap) {
-        size_t cap = (a->n + len + 1) * 2;
-        char *nb = realloc(a->buf, cap);
-        if (!nb)
-            return false;
-        a->buf = nb;
-        a->cap = cap;
-    }
-    memcpy(a->buf + a->n, text, len);
-    a->n += len;
-    a->buf[a->n] = 0;
-    fwrite(text, 1, len, stdout);
-    fflush(stdout);
-    return true;
-}
-
-/* One line of stdin without its newline (malloc'd), or NULL at EOF. */
-static char *read_line(FILE *f) {
-    size_t cap = 256, n = 0;
-    char *s = malloc(cap);
-    int c;
-    while (s && (c = fgetc(f)) != EOF && c != '\n') {
-        if (n + 2 > cap) {
-            char *ns = realloc(s, cap *= 2);
-            if (!ns) {
-                free(s);
-                return NULL;
-            }
-            s = ns;
-        }
-        s[n++] = (char)c;
-    }
-    if (!s || (n == 0 && c == EOF)) {
-        free(s);
-        return NULL;
-    }
-    if (n && s[n - 1] == '\r')
-        n--;
-    s[n] = 0;
-    return s;
-}
-
 int mf_cmd_chat(int argc, char **argv) {
     run_opts o;
     int rc = parse(argc, argv, true, &o);
     if (rc)
         return rc == 1 ? 0 : rc;
+    if (apply_env(&o, "chat"))
+        return 1;
+    pick_seed(&o);
     minfer_model *m;
     minfer_session *s;
-    if (load_model(&o, "chat", &m))
+    if (mf_run_load_model(&o, "chat", &m))
         return 1;
-    if (open_session(&o, "chat", m, NULL, &s)) {
+    if (mf_run_open_session(&o, "chat", m, NULL, &s)) {
         minfer_model_free(m);
         return 1;
     }
+    print_seed(&o);
     minfer_sampler *smp = minfer_sampler_new(&o.so);
-    const bool tty = isatty(0);
-    char err[512];
-    /* The conversation; contents are owned copies. */
-    minfer_chat_message *msgs = NULL;
-    int n_msgs = 0, cap_msgs = 0;
-    char *kv_text = strdup(""); /* what the session's context holds, as text */
-    minfer_generate_stats total = {0};
-    rc = 0;
-    if (o.sys) {
-        cap_msgs = 8;
-        msgs = malloc((size_t)cap_msgs * sizeof *msgs);
-        msgs[n_msgs++] = (minfer_chat_message){"system", strdup(o.sys)};
-    }
-    for (;;) {
-        if (tty) {
-            fputs("> ", stdout);
-            fflush(stdout);
-        }
-        char *line = read_line(stdin);
-        if (!line)
-            break;
-        if (!*line) {
-            free(line);
-            continue;
-        }
-        if (n_msgs + 2 > cap_msgs) {
-            cap_msgs = cap_msgs ? cap_msgs * 2 : 8;
-            msgs = realloc(msgs, (size_t)cap_msgs * sizeof *msgs);
-        }
-        msgs[n_msgs++] = (minfer_chat_message){"user", line};
-        char *full = minfer_chat_apply(m, o.tmpl, msgs, n_msgs, true, err, sizeof err);
-        if (!full) {
-            fprintf(stderr, "chat: %s\n", err);
-            rc = 1;
-            break;
-        }
-        /* Only the part after what the context already holds is new; if the
-         * template re-renders history differently, start over from scratch. */
-        size_t kl = strlen(kv_text);
-        const char *delta = full + kl;
-        if (strncmp(full, kv_text, kl) != 0) {
-            minfer_session_reset(s);
-            delta = full;
-        }
-        answer a = {0};
-        minfer_generate_stats st;
-        if (minfer_generate(s, smp, delta, o.n_predict, chat_token, &a, &st, err, sizeof err)) {
-            fprintf(stderr, "chat: %s\n", err);
-            free(full);
-            free(a.buf);
-            rc = 1;
-            break;
-        }
-        fputc('\n', stdout);
-        fflush(stdout);
-        total.n_prompt += st.n_prompt;
-        total.n_generated += st.n_generated;
-        total.prompt_ms += st.prompt_ms;
-        total.gen_ms += st.gen_ms;
-        total.weight_bytes = st.weight_bytes;
-        const char *ans = a.buf ? a.buf : "";
-        free(kv_text);
-        kv_text = malloc(strlen(full) + strlen(ans) + 1);
-        strcpy(kv_text, full);
-        strcat(kv_text, ans);
-        msgs[n_msgs++] = (minfer_chat_message){"assistant", a.buf ? a.buf : strdup("")};
-        free(full);
-        if (st.stopped_ctx) {
-            fprintf(stderr, "chat: the context is full (%d tokens)\n", minfer_session_n_ctx(s));
-            rc = 1;
-            break;
-        }
-    }
-    if (rc == 0)
-        print_stats(m, &total);
-    for (int i = 0; i < n_msgs; i++)
-        free((char *)msgs[i].content);
-    free(msgs);
-    free(kv_text);
+    rc = mf_chat_loop(&o, m, s, smp);
     minfer_sampler_free(smp);
     minfer_session_free(s);
     minfer_model_free(m);

@@ -103,7 +103,8 @@ static void usage(FILE *f) {
             "      --max-tokens-max N   larger max_tokens: 400 (default 4096)\n"
             "  -t, --threads N          CPU threads (default 0: all cores)\n"
             "  -ctk, --cache-type TYPE  KV cache type f32, f16, q8_0 (default f32)\n"
-            "  -ngl, --n-gpu-layers N   -1 all layers on the GPU, 0 none\n",
+            "  -ngl, --n-gpu-layers N   -1 or N >= layers: all on the GPU, 0: none\n"
+            "  -fa, --flash-attn MODE   on, auto (fused attention; off is refused)\n",
             SV_MAX_TOP > 5 ? 5 : SV_MAX_TOP, MF_DEFAULT_MODEL);
     fprintf(f, "      --device NAME        %s or auto (default auto)\n", minfer_build_devices());
     fprintf(f,
@@ -176,6 +177,9 @@ static int parse(int argc, char **argv, serve_opts *o) {
             STR(o->ctk);
         } else if (VAL("-ngl") || VAL("--n-gpu-layers")) {
             INT(o->n_gpu_layers, -1, INT32_MAX);
+        } else if (VAL("-fa") || VAL("--flash-attn")) {
+            if (r < 0 || mf_parse_flash_attn(cmd, v, &e))
+                return mf_arg_fail(cmd, &e);
         } else if (VAL("--device")) {
             STR(o->device);
         } else if (VAL("--chat-template")) {

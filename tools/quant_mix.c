@@ -9,8 +9,8 @@
 /* ---- the names ------------------------------------------------------------ */
 
 /* llama_ftype numbers (llama.h): ALL_F32 0, MOSTLY_F16 1, Q4_0 2, Q4_1 3,
- * Q8_0 7, Q5_0 8, Q5_1 9, Q2_K 10, Q3_K_S 11, Q3_K_M 12, Q4_K_S 14,
- * Q4_K_M 15, Q5_K_S 16, Q5_K_M 17, Q6_K 18, BF16 32. */
+ * Q8_0 7, Q5_0 8, Q5_1 9, Q2_K 10, Q3_K_S 11, Q3_K_M 12, Q3_K_L 13, Q4_K_S 14,
+ * Q4_K_M 15, Q5_K_S 16, Q5_K_M 17, Q6_K 18, IQ4_NL 25, IQ4_XS 30, BF16 32. */
 static const mf_quant_mix mixes[] = {
     {"f32", MF_MIX_UNIFORM, MF_TYPE_F32, 0, false},
     {"f16", MF_MIX_UNIFORM, MF_TYPE_F16, 1, false},
@@ -25,7 +25,11 @@ static const mf_quant_mix mixes[] = {
     {"q4_K", MF_MIX_UNIFORM, MF_TYPE_Q4_K, 14, false},
     {"q5_K", MF_MIX_UNIFORM, MF_TYPE_Q5_K, 16, false},
     {"q6_K", MF_MIX_UNIFORM, MF_TYPE_Q6_K, 18, false},
+    {"iq4_nl", MF_MIX_UNIFORM, MF_TYPE_IQ4_NL, 25, false},
+    {"iq4_xs", MF_MIX_UNIFORM, MF_TYPE_IQ4_XS, 30, false},
+    {"Q3_K_S", MF_MIX_Q3_K_S, MF_TYPE_Q3_K, 11, false},
     {"Q3_K_M", MF_MIX_Q3_K_M, MF_TYPE_Q3_K, 12, false},
+    {"Q3_K_L", MF_MIX_Q3_K_L, MF_TYPE_Q3_K, 13, false},
     {"Q4_K_S", MF_MIX_Q4_K_S, MF_TYPE_Q4_K, 14, false},
     {"Q4_K_M", MF_MIX_Q4_K_M, MF_TYPE_Q4_K, 15, false},
     {"Q5_K_S", MF_MIX_Q5_K_S, MF_TYPE_Q5_K, 16, false},
@@ -34,8 +38,8 @@ static const mf_quant_mix mixes[] = {
 #define N_MIXES (sizeof mixes / sizeof mixes[0])
 
 const char *mf_quant_mix_names(void) {
-    return "f32 f16 bf16 q4_0 q4_1 q5_0 q5_1 q8_0 q3_K q4_K q5_K q6_K, mixes Q2_K Q3_K_M "
-           "Q4_K_S Q4_K_M Q5_K_S Q5_K_M (Q6_K, Q8_0 = q6_K, q8_0)";
+    return "f32 f16 bf16 q4_0 q4_1 q5_0 q5_1 q8_0 q3_K q4_K q5_K q6_K iq4_nl iq4_xs, mixes Q2_K Q3_K_S "
+           "Q3_K_M Q3_K_L Q4_K_S Q4_K_M Q5_K_S Q5_K_M (Q6_K, Q8_0 = q6_K, q8_0)";
 }
 
 int mf_quant_mix_parse(const char *name, mf_quant_mix *out, mf_error *err) {
@@ -92,6 +96,7 @@ static uint32_t rule_type(const mf_quant_mix *mix, const mf_mix_model *m, const 
         switch (mix->kind) {
         case MF_MIX_Q2_K: return m->n_gqa >= 4 ? MF_TYPE_Q4_K : MF_TYPE_Q3_K;
         case MF_MIX_Q3_K_M: return il < 2 ? MF_TYPE_Q5_K : MF_TYPE_Q4_K;
+        case MF_MIX_Q3_K_L: return MF_TYPE_Q5_K;
         case MF_MIX_Q4_K_M:
         case MF_MIX_Q5_K_M: return use_more_bits(il, nl) ? MF_TYPE_Q6_K : t;
         case MF_MIX_Q4_K_S: return il < 4 ? MF_TYPE_Q5_K : t;
@@ -102,6 +107,7 @@ static uint32_t rule_type(const mf_quant_mix *mix, const mf_mix_model *m, const 
         switch (mix->kind) {
         case MF_MIX_Q2_K: return MF_TYPE_Q3_K;
         case MF_MIX_Q3_K_M: return il < nl / 16 ? MF_TYPE_Q5_K : MF_TYPE_Q4_K;
+        case MF_MIX_Q3_K_L: return MF_TYPE_Q5_K;
         case MF_MIX_Q4_K_M:
         case MF_MIX_Q5_K_M: return use_more_bits(il, nl) ? MF_TYPE_Q6_K : t;
         case MF_MIX_Q4_K_S: return il < nl / 8 ? MF_TYPE_Q5_K : t;
@@ -113,6 +119,8 @@ static uint32_t rule_type(const mf_quant_mix *mix, const mf_mix_model *m, const 
             return MF_TYPE_Q3_K;
         if (mix->kind == MF_MIX_Q3_K_M)
             return MF_TYPE_Q4_K;
+        if (mix->kind == MF_MIX_Q3_K_L)
+            return MF_TYPE_Q5_K;
     }
     return t;
 }
@@ -134,6 +142,8 @@ uint32_t mf_quant_mix_choose(const mf_quant_mix *mix, const mf_mix_model *model,
         default: t = MF_TYPE_Q4_0; break;
         }
     }
+    if (t == MF_TYPE_IQ4_XS && ne0 % MF_QK_K != 0)
+        t = MF_TYPE_IQ4_NL; /* the same codebook in blocks of 32 */
     const mf_type_traits *tr = mf_type_get(t);
     if (tr && ne0 % tr->block_size != 0)
         t = MF_TYPE_F16;

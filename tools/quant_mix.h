@@ -10,13 +10,15 @@
  *     when the target is q8_0 or its rows are not a multiple of 256;
  *   - Q2_K: attn_v q3_K (q4_K when n_head/n_head_kv >= 4), attn_output q3_K,
  *     ffn_down q3_K;
+ *   - Q3_K_S: q3_K everywhere (the output rule only);
+ *   - Q3_K_L: attn_v, attn_output and ffn_down q5_K;
  *   - Q3_K_M: attn_v q5_K for the first 2 layers else q4_K, attn_output q4_K,
  *     ffn_down q5_K in the first n/16 layers else q4_K;
  *   - Q4_K_M / Q5_K_M: attn_v and ffn_down q6_K in the "use_more_bits" layers
  *     (the first and last eighth, and every third layer in between);
  *   - Q4_K_S: attn_v q5_K in layers < 4, ffn_down q5_K in the first eighth;
  *   - a K-quant on a row length that is not a multiple of 256 falls back
- *     (q4_K->q5_0, q5_K->q5_1, q6_K->q8_0, q2_K/q3_K->q4_0), and a 32-block
+ *     (q4_K->q5_0, q5_K->q5_1, q6_K->q8_0, q2_K/q3_K->q4_0, iq4_xs->iq4_nl), and a 32-block
  *     type on a row length not a multiple of 32 falls back to f16.
  * Names are case-insensitive. "Q2_K", "Q6_K" and "Q8_0" are the llama.cpp
  * file types of those names (Q6_K and Q8_0 are uniform anyway, Q2_K is the
@@ -36,7 +38,9 @@
 typedef enum mf_mix_kind {
     MF_MIX_UNIFORM, /* one type everywhere (plus the output rule when quantized) */
     MF_MIX_Q2_K,
+    MF_MIX_Q3_K_S,
     MF_MIX_Q3_K_M,
+    MF_MIX_Q3_K_L,
     MF_MIX_Q4_K_S,
     MF_MIX_Q4_K_M,
     MF_MIX_Q5_K_S,

@@ -541,6 +541,9 @@ static int rebuild(mf_engine *e, const mf_graph_params *p, mf_graph_build_fn bui
     e->cached = true;
     e->gp = *p;
     e->n_builds++;
+    mf_log(MF_LOG_DEBUG, "engine: graph build %llu: %d tokens, %d outputs, %d nodes, backend mask 0x%x%s",
+           (unsigned long long)e->n_builds, p->n_tokens, p->n_outputs, g->n_nodes, p->backends,
+           p->gpu ? " (gpu)" : "");
     if (e->trace)
         print_trace(e);
     if (e->trace_nodes)

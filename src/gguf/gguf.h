@@ -41,7 +41,7 @@
 #define MF_GGUF_MEM_CAP (2ull << 30)
 
 /* Exit status of a process whose mapped model file was truncated under it
- * (gguf_guard.c; MINFER_LOAD_COPY=1 copies the file into memory instead). */
+ * (gguf_guard.c; MINFER_NO_MMAP=1 copies the file into memory instead). */
 #define MF_GGUF_SIGBUS_EXIT 74
 
 typedef enum mf_gguf_vtype {
@@ -79,8 +79,18 @@ typedef struct mf_gguf_tensor {
 
 typedef struct mf_gguf mf_gguf;
 
-/* Opens and validates path (and its sibling parts for a split model). */
+/* How the reader holds a file's bytes. The runtime fills it from its levers
+ * (MINFER_NO_MMAP, MINFER_MLOCK); the reader reads no environment. */
+typedef struct mf_gguf_open_options {
+    bool read; /* read into anonymous memory instead of mapping the file */
+    bool lock; /* mlock the bytes; a failure (ulimit -l) is a warning */
+} mf_gguf_open_options;
+
+/* Opens and validates path (and its sibling parts for a split model),
+ * mapped and not locked. */
 int mf_gguf_open(const char *path, mf_gguf **out, mf_error *err);
+/* The same with options (NULL: mf_gguf_open's). */
+int mf_gguf_open_opts(const char *path, const mf_gguf_open_options *o, mf_gguf **out, mf_error *err);
 /* Parses an in-memory file (not copied: buf must outlive the result). */
 int mf_gguf_parse(const void *buf, size_t len, mf_gguf **out, mf_error *err);
 void mf_gguf_close(mf_gguf *g);

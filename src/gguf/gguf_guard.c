@@ -10,7 +10,7 @@
  * the process at once with one line naming the file and the offset and exit
  * status MF_GGUF_SIGBUS_EXIT, instead of a bare "Bus error" core dump. A
  * SIGBUS anywhere else keeps the default action. Processes that must survive
- * files being replaced under them set MINFER_LOAD_COPY=1: the file is then
+ * files being replaced under them set MINFER_NO_MMAP=1: the file is then
  * read into anonymous memory at open (gguf_read.c), which nothing outside
  * the process can take away. */
 #include "gguf/gguf_impl.h"
@@ -65,7 +65,7 @@ static void on_sigbus(int sig, siginfo_t *si, void *uctx) {
             char num[24];
             static const char a1[] = "minfer: fatal: model file '";
             static const char a2[] = "' was truncated or replaced while in use (a read at offset ";
-            static const char a3[] = " is past its end now); stopping. Set MINFER_LOAD_COPY=1 to "
+            static const char a3[] = " is past its end now); stopping. Set MINFER_NO_MMAP=1 to "
                                      "load models into memory instead of mapping them.\n";
             put(2, a1, sizeof a1 - 1);
             put(2, slots[i].path, strlen(slots[i].path));

@@ -55,7 +55,7 @@ struct mf_gguf {
     uint64_t data_offset;
     void *map;            /* page-aligned base of the mapping, or NULL */
     size_t map_len;
-    bool map_copy;        /* map holds a copy of the file (MINFER_LOAD_COPY) */
+    bool map_copy;        /* map holds a copy of the file (MINFER_NO_MMAP) */
 
     gg_node *nodes;
     int64_t n_nodes, cap_nodes, n_kv;

@@ -564,8 +564,37 @@ int mf_gguf_parse(const void *buf, size_t len, mf_gguf **out, mf_error *err) {
     return 0;
 }
 
-/* Maps path read-only and parses it. Errors name the path. */
-static int open_one(const char *path, mf_gguf **out, mf_error *err) {
+/* MINFER_NO_MMAP=1: the file's bytes in anonymous memory (so nothing later
+ * depends on the file staying unchanged, and munmap still releases it), read
+ * with plain read() calls. NULL with err set on failure. */
+static void *read_whole(int fd, const char *path, size_t size, mf_error *err) {
+    void *mem = mmap(NULL, size, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    if (mem == MAP_FAILED) {
+        mf_errorf(err, "gguf: cannot allocate %zu bytes to read '%s': %s", size, path,
+                  strerror(errno));
+        return NULL;
+    }
+    size_t done = 0;
+    while (done < size) {
+        ssize_t k = read(fd, (char *)mem + done, size - done);
+        if (k < 0 && errno == EINTR)
+            continue;
+        if (k <= 0) {
+            mf_errorf(err, "gguf: cannot read '%s' (%zu of %zu bytes): %s", path, done, size,
+                      k < 0 ? strerror(errno) : "file shrank");
+            munmap(mem, size);
+            return NULL;
+        }
+        done += (size_t)k;
+    }
+    mprotect(mem, size, PROT_READ);
+    return mem;
+}
+
+/* Maps path read-only (or reads it, see read_whole) and parses it. Errors
+ * name the path. */
+static int open_one(const char *path, const mf_gguf_open_options *o, mf_gguf **out,
+                    mf_error *err) {
     *out = NULL;
     int fd = open(path, O_RDONLY | O_CLOEXEC);
     if (fd < 0)
@@ -582,40 +611,26 @@ static int open_one(const char *path, mf_gguf **out, mf_error *err) {
     mf_gguf *g = mf_calloc(1, sizeof *g);
     size_t size = (size_t)st.st_size;
     void *map = NULL;
-    bool copy = mf_env_flag("MINFER_LOAD_COPY");
-    if (size > 0 && copy) {
-        /* Anonymous memory holding the file: immune to the file changing. */
-        map = mmap(NULL, size, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-        if (map == MAP_FAILED) {
-            int e = errno;
+    if (size > 0) {
+        if (o->read) {
+            map = read_whole(fd, path, size, err);
+            g->map_copy = map != NULL;
+        }
+        else if ((map = mmap(NULL, size, PROT_READ, MAP_PRIVATE, fd, 0)) == MAP_FAILED) {
+            map = NULL;
+            mf_errorf(err, "gguf: cannot map '%s' (%zu bytes): %s", path, size, strerror(errno));
+        }
+        if (!map) {
             close(fd);
             free(g);
-            return mf_errorf(err, "gguf: cannot allocate %zu bytes to copy '%s' (MINFER_LOAD_COPY): %s",
-                             size, MF_ESC(path), strerror(e));
+            return -1;
         }
-        for (size_t got = 0; got < size;) {
-            ssize_t r = pread(fd, (char *)map + got, size - got, (off_t)got);
-            if (r <= 0) {
-                int e = r < 0 ? errno : 0;
-                close(fd);
-                munmap(map, size);
-                free(g);
-                return mf_errorf(err, "gguf: reading '%s' at offset %zu of %zu: %s", MF_ESC(path), got,
-                                 size, e ? strerror(e) : "the file shrank while being read");
-            }
-            got += (size_t)r;
-        }
-        mprotect(map, size, PROT_READ);
-        g->map_copy = true;
-    } else if (size > 0) {
-        map = mmap(NULL, size, PROT_READ, MAP_PRIVATE, fd, 0);
-        if (map == MAP_FAILED) {
-            int e = errno;
-            close(fd);
-            free(g);
-            return mf_errorf(err, "gguf: cannot map '%s' (%zu bytes): %s", path, size, strerror(e));
-        }
+        if (o->lock && mlock(map, size) != 0)
+            mf_log(MF_LOG_WARN, "cannot lock '%s' (%zu bytes) in memory: %s (see ulimit -l)", path,
+                   size, strerror(errno));
     }
+    mf_log(MF_LOG_DEBUG, "gguf: %s '%s' (%zu bytes)",
+           o->read ? "read" : "mapped", path, size);
     close(fd);
     if (map && !g->map_copy)
         gg_guard_add(map, size, path);
@@ -659,7 +674,8 @@ static size_t split_name(const char *path, int *no, int *count) {
 }
 
 /* Opens parts 1..count of a split model and merges their tensors into part 1. */
-static int open_split(const char *path, size_t plen, int no, int count, mf_gguf **out, mf_error *err) {
+static int open_split(const char *path, size_t plen, int no, int count,
+                      const mf_gguf_open_options *o, mf_gguf **out, mf_error *err) {
     if (no < 1 || no > count)
         return mf_errorf(err, "gguf: '%s': part number %d is not in 1..%d", path, no, count);
     char *pp = mf_malloc(plen + 32);
@@ -669,7 +685,7 @@ static int open_split(const char *path, size_t plen, int no, int count, mf_gguf 
         memcpy(pp, path, plen);
         snprintf(pp + plen, 32, "-%05d-of-%05d.gguf", k + 1, count);
         mf_gguf *part;
-        if (open_one(pp, &part, err))
+        if (open_one(pp, o, &part, err))
             goto done;
         if (k == 0) {
             g = part;
@@ -722,11 +738,18 @@ done:
 }
 
 int mf_gguf_open(const char *path, mf_gguf **out, mf_error *err) {
+    return mf_gguf_open_opts(path, NULL, out, err);
+}
+
+int mf_gguf_open_opts(const char *path, const mf_gguf_open_options *o, mf_gguf **out, mf_error *err) {
+    static const mf_gguf_open_options mapped = {false, false};
+    if (!o)
+        o = &mapped;
     int no = 0, count = 0;
     size_t plen = split_name(path, &no, &count);
     if (plen && count > 1)
-        return open_split(path, plen, no, count, out, err);
-    if (open_one(path, out, err))
+        return open_split(path, plen, no, count, o, out, err);
+    if (open_one(path, o, out, err))
         return -1;
     int64_t v;
     if (get_int_any(*out, "split.count", &v) == 0 && v > 1) {

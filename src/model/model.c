@@ -380,13 +380,14 @@ static int fill_weights(mf_model *m, mf_error *err) {
     return 0;
 }
 
-int mf_model_load(const char *path, void (*progress)(void *user, float frac, const char *what),
-                  void *progress_user, mf_model **out, mf_error *err) {
+int mf_model_load(const char *path, const mf_gguf_open_options *open,
+                  void (*progress)(void *user, float frac, const char *what), void *progress_user,
+                  mf_model **out, mf_error *err) {
     *out = NULL;
     mf_model *m = mf_calloc(1, sizeof *m);
     if (progress)
         progress(progress_user, 0.0f, "loading");
-    if (mf_gguf_open(path, &m->gguf, err))
+    if (mf_gguf_open_opts(path, open, &m->gguf, err))
         goto fail;
     mf_str arch;
     int rc = mf_gguf_get_str(m->gguf, "general.architecture", &arch, err);

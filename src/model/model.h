@@ -63,12 +63,14 @@ typedef struct mf_model {
     char desc[96];            /* "llama 135M Q4_1" */
 } mf_model;
 
-/* Loads path. progress (may be NULL) is called with fractions in [0, 1] while
- * tensors are checked. Errors name the key/tensor and the values:
+/* Loads path (open: how the reader holds the file; NULL: mapped). progress
+ * (may be NULL) is called with fractions in [0, 1] while tensors are
+ * checked. Errors name the key/tensor and the values:
  * "model: unsupported architecture 'gpt2'", "model: tensor 'blk.3.ffn_up.weight'
  * not found", "model: tensor 'x' has shape [a, b], expected [c, d]". */
-int mf_model_load(const char *path, void (*progress)(void *user, float frac, const char *what),
-                  void *progress_user, mf_model **out, mf_error *err);
+int mf_model_load(const char *path, const mf_gguf_open_options *open,
+                  void (*progress)(void *user, float frac, const char *what), void *progress_user,
+                  mf_model **out, mf_error *err);
 void mf_model_free(mf_model *m);
 
 /* The weight type of a tensor the graph reads (by name). */

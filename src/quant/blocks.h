@@ -121,6 +121,28 @@ typedef struct {
 } mf_block_q6_K;
 MF_STATIC_ASSERT(sizeof(mf_block_q6_K) == 2 + MF_QK_K / 16 + 3 * MF_QK_K / 4, "q6_K block size");
 
+/* IQ4_NL: 32 weights as 4-bit indices into a fixed non-linear codebook
+ * (mf_iq4_values), one f16 scale: w = d * values[q]. qs[j] holds element j
+ * in its low nibble and element j + 16 in its high nibble. */
+#define MF_QK4_NL 32
+typedef struct {
+    uint16_t d;
+    uint8_t qs[MF_QK4_NL / 2];
+} mf_block_iq4_nl;
+MF_STATIC_ASSERT(sizeof(mf_block_iq4_nl) == 2 + MF_QK4_NL / 2, "iq4_nl block size");
+
+/* IQ4_XS: 256 weights in 8 sub-blocks of 32 with the IQ4_NL codebook; each
+ * sub-block has a 6-bit scale ls (low 4 bits in scales_l, nibble ib % 2 of
+ * byte ib / 2; high 2 bits at bit 2 * ib of scales_h): w = d * (ls - 32) *
+ * values[q], sub-block ib's indices in qs[16 * ib ..] laid out as IQ4_NL. */
+typedef struct {
+    uint16_t d;
+    uint16_t scales_h;
+    uint8_t scales_l[MF_QK_K / 64];
+    uint8_t qs[MF_QK_K / 2];
+} mf_block_iq4_xs;
+MF_STATIC_ASSERT(sizeof(mf_block_iq4_xs) == 2 + 2 + MF_QK_K / 64 + MF_QK_K / 2, "iq4_xs block size");
+
 /* activation format for K-quant dot products; bsums[i] = sum of qs[16i..16i+15] */
 typedef struct {
     float d;

@@ -11,6 +11,7 @@
  * does). Packing shifts go through unsigned: same low bits as ggml's int
  * shifts, without the undefined behaviour of shifting a negative level. */
 #include "quant/quant.h"
+#include "quant/iq4.h"
 
 #include <math.h>
 #include <string.h>
@@ -843,6 +844,10 @@ static const mf_type_traits type_traits[MF_TYPE_COUNT] = {
     [MF_TYPE_Q5_K] = {"q5_K", MF_QK_K, sizeof(mf_block_q5_K), 1, q5_K_to_float, q5_K_from_float},
     [MF_TYPE_Q6_K] = {"q6_K", MF_QK_K, sizeof(mf_block_q6_K), 1, q6_K_to_float, q6_K_from_float},
     [MF_TYPE_Q8_K] = {"q8_K", MF_QK_K, sizeof(mf_block_q8_K), 1, q8_K_to_float, q8_K_from_float},
+    [MF_TYPE_IQ4_NL] = {"iq4_nl", MF_QK4_NL, sizeof(mf_block_iq4_nl), 1, mf_iq4_nl_to_float,
+                        mf_iq4_nl_from_float},
+    [MF_TYPE_IQ4_XS] = {"iq4_xs", MF_QK_K, sizeof(mf_block_iq4_xs), 1, mf_iq4_xs_to_float,
+                        mf_iq4_xs_from_float},
     [MF_TYPE_I8] = {"i8", 1, 1, 0, i8_to_float, NULL},
     [MF_TYPE_I16] = {"i16", 1, 2, 0, i16_to_float, NULL},
     [MF_TYPE_I32] = {"i32", 1, 4, 0, i32_to_float, NULL},
@@ -884,6 +889,7 @@ int mf_type_is_weight(uint32_t type) {
     case MF_TYPE_F32: case MF_TYPE_F16: case MF_TYPE_BF16:
     case MF_TYPE_Q4_0: case MF_TYPE_Q4_1: case MF_TYPE_Q5_0: case MF_TYPE_Q5_1: case MF_TYPE_Q8_0:
     case MF_TYPE_Q2_K: case MF_TYPE_Q3_K: case MF_TYPE_Q4_K: case MF_TYPE_Q5_K: case MF_TYPE_Q6_K:
+    case MF_TYPE_IQ4_NL: case MF_TYPE_IQ4_XS:
         return 1;
     default:
         return 0;
@@ -916,7 +922,7 @@ const char *mf_ftype_name(uint32_t ftype) {
         [0] = "F32",     [1] = "F16",     [2] = "Q4_0",    [3] = "Q4_1",    [7] = "Q8_0",
         [8] = "Q5_0",    [9] = "Q5_1",    [10] = "Q2_K",   [11] = "Q3_K_S", [12] = "Q3_K_M",
         [13] = "Q3_K_L", [14] = "Q4_K_S", [15] = "Q4_K_M", [16] = "Q5_K_S", [17] = "Q5_K_M",
-        [18] = "Q6_K",   [32] = "BF16",
+        [18] = "Q6_K",   [25] = "IQ4_NL", [30] = "IQ4_XS", [32] = "BF16",
     };
     return ftype < sizeof names / sizeof names[0] ? names[ftype] : NULL;
 }

@@ -26,6 +26,8 @@ typedef enum mf_type {
     MF_TYPE_Q5_K = 13,
     MF_TYPE_Q6_K = 14,
     MF_TYPE_Q8_K = 15,
+    MF_TYPE_IQ4_NL = 20,
+    MF_TYPE_IQ4_XS = 23,
     MF_TYPE_I8 = 24,
     MF_TYPE_I16 = 25,
     MF_TYPE_I32 = 26,
@@ -34,6 +36,10 @@ typedef enum mf_type {
     MF_TYPE_BF16 = 30,
     MF_TYPE_COUNT = 31 /* one past the largest id; not every id below is known */
 } mf_type;
+
+/* The IQ4_NL / IQ4_XS codebook: 16 levels, not evenly spaced (denser near
+ * zero, as weights are distributed), fixed by the GGUF format. */
+extern const int8_t mf_iq4_values[16];
 
 /* Row conversions. n is a multiple of the type's block size. */
 typedef void (*mf_to_float_fn)(const void *src, float *dst, int64_t n);
@@ -57,7 +63,7 @@ int mf_type_from_name(const char *name);
 /* Bytes of a row of n elements; 0 if n is not a multiple of the block size. */
 size_t mf_type_row_size(uint32_t type, int64_t n);
 /* True for the types a model weight may have (F32 F16 BF16 Q4_0 Q4_1 Q5_0
- * Q5_1 Q8_0 Q2_K..Q6_K). */
+ * Q5_1 Q8_0 Q2_K..Q6_K IQ4_NL IQ4_XS). */
 int mf_type_is_weight(uint32_t type);
 
 /* Name of a llama.cpp file type (GGUF general.file_type: 15 -> "Q4_K_M"), or

@@ -157,11 +157,9 @@ static int choose_backends(minfer_model *mm, const minfer_model_options *o, bool
     const mf_backend_entry *named = mf_registry_find(dev, strlen(dev));
     if (strcmp(dev, "auto") && !named)
         return mf_errorf(err, "model: unknown device '%s' (this build: %s; or auto)", dev, mf_registry_names());
-    if (o->n_gpu_layers != -1 && o->n_gpu_layers != 0)
-        return mf_errorf(err,
-                         "model: n_gpu_layers %d is not supported (-1: all layers, 0: none; the "
-                         "GPU takes the whole model or nothing)",
-                         o->n_gpu_layers);
+    if (o->n_gpu_layers < -1)
+        return mf_errorf(err, "model: n_gpu_layers %d is not valid (-1 or N >= layers: all, 0: "
+                              "none)", o->n_gpu_layers);
     if (named && named->is_gpu && o->n_gpu_layers == 0)
         return mf_errorf(err, "model: device '%s' with 0 GPU layers is a contradiction", dev);
     const char *list = o->backends;
@@ -179,6 +177,8 @@ static int choose_backends(minfer_model *mm, const minfer_model_options *o, bool
     }
     if (parse_backends(mm, list, source, err))
         return -1;
+    mf_log(MF_LOG_DEBUG, "model: backend list '%s' (from %s; device %s, n_gpu_layers %d)", list,
+           source, dev, o->n_gpu_layers);
     *gpu_required = named && named->is_gpu;
     for (int i = 0; i < mm->n_be; i++)
         if (from_list && mm->be[i]->is_gpu)
@@ -186,6 +186,21 @@ static int choose_backends(minfer_model *mm, const minfer_model_options *o, bool
     for (int i = 0; i < mm->n_be; i++)
         if (mm->be[i]->is_gpu && ((named && !named->is_gpu) || o->n_gpu_layers == 0))
             drop_backend(mm, i--);
+    return 0;
+}
+
+/* llama.cpp's -ngl counts layers; N at or above the model's layer count (the
+ * usual -ngl 99) means the whole model. The design keeps GPU participation
+ * all-or-nothing, so a count that would split the layers is refused. */
+static int check_gpu_layers(const minfer_model *mm, const minfer_model_options *o,
+                            mf_error *err) {
+    int32_t nl = mm->m->hp.n_layer;
+    if (o->n_gpu_layers > 0 && o->n_gpu_layers < nl)
+        return mf_errorf(err,
+                         "model: n_gpu_layers %d of %d layers is a partial offload, which is "
+                         "not supported (the GPU takes the whole model or nothing: -1 or >= %d "
+                         "for all, 0 for none)",
+                         o->n_gpu_layers, nl, nl);
     return 0;
 }
 
@@ -218,11 +233,16 @@ minfer_model *minfer_model_load(const minfer_model_options *o, char *err, size_t
     bool gpu_required = false;
     mf_levers_backend_options(&mm->bo);
     mm->bo.n_threads = mm->n_threads;
+    mf_gguf_open_options open = {.read = mf_lever_flag("MINFER_NO_MMAP"),
+                                 .lock = mf_lever_flag("MINFER_MLOCK")};
     if (choose_backends(mm, o, &gpu_required, &e) ||
-        mf_model_load(o->path, o->progress, o->progress_user, &mm->m, &e) ||
-        make_gpus(mm, o, gpu_required, &e))
+        mf_model_load(o->path, &open, o->progress, o->progress_user, &mm->m, &e) ||
+        check_gpu_layers(mm, o, &e) || make_gpus(mm, o, gpu_required, &e))
         goto fail;
     name_backends(mm);
+    mf_log(MF_LOG_DEBUG, "model: %s, %d layers, %lld parameters, %llu weight bytes, backends %s",
+           mm->m->desc, mm->m->hp.n_layer, (long long)mm->m->n_params,
+           (unsigned long long)mm->m->weight_bytes, mm->backend_name);
     if (mf_tokenizer_from_gguf(mm->m->gguf, &mm->tok, &e))
         goto fail;
     if (mf_tokenizer_n_vocab(mm->tok) > mm->m->hp.n_vocab) {

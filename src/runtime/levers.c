@@ -7,8 +7,9 @@
 static const mf_lever levers[] = {
     {"MINFER_LOG", MF_LEVER_STRING, "warn", "level of log lines on stderr: debug, info, warn, error"},
     {"MINFER_BACKENDS", MF_LEVER_STRING, "", "the engine's backend list in priority order, e.g. ref,cpu"},
-    {"MINFER_LOAD_COPY", MF_LEVER_FLAG, "off", "read model files into memory at open instead of mapping them"},
     {"MINFER_CACHE_TYPE", MF_LEVER_STRING, "", "KV cache type f32, f16 or q8_0; overrides the session option"},
+    {"MINFER_NO_MMAP", MF_LEVER_FLAG, "off", "the GGUF reader reads the model file instead of mapping it"},
+    {"MINFER_MLOCK", MF_LEVER_FLAG, "off", "the GGUF reader locks the model's bytes in memory (mlock)"},
     {"MINFER_NO_FUSE_QKV", MF_LEVER_FLAG, "off", "decode graphs keep separate Q/K/V matmuls, norms, RoPE, store"},
     {"MINFER_NO_FUSE_FFN", MF_LEVER_FLAG, "off", "decode graphs keep separate gate/up matmuls and SWIGLU"},
     {"MINFER_NO_FUSE_QKV_EPILOGUE", MF_LEVER_FLAG, "off", "decode graphs keep separate bias, RoPE, KV-store nodes"},

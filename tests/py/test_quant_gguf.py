@@ -34,12 +34,14 @@ TYPES = {
     "q5_1": (GT.Q5_1, True), "q8_0": (GT.Q8_0, True), "q8_1": (GT.Q8_1, False),
     "q2_K": (GT.Q2_K, False), "q3_K": (GT.Q3_K, False), "q4_K": (GT.Q4_K, False),
     "q5_K": (GT.Q5_K, False), "q6_K": (GT.Q6_K, False), "q8_K": (GT.Q8_K, False),
+    "iq4_nl": (GT.IQ4_NL, False), "iq4_xs": (GT.IQ4_XS, False),
 }
 
 # byte offsets of the f16 scale fields in one block (made finite in check 3)
 F16_FIELDS = {
     "q4_0": [0], "q4_1": [0, 2], "q5_0": [0], "q5_1": [0, 2], "q8_0": [0], "q8_1": [0, 2],
     "q2_K": [80, 82], "q3_K": [108], "q4_K": [0, 2], "q5_K": [0, 2], "q6_K": [208],
+    "iq4_nl": [0], "iq4_xs": [0],
 }
 
 # gguf-py still lists Q8_1 with the old float d/s layout (40 bytes); ggml has

@@ -230,7 +230,7 @@ for l in range(L):
 ok(sum(tq[f"blk.{l}.attn_v.weight"].tensor_type == Q.Q6_K for l in range(L)) == 4,
    "4 of 8 attn_v get q6_K (layers 0, 3, 6, 7)")
 
-bound = {Q.Q4_K: 0.12, Q.Q6_K: 0.03, Q.Q5_0: 0.07, Q.Q8_0: 0.01, Q.Q3_K: 0.25, Q.Q2_K: 0.45,
+bound = {Q.IQ4_NL: 0.1, Q.IQ4_XS: 0.1, Q.Q4_K: 0.12, Q.Q6_K: 0.03, Q.Q5_0: 0.07, Q.Q8_0: 0.01, Q.Q3_K: 0.25, Q.Q2_K: 0.45,
          Q.F32: 1e-7, Q.Q5_K: 0.06, Q.Q4_0: 0.15}
 
 def rel_err(a, b):
@@ -261,6 +261,35 @@ ok(t2["blk.0.attn_v.weight"].tensor_type == Q.Q4_K, "Q2_K attn_v q4_K (n_gqa 4)"
 ok(t2["blk.0.ffn_down.weight"].tensor_type == Q.Q3_K, "Q2_K ffn_down q3_K")
 ok(t2["blk.0.attn_output.weight"].tensor_type == Q.Q3_K, "Q2_K attn_output q3_K")
 check_close(t2, ["blk.0.attn_q.weight", "blk.0.ffn_down.weight"], "Q2_K")
+# Q3_K_S: q3_K everywhere but the output; Q3_K_L: attn_v, attn_output and
+# ffn_down q5_K (llama.cpp's rules); both load and run
+for mix, ft, special in (("Q3_K_S", 11, Q.Q3_K), ("Q3_K_L", 13, Q.Q5_K)):
+    d3 = path(f"small_{mix}.gguf")
+    run("quantize", src, d3, mix)
+    r3 = gguf.GGUFReader(d3)
+    t3 = tensors(r3)
+    ok(field(r3, "general.file_type") == ft, f"{mix} file_type {ft}")
+    ok(t3["output.weight"].tensor_type == Q.Q6_K, f"{mix} output q6_K")
+    for l in range(L):
+        ok(t3[f"blk.{l}.attn_q.weight"].tensor_type == Q.Q3_K, f"{mix} blk.{l}.attn_q q3_K")
+        for n in ("attn_v", "attn_output", "ffn_down"):
+            ok(t3[f"blk.{l}.{n}.weight"].tensor_type == special, f"{mix} blk.{l}.{n} {special.name}")
+    check_close(t3, ["blk.0.attn_q.weight", "blk.0.attn_v.weight"], mix)
+    ok(run("run", "-m", d3, "-p", "hello", "-n", "2", "--temp", "0").returncode == 0, f"{mix} model runs")
+# IQ4_NL / IQ4_XS: every 2-D weight that type but the output (q6_K); the
+# dequantized weights are close and the file runs
+# (CPU kernels: scalar dots, checked in test_cpu_kernels)
+for name, ft, qt in (("iq4_nl", 25, Q.IQ4_NL), ("iq4_xs", 30, Q.IQ4_XS)):
+    d4 = path(f"small_{name}.gguf")
+    run("quantize", src, d4, name)
+    r4 = gguf.GGUFReader(d4)
+    t4 = tensors(r4)
+    ok(field(r4, "general.file_type") == ft, f"{name} file_type {ft}")
+    ok(t4["output.weight"].tensor_type == Q.Q6_K, f"{name} output q6_K")
+    ok(all(t4[f"blk.{l}.{n}.weight"].tensor_type == qt for l in range(L)
+           for n in ("attn_q", "attn_v", "ffn_down", "ffn_up")), f"{name} everywhere")
+    check_close(t4, ["blk.0.attn_q.weight", "blk.1.ffn_down.weight"], name)
+    ok(run("run", "-m", d4, "-p", "hello", "-n", "4", "--temp", "0").returncode == 0, f"{name} model runs")
 d8 = path("small_q80.gguf")
 run("quantize", src, d8, "Q8_0")
 t8 = tensors(gguf.GGUFReader(d8))

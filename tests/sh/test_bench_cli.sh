@@ -95,7 +95,7 @@ expect_fail 2 "-p: 'abc' is not an integer" "$BIN" bench -m "$M" -p abc
 expect_fail 2 "-n: '4,,8' is not a comma-separated list" "$BIN" bench -m "$M" -n 4,,8
 expect_fail 2 "-t: -1 is out of range" "$BIN" bench -m "$M" -t 2,-1
 expect_fail 2 "-r: 0 is out of range" "$BIN" bench -m "$M" -r 0
-expect_fail 2 "--output: 'xml' is not md or json" "$BIN" bench -m "$M" -o xml
+expect_fail 2 "--output: 'xml' is not md, csv, json or jsonl" "$BIN" bench -m "$M" -o xml
 expect_fail 2 "--device: 'tpu' is not a device of this build" "$BIN" bench -m "$M" --device tpu
 expect_fail 2 "unknown option '--bogus'" "$BIN" bench -m "$M" --bogus
 expect_fail 2 "nothing to run" "$BIN" bench -m "$M" -p 0 -n 0
@@ -104,5 +104,36 @@ expect_fail 1 "$TMP/missing.gguf" "$BIN" bench -m "$TMP/missing.gguf"
 printf 'not a gguf file at all\n' >"$TMP/text.gguf"
 expect_fail 1 "text.gguf" "$BIN" bench -m "$TMP/text.gguf" -p 4 -n 0 -r 1
 expect_fail 1 "q4_z" "$BIN" bench -m "$M" -p 4 -n 0 -r 1 -ctk q4_z
+
+# ---- llama-bench flags: -pg, -ub, -ngl, -fa, -o csv / jsonl ----
+if "$BIN" bench -m "$M" -p 16 -n 4 -pg 8,4 -r 2 -t 1 -ub 4 -ngl 99 -fa 1 --device cpu -o jsonl \
+    >"$TMP/b.jsonl" 2>"$TMP/err"; then pass; else fail "bench -o jsonl: $(cat "$TMP/err")"; fi
+"$BIN" bench -m "$M" -p 16 -n 4 -pg 8,4 -r 2 -t 1 -ub 4 --device cpu -o csv >"$TMP/b.csv" 2>"$TMP/err" \
+    && pass || fail "bench -o csv: $(cat "$TMP/err")"
+"$PY" - "$TMP/b.jsonl" "$TMP/b.csv" <<'PYEOF' && pass || fail "bench jsonl/csv content"
+import csv, json, sys
+rows = [json.loads(l) for l in open(sys.argv[1])]
+assert len(rows) == 3, rows
+for r in rows:
+    assert r["n_ubatch"] == 4 and r["n_batch"] == 512 and r["flash_attn"] is True, r
+    assert r["n_gpu_layers"] == 0 and r["type_k"] == "f32", r  # the CPU runs it
+pg = rows[2]
+assert (pg["n_prompt"], pg["n_gen"]) == (8, 4), pg
+for a, b in zip(pg["samples_ns"], pg["samples_ts"]):
+    assert abs(b * a / 1e9 - 12) < 1e-2, (a, b)  # t/s over the 8 + 4 tokens
+c = list(csv.DictReader(open(sys.argv[2])))
+assert len(c) == 3 and all(len(x) == len(c[0]) for x in c), c
+assert [int(x["n_prompt"]) for x in c] == [16, 0, 8] and [int(x["n_gen"]) for x in c] == [0, 4, 4], c
+assert c[1]["weights_gbps"] and not c[0]["weights_gbps"], c
+assert json.loads(c[0]["samples_ns"]) and c[0]["model_filename"].endswith("tiny.gguf"), c[0]
+print("jsonl/csv ok")
+PYEOF
+"$BIN" bench -m "$M" -p 0 -n 0 -pg 8,4 -r 1 -t 1 --device cpu >"$TMP/pg.md" 2>"$TMP/err"
+grep -q '| pp8+tg4 |' "$TMP/pg.md" && pass || fail "md -pg row: $(cat "$TMP/pg.md" "$TMP/err")"
+expect_fail 2 "PP,TG" "$BIN" bench -m "$M" -pg 8
+expect_fail 2 "fused" "$BIN" bench -m "$M" -fa 0,1
+expect_fail 2 "not md, csv, json or jsonl" "$BIN" bench -m "$M" -o xml
+expect_fail 2 "separate K and V" "$BIN" bench -m "$M" -ctk f16 -ctv q8_0
+expect_fail 1 "partial offload" "$BIN" bench -m "$M" -p 4 -n 0 -r 1 -ngl 1
 
 finish

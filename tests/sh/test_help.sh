@@ -12,8 +12,8 @@ set -u
 
 BOGUS=--zz-bogus
 # Values tried for a flag that takes one, in order (a number, a float, a cache
-# type, a device, a template, an output format, a file, a preset, text).
-VALUES=(1 0.5 f16 cpu chatml json "$MODEL" qwen2-0.5b llama hi)
+# type, a device, a template, an output format, a file, a preset, text, a pair).
+VALUES=(1 0.5 f16 cpu chatml json "$MODEL" qwen2-0.5b llama hi 8,4)
 
 # accepted CMD FLAG: 0 when the parser gets past FLAG (alone or with a value).
 accepted() {

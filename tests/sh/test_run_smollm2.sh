@@ -115,7 +115,7 @@ grep -q Berlin "$TMP/chat" && pass || fail "chat answer 2 lacks Berlin"
 rc=$?
 cat "$TMP/ppl"
 [ $rc -eq 0 ] && pass || fail "perplexity exited $rc: $(cat "$TMP/ppl.err")"
-ppl=$(sed -n 's/^PPL = \([0-9.]*\) +\/- [0-9.]*$/\1/p' "$TMP/ppl")
+ppl=$(sed -n 's/^Final estimate: PPL = \([0-9.]*\) +\/- [0-9.]*$/\1/p' "$TMP/ppl")
 grep -qE '^\[1\][0-9.]+,\[2\][0-9.]+,' "$TMP/ppl" && pass || fail "no running [i]ppl values"
 if [ -n "$ppl" ] && awk -v p="$ppl" 'BEGIN { exit !(p >= 3 && p <= 60) }'; then pass
 else fail "PPL '$ppl' outside 3..60"; fi

@@ -38,7 +38,8 @@ static void rand_floats(float *x, int64_t n, float scale) {
 
 static const uint32_t weight_types[] = {MF_TYPE_F32,  MF_TYPE_F16,  MF_TYPE_BF16, MF_TYPE_Q4_0, MF_TYPE_Q4_1,
                                         MF_TYPE_Q5_0, MF_TYPE_Q5_1, MF_TYPE_Q8_0, MF_TYPE_Q2_K, MF_TYPE_Q3_K,
-                                        MF_TYPE_Q4_K, MF_TYPE_Q5_K, MF_TYPE_Q6_K};
+                                        MF_TYPE_Q4_K, MF_TYPE_Q5_K, MF_TYPE_Q6_K, MF_TYPE_IQ4_NL,
+                                        MF_TYPE_IQ4_XS};
 #define N_WTYPES (int)(sizeof weight_types / sizeof weight_types[0])
 static const int64_t widths[] = {896, 1536, 3584, 4864, 8960, 18944};
 #define N_WIDTHS (int)(sizeof widths / sizeof widths[0])
@@ -80,6 +81,8 @@ static void rand_blocks(uint32_t type, void *dst, int64_t n) {
             ((mf_block_q5_K *)blk)->dmin = rand_half(0.0005f, 0.002f);
             break;
         case MF_TYPE_Q6_K: ((mf_block_q6_K *)blk)->d = rand_half(-0.001f, 0.001f); break;
+        case MF_TYPE_IQ4_NL: ((mf_block_iq4_nl *)blk)->d = rand_half(-0.002f, 0.002f); break;
+        case MF_TYPE_IQ4_XS: ((mf_block_iq4_xs *)blk)->d = rand_half(-0.0002f, 0.0002f); break;
         default: break;
         }
     }

@@ -17,6 +17,7 @@
  *   q4_1, q4_K    9.5 %                              12 %
  *   q3_K          18 %                               8 %
  *   q2_K          35 %                               45 %
+ *   iq4_nl/xs     8.5 %                              6 %
  *   f32 exact.
  *
  * Values around 1e-6 ("underflow") put the f16 block scales into the
@@ -85,6 +86,7 @@ static const type_case cases[] = {
     {MF_TYPE_Q6_K, 0.025, 0.025},   {MF_TYPE_Q5_0, 0.052, 0.065},   {MF_TYPE_Q5_1, 0.052, 0.065},
     {MF_TYPE_Q5_K, 0.052, 0.065},   {MF_TYPE_Q4_0, 0.105, 0.12},    {MF_TYPE_Q4_1, 0.095, 0.12},
     {MF_TYPE_Q4_K, 0.095, 0.12},    {MF_TYPE_Q3_K, 0.18, 0.08},     {MF_TYPE_Q2_K, 0.35, 0.45},
+    {MF_TYPE_IQ4_NL, 0.085, 0.06},  {MF_TYPE_IQ4_XS, 0.085, 0.06},
 };
 #define N_CASES ((int)(sizeof cases / sizeof cases[0]))
 
@@ -293,9 +295,11 @@ MF_TEST(test_traits) {
         {MF_TYPE_Q5_K, 256, sizeof(mf_block_q5_K)},
         {MF_TYPE_Q6_K, 256, sizeof(mf_block_q6_K)},
         {MF_TYPE_Q8_K, 256, sizeof(mf_block_q8_K)},
+        {MF_TYPE_IQ4_NL, 32, sizeof(mf_block_iq4_nl)},
+        {MF_TYPE_IQ4_XS, 256, sizeof(mf_block_iq4_xs)},
     };
     /* the GGUF ecosystem's byte counts, independent of blocks.h */
-    static const size_t gguf_sizes[] = {4, 2, 2, 18, 20, 22, 24, 34, 36, 84, 110, 144, 176, 210, 292};
+    static const size_t gguf_sizes[] = {4, 2, 2, 18, 20, 22, 24, 34, 36, 84, 110, 144, 176, 210, 292, 18, 136};
     for (int i = 0; i < (int)(sizeof want / sizeof want[0]); i++) {
         const mf_type_traits *tr = mf_type_get(want[i].t);
         CHECK_MSG(tr != NULL, "type %d missing", (int)want[i].t);
@@ -325,7 +329,7 @@ MF_TEST(test_traits) {
             if (mf_type_get(u))
                 CHECK_MSG(strcmp(mf_type_name(u), mf_type_name(t)) != 0, "ids %u and %u share a name", u, t);
     }
-    CHECK_EQ_INT(known, 20);
+    CHECK_EQ_INT(known, 22);
     CHECK_EQ_INT(mf_type_from_name("Q4_K"), MF_TYPE_Q4_K);
     CHECK_EQ_INT(mf_type_from_name("Q8_0"), MF_TYPE_Q8_0);
     CHECK_EQ_INT(mf_type_from_name("F16"), MF_TYPE_F16);

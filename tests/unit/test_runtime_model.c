@@ -139,7 +139,7 @@ static mf_model *load(const spec *s, const char *name, mf_error *err) {
         return NULL;
     }
     mf_model *m = NULL;
-    if (mf_model_load(p, NULL, NULL, &m, err))
+    if (mf_model_load(p, NULL, NULL, NULL, &m, err))
         m = NULL;
     unlink(p);
     return m;
@@ -227,7 +227,7 @@ MF_TEST(broken_models_are_refused_by_name) {
                  "tensor 'evil\\x1b]0;x\\x07.weight' is not used");
     mf_error err;
     mf_model *m = NULL;
-    CHECK(mf_model_load("/nonexistent/model.gguf", NULL, NULL, &m, &err) == -1 && !m);
+    CHECK(mf_model_load("/nonexistent/model.gguf", NULL, NULL, NULL, &m, &err) == -1 && !m);
 }
 
 /* Ops of a graph built for p. */

@@ -15,6 +15,7 @@
 #include <string.h>
 
 #include "backend/cpu/kernels_isa.h"
+#include "quant/iq4.h"
 
 #if MF_CPU_ARM && defined(__linux__) /* [neon] HWCAP bits for isa_hw */
 #include <sys/auxv.h>
@@ -378,6 +379,43 @@ static void dot_q6_K(int64_t n, float *s, const void *vw, const void *va) {
 
 /* ==== tables and dispatch ================================================== */
 
+/* IQ4_NL x Q8_0: both blocks are 32 wide; the codebook levels are integers,
+ * so the block's products sum exactly before the two scales. */
+static void dot_iq4_nl(int64_t n, float *s, const void *vw, const void *va) {
+    const mf_block_iq4_nl *w = vw;
+    const mf_block_q8_0 *a = va;
+    float sum = 0;
+    for (int64_t b = 0; b < n / MF_QK4_NL; b++) {
+        int isum = 0;
+        for (int j = 0; j < 16; j++)
+            isum += mf_iq4_values[w[b].qs[j] & 0xF] * a[b].qs[j] +
+                    mf_iq4_values[w[b].qs[j] >> 4] * a[b].qs[j + 16];
+        sum = fmaf((float)isum, h2f(w[b].d) * h2f(a[b].d), sum);
+    }
+    *s = sum;
+}
+
+/* IQ4_XS x Q8_K: one integer sum per 32-element sub-block, times its 6-bit
+ * scale, then the super-block scales. */
+static void dot_iq4_xs(int64_t n, float *s, const void *vw, const void *va) {
+    const mf_block_iq4_xs *w = vw;
+    const mf_block_q8_K *a = va;
+    float sum = 0;
+    for (int64_t b = 0; b < n / MF_QK_K; b++) {
+        int isum = 0;
+        for (int ib = 0; ib < 8; ib++) {
+            const uint8_t *qs = w[b].qs + 16 * ib;
+            const int8_t *q8 = a[b].qs + 32 * ib;
+            int sub = 0;
+            for (int j = 0; j < 16; j++)
+                sub += mf_iq4_values[qs[j] & 0xF] * q8[j] + mf_iq4_values[qs[j] >> 4] * q8[j + 16];
+            isum += mf_iq4_xs_scale(&w[b], ib) * sub;
+        }
+        sum = fmaf((float)isum, h2f(w[b].d) * a[b].d, sum);
+    }
+    *s = sum;
+}
+
 static const mf_cpu_dot dots_scalar[MF_TYPE_COUNT] = {
     [MF_TYPE_F32] = {MF_TYPE_F32, dot_f32},
     [MF_TYPE_F16] = {MF_TYPE_F32, dot_f16},
@@ -392,6 +430,8 @@ static const mf_cpu_dot dots_scalar[MF_TYPE_COUNT] = {
     [MF_TYPE_Q4_K] = {MF_TYPE_Q8_K, dot_q4_K},
     [MF_TYPE_Q5_K] = {MF_TYPE_Q8_K, dot_q5_K},
     [MF_TYPE_Q6_K] = {MF_TYPE_Q8_K, dot_q6_K},
+    [MF_TYPE_IQ4_NL] = {MF_TYPE_Q8_0, dot_iq4_nl},
+    [MF_TYPE_IQ4_XS] = {MF_TYPE_Q8_K, dot_iq4_xs},
 };
 
 const mf_cpu_dot *mf_cpu_dot_scalar(uint32_t wtype) {
