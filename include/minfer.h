@@ -77,9 +77,14 @@ bool minfer_token_is_eog(const minfer_model *m, int32_t token);
 int32_t minfer_token_bos(const minfer_model *m);
 int32_t minfer_token_eos(const minfer_model *m);
 
-/* Renders a chat with the model's template (or the named one: "chatml",
- * "llama3"); add_assistant opens the assistant turn. Returns a malloc'd
- * string (free with free()) or NULL. */
+/* Renders a chat with the model's own Jinja template (tokenizer.chat_template,
+ * checked at load) when template_name is NULL or "", or with the named
+ * built-in one ("chatml", "llama3", "llama2", "gemma", "phi3", "zephyr"),
+ * which is also the default for a GGUF without a template. add_assistant
+ * opens the assistant turn (add_generation_prompt). A BOS text the template
+ * writes is dropped when the tokenizer adds BOS itself. Returns a malloc'd
+ * string (free with free()) or NULL with err naming the problem (a
+ * raise_exception of the template, an unknown template name). */
 typedef struct minfer_chat_message {
     const char *role;    /* "system", "user", "assistant" */
     const char *content;
@@ -87,6 +92,17 @@ typedef struct minfer_chat_message {
 char *minfer_chat_apply(const minfer_model *m, const char *template_name,
                         const minfer_chat_message *msgs, int32_t n, bool add_assistant,
                         char *err, size_t errlen);
+/* As minfer_chat_apply, with the messages as a JSON array of OpenAI chat
+ * messages (role, content, tool_calls, tool_call_id, ...) and tools as a JSON
+ * array of OpenAI tool definitions (NULL or "": none), passed to the template
+ * as `messages` and `tools`. Tools need the model's own template: with a
+ * built-in one they are refused. */
+char *minfer_chat_apply_json(const minfer_model *m, const char *template_name,
+                             const char *messages_json, const char *tools_json, bool add_assistant,
+                             char *err, size_t errlen);
+/* 0 when name is NULL, "" or a built-in template name; else -1 and err
+ * ("chat: unknown template 'bogus' (chatml, ...)"). For flag parsing. */
+int minfer_chat_template_check(const char *name, char *err, size_t errlen);
 
 /* ---- session ------------------------------------------------------------------------------ */
 

@@ -140,6 +140,7 @@ static int parse(int argc, char **argv, serve_opts *o) {
             STR(o->device);
         } else if (VAL("--chat-template")) {
             STR(o->tmpl);
+            if (minfer_chat_template_check(o->tmpl, e.msg, sizeof e.msg)) return mf_arg_fail(cmd, &e);
         } else if (VAL("--parallel")) {
             INT(o->parallel, 1, 1);
         } else if (VAL("--timeout")) {

@@ -10,6 +10,7 @@
 #include "graph/engine.h"
 #include "minfer.h"
 #include "model/model.h"
+#include "template/jinja.h"
 #include "tokenizer/tokenizer.h"
 
 #define MF_RT_MAX_BACKENDS 4
@@ -19,7 +20,9 @@ typedef enum mf_backend_choice { MF_BE_CPU, MF_BE_REF, MF_BE_CUDA } mf_backend_c
 struct minfer_model {
     mf_model *m;
     mf_tokenizer *tok;
-    mf_chat_template tmpl;      /* detected from the GGUF (ChatML when unknown) */
+    mf_chat_template tmpl;      /* built-in family detected from the GGUF (ChatML when unknown) */
+    mf_jinja *jinja;            /* tokenizer.chat_template, parsed; NULL when the GGUF has none */
+    char *bos_text, *eos_text;  /* bos_token / eos_token as templates see them ("" when none) */
     int32_t n_threads;
     mf_backend_choice be[MF_RT_MAX_BACKENDS]; /* engine backend list, priority order */
     int n_be;
@@ -39,6 +42,12 @@ struct minfer_session {
     float *logits;              /* [n_batch or 1][n_vocab] */
     int32_t n_logits;           /* rows valid in logits */
 };
+
+/* Parses and probes the GGUF's chat template (api_chat.c): a template that
+ * does not parse, or fails to render a one-message conversation, fails the
+ * load with the template's line:column. */
+int mf_rt_chat_init(minfer_model *mm, mf_error *err);
+void mf_rt_chat_free(minfer_model *mm);
 
 /* ---- sampler internals ------------------------------------------------------------ */
 

@@ -220,6 +220,28 @@ MF_TEST(options_and_sizes) {
     CHECK_STR_CONTAINS(txt, "<|im_start|>assistant\n");
     free(txt);
     CHECK(minfer_chat_apply(model, "nonsense", m, 2, true, err, sizeof err) == NULL);
+    /* The model's own Jinja template is the default: SmolLM2's adds its
+     * system prompt when the chat has none; the built-in chatml does not. */
+    txt = minfer_chat_apply(model, NULL, m + 1, 1, false, err, sizeof err);
+    CHECK(txt && !strcmp(txt, "<|im_start|>system\nYou are a helpful AI assistant named SmolLM, "
+                              "trained by Hugging Face<|im_end|>\n<|im_start|>user\nHi<|im_end|>\n"));
+    free(txt);
+    txt = minfer_chat_apply(model, "chatml", m + 1, 1, false, err, sizeof err);
+    CHECK(txt && !strcmp(txt, "<|im_start|>user\nHi<|im_end|>\n"));
+    free(txt);
+    txt = minfer_chat_apply_json(model, NULL, "[{\"role\":\"user\",\"content\":\"Hi\"}]", NULL,
+                                 true, err, sizeof err);
+    CHECK_STR_CONTAINS(txt, "named SmolLM");
+    CHECK_STR_CONTAINS(txt, "<|im_start|>user\nHi<|im_end|>\n<|im_start|>assistant\n");
+    free(txt);
+    CHECK(minfer_chat_apply_json(model, NULL, "[{\"role\":", NULL, true, err, sizeof err) == NULL);
+    CHECK_STR_CONTAINS(err, "chat: messages");
+    CHECK(minfer_chat_apply_json(model, "chatml", "[{\"role\":\"user\",\"content\":\"Hi\"}]",
+                                 "[{\"type\":\"function\"}]", true, err, sizeof err) == NULL);
+    CHECK_STR_CONTAINS(err, "tools need the model's own chat template");
+    CHECK(minfer_chat_template_check("llama3", err, sizeof err) == 0);
+    CHECK(minfer_chat_template_check("bogus", err, sizeof err) == -1);
+    CHECK_STR_CONTAINS(err, "unknown template 'bogus'");
 }
 
 /* A context past the trained one is refused with both numbers (never an
