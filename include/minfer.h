@@ -155,6 +155,23 @@ int32_t minfer_sampler_sample(minfer_sampler *s, const float *logits, int32_t n_
 /* Records a token in the penalty window (prompt and generated tokens). */
 void minfer_sampler_accept(minfer_sampler *s, int32_t token);
 
+/* Structured output: constrains sampling to a GBNF grammar (start rule
+ * "root"; the syntax llama.cpp's --grammar takes). Each sample call then
+ * returns only a token whose bytes extend a valid prefix, an end-of-generation
+ * token only once the output is a complete sentence, and advances the
+ * grammar by it; -1 when no token fits. gbnf NULL or "" removes the
+ * constraint. Fails (err: "grammar: 2:7: ...") on a grammar that does not
+ * compile. m gives the token pieces. */
+int minfer_sampler_set_grammar(minfer_sampler *s, const minfer_model *m, const char *gbnf,
+                               char *err, size_t errlen);
+/* The same with a JSON Schema (JSON text) converted to a grammar; schema
+ * NULL or "" means any JSON object (response_format json_object). */
+int minfer_sampler_set_json_schema(minfer_sampler *s, const minfer_model *m, const char *schema,
+                                   char *err, size_t errlen);
+/* The GBNF text a schema converts to (NULL/"": the JSON object grammar);
+ * malloc'd, or NULL with err naming the unsupported part. */
+char *minfer_json_schema_to_grammar(const char *schema, char *err, size_t errlen);
+
 /* ---- generation ------------------------------------------------------------------------------------- */
 
 /* Called with each generated token and its text (complete UTF-8 only; may be

@@ -13,6 +13,7 @@
 
 typedef struct run_opts {
     const char *model, *prompt, *file, *sys, *tmpl, *ctk, *ctv, *logits_out, *device;
+    const char *grammar, *grammar_file, *json_schema; /* structured output (run only) */
     int32_t n_predict, n_ctx, n_threads, n_batch, n_gpu_layers;
     bool chat, display_prompt;
     minfer_sampler_options so;
@@ -37,6 +38,10 @@ static void usage(FILE *f, bool chat) {
                    "of text or context)\n"
                    "      --chat               wrap the prompt in the model's chat template\n"
                    "      --logits-out FILE    write the prompt's last-position logits (f32 LE)\n"
+                   "      --grammar GBNF       constrain the output to a GBNF grammar (rule root)\n"
+                   "      --grammar-file FILE  the same, read from FILE\n"
+                   "      --json-schema S      constrain the output to JSON matching schema S\n"
+                   "                           (JSON text, or @FILE; '{}' any JSON value)\n"
                    "      --no-display-prompt  do not echo the prompt\n");
     else
         fprintf(f, "  -n, --n-predict N        max tokens per answer (default -1: until end of "
@@ -170,6 +175,15 @@ static int parse(int argc, char **argv, bool chat, run_opts *o) {
         } else if (!chat && VAL("--logits-out")) {
             CHECK();
             o->logits_out = v;
+        } else if (!chat && VAL("--grammar")) {
+            CHECK();
+            o->grammar = v;
+        } else if (!chat && VAL("--grammar-file")) {
+            CHECK();
+            o->grammar_file = v;
+        } else if (!chat && VAL("--json-schema")) {
+            CHECK();
+            o->json_schema = v;
         } else if (!chat && !strcmp(a, "--no-display-prompt")) {
             o->display_prompt = false;
         } else if (VAL("-ngl") || VAL("--n-gpu-layers")) {
@@ -203,6 +217,37 @@ static int parse(int argc, char **argv, bool chat, run_opts *o) {
     if (!o->model)
         o->model = mf_default_model();
     return 0;
+}
+
+static char *read_file(const char *path, const char *cmd);
+
+/* --grammar / --grammar-file / --json-schema onto the sampler (at most one). */
+static int set_constraint(const run_opts *o, minfer_model *m, minfer_sampler *smp) {
+    int n = !!o->grammar + !!o->grammar_file + !!o->json_schema;
+    char err[512];
+    if (n > 1) {
+        fprintf(stderr, "run: --grammar, --grammar-file and --json-schema exclude each other\n");
+        return -1;
+    }
+    if (!n)
+        return 0;
+    char *text = NULL;
+    const char *g = o->grammar;
+    int rc;
+    if (o->grammar_file && !(g = text = read_file(o->grammar_file, "run")))
+        return -1;
+    if (o->json_schema) {
+        const char *sch = o->json_schema;
+        if (sch[0] == '@' && !(sch = text = read_file(sch + 1, "run")))
+            return -1;
+        rc = minfer_sampler_set_json_schema(smp, m, sch, err, sizeof err);
+    } else {
+        rc = minfer_sampler_set_grammar(smp, m, g, err, sizeof err);
+    }
+    if (rc)
+        fprintf(stderr, "run: %s\n", err);
+    free(text);
+    return rc;
 }
 
 static char *read_file(const char *path, const char *cmd) {
@@ -359,6 +404,8 @@ int mf_cmd_run(int argc, char **argv) {
     if (open_session(&o, "run", m, prompt, &s))
         goto out;
     smp = minfer_sampler_new(&o.so);
+    if (set_constraint(&o, m, smp))
+        goto out;
     if (o.display_prompt) {
         fputs(prompt, stdout);
         fflush(stdout);

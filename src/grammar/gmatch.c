@@ -279,3 +279,29 @@ bool mf_gstate_done(const mf_gstate *st) {
 bool mf_gstate_finished(const mf_gstate *st) {
     return mf_gstate_done(st) && st->n_stacks == 1;
 }
+
+void mf_gstate_first_bytes(const mf_grammar *g, const mf_gstate *st, uint8_t out[256]) {
+    if (st->need) { /* inside a character: leave the check to the full advance */
+        memset(out, 1, 256);
+        return;
+    }
+    for (int b = 0; b < 256; b++) {
+        uint32_t lo, hi;
+        if (b < 0x80) {
+            lo = hi = (uint32_t)b;
+        } else if (b >= 0xC2 && b <= 0xDF) {
+            lo = (uint32_t)(b & 0x1F) << 6;
+            hi = lo | 0x3F;
+        } else if (b >= 0xE0 && b <= 0xEF) {
+            lo = (uint32_t)(b & 0x0F) << 12;
+            hi = lo | 0xFFF;
+        } else if (b >= 0xF0 && b <= 0xF4) {
+            lo = (uint32_t)(b & 0x07) << 18;
+            hi = lo | 0x3FFFF;
+        } else {
+            out[b] = 0;
+            continue;
+        }
+        out[b] = feasible(g, st, lo, hi);
+    }
+}

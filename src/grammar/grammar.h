@@ -50,6 +50,9 @@ bool mf_gstate_advance(const mf_grammar *g, mf_gstate *st, const char *bytes, si
 /* Would the bytes be accepted? (st is not changed; tmp is scratch.) */
 bool mf_gstate_accepts(const mf_grammar *g, const mf_gstate *st, const char *bytes, size_t n,
                        mf_gstate *tmp);
+/* out[b] = 0 when no input starting with byte b can be accepted (a cheap
+ * first test before mf_gstate_accepts; all 1 inside a character). */
+void mf_gstate_first_bytes(const mf_grammar *g, const mf_gstate *st, uint8_t out[256]);
 /* The input so far is a complete sentence of the grammar. */
 bool mf_gstate_done(const mf_gstate *st);
 /* No further byte can be added (complete and nothing can follow). */

@@ -61,6 +61,9 @@ typedef struct mf_cand {
  * to logits[0..n_vocab) and writes the surviving candidates into out (room
  * for n_vocab), sorted by logit descending with p = the softmax over the
  * survivors at temperature 1. Returns the survivor count (>= 1). */
+/* The last sample call found no token the grammar allows. */
+bool mf_sampler_grammar_stuck(const minfer_sampler *s);
+
 int32_t mf_sampler_candidates(minfer_sampler *s, const float *logits, int32_t n_vocab,
                               mf_cand *out);
 
