@@ -401,10 +401,10 @@ int mf_cmd_run(int argc, char **argv) {
         }
         prompt = formatted;
     }
-    if (open_session(&o, "run", m, prompt, &s))
-        goto out;
     smp = minfer_sampler_new(&o.so);
     if (set_constraint(&o, m, smp))
+        goto out;
+    if (open_session(&o, "run", m, prompt, &s))
         goto out;
     if (o.display_prompt) {
         fputs(prompt, stdout);

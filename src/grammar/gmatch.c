@@ -207,6 +207,9 @@ static bool feasible(const mf_grammar *g, const mf_gstate *st, uint32_t lo, uint
     return false;
 }
 
+/* The smallest code point a UTF-8 sequence of len bytes may encode. */
+static uint32_t min_cp(int len) { return len == 2 ? 0x80 : len == 3 ? 0x800 : len == 4 ? 0x10000 : 0; }
+
 /* Scratch states reused across calls on one thread (masking a vocabulary
  * advances tens of thousands of times per token). */
 static _Thread_local mf_gstate tl_a, tl_b;
@@ -226,6 +229,11 @@ bool mf_gstate_advance(const mf_grammar *g, mf_gstate *st, const char *bytes, si
             a->have++;
             if (--a->need)
                 continue;
+            /* overlong forms and surrogates are not UTF-8 (E0 81 AC is no 'l') */
+            if (a->cp < min_cp(a->have) || (a->cp >= 0xD800 && a->cp < 0xE000) || a->cp > 0x10FFFF) {
+                ok = false;
+                break;
+            }
         } else if (c < 0x80) {
             a->cp = c;
         } else {
@@ -254,7 +262,8 @@ bool mf_gstate_advance(const mf_grammar *g, mf_gstate *st, const char *bytes, si
     }
     if (ok && a->need) { /* an unfinished character: is any completion possible? */
         uint32_t lo = a->cp << (6 * a->need), hi = lo | ((1u << (6 * a->need)) - 1);
-        ok = feasible(g, a, lo, hi);
+        uint32_t mn = min_cp(a->have + a->need);
+        ok = hi >= mn && feasible(g, a, lo > mn ? lo : mn, hi > 0x10FFFF ? 0x10FFFF : hi);
     }
     if (ok)
         mf_gstate_copy(st, a);
@@ -295,9 +304,12 @@ void mf_gstate_first_bytes(const mf_grammar *g, const mf_gstate *st, uint8_t out
         } else if (b >= 0xE0 && b <= 0xEF) {
             lo = (uint32_t)(b & 0x0F) << 12;
             hi = lo | 0xFFF;
+            lo = lo < 0x800 ? 0x800 : lo;
         } else if (b >= 0xF0 && b <= 0xF4) {
             lo = (uint32_t)(b & 0x07) << 18;
             hi = lo | 0x3FFFF;
+            lo = lo < 0x10000 ? 0x10000 : lo;
+            hi = hi > 0x10FFFF ? 0x10FFFF : hi;
         } else {
             out[b] = 0;
             continue;

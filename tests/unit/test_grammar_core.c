@@ -112,6 +112,17 @@ MF_TEST(utf8_code_points) {
     CHECK(mf_gstate_advance(g, &st, "\xe2\x9c\x93\xc3\xa9", 5));
     CHECK(mf_gstate_done(&st) && mf_gstate_finished(&st));
     mf_gstate_free(&st);
+    /* overlong and surrogate encodings are not characters */
+    mf_grammar *l = compile("root ::= \"l\" [^a]*\n");
+    CHECK(l && mf_gstate_init(l, &st, &err) == 0);
+    CHECK(!mf_gstate_advance(l, &st, "\xe0\x81\xac", 3)); /* 'l' written overlong */
+    CHECK(!mf_gstate_advance(l, &st, "\xc1\xac", 2));
+    CHECK(mf_gstate_advance(l, &st, "l", 1));
+    CHECK(!mf_gstate_advance(l, &st, "\xed\xa0\x80", 3)); /* U+D800 */
+    CHECK(!mf_gstate_advance(l, &st, "\xe0\x81", 2));      /* no completion is valid */
+    CHECK(mf_gstate_advance(l, &st, "\xf0\x9f\x8e\x89", 4));
+    mf_gstate_free(&st);
+    mf_grammar_free(l);
     /* a lead byte whose characters all lie outside the first class */
     CHECK(mf_gstate_init(g, &st, &err) == 0);
     CHECK(!mf_gstate_advance(g, &st, "\xe2", 1)); /* U+2000.. cannot become [α-ω] */
