@@ -580,7 +580,8 @@ int mf_grammar_parse(const char *text, size_t len, const char *root, mf_grammar 
         for (int32_t a = 0; a < P.rules[r].n_alts; a++) {
             g->alts[ai++] = ei;
             seq *q = &P.rules[r].alts[a];
-            memcpy(g->el + ei, q->v, (size_t)q->n * sizeof *q->v);
+            if (q->n)
+                memcpy(g->el + ei, q->v, (size_t)q->n * sizeof *q->v);
             ei += q->n;
             g->el[ei++] = (gel){GE_END, 0};
         }

@@ -65,7 +65,7 @@ static void set_reserve(mf_gstate *st, size_t more) {
 static void add_stack(expander *X, const int32_t *s, int32_t len) {
     mf_gstate *o = X->out;
     for (size_t i = 0; i < o->n; i += (size_t)o->buf[i] + 1)
-        if (o->buf[i] == len && !memcmp(o->buf + i + 1, s, (size_t)len * sizeof *s))
+        if (o->buf[i] == len && (!len || !memcmp(o->buf + i + 1, s, (size_t)len * sizeof *s)))
             return;
     if (o->n_stacks >= MAX_STACKS) {
         X->overflow = true;
@@ -73,7 +73,8 @@ static void add_stack(expander *X, const int32_t *s, int32_t len) {
     }
     set_reserve(o, (size_t)len + 1);
     o->buf[o->n++] = len;
-    memcpy(o->buf + o->n, s, (size_t)len * sizeof *s);
+    if (len)
+        memcpy(o->buf + o->n, s, (size_t)len * sizeof *s);
     o->n += (size_t)len;
     o->n_stacks++;
 }
@@ -173,7 +174,8 @@ void mf_gstate_copy(mf_gstate *dst, const mf_gstate *src) {
         cap = src->n + 64;
         buf = mf_realloc(buf, cap * sizeof *buf);
     }
-    memcpy(buf, src->buf, src->n * sizeof *buf);
+    if (src->n)
+        memcpy(buf, src->buf, src->n * sizeof *buf);
     *dst = *src;
     dst->buf = buf;
     dst->cap = cap;

@@ -9,6 +9,11 @@
 
 #include "template/jinja_eval.h"
 
+/* Chat templates run a few thousand statements; a template that loops for
+ * hundreds of millions or writes gigabytes is broken or hostile. */
+#define MAX_STEPS 20000000
+#define MAX_OUTPUT (64u << 20)
+
 /* ---- scopes -------------------------------------------------------------------- */
 
 static jscope *scope_new(jctx *X, jscope *parent) {
@@ -676,6 +681,8 @@ static int render_for(jctx *X, const jnode *n, jscope *sc) {
     if (!cnt)
         return render_body(X, n->els, n->n_els, sc);
     for (size_t i = 0; i < cnt; i++) {
+        if (++X->steps > MAX_STEPS)
+            return mf_jx_fail(X, n, "the template ran more than %d statements", MAX_STEPS);
         if (assign_targets(X, n, ls, items.u.l->v[i]))
             return -1;
         mf_jv loop = mf_jv_dict(X->a);
@@ -704,6 +711,10 @@ static int render_for(jctx *X, const jnode *n, jscope *sc) {
 static int render_node(jctx *X, const jnode *n, jscope *sc) {
     mf_jv v;
     X->cur = sc;
+    if (++X->steps > MAX_STEPS)
+        return mf_jx_fail(X, n, "the template ran more than %d statements", MAX_STEPS);
+    if (X->out.n > MAX_OUTPUT)
+        return mf_jx_fail(X, n, "the output passed %u MiB", MAX_OUTPUT >> 20);
     switch (n->kind) {
     case J_TEXT: mf_jbuf_add(&X->out, n->lit.u.s.p, n->lit.u.s.n); return 0;
     case J_OUT:

@@ -30,6 +30,7 @@ typedef struct jctx {
     mf_jbuf out;
     jscope *root, *top, *cur;
     int depth;
+    int64_t steps;        /* statements run: a budget against runaway loops */
 } jctx;
 
 #define JX_MAX_ARGS 8
