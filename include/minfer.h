@@ -100,6 +100,13 @@ char *minfer_chat_apply(const minfer_model *m, const char *template_name,
 char *minfer_chat_apply_json(const minfer_model *m, const char *template_name,
                              const char *messages_json, const char *tools_json, bool add_assistant,
                              char *err, size_t errlen);
+/* A JSON Schema for one tool call {"name": ..., "arguments": {...}} over
+ * OpenAI tool definitions (tools_json: [{"type": "function", "function":
+ * {"name", "parameters"}}]); only non-NULL: that tool alone (tool_choice
+ * naming a function). Feed it to minfer_sampler_set_json_schema to force a
+ * well-formed call (tool_choice "required" or a named one). malloc'd, or
+ * NULL with err. */
+char *minfer_tool_call_schema(const char *tools_json, const char *only, char *err, size_t errlen);
 /* 0 when name is NULL, "" or a built-in template name; else -1 and err
  * ("chat: unknown template 'bogus' (chatml, ...)"). For flag parsing. */
 int minfer_chat_template_check(const char *name, char *err, size_t errlen);

@@ -192,3 +192,74 @@ done:
         set_err(err, errlen, &e);
     return s;
 }
+
+/* ---- tool calls ------------------------------------------------------------------------ */
+
+char *minfer_tool_call_schema(const char *tools_json, const char *only, char *err, size_t errlen) {
+    mf_error e;
+    mf_arena *a = mf_arena_new();
+    mf_jv tools;
+    char *out = NULL;
+    if (!tools_json || mf_jv_parse_json(a, tools_json, strlen(tools_json), &tools, &e)) {
+        if (!tools_json)
+            mf_errorf(&e, "tools: none given");
+        else
+            mf_error_prefix(&e, "tools");
+        goto done;
+    }
+    if (tools.t != MF_JV_LIST || !tools.u.l->n) {
+        mf_errorf(&e, "tools: must be a non-empty JSON array");
+        goto done;
+    }
+    mf_jv alts = mf_jv_list(a);
+    for (size_t i = 0; i < tools.u.l->n; i++) {
+        mf_jv t = tools.u.l->v[i], fn = mf_jv_dict_get(t, "function", 8),
+              type = mf_jv_dict_get(t, "type", 4), name = mf_jv_dict_get(fn, "name", 4),
+              params = mf_jv_dict_get(fn, "parameters", 10);
+        if (type.t != MF_JV_STR || strcmp(type.u.s.p, "function")) {
+            mf_errorf(&e, "tools[%zu]: 'type' must be \"function\"", i);
+            goto done;
+        }
+        if (name.t != MF_JV_STR || !name.u.s.n) {
+            mf_errorf(&e, "tools[%zu]: 'function.name' must be a non-empty string", i);
+            goto done;
+        }
+        if (params.t != MF_JV_UNDEF && params.t != MF_JV_DICT) {
+            mf_errorf(&e, "tools[%zu]: 'function.parameters' must be an object", i);
+            goto done;
+        }
+        if (only && strcmp(only, name.u.s.p))
+            continue;
+        if (params.t == MF_JV_UNDEF) {
+            params = mf_jv_dict(a);
+            mf_jv_dict_setc(a, params, "type", mf_jv_cstr(a, "object"));
+        }
+        mf_jv props = mf_jv_dict(a), cname = mf_jv_dict(a), req = mf_jv_list(a), alt = mf_jv_dict(a);
+        mf_jv_dict_setc(a, cname, "const", name);
+        mf_jv_dict_setc(a, props, "name", cname);
+        mf_jv_dict_setc(a, props, "arguments", params);
+        mf_jv_list_push(a, req, mf_jv_cstr(a, "name"));
+        mf_jv_list_push(a, req, mf_jv_cstr(a, "arguments"));
+        mf_jv_dict_setc(a, alt, "type", mf_jv_cstr(a, "object"));
+        mf_jv_dict_setc(a, alt, "properties", props);
+        mf_jv_dict_setc(a, alt, "required", req);
+        mf_jv_list_push(a, alts, alt);
+    }
+    if (!alts.u.l->n) {
+        mf_errorf(&e, "tools: no tool named '%s'", only);
+        goto done;
+    }
+    mf_jv schema = mf_jv_dict(a);
+    mf_jv_dict_setc(a, schema, "anyOf", alts);
+    mf_jbuf b = {0};
+    if (mf_jv_to_json(&b, schema, -1, false, &e)) {
+        free(b.p);
+        goto done;
+    }
+    out = b.p;
+done:
+    mf_arena_free(a);
+    if (!out)
+        set_err(err, errlen, &e);
+    return out;
+}
