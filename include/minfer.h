@@ -32,6 +32,10 @@ typedef struct minfer_model_options {
     const char *backends;      /* NULL: default list; else e.g. "ref,cpu" (MINFER_BACKENDS) */
     minfer_progress_fn progress;
     void *progress_user;
+    /* NULL: the GGUF's chat template, which must render (else the load
+     * fails); a built-in name ("chatml", ...): the GGUF's template is not
+     * used, so a model whose template minfer cannot run still loads. */
+    const char *chat_template;
 } minfer_model_options;
 
 void minfer_model_options_default(minfer_model_options *o);

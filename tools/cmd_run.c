@@ -302,6 +302,7 @@ static int load_model(const run_opts *o, const char *cmd, minfer_model **m) {
     mo.n_threads = o->n_threads;
     mo.device = o->device;
     mo.n_gpu_layers = o->n_gpu_layers;
+    mo.chat_template = o->tmpl; /* a built-in override: the GGUF's template is not needed */
     struct stat st;
     *m = NULL;
     if (stat(o->model, &st) != 0) {

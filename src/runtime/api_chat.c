@@ -40,14 +40,17 @@ static char *render(const minfer_model *mm, mf_jv ctx, mf_error *e) {
     return out;
 }
 
-int mf_rt_chat_init(minfer_model *mm, mf_error *err) {
+int mf_rt_chat_init(minfer_model *mm, bool builtin_only, mf_error *err) {
     mm->bos_text = token_text(mm->tok, mf_token_bos(mm->tok));
     mm->eos_text = token_text(mm->tok, mf_token_eos(mm->tok));
     mf_str src = {0};
+    if (builtin_only)
+        return 0;
     if (mf_gguf_get_str(mm->m->gguf, "tokenizer.chat_template", &src, NULL) != 0 || !src.ptr)
         return 0;
     if (mf_jinja_parse(src.ptr, (size_t)src.len, &mm->jinja, err))
-        return mf_error_prefix(err, "model: tokenizer.chat_template");
+        return mf_error_prefix(err, "model: tokenizer.chat_template (--chat-template NAME uses a "
+                                    "built-in one instead)");
     /* Probe: every chat template must render one user turn. */
     mf_arena *a = mf_arena_new();
     mf_jv ctx = base_ctx(mm, a, true), msgs = mf_jv_list(a), m = mf_jv_dict(a);
@@ -60,7 +63,8 @@ int mf_rt_chat_init(minfer_model *mm, mf_error *err) {
     if (!out) {
         mf_jinja_free(mm->jinja);
         mm->jinja = NULL;
-        return mf_error_prefix(err, "model: tokenizer.chat_template cannot render one user message");
+        return mf_error_prefix(err, "model: tokenizer.chat_template cannot render one user message "
+                                    "(--chat-template NAME uses a built-in one instead)");
     }
     free(out);
     return 0;

@@ -18,7 +18,8 @@ void minfer_model_options_default(minfer_model_options *o) {
                                 .n_gpu_layers = -1,
                                 .backends = NULL,
                                 .progress = NULL,
-                                .progress_user = NULL};
+                                .progress_user = NULL,
+                                .chat_template = NULL};
 }
 
 static void set_err(char *err, size_t errlen, const mf_error *e) {
@@ -198,7 +199,7 @@ minfer_model *minfer_model_load(const minfer_model_options *o, char *err, size_t
         goto fail;
     }
     mf_chat_template_detect(mm->m->gguf, mm->tok, &mm->tmpl);
-    if (mf_rt_chat_init(mm, &e))
+    if (mf_rt_chat_init(mm, o->chat_template && *o->chat_template, &e))
         goto fail;
     return mm;
 fail:

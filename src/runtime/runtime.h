@@ -45,8 +45,9 @@ struct minfer_session {
 
 /* Parses and probes the GGUF's chat template (api_chat.c): a template that
  * does not parse, or fails to render a one-message conversation, fails the
- * load with the template's line:column. */
-int mf_rt_chat_init(minfer_model *mm, mf_error *err);
+ * load with the template's line:column. builtin_only: a built-in template
+ * was chosen, the GGUF's is not read. */
+int mf_rt_chat_init(minfer_model *mm, bool builtin_only, mf_error *err);
 void mf_rt_chat_free(minfer_model *mm);
 
 /* ---- sampler internals ------------------------------------------------------------ */

@@ -44,6 +44,11 @@ def main():
         ok = r.returncode != 0 and all(w in err for w in want) and b"\n" not in err
         print("%s: %s -> exit %d: %s" % ("ok" if ok else "FAIL", new.decode(), r.returncode, err.decode()))
         fails += not ok
+        # A built-in override does not need the GGUF's template.
+        r = run(["run", "-m", path, "--chat", "--chat-template", "chatml", "-p", "hi", "-n", "1"])
+        ok = r.returncode == 0
+        print("%s: the same with --chat-template chatml -> exit %d" % ("ok" if ok else "FAIL", r.returncode))
+        fails += not ok
     r = run(["serve", "-m", base, "--chat-template", "bogus", "--port", "0"], timeout=30)
     ok = r.returncode != 0 and b"unknown template 'bogus'" in r.stderr
     print("%s: serve --chat-template bogus -> exit %d: %s" % ("ok" if ok else "FAIL", r.returncode,
