@@ -57,6 +57,13 @@ const char *minfer_model_backend(const minfer_model *m);
  * 139.8 GiB"), or "" when the model runs on the CPU. */
 const char *minfer_model_device_desc(const minfer_model *m);
 
+/* The devices (backends) compiled into this build, in priority order, e.g.
+ * "cuda, cpu, ref"; a model option's device is one of them or "auto". */
+const char *minfer_build_devices(void);
+bool minfer_build_has_device(const char *name);
+/* The commit the build was configured from (git describe), or "unknown". */
+const char *minfer_build_commit(void);
+
 /* ---- logging ------------------------------------------------------------------------ */
 
 typedef enum minfer_log_level {
@@ -144,6 +151,72 @@ int minfer_decode(minfer_session *s, int32_t token, char *err, size_t errlen);
 const float *minfer_logits(const minfer_session *s);
 /* With logits_all: logits of position i of the last batch (0 <= i < batch size). */
 const float *minfer_logits_ith(const minfer_session *s, int32_t i);
+
+/* ---- many sequences ----------------------------------------------------------------------- */
+
+/* One KV pool shared by many sequences, in blocks of block_size positions
+ * with a block table per sequence (paged). Sequences forked from another, or
+ * started from the prompt cache, share the blocks of their common prefix
+ * (copy-on-write: a shared block is copied before a write into it). A
+ * removed sequence's blocks stay in the prompt cache until the pool needs
+ * them (least recently used first). One minfer_multi is used by one thread.
+ * A sequence's logits do not depend on the other sequences of its batch (on
+ * the CPU: bitwise). */
+typedef struct minfer_multi minfer_multi;
+
+typedef struct minfer_multi_options {
+    int32_t n_ctx;            /* positions per sequence at most; 0: min(model context, 4096) */
+    int32_t n_seq_max;        /* live sequences at most (default 8) */
+    int32_t block_size;       /* positions per KV block (default 16) */
+    int32_t n_blocks;         /* pool size; 0: n_seq_max full contexts */
+    int32_t n_batch;          /* tokens per minfer_multi_decode at most (default 512) */
+    const char *cache_type;   /* as in minfer_session_options */
+    bool prompt_cache;        /* keep removed sequences for prefix reuse (default true) */
+} minfer_multi_options;
+
+/* A batch: token i is appended to sequence seq_id[i] at position pos[i],
+ * which must be that sequence's length counting the batch's earlier tokens
+ * of the same sequence. logits[i] asks for token i's logits (NULL: the last
+ * token of each sequence in the batch). */
+typedef struct minfer_batch {
+    int32_t n_tokens;
+    const int32_t *token;
+    const int32_t *seq_id;
+    const int32_t *pos;
+    const bool *logits;
+} minfer_batch;
+
+typedef struct minfer_multi_stats {
+    int32_t n_blocks, block_size;
+    int32_t blocks_used;      /* held by live sequences or the prompt cache */
+    int32_t blocks_cached;    /* held only by the prompt cache (reclaimable) */
+    int32_t n_seqs;           /* live sequences */
+    int64_t cache_lookups, cache_hits, cache_tokens_reused;
+} minfer_multi_stats;
+
+void minfer_multi_options_default(minfer_multi_options *o);
+minfer_multi *minfer_multi_new(minfer_model *m, const minfer_multi_options *o, char *err,
+                               size_t errlen);
+void minfer_multi_free(minfer_multi *mm);
+int32_t minfer_multi_n_ctx(const minfer_multi *mm);
+/* A new empty sequence; returns its id (>= 0) or -1. */
+int32_t minfer_seq_new(minfer_multi *mm, char *err, size_t errlen);
+/* A new sequence holding the first n_keep positions of src (shared blocks). */
+int32_t minfer_seq_fork(minfer_multi *mm, int32_t src, int32_t n_keep, char *err, size_t errlen);
+/* A new sequence starting with the longest prefix of tokens[0..n) that a live
+ * or cached sequence holds (at most n - 1, so the last token is run for its
+ * logits); *n_reused says how many positions it already has. */
+int32_t minfer_seq_from_cache(minfer_multi *mm, const int32_t *tokens, int32_t n, int32_t *n_reused,
+                              char *err, size_t errlen);
+/* Ends a sequence (its blocks go to the prompt cache when that is on). */
+int minfer_seq_remove(minfer_multi *mm, int32_t seq, char *err, size_t errlen);
+int32_t minfer_seq_len(const minfer_multi *mm, int32_t seq); /* -1: no such sequence */
+/* Runs the batch (n_tokens <= n_batch) in one forward. Fails, nothing run,
+ * on a bad id, position or token, a full context or a full pool. */
+int minfer_multi_decode(minfer_multi *mm, const minfer_batch *b, char *err, size_t errlen);
+/* Logits of batch token i of the last decode, NULL when it did not ask. */
+const float *minfer_multi_logits(const minfer_multi *mm, int32_t i);
+void minfer_multi_get_stats(const minfer_multi *mm, minfer_multi_stats *st);
 
 /* ---- sampling --------------------------------------------------------------------------------- */
 

@@ -62,14 +62,17 @@ static void usage(FILE *f) {
             "  -t, --threads LIST       CPU threads (default: all cores)\n"
             "  -r, --repetitions N      timed runs per test, after one warm-up (default 5)\n"
             "  -b, --batch-size N       prefill batch (default 512)\n"
-            "  -ctk, --cache-type-k T   KV cache type f32, f16, q8_0 (K and V; default f32)\n"
-            "      --device NAME        cpu, cuda, auto (default auto)\n"
+"  -ctk, --cache-type-k T   KV cache type f32, f16, q8_0 (K and V; default f32)\n",
+            MF_DEFAULT_MODEL);
+    fprintf(f, "      --device NAME        %s or auto (default auto)\n", minfer_build_devices());
+    fprintf(f,
             "  -o, --output FMT         md (default) or json\n"
             "      --membw              measure memory read bandwidth per thread count and "
             "add\n"
             "                           '%% of membw' to tg rows\n"
-            "  -h, --help               this text\n",
-            MF_DEFAULT_MODEL);
+            "  -h, --help               this text\n"
+            "Batched mode (many sequences together, like llama-batched-bench): any of\n"
+            "-npp, -ntg, -npl; see 'minfer bench -npl 1 --help'.\n");
 }
 
 /* Parses "1,2,3" into l (each value in [lo, hi]). */
@@ -146,8 +149,9 @@ static int parse(int argc, char **argv, bench_opts *o) {
         } else if (VAL("--device")) {
             if (r < 0)
                 return mf_arg_fail("bench", &e);
-            if (strcmp(v, "cpu") && strcmp(v, "cuda") && strcmp(v, "auto")) {
-                mf_errorf(&e, "--device: '%s' is not cpu, cuda or auto", v);
+            if (strcmp(v, "auto") && !minfer_build_has_device(v)) {
+                mf_errorf(&e, "--device: '%s' is not a device of this build (%s) or auto", v,
+                          minfer_build_devices());
                 return mf_arg_fail("bench", &e);
             }
             o->device = v;
@@ -547,6 +551,8 @@ static minfer_model *load_model(const bench_opts *o, int32_t n_threads) {
 }
 
 int mf_cmd_bench(int argc, char **argv) {
+    if (mf_bench_is_batched(argc, argv))
+        return mf_cmd_bench_batched(argc, argv);
     bench_opts o;
     int rc = parse(argc, argv, &o);
     if (rc)

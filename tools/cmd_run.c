@@ -55,8 +55,9 @@ static void usage(FILE *f, bool chat) {
             "  -t, --threads N          CPU threads (default 0: all cores)\n"
             "  -ctk, -ctv TYPE          KV cache type f32, f16, q8_0 (K and V equal; default "
             "f32)\n"
-            "  -ngl, --n-gpu-layers N   -1 all layers on the GPU, 0 none\n"
-            "      --device NAME        cpu, cuda, auto (default auto; this build: cpu)\n"
+"  -ngl, --n-gpu-layers N   -1 all layers on the GPU, 0 none\n");
+    fprintf(f, "      --device NAME        %s or auto (default auto)\n", minfer_build_devices());
+    fprintf(f,
             "  -s, --seed N             sampler seed (default random)\n"
             "      --temp F             temperature (default 0.8; <= 0: greedy)\n"
             "      --top-k N            (default 40; 0: off)\n"

@@ -49,12 +49,17 @@ int mf_http_send_all(int fd, const void *buf, size_t n) {
 
 int mf_http_respond(int fd, int status, const char *content_type, const char *extra_headers,
                     const char *body, size_t n) {
+    return mf_http_respond_ka(fd, status, content_type, extra_headers, body, n, false);
+}
+
+int mf_http_respond_ka(int fd, int status, const char *content_type, const char *extra_headers,
+                       const char *body, size_t n, bool keep_alive) {
     char head[512];
     int k = snprintf(head, sizeof head,
                      "HTTP/1.1 %d %s\r\nContent-Type: %s\r\nContent-Length: %zu\r\n%s"
-                     "Connection: close\r\n\r\n",
+                     "Connection: %s\r\n\r\n",
                      status, mf_http_reason(status), content_type, n,
-                     extra_headers ? extra_headers : "");
+                     extra_headers ? extra_headers : "", keep_alive ? "keep-alive" : "close");
     if (k < 0 || (size_t)k >= sizeof head)
         return -1;
     if (mf_http_send_all(fd, head, (size_t)k))
@@ -172,6 +177,7 @@ typedef struct head_info {
     long long content_length; /* -1: absent */
     bool expect_continue;
     bool chunked;
+    int connection;           /* 0 absent, 1 "close", 2 "keep-alive" */
 } head_info;
 
 /* The header lines in h[0..n) (each ending in LF, CR optional). */
@@ -221,6 +227,11 @@ static int parse_headers(const char *h, size_t n, const mf_http_limits *lim, hea
             hi->content_length = cl;
         } else if (k == 17 && !strncasecmp(line, "Transfer-Encoding", 17)) {
             hi->chunked = true;
+        } else if (k == 10 && !strncasecmp(line, "Connection", 10)) {
+            if (vl == 5 && !strncasecmp(val, "close", 5))
+                hi->connection = 1;
+            else if (vl == 10 && !strncasecmp(val, "keep-alive", 10))
+                hi->connection = 2;
         } else if (k == 6 && !strncasecmp(line, "Expect", 6)) {
             hi->expect_continue = vl == 12 && !strncasecmp(val, "100-continue", 12);
         }
@@ -237,7 +248,9 @@ int mf_http_read_request(int fd, const mf_http_limits *lim, mf_http_request *req
                          char *why, size_t why_cap) {
     const req_error e = {status, why, why_cap};
     memset(req, 0, sizeof *req);
-    const uint64_t deadline = mf_time_ns() + (uint64_t)lim->timeout_ms * 1000000;
+    /* idle until the first byte, then the whole request within timeout_ms */
+    const int idle = lim->idle_ms > 0 ? lim->idle_ms : lim->timeout_ms;
+    uint64_t deadline = mf_time_ns() + (uint64_t)idle * 1000000;
     char *head = mf_malloc(MF_HTTP_MAX_HEAD);
     size_t n = 0, head_end = 0, scan = 0;
     int rc = -1;
@@ -265,6 +278,8 @@ int mf_http_read_request(int fd, const mf_http_limits *lim, mf_http_request *req
                 reject(&e, 400, "connection closed inside the request head (%zu bytes)", n);
             goto out;
         }
+        if (n == 0)
+            deadline = mf_time_ns() + (uint64_t)lim->timeout_ms * 1000000;
         n += (size_t)k;
         for (; scan < n; scan++) {
             if (head[scan] == 0) {
@@ -299,6 +314,11 @@ int mf_http_read_request(int fd, const mf_http_limits *lim, mf_http_request *req
         goto out;
     }
     size_t cl = hi.content_length > 0 ? (size_t)hi.content_length : 0;
+    {
+        const bool v11 = ll >= 8 && !memcmp(head + ll - 8, "HTTP/1.1", 8);
+        /* bytes past this request: a pipelining client, answered once then closed */
+        req->keep_alive = (v11 ? hi.connection != 1 : hi.connection == 2) && n - head_end <= cl;
+    }
     if (cl == 0) {
         rc = 0;
         goto out;

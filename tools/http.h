@@ -1,8 +1,11 @@
-/* http.h - the minimal HTTP/1.1 server side `minfer serve` needs: read one
- * request from a connected socket, write one response, close.
+/* http.h - the minimal HTTP/1.1 server side `minfer serve` needs: read a
+ * request from a connected socket, write a response, keep the connection for
+ * the next request or close it.
  *
- * Every connection carries one request ("Connection: close"), so there is no
- * keep-alive or pipelining state. The reader is bounded: the request line and
+ * Keep-alive: a connection carries requests one after another (HTTP/1.1
+ * unless "Connection: close"; HTTP/1.0 with "Connection: keep-alive"); a
+ * client that sends its next request before the answer (pipelining) gets
+ * its first answer and a close. The reader is bounded: the request line and
  * headers fit in MF_HTTP_MAX_HEAD bytes, the body in the caller's cap, and the
  * whole request arrives before a deadline; a body needs Content-Length
  * (chunked uploads are refused). A bad request comes back as an HTTP status
@@ -21,11 +24,13 @@ typedef struct mf_http_request {
     char path[1024];       /* the target without its "?query" */
     char *body;            /* malloc'd, NUL-terminated (may hold NULs); NULL when empty */
     size_t body_len;
+    bool keep_alive;       /* the client may send another request on this connection */
 } mf_http_request;
 
 typedef struct mf_http_limits {
     size_t max_body;       /* larger Content-Length: 413 */
-    int timeout_ms;        /* the whole request must arrive within this */
+    int timeout_ms;        /* the whole request must arrive within this of its first byte */
+    int idle_ms;           /* wait for a first byte this long (0: timeout_ms) */
     volatile sig_atomic_t *stop; /* when it becomes non-zero, reading gives up (may be NULL) */
 } mf_http_limits;
 
@@ -45,6 +50,10 @@ int mf_http_send_all(int fd, const void *buf, size_t n);
  * extra_headers is NULL or CRLF-terminated header lines ("Allow: GET\r\n"). */
 int mf_http_respond(int fd, int status, const char *content_type, const char *extra_headers,
                     const char *body, size_t n);
+
+/* mf_http_respond with "Connection: keep-alive" when keep_alive. */
+int mf_http_respond_ka(int fd, int status, const char *content_type, const char *extra_headers,
+                       const char *body, size_t n, bool keep_alive);
 
 /* Sends the head of a Server-Sent Events response; the body follows as
  * "data: ...\n\n" events and ends when the connection closes. */

@@ -2,6 +2,7 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "minfer.h"
 #include "tools.h"
 
 static const struct {
@@ -38,7 +39,8 @@ int main(int argc, char **argv) {
         return 0;
     }
     if (!strcmp(argv[1], "--version")) {
-        printf("minfer %s\n", MF_VERSION_STRING);
+        printf("minfer %s (commit %s)\nbackends: %s\n", MF_VERSION_STRING, minfer_build_commit(),
+               minfer_build_devices());
         return 0;
     }
     for (size_t i = 0; i < sizeof commands / sizeof commands[0]; i++)

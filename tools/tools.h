@@ -12,6 +12,10 @@ int mf_cmd_run(int argc, char **argv);
 int mf_cmd_chat(int argc, char **argv);
 int mf_cmd_perplexity(int argc, char **argv);
 int mf_cmd_bench(int argc, char **argv);
+/* bench_batched.c: `minfer bench` with -npp / -ntg / -npl (llama-batched-bench). */
+#include <stdbool.h>
+bool mf_bench_is_batched(int argc, char **argv);
+int mf_cmd_bench_batched(int argc, char **argv);
 int mf_cmd_inspect(int argc, char **argv);
 int mf_cmd_quantize(int argc, char **argv);
 int mf_cmd_tokenize(int argc, char **argv);

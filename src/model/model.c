@@ -394,17 +394,3 @@ int32_t mf_model_graph_weights(const mf_model *m, const char *const **names) {
     *names = (const char *const *)m->gw_names;
     return m->n_gw;
 }
-
-bool mf_model_weights_on(const mf_model *m, const mf_backend *b, const char **missing) {
-    if (missing)
-        *missing = NULL;
-    if (!b->ops->has_weight)
-        return true;
-    for (int32_t i = 0; i < m->n_gw; i++)
-        if (!b->ops->has_weight(b, m->gw_names[i])) {
-            if (missing)
-                *missing = m->gw_names[i];
-            return false;
-        }
-    return true;
-}

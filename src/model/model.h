@@ -13,10 +13,9 @@
 #include <stdbool.h>
 #include <stdint.h>
 
-#include "backend/backend.h"
 #include "base/base.h"
 #include "gguf/gguf.h"
-#include "graph/graph.h"
+#include "ir/graph.h"
 
 typedef enum mf_arch {
     MF_ARCH_LLAMA,
@@ -76,14 +75,10 @@ void mf_model_free(mf_model *m);
 uint32_t mf_model_wtype(const mf_model *m, const char *name);
 
 /* Every tensor name the graph reads, in graph order; returns the count and
- * sets *names to an array the model owns (valid until mf_model_free). */
+ * sets *names to an array the model owns (valid until mf_model_free). The
+ * all-weights-registered gate checks a backend against this list
+ * (mf_backend_weights_on). */
 int32_t mf_model_graph_weights(const mf_model *m, const char *const **names);
-
-/* The all-weights-registered gate (seed §2.7, §3.2.8): true when backend b may
- * take part, i.e. b has no has_weight hook or has_weight is true for every
- * tensor the graph reads. On false, *missing (if non-NULL) names the first
- * tensor the backend lacks. */
-bool mf_model_weights_on(const mf_model *m, const mf_backend *b, const char **missing);
 
 /* mf_graph_build_fn: ctx is the mf_model. Builds the forward for p:
  * p->n_tokens tokens, p->n_outputs logits rows (1: the last token, else all),

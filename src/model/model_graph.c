@@ -60,7 +60,32 @@ static int32_t build_attn(mf_graph *g, const mf_model *m, const mf_graph_params 
 
     int32_t n1 = mf_g_rmsnorm(g, x, L->attn_norm, hp->norm_eps);
     mf_g_set_name(g, n1, "blk.%d.attn_norm", l);
-    int32_t q, store;
+    mf_attn_meta am = {.layer = l, .n_head = hp->n_head, .n_head_kv = hp->n_head_kv,
+                       .head_dim = hp->head_dim, .scale = 1.0f / sqrtf((float)hp->head_dim)};
+    int32_t q, store, a;
+    if (p->paged) {
+        /* many sequences: the same per-row ops whatever the batch, so a row's
+         * bits do not depend on its neighbours */
+        q = matmul(g, m, n1, L->wq, L->bq, d, q_dim);
+        mf_g_set_name(g, q, "blk.%d.attn_q", l);
+        int32_t k = matmul(g, m, n1, L->wk, L->bk, d, kv_dim);
+        mf_g_set_name(g, k, "blk.%d.attn_k", l);
+        int32_t v = matmul(g, m, n1, L->wv, L->bv, d, kv_dim);
+        mf_g_set_name(g, v, "blk.%d.attn_v", l);
+        if (L->q_norm) {
+            q = mf_g_qknorm(g, q, L->q_norm, hp->head_dim, hp->norm_eps);
+            mf_g_set_name(g, q, "blk.%d.attn_q_norm", l);
+            k = mf_g_qknorm(g, k, L->k_norm, hp->head_dim, hp->norm_eps);
+            mf_g_set_name(g, k, "blk.%d.attn_k_norm", l);
+        }
+        q = mf_g_rope(g, q, pos, &rq);
+        mf_g_set_name(g, q, "blk.%d.rope_q", l);
+        k = mf_g_rope(g, k, pos, &rk);
+        mf_g_set_name(g, k, "blk.%d.rope_k", l);
+        a = mf_g_attn_paged(g, q, k, v, &am);
+        mf_g_set_name(g, a, "blk.%d.attn_paged", l);
+        goto out_proj;
+    }
     if (p->fuse_qkv || p->fuse_qkv_epilogue) {
         mf_qkv_meta qm = {.layer = l,
                           .q = mm_meta(m, L->wq, L->bq, d, q_dim),
@@ -101,10 +126,9 @@ static int32_t build_attn(mf_graph *g, const mf_model *m, const mf_graph_params 
         store = mf_g_kv_store(g, k, v, l);
         mf_g_set_name(g, store, "blk.%d.kv_store", l);
     }
-    mf_attn_meta am = {.layer = l, .n_head = hp->n_head, .n_head_kv = hp->n_head_kv,
-                       .head_dim = hp->head_dim, .scale = 1.0f / sqrtf((float)hp->head_dim)};
-    int32_t a = mf_g_attn(g, q, store, &am);
+    a = mf_g_attn(g, q, store, &am);
     mf_g_set_name(g, a, "blk.%d.attn", l);
+out_proj:;
     int32_t o = matmul(g, m, a, L->wo, NULL, q_dim, d);
     mf_g_set_name(g, o, "blk.%d.attn_output", l);
     int32_t h = mf_g_add(g, x, o);
@@ -150,9 +174,10 @@ int mf_model_build_graph(void *ctx, const mf_graph_params *p, mf_graph *g, mf_er
     const mf_model *m = ctx;
     const mf_hparams *hp = &m->hp;
     const int64_t nt = p->n_tokens;
-    if (nt <= 0 || (p->n_outputs != 1 && p->n_outputs != nt))
-        return mf_errorf(err, "model: graph params n_tokens %d, n_outputs %d (want 1 or n_tokens)",
-                         p->n_tokens, p->n_outputs);
+    if (nt <= 0 || (!p->paged && p->n_outputs != 1 && p->n_outputs != nt) || (p->paged && (p->n_outputs < 1 || p->n_outputs > nt)) ||
+        (p->paged && (p->fuse_qkv || p->fuse_qkv_epilogue || p->fuse_ffn)))
+        return mf_errorf(err, "model: graph params n_tokens %d, n_outputs %d (want 1 or n_tokens; "
+                         "paged %d: the last 1..n_tokens rows, no decode fusions)", p->n_tokens, p->n_outputs, p->paged);
     g->n_layers = hp->n_layer;
     g->kv_dim = (int64_t)hp->n_head_kv * hp->head_dim;
 
@@ -173,8 +198,9 @@ int mf_model_build_graph(void *ctx, const mf_graph_params *p, mf_graph *g, mf_er
 
     x = mf_g_rmsnorm(g, x, m->out_norm, hp->norm_eps);
     mf_g_set_name(g, x, "output_norm");
-    if (p->n_outputs == 1 && nt > 1) {
-        x = mf_g_rows(g, x, nt - 1, 1);
+    /* paged: the caller puts the rows that want logits last */
+    if (p->n_outputs < nt) {
+        x = mf_g_rows(g, x, nt - p->n_outputs, p->n_outputs);
         mf_g_set_name(g, x, "last_row");
     }
     int32_t logits = matmul(g, m, x, m->output, NULL, hp->n_embd, hp->n_vocab);

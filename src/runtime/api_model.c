@@ -4,12 +4,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "runtime/levers.h"
 #include "runtime/runtime.h"
-#ifdef MINFER_HAVE_CUDA
-#include "backend/cuda/cuda_backend.h"
-#endif
-
-static const char *const be_names[] = {[MF_BE_CPU] = "cpu", [MF_BE_REF] = "ref", [MF_BE_CUDA] = "cuda"};
 
 void minfer_model_options_default(minfer_model_options *o) {
     *o = (minfer_model_options){.path = NULL,
@@ -27,36 +23,37 @@ static void set_err(char *err, size_t errlen, const mf_error *e) {
         snprintf(err, errlen, "%s", e->msg);
 }
 
-/* Parses a backend list ("ref,cpu"). The cpu backend must be in it: it is the
- * only one that runs every op, so a graph always has a home. */
+/* Parses a backend list ("ref,cpu") against the registry. A backend that
+ * runs every op (cpu) must be in it, so a graph always has a home. */
 static int parse_backends(minfer_model *mm, const char *list, const char *source, mf_error *err) {
     mm->n_be = 0;
-    bool cpu = false;
+    bool home = false;
     const char *p = list;
     while (*p) {
         const char *e = strchr(p, ',');
         size_t n = e ? (size_t)(e - p) : strlen(p);
-        int c = -1;
-        for (int k = 0; k < (int)(sizeof be_names / sizeof be_names[0]); k++)
-            if (n == strlen(be_names[k]) && !strncmp(p, be_names[k], n))
-                c = k;
-        if (c < 0)
-            return mf_errorf(err, "%s '%s': unknown backend '%.*s' (known: cuda, ref, cpu)", source,
-                             list, (int)n, p);
+        const mf_backend_entry *be = mf_registry_find(p, n);
+        if (!be)
+            return mf_errorf(err, "%s '%s': unknown backend '%.*s' (this build: %s)", source, list, (int)n,
+                             p, mf_registry_names());
         for (int i = 0; i < mm->n_be; i++)
-            if ((int)mm->be[i] == c)
-                return mf_errorf(err, "%s '%s': backend '%.*s' listed twice", source, list, (int)n,
-                                 p);
+            if (mm->be[i] == be)
+                return mf_errorf(err, "%s '%s': backend '%.*s' listed twice", source, list, (int)n, p);
         if (mm->n_be == MF_RT_MAX_BACKENDS)
             return mf_errorf(err, "%s '%s': too many backends", source, list);
-        mm->be[mm->n_be++] = (mf_backend_choice)c;
-        cpu |= c == MF_BE_CPU;
+        mm->be[mm->n_be++] = be;
+        home |= be->runs_every_op;
         p += n;
         if (*p == ',')
             p++;
     }
-    if (!cpu)
-        return mf_errorf(err, "%s '%s': the cpu backend must be in the list", source, list);
+    if (!home) {
+        for (int i = 0; i < mf_registry_count(); i++)
+            if (mf_registry_at(i)->runs_every_op)
+                return mf_errorf(err, "%s '%s': the %s backend must be in the list", source, list,
+                                 mf_registry_at(i)->name);
+        return mf_errorf(err, "%s '%s': no backend of the list runs every op", source, list);
+    }
     return 0;
 }
 
@@ -64,20 +61,18 @@ static void name_backends(minfer_model *mm) {
     mm->backend_name[0] = 0;
     for (int i = 0; i < mm->n_be; i++) {
         size_t l = strlen(mm->backend_name);
-        snprintf(mm->backend_name + l, sizeof mm->backend_name - l, "%s%s", i ? "," : "",
-                 be_names[mm->be[i]]);
+        snprintf(mm->backend_name + l, sizeof mm->backend_name - l, "%s%s", i ? "," : "", mm->be[i]->name);
     }
 }
 
-static void drop_backend(minfer_model *mm, mf_backend_choice c) {
-    int k = 0;
-    for (int i = 0; i < mm->n_be; i++)
-        if (mm->be[i] != c)
-            mm->be[k++] = mm->be[i];
-    mm->n_be = k;
+static void drop_backend(minfer_model *mm, int i) {
+    for (int k = i; k + 1 < mm->n_be; k++) {
+        mm->be[k] = mm->be[k + 1];
+        mm->made[k] = mm->made[k + 1];
+    }
+    mm->n_be--;
 }
 
-#ifdef MINFER_HAVE_CUDA
 typedef struct {
     minfer_progress_fn fn;
     void *user;
@@ -88,73 +83,110 @@ static void on_upload(void *user, uint64_t done, uint64_t total) {
     if (u->fn)
         u->fn(u->user, total ? (float)((double)done / (double)total) : 1.0f, "uploading");
 }
-#endif
 
-/* Makes the GPU backend the list asks for, uploading every weight once. With
+/* The options of entry be: the model's, plus the levers its registry line
+ * names (device index, tuning string). */
+static mf_backend_options options_for(const minfer_model *mm, const mf_backend_entry *be) {
+    mf_backend_options o = mm->bo;
+    if (be->device_lever)
+        o.device = (int32_t)mf_lever_int(be->device_lever);
+    if (be->tune_lever)
+        o.tune = mf_lever_str(be->tune_lever);
+    return o;
+}
+
+/* Makes the GPU backends of the list, uploading every weight once. With
  * device "auto" a GPU that cannot be used is not an error: the model runs on
- * the CPU (the reason is logged at info level); an explicit request fails. */
-static int make_gpu(minfer_model *mm, const minfer_model_options *o, bool required, mf_error *err) {
-    bool want = false;
-    for (int i = 0; i < mm->n_be; i++)
-        want |= mm->be[i] == MF_BE_CUDA;
-    if (!want)
-        return 0;
-#ifdef MINFER_HAVE_CUDA
-    upload_progress u = {o->progress, o->progress_user};
-    mf_error e = {{0}};
-    if (mf_backend_cuda_new_progress(mm->m->weights, on_upload, &u, &mm->gpu, &e) == 0)
-        return 0;
-    mm->gpu = NULL;
-    if (required)
-        return mf_errorf(err, "model: %s", e.msg);
-    mf_log(MF_LOG_INFO, "cuda not used: %s", e.msg);
-#else
-    (void)o;
-    if (required)
-        return mf_errorf(err, "model: device 'cuda' is not available in this build (configure "
-                              "with -DMINFER_CUDA=ON)");
-#endif
-    drop_backend(mm, MF_BE_CUDA);
+ * the next one or the CPU (the reason is logged at info level); an explicit
+ * request fails. */
+static int make_gpus(minfer_model *mm, const minfer_model_options *o, bool required, mf_error *err) {
+    for (int i = 0; i < mm->n_be; i++) {
+        const mf_backend_entry *be = mm->be[i];
+        if (!be->is_gpu)
+            continue;
+        upload_progress u = {o->progress, o->progress_user};
+        mf_backend_options bo = options_for(mm, be);
+        bo.progress = on_upload;
+        bo.progress_user = &u;
+        mf_error e = {{0}};
+        int rc = -1;
+        if (be->disable_lever && mf_lever_flag(be->disable_lever))
+            mf_errorf(&e, "%s: disabled by %s", be->name, be->disable_lever);
+        else
+            rc = be->create(mm->m->weights, &bo, &mm->made[i], &e);
+        if (rc == 0)
+            continue;
+        mm->made[i] = NULL;
+        if (required)
+            return mf_errorf(err, "model: %s", e.msg);
+        mf_log(MF_LOG_INFO, "%s not used: %s", be->name, e.msg);
+        drop_backend(mm, i--);
+    }
     return 0;
 }
 
-/* Resolves device / n_gpu_layers / backends into the priority list. "auto"
- * puts cuda first when this build has it (make_gpu drops it again when no
- * device can be used); "cpu", -ngl 0 and MINFER_DISABLE_CUDA=1 leave it out.
- * *gpu_required is set when the user asked for the GPU explicitly. */
+/* The default list for a device: "auto" is every backend of priority >= 0
+ * in priority order, less the GPUs a disable lever turns off (make_gpus then
+ * drops those it cannot start); a named device is that backend, followed by
+ * a backend that runs every op when it does not itself. */
+static void default_list(const char *dev, bool no_gpu, char *buf, size_t cap) {
+    buf[0] = 0;
+    const mf_backend_entry *named = strcmp(dev, "auto") ? mf_registry_find(dev, strlen(dev)) : NULL;
+    for (int i = 0; i < mf_registry_count(); i++) {
+        const mf_backend_entry *be = mf_registry_at(i);
+        bool take;
+        if (named)
+            take = be == named || (!named->runs_every_op && be->runs_every_op && be->priority >= 0);
+        else
+            take = be->priority >= 0 && !(be->is_gpu && (no_gpu || (be->disable_lever &&
+                                                                    mf_lever_flag(be->disable_lever))));
+        if (!take)
+            continue;
+        size_t l = strlen(buf);
+        snprintf(buf + l, cap - l, "%s%s", l ? "," : "", be->name);
+        if (named && be->runs_every_op)
+            break;
+    }
+}
+
+/* Resolves device / n_gpu_layers / backends into the priority list. A
+ * device (or list) naming a GPU backend makes its failure an error (the
+ * user asked for it); "auto" falls back. -ngl 0 leaves every GPU out. */
 static int choose_backends(minfer_model *mm, const minfer_model_options *o, bool *gpu_required,
                            mf_error *err) {
     const char *dev = o->device && *o->device ? o->device : "auto";
-    if (strcmp(dev, "auto") && strcmp(dev, "cpu") && strcmp(dev, "cuda"))
-        return mf_errorf(err, "model: unknown device '%s' (cpu, cuda, auto)", dev);
+    const mf_backend_entry *named = mf_registry_find(dev, strlen(dev));
+    if (strcmp(dev, "auto") && !named)
+        return mf_errorf(err, "model: unknown device '%s' (this build: %s; or auto)", dev, mf_registry_names());
     if (o->n_gpu_layers != -1 && o->n_gpu_layers != 0)
         return mf_errorf(err,
                          "model: n_gpu_layers %d is not supported (-1: all layers, 0: none; the "
                          "GPU takes the whole model or nothing)",
                          o->n_gpu_layers);
-    if (!strcmp(dev, "cuda") && o->n_gpu_layers == 0)
-        return mf_errorf(err, "model: device 'cuda' with 0 GPU layers is a contradiction");
+    if (named && named->is_gpu && o->n_gpu_layers == 0)
+        return mf_errorf(err, "model: device '%s' with 0 GPU layers is a contradiction", dev);
     const char *list = o->backends;
     const char *source = "backends";
     if (!list || !*list) {
-        list = mf_env_str("MINFER_BACKENDS", NULL);
+        list = mf_lever_str("MINFER_BACKENDS");
         source = "MINFER_BACKENDS";
     }
     bool from_list = list && *list;
+    char def[128];
     if (!from_list) {
-        bool cuda = !strcmp(dev, "cuda") ||
-                    (!strcmp(dev, "auto") && o->n_gpu_layers != 0 && !mf_env_flag("MINFER_DISABLE_CUDA"));
-#ifndef MINFER_HAVE_CUDA
-        cuda = cuda && !strcmp(dev, "cuda"); /* auto: nothing to try in this build */
-#endif
-        list = cuda ? "cuda,cpu" : "cpu";
+        default_list(dev, o->n_gpu_layers == 0, def, sizeof def);
+        list = def;
         source = "device";
     }
     if (parse_backends(mm, list, source, err))
         return -1;
-    *gpu_required = !strcmp(dev, "cuda") || (from_list && strstr(list, "cuda"));
-    if (!strcmp(dev, "cpu") || o->n_gpu_layers == 0)
-        drop_backend(mm, MF_BE_CUDA);
+    *gpu_required = named && named->is_gpu;
+    for (int i = 0; i < mm->n_be; i++)
+        if (from_list && mm->be[i]->is_gpu)
+            *gpu_required = true;
+    for (int i = 0; i < mm->n_be; i++)
+        if (mm->be[i]->is_gpu && ((named && !named->is_gpu) || o->n_gpu_layers == 0))
+            drop_backend(mm, i--);
     return 0;
 }
 
@@ -185,9 +217,11 @@ minfer_model *minfer_model_load(const minfer_model_options *o, char *err, size_t
     mm->n_threads = o->n_threads > 0 ? o->n_threads : mf_cpu_count();
     warn_threads(mm->n_threads);
     bool gpu_required = false;
+    mf_levers_backend_options(&mm->bo);
+    mm->bo.n_threads = mm->n_threads;
     if (choose_backends(mm, o, &gpu_required, &e) ||
         mf_model_load(o->path, o->progress, o->progress_user, &mm->m, &e) ||
-        make_gpu(mm, o, gpu_required, &e))
+        make_gpus(mm, o, gpu_required, &e))
         goto fail;
     name_backends(mm);
     if (mf_tokenizer_from_gguf(mm->m->gguf, &mm->tok, &e))
@@ -212,7 +246,8 @@ void minfer_model_free(minfer_model *m) {
     if (!m)
         return;
     mf_rt_chat_free(m);
-    mf_backend_free(m->gpu);
+    for (int i = 0; i < m->n_be; i++)
+        mf_backend_free(m->made[i]);
     mf_tokenizer_free(m->tok);
     mf_model_free(m->m);
     free(m);
@@ -228,12 +263,26 @@ const char *minfer_model_desc(const minfer_model *m) { return m->m->desc; }
 const char *minfer_model_backend(const minfer_model *m) { return m->backend_name; }
 
 const char *minfer_model_device_desc(const minfer_model *m) {
-#ifdef MINFER_HAVE_CUDA
-    if (m->gpu)
-        return mf_cuda_device_desc(m->gpu);
-#endif
-    (void)m;
+    for (int i = 0; i < m->n_be; i++)
+        if (m->made[i] && m->made[i]->ops->describe)
+            return m->made[i]->ops->describe(m->made[i]);
     return "";
+}
+
+const char *minfer_build_devices(void) {
+    return mf_registry_names();
+}
+
+bool minfer_build_has_device(const char *name) {
+    return name && mf_registry_find(name, strlen(name)) != NULL;
+}
+
+#ifndef MINFER_BUILD_COMMIT
+#define MINFER_BUILD_COMMIT "unknown"
+#endif
+
+const char *minfer_build_commit(void) {
+    return MINFER_BUILD_COMMIT;
 }
 
 void minfer_log_set_level(minfer_log_level level) {

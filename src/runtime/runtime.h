@@ -7,15 +7,14 @@
 #include <stdbool.h>
 #include <stdint.h>
 
-#include "graph/engine.h"
+#include "backend/registry.h"
+#include "engine/engine.h"
 #include "minfer.h"
 #include "model/model.h"
 #include "template/jinja.h"
 #include "tokenizer/tokenizer.h"
 
 #define MF_RT_MAX_BACKENDS 4
-
-typedef enum mf_backend_choice { MF_BE_CPU, MF_BE_REF, MF_BE_CUDA } mf_backend_choice;
 
 struct minfer_model {
     mf_model *m;
@@ -24,10 +23,12 @@ struct minfer_model {
     mf_jinja *jinja;            /* tokenizer.chat_template, parsed; NULL when the GGUF has none */
     char *bos_text, *eos_text;  /* bos_token / eos_token as templates see them ("" when none) */
     int32_t n_threads;
-    mf_backend_choice be[MF_RT_MAX_BACKENDS]; /* engine backend list, priority order */
+    const mf_backend_entry *be[MF_RT_MAX_BACKENDS]; /* engine backend list, priority order */
+    mf_backend *made[MF_RT_MAX_BACKENDS]; /* GPU entries: made at load (weights uploaded once),
+                                             shared by sessions; NULL for per-session ones */
     int n_be;
-    char backend_name[32];      /* "cpu", "ref,cpu", "cuda,cpu" */
-    mf_backend *gpu;            /* made at load (weights uploaded once), shared by sessions */
+    mf_backend_options bo;      /* what every backend is made with (from the levers) */
+    char backend_name[64];      /* "cpu", "ref,cpu", "cuda,cpu" */
 };
 
 struct minfer_session {
@@ -49,6 +50,15 @@ struct minfer_session {
  * was chosen, the GGUF's is not read. */
 int mf_rt_chat_init(minfer_model *mm, bool builtin_only, mf_error *err);
 void mf_rt_chat_free(minfer_model *mm);
+
+/* The engine of a session or a minfer_multi: the model's backends (the GPU
+ * ones through the all-weights-registered gate, *gpu says whether one passed)
+ * over KV regions of n_rows rows. */
+int mf_rt_make_engine(const minfer_model *mm, int32_t n_rows, uint32_t kv_type, mf_engine **out,
+                      bool *gpu, mf_error *err);
+/* "f32" / "f16" / "q8_0" -> the type; source names where the name came from. */
+int mf_rt_parse_cache_type(const char *name, const char *source, int64_t kv_dim, uint32_t *out,
+                           mf_error *err);
 
 /* ---- sampler internals ------------------------------------------------------------ */
 

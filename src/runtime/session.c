@@ -8,6 +8,7 @@
 #include <unistd.h>
 
 #include "quant/quant.h"
+#include "runtime/levers.h"
 #include "runtime/runtime.h"
 
 #define DEFAULT_CTX 4096
@@ -23,8 +24,8 @@ static void set_err(char *err, size_t errlen, const mf_error *e) {
         snprintf(err, errlen, "%s", e->msg);
 }
 
-static int parse_cache_type(const char *name, const char *source, int64_t kv_dim, uint32_t *out,
-                            mf_error *err) {
+int mf_rt_parse_cache_type(const char *name, const char *source, int64_t kv_dim, uint32_t *out,
+                           mf_error *err) {
     if (!strcmp(name, "f32"))
         *out = MF_TYPE_F32;
     else if (!strcmp(name, "f16"))
@@ -89,23 +90,20 @@ static int check_host_memory(const minfer_session *s, uint64_t kv_bytes, mf_erro
 
 /* Makes the engine backends in the model's priority list and decides who
  * takes part: a GPU backend only through the all-weights-registered gate. */
-static int make_engine(minfer_session *s, mf_error *err) {
-    const minfer_model *mm = s->model;
+int mf_rt_make_engine(const minfer_model *mm, int32_t n_rows, uint32_t kv_type, mf_engine **out,
+                      bool *gpu, mf_error *err) {
     const mf_model *m = mm->m;
     mf_backend *be[MF_RT_MAX_BACKENDS];
     int n = 0;
     for (int i = 0; i < mm->n_be; i++) {
-        int rc = 0;
-        switch (mm->be[i]) {
-        case MF_BE_CPU: rc = mf_backend_cpu_new(m->weights, mm->n_threads, &be[n], err); break;
-        case MF_BE_REF: rc = mf_backend_ref_new(m->weights, &be[n], err); break;
-        case MF_BE_CUDA: /* made at model load; the engine holds a reference */
-            MF_ASSERT(mm->gpu);
-            mf_backend_retain(mm->gpu);
-            be[n] = mm->gpu;
-            break;
+        if (mm->made[i]) { /* made at model load; the engine holds a reference */
+            mf_backend_retain(mm->made[i]);
+            be[n++] = mm->made[i];
+            continue;
         }
-        if (rc) {
+        mf_backend_options bo = mm->bo;
+        bo.cache_type = kv_type;
+        if (mm->be[i]->create(m->weights, &bo, &be[n], err)) {
             while (n > 0)
                 mf_backend_free(be[--n]);
             return mf_error_prefix(err, "session");
@@ -114,28 +112,33 @@ static int make_engine(minfer_session *s, mf_error *err) {
     }
     /* The gate runs before any graph exists: all or nothing per GPU backend. */
     bool off[MF_RT_MAX_BACKENDS] = {false};
-    s->gpu = false;
+    *gpu = false;
+    const char *const *names = NULL;
+    const int32_t n_names = mf_model_graph_weights(m, &names);
     for (int i = 0; i < n; i++) {
         const char *missing = NULL;
-        if (be[i]->is_gpu && !mf_model_weights_on(m, be[i], &missing)) {
+        if (be[i]->is_gpu && !mf_backend_weights_on(be[i], names, n_names, &missing)) {
             fprintf(stderr,
                     "session: %s does not hold weight '%s'; the whole graph runs on the CPU\n",
                     be[i]->ops->name(be[i]), missing);
             off[i] = true;
             continue;
         }
-        s->gpu |= be[i]->is_gpu;
+        *gpu |= be[i]->is_gpu;
     }
     mf_engine_opts eo = {.n_layers = m->hp.n_layer,
                          .kv_dim = (int64_t)m->hp.n_head_kv * m->hp.head_dim,
-                         .n_ctx = s->n_ctx,
-                         .kv_type = s->kv_type,
-                         .n_vocab = m->hp.n_vocab};
-    if (mf_engine_new(&eo, be, n, &s->eng, err)) /* frees the backends on failure */
+                         .n_ctx = n_rows,
+                         .kv_type = kv_type,
+                         .n_vocab = m->hp.n_vocab,
+                         .alternate = mf_lever_flag("MINFER_ALTERNATE_BACKENDS"),
+                         .trace = (int32_t)mf_lever_int("MINFER_GRAPH_TRACE"),
+                         .profile = mf_lever_flag("MINFER_OP_PROFILE")};
+    if (mf_engine_new(&eo, be, n, out, err)) /* frees the backends on failure */
         return mf_error_prefix(err, "session");
     for (int i = 0; i < n; i++)
         if (off[i])
-            mf_engine_set_backend_enabled(s->eng, i, false);
+            mf_engine_set_backend_enabled(*out, i, false);
     return 0;
 }
 
@@ -169,20 +172,20 @@ minfer_session *minfer_session_new(minfer_model *mm, const minfer_session_option
         s->n_batch = s->n_ctx;
     s->logits_all = o->logits_all;
 
-    const char *ct = mf_env_str("MINFER_CACHE_TYPE", NULL);
+    const char *ct = mf_lever_str("MINFER_CACHE_TYPE");
     const char *src = "MINFER_CACHE_TYPE";
     if (!ct || !*ct) {
         ct = o->cache_type && *o->cache_type ? o->cache_type : "f32";
         src = "cache type";
     }
-    if (parse_cache_type(ct, src, kv_dim, &s->kv_type, &e))
+    if (mf_rt_parse_cache_type(ct, src, kv_dim, &s->kv_type, &e))
         goto fail;
 
-    s->fuse_off[MF_FUSE_QKV] = s->fuse_off[MF_FUSE_QKV_NORM] = mf_env_flag("MINFER_NO_FUSE_QKV");
-    s->fuse_off[MF_FUSE_FFN] = mf_env_flag("MINFER_NO_FUSE_FFN");
-    s->fuse_off[MF_FUSE_SWIGLU] = mf_env_flag("MINFER_NO_FUSE_SWIGLU");
-    s->fuse_off[MF_FUSE_QKV_EPILOGUE] = mf_env_flag("MINFER_NO_FUSE_QKV_EPILOGUE");
-    s->rebuild_each = mf_env_flag("MINFER_GRAPH_REBUILD");
+    s->fuse_off[MF_FUSE_QKV] = s->fuse_off[MF_FUSE_QKV_NORM] = mf_lever_flag("MINFER_NO_FUSE_QKV");
+    s->fuse_off[MF_FUSE_FFN] = mf_lever_flag("MINFER_NO_FUSE_FFN");
+    s->fuse_off[MF_FUSE_SWIGLU] = mf_lever_flag("MINFER_NO_FUSE_SWIGLU");
+    s->fuse_off[MF_FUSE_QKV_EPILOGUE] = mf_lever_flag("MINFER_NO_FUSE_QKV_EPILOGUE");
+    s->rebuild_each = mf_lever_flag("MINFER_GRAPH_REBUILD");
 
     /* Said before allocating, so a context too large for memory is explained. */
     uint64_t kv_bytes = minfer_session_kv_bytes(s);
@@ -190,7 +193,7 @@ minfer_session *minfer_session_new(minfer_model *mm, const minfer_session_option
         fprintf(stderr, "session: n_ctx %d, KV cache %s %.2f MiB (%d layers x 2 x %d x %lld)\n",
                 s->n_ctx, mf_type_name(s->kv_type), (double)kv_bytes / (1024.0 * 1024.0),
                 hp->n_layer, s->n_ctx, (long long)kv_dim);
-    if (make_engine(s, &e))
+    if (mf_rt_make_engine(s->model, s->n_ctx, s->kv_type, &s->eng, &s->gpu, &e))
         goto fail;
     /* pinned by the GPU backend when there is one: each decode step's logits
      * then come back in one DMA with no staging copy */

@@ -96,7 +96,7 @@ expect_fail 2 "-n: '4,,8' is not a comma-separated list" "$BIN" bench -m "$M" -n
 expect_fail 2 "-t: -1 is out of range" "$BIN" bench -m "$M" -t 2,-1
 expect_fail 2 "-r: 0 is out of range" "$BIN" bench -m "$M" -r 0
 expect_fail 2 "--output: 'xml' is not md or json" "$BIN" bench -m "$M" -o xml
-expect_fail 2 "--device: 'tpu' is not cpu, cuda or auto" "$BIN" bench -m "$M" --device tpu
+expect_fail 2 "--device: 'tpu' is not a device of this build" "$BIN" bench -m "$M" --device tpu
 expect_fail 2 "unknown option '--bogus'" "$BIN" bench -m "$M" --bogus
 expect_fail 2 "nothing to run" "$BIN" bench -m "$M" -p 0 -n 0
 expect_fail 2 "-p needs a value" "$BIN" bench -m "$M" -p

@@ -3,14 +3,14 @@
  * every op ref refuses) and in alternate mode (node by node): same logits.
  * Also: graph reuse identity, KV migration when a rebuild moves attention,
  * KV type conversion, the errors (op nobody runs, context overflow), and a
- * backend's repeat_calls hook (the engine's same-calls-per-build promise). */
+ * backend's execute_split (whole splits, the same calls per build). */
 #include <math.h>
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "backend/backend.h"
-#include "graph/engine.h"
+#include "engine/engine.h"
 #include "mf_test.h"
 
 enum { D = 64, NH = 4, NKV = 2, HD = 16, KVD = NKV * HD, FF = 128, NV = 96, NL = 2, NCTX = 32 };
@@ -294,8 +294,8 @@ MF_TEST(errors_name_the_problem) {
     CHECK_STR_CONTAINS(err.msg, "kv_dim 48");
 }
 
-/* A CPU backend dressed as one with host memory of its own and a
- * stream-ordered read_host: counts the calls the engine makes. */
+/* A CPU backend dressed as one with host memory of its own: counts the
+ * calls the engine makes. */
 static mf_backend_ops host_ops;
 static const mf_backend_ops *cpu_ops;
 static int n_sync, n_halloc, n_hfree, halloc_fail;
@@ -339,30 +339,24 @@ static mf_engine *make_dressed(mf_backend_ops *ops, void (*dress)(mf_backend_ops
     return e;
 }
 
-static bool host_read_waits;
 static void dress_host(mf_backend_ops *ops) {
     ops->synchronize = wrap_sync;
     ops->host_alloc = wrap_halloc;
     ops->host_free = wrap_hfree;
-    ops->read_host_waits = host_read_waits;
-}
-
-static mf_engine *make_wrapped(bool read_waits) {
-    host_read_waits = read_waits;
-    return make_dressed(&host_ops, dress_host);
 }
 
 /* Output memory from the backend (zeroed, given back through host_free, a
- * heap fallback when it has none), and no synchronize before reading an
- * output when the backend's read_host waits by itself: same logits. */
-MF_TEST(host_memory_and_read_without_synchronize) {
+ * heap fallback when it has none), one synchronize per one-split forward
+ * before the output is read: same logits. */
+MF_TEST(host_memory_and_one_synchronize) {
     static float want[9 * NV];
     mf_engine *e0 = make(CFG_CPU, MF_TYPE_F32);
     run_seq(e0, MF_TYPE_F32, want);
     mf_engine_free(e0);
-    for (int waits = 0; waits < 2; waits++) {
+    {
+        const int waits = 0;
         n_sync = n_halloc = n_hfree = halloc_fail = 0;
-        mf_engine *e = make_wrapped(waits != 0);
+        mf_engine *e = make_dressed(&host_ops, dress_host);
         float *out = mf_engine_host_alloc(e, 9 * NV * sizeof *out);
         CHECK(out && n_halloc == 1 && (void *)out == hblocks[0]);
         int zero = 1;
@@ -370,10 +364,9 @@ MF_TEST(host_memory_and_read_without_synchronize) {
             zero &= out[i] == 0.0f;
         CHECK_MSG(zero, "host_alloc memory not zeroed (waits %d)", waits);
         run_seq(e, MF_TYPE_F32, out);
-        /* one split per forward: 4 forwards, a synchronize each unless read_host waits */
-        CHECK_MSG(n_sync == (waits ? 0 : 4), "read_host_waits %d: %d synchronize calls", waits, n_sync);
-        CHECK_MSG(maxdiff(out, want, 9 * NV) == 0.0, "read_host_waits %d: logits differ by %.3g", waits,
-                  maxdiff(out, want, 9 * NV));
+        /* one split per forward: 4 forwards, a synchronize each */
+        CHECK_MSG(n_sync == 4, "%d synchronize calls for 4 forwards", n_sync);
+        CHECK_MSG(maxdiff(out, want, 9 * NV) == 0.0, "logits differ by %.3g", maxdiff(out, want, 9 * NV));
         mf_engine_host_free(e, out);
         CHECK_EQ_INT(n_hfree, 1);
         halloc_fail = 1; /* no backend memory: the C heap, zeroed, freed with free() */
@@ -388,96 +381,69 @@ MF_TEST(host_memory_and_read_without_synchronize) {
     }
 }
 
-/* A CPU backend with a repeat_calls of its own: it keeps the calls of each
- * graph build's first forward; on every second forward of a known build it
- * makes them itself (returns 1), otherwise it returns 0 and checks that the
- * calls the engine then makes are the kept ones, in order (the promise the
- * hook relies on). Forwards of several builds (prefill, decode) and a KV
- * type change (a rebuild that moves the KV regions) in one engine. */
+/* A CPU backend with an execute_split: it keeps the calls of each graph
+ * build's first forward and checks that every later forward of that build
+ * hands it the same calls in the same order (the promise a backend that
+ * replays a recorded split relies on); it writes the split's host inputs
+ * itself and runs the calls through the generic execute_node. The split
+ * that produces the logits is told where the engine reads them. Forwards of
+ * several builds (prefill, decode) and a KV type change (a rebuild that
+ * moves the KV regions) in one engine. */
 enum { REP_MAX = 256 };
-typedef struct rep_call {
-    int32_t node, out, in[MF_MAX_SRC];
-    mf_kv_pair kv;
-} rep_call;
 static struct {
     uint64_t stamp;
-    rep_call calls[REP_MAX];
+    mf_node_call calls[REP_MAX];
     int n;
 } rep_builds[8];
-static int rep_nb, rep_cur = -1, rep_pos, rep_mismatch, rep_taken, rep_declined, rep_fwd;
+static int rep_nb, rep_mismatch, rep_splits, rep_read_back, rep_host;
+static float *rep_logits;
 static mf_backend_ops rep_ops;
 
-static int rep_build(uint64_t stamp) {
+static int rep_split(mf_backend *b, const mf_split_call *s, mf_error *err) {
+    rep_splits++;
+    int cur = -1;
     for (int i = 0; i < rep_nb; i++)
-        if (rep_builds[i].stamp == stamp)
-            return i;
-    return -1;
-}
-static int rep_begin(mf_backend *b, const mf_graph *g, const mf_exec_args *a, mf_error *err) {
-    (void)b, (void)a, (void)err;
-    rep_fwd++;
-    rep_pos = 0;
-    rep_cur = rep_build(g->stamp);
-    if (rep_cur < 0 && rep_nb < 8) { /* first forward of this build: keep its calls */
-        rep_cur = rep_nb++;
-        rep_builds[rep_cur].stamp = g->stamp;
-        rep_builds[rep_cur].n = -1;
-    }
-    return 0;
-}
-static int rep_exec(mf_backend *b, const mf_graph *g, int32_t node, const int32_t *in, int32_t out, mf_kv_pair kv,
-                    const mf_exec_args *a, mf_error *err) {
-    if (rep_cur >= 0) {
-        rep_call k = {.node = node, .out = out, .kv = kv};
-        for (int i = 0; i < g->nodes[node].n_src; i++)
-            k.in[i] = in[i];
-        if (rep_builds[rep_cur].n < 0) { /* recording */
-            if (rep_pos < REP_MAX)
-                rep_builds[rep_cur].calls[rep_pos] = k;
-        } else if (rep_pos >= rep_builds[rep_cur].n ||
-                   memcmp(&rep_builds[rep_cur].calls[rep_pos], &k, sizeof k) != 0) {
-            rep_mismatch++;
-        }
-        rep_pos++;
-    }
-    return cpu_ops->execute_node(b, g, node, in, out, kv, a, err);
-}
-static int rep_end(mf_backend *b, const mf_graph *g, const mf_exec_args *a, mf_error *err) {
-    (void)b, (void)g, (void)a, (void)err;
-    if (rep_cur >= 0 && rep_builds[rep_cur].n < 0)
-        rep_builds[rep_cur].n = rep_pos <= REP_MAX ? rep_pos : 0;
-    else if (rep_cur >= 0 && rep_pos != rep_builds[rep_cur].n)
+        if (rep_builds[i].stamp == s->g->stamp)
+            cur = i;
+    if (cur < 0 && rep_nb < 8 && s->n_calls <= REP_MAX) { /* first forward of this build */
+        cur = rep_nb++;
+        rep_builds[cur].stamp = s->g->stamp;
+        rep_builds[cur].n = s->n_calls;
+        memcpy(rep_builds[cur].calls, s->calls, (size_t)s->n_calls * sizeof *s->calls);
+    } else if (cur >= 0 && (rep_builds[cur].n != s->n_calls ||
+                            memcmp(rep_builds[cur].calls, s->calls, (size_t)s->n_calls * sizeof *s->calls))) {
         rep_mismatch++;
-    return 0;
-}
-static int rep_repeat(mf_backend *b, const mf_graph *g, const mf_exec_args *a, mf_error *err) {
-    if (rep_cur < 0 || rep_builds[rep_cur].n <= 0 || rep_fwd % 2) {
-        rep_declined++;
-        return 0;
     }
-    for (int i = 0; i < rep_builds[rep_cur].n; i++) {
-        const rep_call *k = &rep_builds[rep_cur].calls[i];
-        if (cpu_ops->execute_node(b, g, k->node, k->in, k->out, k->kv, a, err))
+    for (int32_t k = 0; k < s->n_host_inputs; k++) {
+        const mf_host_input *h = &s->host_inputs[k];
+        rep_host++;
+        if (b->ops->write_host(b, h->buf, 0, h->data, h->nbytes, err))
             return -1;
     }
-    rep_pos = rep_builds[rep_cur].n;
-    rep_taken++;
-    return 1;
+    for (int32_t k = 0; k < s->n_outputs; k++)
+        if (s->read_back[k]) {
+            const float *p = s->read_back[k];
+            rep_read_back += p >= rep_logits && p < rep_logits + 9 * NV &&
+                             (s->g->nodes[s->outputs[k]].flags & MF_NODE_OUTPUT) &&
+                             s->out_bufs[k] == s->g->nodes[s->outputs[k]].buf;
+        }
+    for (int32_t k = 0; k < s->n_calls; k++)
+        if (mf_backend_execute_node(b, s->g, &s->calls[k], s->args, err))
+            return -1;
+    return 0;
 }
 
 static void dress_rep(mf_backend_ops *ops) {
-    ops->begin_forward = rep_begin;
-    ops->execute_node = rep_exec;
-    ops->end_forward = rep_end;
-    ops->repeat_calls = rep_repeat;
+    ops->execute_split = rep_split;
 }
 
-MF_TEST(repeat_calls_same_logits_and_same_calls) {
+MF_TEST(execute_split_same_logits_and_same_calls) {
     static float want[9 * NV], got[9 * NV];
     mf_engine *e0 = make(CFG_CPU, MF_TYPE_F32);
     run_seq(e0, MF_TYPE_F32, want);
     mf_engine_free(e0);
     mf_engine *e = make_dressed(&rep_ops, dress_rep);
+    rep_logits = got;
     for (int rep = 0; rep < 2; rep++) { /* the second sequence: every build known from the first */
         for (int i = 0; i < 9 * NV; i++)
             got[i] = NAN;
@@ -485,12 +451,15 @@ MF_TEST(repeat_calls_same_logits_and_same_calls) {
         CHECK_MSG(maxdiff(got, want, 9 * NV) == 0.0, "pass %d: logits differ by %.3g", rep,
                   maxdiff(got, want, 9 * NV));
     }
-    CHECK_MSG(rep_mismatch == 0, "%d calls differ from the same build's earlier forward", rep_mismatch);
-    CHECK_MSG(rep_taken >= 2 && rep_declined >= 2, "repeat taken %d, declined %d", rep_taken, rep_declined);
+    CHECK_MSG(rep_mismatch == 0, "%d splits differ from the same build's earlier forward", rep_mismatch);
+    CHECK_MSG(rep_splits == 8 && rep_nb >= 2, "%d splits, %d builds", rep_splits, rep_nb);
+    CHECK_MSG(rep_host >= 8, "%d host inputs written by the backend in 8 forwards", rep_host);
+    CHECK_MSG(rep_read_back == 8, "the logits' read_back named in %d of 8 forwards", rep_read_back);
     /* a KV type change rebuilds (new stamp) and moves the regions: the
-     * hook sees a new build, never the old calls */
+     * backend sees a new build, never the old calls */
     const int nb0 = rep_nb;
     static float f16[9 * NV];
+    rep_logits = f16;
     run_seq(e, MF_TYPE_F16, f16);
     CHECK_MSG(rep_nb > nb0 && rep_mismatch == 0, "builds %d -> %d, mismatches %d", nb0, rep_nb, rep_mismatch);
     mf_engine_free(e);
@@ -501,8 +470,8 @@ int main(int argc, char **argv) {
     static const mf_test_entry tests[] = {
         MF_T(cpu_vs_ref_cpu_vs_alternate_same_logits), MF_T(graph_reuse_and_rebuild_identity),
         MF_T(kv_migrates_when_attention_moves), MF_T(kv_type_change_converts_contents),
-        MF_T(errors_name_the_problem), MF_T(host_memory_and_read_without_synchronize),
-        MF_T(repeat_calls_same_logits_and_same_calls),
+        MF_T(errors_name_the_problem), MF_T(host_memory_and_one_synchronize),
+        MF_T(execute_split_same_logits_and_same_calls),
     };
     int rc = mf_test_run(tests, (int)(sizeof tests / sizeof tests[0]), argc, argv);
     mf_weights_free(W);

@@ -10,7 +10,7 @@
 #include <string.h>
 
 #include "backend/backend.h"
-#include "graph/engine.h"
+#include "engine/engine.h"
 #include "mf_test.h"
 
 /* ---- random data and the weight table ------------------------------------------------ */
@@ -61,7 +61,7 @@ static double *weight_f64(const char *name) {
 
 enum { C_ADD, C_MUL, C_MUL_BCAST, C_SCALE, C_SILU, C_SWIGLU, C_SILU_MUL, C_RMSNORM, C_RMSNORM_F16,
        C_RMSNORM_NOW, C_SOFTMAX, C_VIEW, C_PERMUTE, C_ROWS, C_EMBED, C_MATMUL, C_ROPE, C_QKNORM,
-       C_STORE_LOAD, C_ATTN, C_FUSED_QKV, C_FUSED_QKV_K, C_FUSED_FFN, C_EPILOGUE, C_EPILOGUE_K };
+       C_STORE_LOAD, C_ATTN, C_ATTN_PAGED, C_FUSED_QKV, C_FUSED_QKV_K, C_FUSED_FFN, C_EPILOGUE, C_EPILOGUE_K };
 
 typedef struct tcase {
     int kind;
@@ -136,6 +136,14 @@ static int build_case(void *ctx, const mf_graph_params *p, mf_graph *g, mf_error
         mf_attn_meta m = {.layer = 0, .n_head = c->n_head, .n_head_kv = c->n_head_kv,
                           .head_dim = c->head_dim, .scale = 1.0f / sqrtf((float)c->head_dim)};
         o = mf_g_attn(g, x, st, &m);
+        break;
+    }
+    case C_ATTN_PAGED: {
+        int32_t k = mf_g_input(g, MF_INPUT_EXTERNAL, MF_DTYPE_F32, g->kv_dim, nt);
+        int32_t v = mf_g_input(g, MF_INPUT_EXTERNAL, MF_DTYPE_F32, g->kv_dim, nt);
+        mf_attn_meta m = {.layer = 0, .n_head = c->n_head, .n_head_kv = c->n_head_kv,
+                          .head_dim = c->head_dim, .scale = 1.0f / sqrtf((float)c->head_dim)};
+        o = mf_g_attn_paged(g, x, k, v, &m);
         break;
     }
     case C_FUSED_QKV: case C_FUSED_QKV_K: {
@@ -553,6 +561,75 @@ MF_TEST(attention_cpu_vs_f64) {
     free_ext(&ro);
 }
 
+/* Paged attention of three sequences over blocks of 4 rows in a pool of 8,
+ * in three forwards of 4 tokens (A0 A1 A2 B0 | A3 A4 B1 C0 | A5 B2 C1 C2):
+ * sequence A's blocks are 5 then 1 (not adjacent: gathered), B's 2, C's 7;
+ * each token attends to its own sequence's rows only, those of earlier
+ * forwards included. Against float64 per cache type. */
+MF_TEST(attention_paged_cpu_vs_f64) {
+    enum { NT = 4, NH = 4, NKV = 2, HD = 16, KVD = NKV * HD, QD = NH * HD, BS = 4 };
+    static const int32_t seq[3][NT] = {{0, 0, 0, 1}, {0, 0, 1, 2}, {0, 1, 2, 2}};
+    static const int32_t pos[3][NT] = {{0, 1, 2, 0}, {3, 4, 1, 0}, {5, 2, 1, 2}};
+    static const int32_t ta[2] = {5, 1}, tb[1] = {2}, tc[1] = {7};
+    const int32_t *const tables[3] = {ta, tb, tc};
+    const uint32_t kts[2] = {MF_TYPE_F32, MF_TYPE_F16};
+    for (int kt = 0; kt < 2; kt++) {
+        tcase c = {.kind = C_ATTN_PAGED, .w = QD, .nt = NT, .n_head = NH, .n_head_kv = NKV, .head_dim = HD};
+        mf_backend *b = NULL;
+        mf_error err;
+        MF_ASSERT(mf_backend_cpu_new(W, 2, &b, &err) == 0);
+        mf_engine_opts eo = {.n_layers = 1, .kv_dim = KVD, .n_ctx = 8 * BS, .kv_type = kts[kt],
+                             .n_vocab = NT * QD};
+        mf_engine *e;
+        CHECK_MSG(mf_engine_new(&eo, &b, 1, &e, &err) == 0, "%s", err.msg);
+        double Kf[3][8][KVD], Vf[3][8][KVD]; /* per sequence, per position */
+        for (int f = 0; f < 3; f++) {
+            run_opts ro = {0};
+            set_ext(&ro, 0, NT * QD, 1.0f);
+            set_ext(&ro, 1, NT * KVD, 1.0f);
+            set_ext(&ro, 2, NT * KVD, 1.0f);
+            for (int k = 0; k < 3; k++)
+                mf_engine_set_external(e, k, ro.ext[k], (size_t)ro.ext_n[k] * 4);
+            for (int t = 0; t < NT; t++)
+                for (int i = 0; i < KVD; i++) {
+                    Kf[seq[f][t]][pos[f][t]][i] = ro.ext[1][t * KVD + i];
+                    Vf[seq[f][t]][pos[f][t]][i] = ro.ext[2][t * KVD + i];
+                }
+            mf_kv_batch kb = {.n_tokens = NT, .seq = seq[f], .pos = pos[f], .n_seqs = 3,
+                              .tables = tables, .block_size = BS};
+            mf_graph_params p = {.n_tokens = NT, .n_outputs = 1, .kv_type = kts[kt], .paged = true};
+            float out[NT * QD];
+            CHECK_MSG(mf_engine_forward_batch(e, &p, build_case, &c, NULL, &kb, out, &err) == 0, "%s",
+                      err.msg);
+            double want[NT * QD];
+            for (int t = 0; t < NT; t++) {
+                /* the token's sequence as a contiguous float cache, 0..pos */
+                const int s = seq[f][t], n = pos[f][t] + 1;
+                float K[8 * KVD], V[8 * KVD];
+                for (int r = 0; r < n; r++)
+                    for (int i = 0; i < KVD; i++) {
+                        K[r * KVD + i] = (float)Kf[s][r][i];
+                        V[r * KVD + i] = (float)Vf[s][r][i];
+                    }
+                attn_f64(ro.ext[0] + t * QD, 1, NH, NKV, HD, K, V, n - 1, want + t * QD);
+            }
+            if (f > 0)
+                check_f64(mf_type_name(kts[kt]), out, want, NT * QD, kts[kt] == MF_TYPE_F32 ? 1e-5 : 2e-3);
+            free_ext(&ro);
+        }
+        /* a batch row outside the pool is refused before anything runs */
+        const int32_t bad_t[1] = {9};
+        const int32_t *const bad[1] = {bad_t};
+        mf_kv_batch kb = {.n_tokens = NT, .seq = (int32_t[]){0, 0, 0, 0}, .pos = (int32_t[]){0, 1, 2, 3},
+                          .n_seqs = 1, .tables = bad, .block_size = BS};
+        mf_graph_params p = {.n_tokens = NT, .n_outputs = 1, .kv_type = kts[kt], .paged = true};
+        float out[NT * QD];
+        CHECK(mf_engine_forward_batch(e, &p, build_case, &c, NULL, &kb, out, &err) != 0);
+        CHECK_STR_CONTAINS(err.msg, "outside the pool");
+        mf_engine_free(e);
+    }
+}
+
 static void matmul_f64(const char *wname, const char *bname, const float *x, int64_t nt, int64_t n_in,
                        int64_t n_out, double *y) {
     double *w = weight_f64(wname), *b = bname ? weight_f64(bname) : NULL;
@@ -775,7 +852,7 @@ int main(int argc, char **argv) {
         MF_T(elementwise_and_row_ops_ref_vs_cpu), MF_T(permute_matches_index_math),
         MF_T(matmul_every_weight_type_ref_vs_cpu), MF_T(embedding_gather_ref_vs_cpu),
         MF_T(missing_and_misshapen_weights_are_errors), MF_T(rope_cpu_vs_f64), MF_T(qknorm_cpu_vs_f64),
-        MF_T(kv_store_load_cpu), MF_T(attention_cpu_vs_f64), MF_T(fused_qkv_cpu_vs_f64),
+        MF_T(kv_store_load_cpu), MF_T(attention_cpu_vs_f64), MF_T(attention_paged_cpu_vs_f64), MF_T(fused_qkv_cpu_vs_f64),
         MF_T(fused_ffn_cpu_vs_f64), MF_T(qkv_epilogue_cpu_vs_f64), MF_T(op_nobody_supports_is_an_error),
     };
     int rc = mf_test_run(tests, (int)(sizeof tests / sizeof tests[0]), argc, argv);

@@ -6,6 +6,7 @@
 #include <stdlib.h>
 #include <unistd.h>
 
+#include "backend/backend.h"
 #include "gguf/gguf.h"
 #include "mf_test.h"
 #include "model/model.h"
@@ -311,23 +312,23 @@ MF_TEST(all_weights_registered_gate) {
     mf_backend_ops ops = {0};
     mf_backend b = {.ops = &ops, .kind = MF_BACKEND_CUDA, .is_gpu = true};
     const char *missing = "x";
-    CHECK(mf_model_weights_on(m, &b, &missing)); /* no hook: reads the mapping */
+    const char *const *gw;
+    int32_t n = mf_model_graph_weights(m, &gw);
+    CHECK(mf_backend_weights_on(&b, gw, n, &missing)); /* no hook: reads the mapping */
     CHECK(missing == NULL);
     ops.has_weight = fake_has_weight;
     fake_missing = NULL;
-    CHECK(mf_model_weights_on(m, &b, &missing));
+    CHECK(mf_backend_weights_on(&b, gw, n, &missing));
     /* every tensor the graph reads counts, biases and norms included */
     const char *names[] = {"blk.1.attn_v.bias", "output_norm.weight", "token_embd.weight",
                            "blk.0.ffn_down.weight", "output.weight"};
     for (size_t i = 0; i < sizeof names / sizeof names[0]; i++) {
         fake_missing = names[i];
-        CHECK_MSG(!mf_model_weights_on(m, &b, &missing), "gate passed without %s", names[i]);
+        CHECK_MSG(!mf_backend_weights_on(&b, gw, n, &missing), "gate passed without %s", names[i]);
         CHECK_MSG(missing && !strcmp(missing, names[i]), "named %s, not %s",
                   missing ? missing : "(null)", names[i]);
     }
     /* the gate's list is exactly the builder's weights */
-    const char *const *gw;
-    int32_t n = mf_model_graph_weights(m, &gw);
     CHECK_EQ_INT(n, 2 + 1 + NL * 12);
     /* ... every name a node reads is in the list, and every listed name is read */
     mf_graph g;

@@ -91,23 +91,44 @@ typedef struct attn_job {
     size_t stride;
     bool avx512;    /* (token, KV head) groups through ops_avx512.c */
     int64_t ld;     /* its score row stride */
+    /* paged: token t reads rows [0, tn[t]) at tk[t] / tv[t] (its sequence's
+     * rows, contiguous); NULL: the one context at k / v, n_past + t + 1 rows */
+    const void *const *tk, *const *tv;
+    const int64_t *tn;
     _Atomic int64_t next;
 } attn_job;
 
+/* Token t's K/V rows and their count: the same arithmetic for a sequence
+ * alone and in a batch, so its result does not depend on the batch. */
+static void tok_kv(const attn_job *j, int64_t t, const void **k, const void **v, int64_t *n_kv) {
+    if (j->tk) {
+        *k = j->tk[t];
+        *v = j->tv[t];
+        *n_kv = j->tn[t];
+    } else {
+        *k = j->k;
+        *v = j->v;
+        *n_kv = j->n_past + t + 1;
+    }
+}
+
 static void attn_one(const attn_job *j, int64_t t, int32_t h, float *scr) {
-    const int64_t hd = j->head_dim, n_kv = j->n_past + t + 1;
+    const int64_t hd = j->head_dim;
     const int64_t e0 = (int64_t)(h / j->group) * hd;
     const float *q = j->q + (t * j->n_head + h) * hd;
     float *acc = scr, *row = scr + ((hd + 15) & ~15), *sc = row + ((hd + 15) & ~15);
     const bool f32 = j->kv_type == MF_TYPE_F32;
+    const void *kc, *vc;
+    int64_t n_kv;
+    tok_kv(j, t, &kc, &vc, &n_kv);
 
     float mx = -INFINITY;
     for (int64_t r = 0; r < n_kv; r++) {
         const float *k = row;
         if (f32)
-            k = (const float *)((const uint8_t *)j->k + (size_t)r * j->rb) + e0;
+            k = (const float *)((const uint8_t *)kc + (size_t)r * j->rb) + e0;
         else
-            kv_slice(j->kv_type, j->k, j->rb, r, e0, hd, row);
+            kv_slice(j->kv_type, kc, j->rb, r, e0, hd, row);
         sc[r] = mf_cpu_dot_f32(q, k, hd) * j->scale;
         mx = fmaxf(mx, sc[r]);
     }
@@ -121,9 +142,9 @@ static void attn_one(const attn_job *j, int64_t t, int32_t h, float *scr) {
     for (int64_t r = 0; r < n_kv; r++) {
         const float *v = row;
         if (f32)
-            v = (const float *)((const uint8_t *)j->v + (size_t)r * j->rb) + e0;
+            v = (const float *)((const uint8_t *)vc + (size_t)r * j->rb) + e0;
         else
-            kv_slice(j->kv_type, j->v, j->rb, r, e0, hd, row);
+            kv_slice(j->kv_type, vc, j->rb, r, e0, hd, row);
         const float p = sc[r];
         for (int64_t i = 0; i < hd; i++)
             acc[i] += p * v[i];
@@ -140,8 +161,11 @@ static void attn_group(const attn_job *j, int64_t t, int32_t g, float *scr) {
     const int64_t hd = j->head_dim, h0 = (int64_t)g * j->group;
     const float *q = j->q + (t * j->n_head + h0) * hd;
     float *o = j->out + (t * j->n_head + h0) * hd;
-    mf_cpu_attn_group_avx512(q, j->group, hd, j->k, j->v, j->kv_type == MF_TYPE_F16, j->rb, (int64_t)g * hd,
-                             j->n_past + t + 1, j->scale, o, scr, j->ld);
+    const void *kc, *vc;
+    int64_t n_kv;
+    tok_kv(j, t, &kc, &vc, &n_kv);
+    mf_cpu_attn_group_avx512(q, j->group, hd, kc, vc, j->kv_type == MF_TYPE_F16, j->rb, (int64_t)g * hd,
+                             n_kv, j->scale, o, scr, j->ld);
 }
 #endif
 
@@ -173,28 +197,23 @@ static void attn_worker(void *vjob, int ith, int nth) {
     }
 }
 
-void mf_cpu_attn(mf_cpu_ctx *c, const float *q, int64_t nt, int32_t n_head, int32_t n_head_kv,
-                 int32_t head_dim, const void *k_cache, const void *v_cache, uint32_t kv_type,
-                 int64_t n_past, float scale, float *out) {
-    MF_ASSERT(n_head_kv > 0 && n_head % n_head_kv == 0 && head_dim > 0);
-    if (nt <= 0)
-        return;
-    attn_job *j = mf_calloc(1, sizeof *j);
+/* Fills the job for nt tokens whose longest row has max_kv positions and
+ * runs it on the pool (or inline when it is too small to wake the pool). */
+static void attn_run(mf_cpu_ctx *c, attn_job *j, const float *q, int64_t nt, int32_t n_head,
+                     int32_t n_head_kv, int32_t head_dim, uint32_t kv_type, int64_t max_kv,
+                     float scale, float *out) {
     j->q = q;
     j->out = out;
     j->nt = nt;
-    j->n_past = n_past;
     j->n_head = n_head;
     j->head_dim = head_dim;
     j->group = n_head / n_head_kv;
     j->kv_dim = (int64_t)n_head_kv * head_dim;
-    j->k = k_cache;
-    j->v = v_cache;
     j->kv_type = kv_type;
     j->rb = kv_row_bytes(kv_type, j->kv_dim);
     j->scale = scale;
     const int nth = mf_cpu_ctx_threads(c);
-    j->ld = (n_past + nt + 15) & ~(int64_t)15;
+    j->ld = (max_kv + 15) & ~(int64_t)15;
     j->stride = 2 * (((size_t)head_dim + 15) & ~(size_t)15) + (size_t)j->ld;
     j->avx512 = mf_cpu_ctx_isa(c) == MF_ISA_AVX512 && head_dim % 16 == 0 &&
                 (kv_type == MF_TYPE_F32 || kv_type == MF_TYPE_F16);
@@ -203,10 +222,103 @@ void mf_cpu_attn(mf_cpu_ctx *c, const float *q, int64_t nt, int32_t n_head, int3
     j->scratch = mf_cpu_ctx_attn_scratch(c, j->stride * (size_t)nth);
     atomic_init(&j->next, 0);
     /* a short decode row is a microsecond of work: less than waking the pool */
-    const bool small = (double)nt * (double)(n_past + nt) * n_head * head_dim < 65536.0;
+    const bool small = (double)nt * (double)max_kv * n_head * head_dim < 65536.0;
     if (nt * n_head == 1 || (j->avx512 && (nt * n_head_kv == 1 || small)))
         attn_worker(j, 0, 1);
     else
         mf_pool_run(mf_cpu_ctx_pool(c), attn_worker, j);
+}
+
+void mf_cpu_attn(mf_cpu_ctx *c, const float *q, int64_t nt, int32_t n_head, int32_t n_head_kv,
+                 int32_t head_dim, const void *k_cache, const void *v_cache, uint32_t kv_type,
+                 int64_t n_past, float scale, float *out) {
+    MF_ASSERT(n_head_kv > 0 && n_head % n_head_kv == 0 && head_dim > 0);
+    if (nt <= 0)
+        return;
+    attn_job *j = mf_calloc(1, sizeof *j);
+    j->n_past = n_past;
+    j->k = k_cache;
+    j->v = v_cache;
+    attn_run(c, j, q, nt, n_head, n_head_kv, head_dim, kv_type, n_past + nt, scale, out);
     free(j);
+}
+
+/* ==== paged attention ======================================================= */
+
+static int64_t paged_row(const mf_cpu_paged *pg, int32_t s, int64_t p) {
+    return (int64_t)pg->tables[s][p / pg->block_size] * pg->block_size + p % pg->block_size;
+}
+
+void mf_cpu_attn_paged(mf_cpu_ctx *c, const mf_cpu_paged *pg, const float *q, const float *k_new,
+                       const float *v_new, int64_t nt, int32_t n_head, int32_t n_head_kv,
+                       int32_t head_dim, void *k_cache, void *v_cache, uint32_t kv_type,
+                       float scale, float *out) {
+    MF_ASSERT(n_head_kv > 0 && n_head % n_head_kv == 0 && head_dim > 0 && pg->block_size > 0);
+    if (nt <= 0)
+        return;
+    const int64_t kv_dim = (int64_t)n_head_kv * head_dim;
+    const size_t rb = kv_row_bytes(kv_type, kv_dim);
+    /* every token's row is written before any token reads: a prefill chunk
+     * sees its own earlier tokens */
+    for (int64_t t = 0; t < nt; t++) {
+        const int64_t r = paged_row(pg, pg->seq[t], pg->pos[t]);
+        mf_cpu_kv_store(kv_type, k_cache, kv_dim, r, k_new + t * kv_dim, 1);
+        mf_cpu_kv_store(kv_type, v_cache, kv_dim, r, v_new + t * kv_dim, 1);
+    }
+    /* Per sequence of the batch: its rows [0, max pos] contiguous, in place
+     * when its blocks follow each other in the pool, else gathered (bytes
+     * copied as stored, so the values are the same either way). */
+    int64_t *need = mf_calloc((size_t)pg->n_seqs, sizeof *need);
+    for (int64_t t = 0; t < nt; t++)
+        if (pg->pos[t] + 1 > need[pg->seq[t]])
+            need[pg->seq[t]] = pg->pos[t] + 1;
+    const void **sk = mf_calloc((size_t)pg->n_seqs * 2, sizeof *sk), **sv = sk + pg->n_seqs;
+    uint8_t **own = mf_calloc((size_t)pg->n_seqs, sizeof *own);
+    int64_t max_kv = 1;
+    for (int32_t s = 0; s < pg->n_seqs; s++) {
+        const int64_t n = need[s];
+        if (n == 0)
+            continue;
+        max_kv = n > max_kv ? n : max_kv;
+        const int64_t nb = (n + pg->block_size - 1) / pg->block_size;
+        bool contiguous = true;
+        for (int64_t b = 1; b < nb && contiguous; b++)
+            contiguous = pg->tables[s][b] == pg->tables[s][0] + b;
+        const size_t base = (size_t)pg->tables[s][0] * (size_t)pg->block_size * rb;
+        if (contiguous) {
+            sk[s] = (const uint8_t *)k_cache + base;
+            sv[s] = (const uint8_t *)v_cache + base;
+            continue;
+        }
+        own[s] = mf_malloc(2 * (size_t)n * rb);
+        for (int64_t b = 0; b < nb; b++) {
+            const int64_t r0 = b * pg->block_size;
+            const int64_t len = n - r0 < pg->block_size ? n - r0 : pg->block_size;
+            const size_t src = (size_t)pg->tables[s][b] * (size_t)pg->block_size * rb;
+            memcpy(own[s] + (size_t)r0 * rb, (const uint8_t *)k_cache + src, (size_t)len * rb);
+            memcpy(own[s] + (size_t)(n + r0) * rb, (const uint8_t *)v_cache + src, (size_t)len * rb);
+        }
+        sk[s] = own[s];
+        sv[s] = own[s] + (size_t)n * rb;
+    }
+    attn_job *j = mf_calloc(1, sizeof *j);
+    const void **tk = mf_malloc((size_t)nt * 2 * sizeof *tk), **tv = tk + nt;
+    int64_t *tn = mf_malloc((size_t)nt * sizeof *tn);
+    for (int64_t t = 0; t < nt; t++) {
+        tk[t] = sk[pg->seq[t]];
+        tv[t] = sv[pg->seq[t]];
+        tn[t] = pg->pos[t] + 1;
+    }
+    j->tk = tk;
+    j->tv = tv;
+    j->tn = tn;
+    attn_run(c, j, q, nt, n_head, n_head_kv, head_dim, kv_type, max_kv, scale, out);
+    free(j);
+    free(tk);
+    free(tn);
+    for (int32_t s = 0; s < pg->n_seqs; s++)
+        free(own[s]);
+    free(own);
+    free(sk);
+    free(need);
 }

@@ -2,7 +2,7 @@
  * kernels.h (seed §2.1: "its buffers are plain memory, execute_node just calls
  * the function, synchronize is a no-op").
  *
- * Buffers live in the shared host pool (graph/hostpool.h: 64-byte aligned,
+ * Buffers live in the shared host pool (backend/hostpool.h: 64-byte aligned,
  * indexed by id, exact-size free list). Weights are
  * resolved by GGUF name in the mf_weights table at execute time; norm weights
  * and biases stored as F16/BF16 are converted to f32 once and cached under
@@ -12,7 +12,7 @@
 
 #include "backend/backend.h"
 #include "backend/cpu/kernels.h"
-#include "graph/hostpool.h"
+#include "backend/hostpool.h"
 
 enum { N_SCRATCH = 4 };
 
@@ -81,26 +81,27 @@ static bool mm_ok(const mf_matmul_meta *m) {
     return mf_cpu_dot_get(m->wtype, MF_ISA_SCALAR) != NULL && mf_type_row_size(m->wtype, m->n_in) != 0;
 }
 
-static bool cpu_supports_op(const mf_backend *b, const mf_node *n) {
-    switch (n->op) {
-    case MF_OP_MATMUL:
-        return mm_ok(&n->meta.matmul);
-    case MF_OP_GETROWS:
-        if (n->meta.getrows.mode == 0) {
-            const mf_type_traits *t = mf_type_get(n->meta.getrows.wtype);
-            return t && t->to_float && mf_type_row_size(n->meta.getrows.wtype, n->ne[0]) != 0;
-        }
+static bool can_matmul(const mf_backend *b, const mf_node *n) {
+    return mm_ok(&n->meta.matmul);
+}
+
+static bool can_getrows(const mf_backend *b, const mf_node *n) {
+    if (n->meta.getrows.mode != 0)
         return true;
-    case MF_OP_FUSED_QKV:
-    case MF_OP_FUSED_QKV_NORM:
-        return mm_ok(&n->meta.qkv.q) && mm_ok(&n->meta.qkv.k) && mm_ok(&n->meta.qkv.v);
-    case MF_OP_FUSED_FFN:
-        return mm_ok(&n->meta.ffn.gate) && mm_ok(&n->meta.ffn.up);
-    case MF_OP_QKV_BIAS_ROPE_STORE:
-        return n->meta.qkv.head_dim > 0;
-    default:
-        return (unsigned)n->op < MF_OP_COUNT;
-    }
+    const mf_type_traits *t = mf_type_get(n->meta.getrows.wtype);
+    return t && t->to_float && mf_type_row_size(n->meta.getrows.wtype, n->ne[0]) != 0;
+}
+
+static bool can_fused_qkv(const mf_backend *b, const mf_node *n) {
+    return mm_ok(&n->meta.qkv.q) && mm_ok(&n->meta.qkv.k) && mm_ok(&n->meta.qkv.v);
+}
+
+static bool can_fused_ffn(const mf_backend *b, const mf_node *n) {
+    return mm_ok(&n->meta.ffn.gate) && mm_ok(&n->meta.ffn.up);
+}
+
+static bool can_qkv_epilogue(const mf_backend *b, const mf_node *n) {
+    return n->meta.qkv.head_dim > 0;
 }
 
 static bool cpu_supports_fused(const mf_backend *b, mf_fused_kind kind) {
@@ -385,113 +386,226 @@ static int exec_fused_ffn(cpu_be *c, const mf_graph *g, int32_t id, const float 
     return 0;
 }
 
-static int cpu_execute_node(mf_backend *b, const mf_graph *g, int32_t id, const int32_t *in,
-                            int32_t out, mf_kv_pair kv, const mf_exec_args *a, mf_error *err) {
+/* ---- the op table ------------------------------------------------------------------ */
+
+/* What every executor starts from: the node, its first two sources' memory
+ * and the output's (NULL where absent). */
+typedef struct cpu_io {
+    cpu_be *c;
+    const mf_node *n, *a0, *a1;
+    void *x0, *x1;
+    float *y;
+    int64_t nel;
+} cpu_io;
+
+static int io_of(mf_backend *b, const mf_graph *g, const mf_node_call *k, cpu_io *io, mf_error *err) {
     cpu_be *c = CB(b);
+    const int32_t id = k->node;
     const mf_node *n = &g->nodes[id];
-    if (n->op == MF_OP_INPUT || n->op == MF_OP_RESHAPE)
-        return 0; /* filled by the host / same bytes as the source */
-    if (!cpu_supports_op(b, n))
-        return NODE_ERR("not supported by the cpu backend%s", "");
-    const mf_node *a0 = n->n_src > 0 ? &g->nodes[n->src[0]] : NULL;
-    const mf_node *a1 = n->n_src > 1 ? &g->nodes[n->src[1]] : NULL;
-    void *x0 = (n->n_src > 0 && in[0] >= 0) ? bufp(c, in[0]) : NULL;
-    void *x1 = (n->n_src > 1 && in[1] >= 0) ? bufp(c, in[1]) : NULL;
-    float *y = out >= 0 ? bufp(c, out) : NULL;
-    int64_t nel = mf_node_nelem(n);
-    if (nel > 0 && !y)
-        return NODE_ERR("no output buffer for %lld elements", (long long)nel);
-    switch (n->op) {
-    case MF_OP_ADD:
-        mf_cpu_add(x0, x1, y, nel);
-        return 0;
-    case MF_OP_MUL:
-        if (mf_node_nelem(a1) == a1->ne[0] && nel != a1->ne[0]) {
-            for (int64_t r = 0; r < nel / n->ne[0]; r++)
-                mf_cpu_mul((float *)x0 + r * n->ne[0], x1, y + r * n->ne[0], n->ne[0]);
-        } else {
-            mf_cpu_mul(x0, x1, y, nel);
-        }
-        return 0;
-    case MF_OP_SCALE:
-        mf_cpu_scale(x0, n->meta.scale.s, y, nel);
-        return 0;
-    case MF_OP_SILU:
-        mf_cpu_silu(x0, y, nel);
-        return 0;
-    case MF_OP_SWIGLU:
-        mf_cpu_swiglu_mt(c->cpu, x0, x1, y, nel);
-        return 0;
-    case MF_OP_RMSNORM:
-    case MF_OP_QKNORM: {
-        int64_t w = n->op == MF_OP_QKNORM ? n->meta.norm.head_dim : n->ne[0];
-        const float *nw = NULL;
-        if (n->meta.norm.weight && !(nw = weight_f32(c, g, id, n->meta.norm.weight, w, err)))
-            return -1;
-        mf_cpu_rmsnorm(c->cpu, x0, nw, y, w, nel / w, n->meta.norm.eps);
-        return 0;
-    }
-    case MF_OP_MATMUL:
-        return exec_matmul(c, g, id, x0, y, err);
-    case MF_OP_GETROWS:
-        return exec_getrows(c, g, id, x0, y, err);
-    case MF_OP_ROPE: {
-        const mf_rope_meta *r = &n->meta.rope;
-        if (y != x0)
-            memcpy(y, x0, (size_t)nel * sizeof *y);
-        mf_cpu_rope(c->cpu, y, n->ne[1], r->n_head, r->head_dim, r->n_rot, x1, r->mode, r->theta,
-                    r->freq_scale);
-        return 0;
-    }
-    case MF_OP_KVCACHE_STORE:
-        if (check_kv(g, id, kv, a, a0->ne[1], err))
-            return -1;
-        mf_cpu_kv_store(a->kv_type, bufp(c, kv.k), g->kv_dim, a->n_past, x0, a0->ne[1]);
-        mf_cpu_kv_store(a->kv_type, bufp(c, kv.v), g->kv_dim, a->n_past, x1, a1->ne[1]);
-        return 0;
-    case MF_OP_KVCACHE_LOAD:
-        if (check_kv(g, id, kv, a, 0, err))
-            return -1;
-        if (n->ne[1] > a->n_ctx)
-            return NODE_ERR("%lld rows of a %d-row cache", (long long)n->ne[1], a->n_ctx);
-        mf_cpu_kv_load(a->kv_type, bufp(c, n->meta.kv.which ? kv.v : kv.k), g->kv_dim, n->ne[1], y);
-        return 0;
-    case MF_OP_ATTN: {
-        const mf_attn_meta *m = &n->meta.attn;
-        if (check_kv(g, id, kv, a, n->ne[1], err))
-            return -1;
-        float *dst = (x0 == (void *)y) ? scratch(c, 0, (size_t)nel) : y;
-        mf_cpu_attn(c->cpu, x0, n->ne[1], m->n_head, m->n_head_kv, m->head_dim, bufp(c, kv.k),
-                    bufp(c, kv.v), a->kv_type, a->n_past, m->scale, dst);
-        if (dst != y)
-            memcpy(y, dst, (size_t)nel * sizeof *y);
-        return 0;
-    }
-    case MF_OP_SOFTMAX:
-        if (y != x0)
-            memcpy(y, x0, (size_t)nel * sizeof *y);
-        for (int64_t r = 0; r < nel / n->ne[0]; r++)
-            mf_cpu_softmax(y + r * n->ne[0], n->ne[0], n->meta.softmax.scale);
-        return 0;
-    case MF_OP_VIEW:
-        for (int64_t r = 0; r < n->ne[1]; r++)
-            memmove(y + r * n->ne[0], (const float *)x0 + r * a0->ne[0] + n->meta.view.offset,
-                    (size_t)n->ne[0] * sizeof *y);
-        return 0;
-    case MF_OP_PERMUTE:
-        exec_permute(c, n, a0, x0, y);
-        return 0;
-    case MF_OP_FUSED_QKV:
-    case MF_OP_FUSED_QKV_NORM:
-        return exec_fused_qkv(c, g, id, x0, x1, y, kv, a, err);
-    case MF_OP_FUSED_FFN:
-        return exec_fused_ffn(c, g, id, x0, y, err);
-    case MF_OP_QKV_BIAS_ROPE_STORE:
-        return exec_qkv_epilogue(c, g, id, in, y, kv, a, err);
-    default:
-        return NODE_ERR("no cpu arm for this op%s", "");
-    }
+    *io = (cpu_io){.c = c, .n = n, .nel = mf_node_nelem(n)};
+    io->a0 = n->n_src > 0 ? &g->nodes[n->src[0]] : NULL;
+    io->a1 = n->n_src > 1 ? &g->nodes[n->src[1]] : NULL;
+    io->x0 = (n->n_src > 0 && k->in[0] >= 0) ? bufp(c, k->in[0]) : NULL;
+    io->x1 = (n->n_src > 1 && k->in[1] >= 0) ? bufp(c, k->in[1]) : NULL;
+    io->y = k->out >= 0 ? bufp(c, k->out) : NULL;
+    if (io->nel > 0 && !io->y)
+        return NODE_ERR("no output buffer for %lld elements", (long long)io->nel);
+    return 0;
 }
+
+#define CPU_OP(fn) \
+    static int fn(mf_backend *b, const mf_graph *g, const mf_node_call *k, const mf_exec_args *a, \
+                  mf_error *err)
+#define IO()                                  \
+    cpu_io io;                                \
+    if (io_of(b, g, k, &io, err))             \
+        return -1;                            \
+    const int32_t id = k->node;               \
+    const mf_node *n = io.n;                  \
+    (void)id, (void)n, (void)a
+
+CPU_OP(op_add) {
+    IO();
+    mf_cpu_add(io.x0, io.x1, io.y, io.nel);
+    return 0;
+}
+
+CPU_OP(op_mul) {
+    IO();
+    if (mf_node_nelem(io.a1) == io.a1->ne[0] && io.nel != io.a1->ne[0]) {
+        for (int64_t r = 0; r < io.nel / n->ne[0]; r++)
+            mf_cpu_mul((float *)io.x0 + r * n->ne[0], io.x1, io.y + r * n->ne[0], n->ne[0]);
+    } else {
+        mf_cpu_mul(io.x0, io.x1, io.y, io.nel);
+    }
+    return 0;
+}
+
+CPU_OP(op_scale) {
+    IO();
+    mf_cpu_scale(io.x0, n->meta.scale.s, io.y, io.nel);
+    return 0;
+}
+
+CPU_OP(op_silu) {
+    IO();
+    mf_cpu_silu(io.x0, io.y, io.nel);
+    return 0;
+}
+
+CPU_OP(op_swiglu) {
+    IO();
+    mf_cpu_swiglu_mt(io.c->cpu, io.x0, io.x1, io.y, io.nel);
+    return 0;
+}
+
+/* RMSNORM and QKNORM: rows of the node's width or of head_dim. */
+CPU_OP(op_norm) {
+    IO();
+    int64_t w = n->op == MF_OP_QKNORM ? n->meta.norm.head_dim : n->ne[0];
+    const float *nw = NULL;
+    if (n->meta.norm.weight && !(nw = weight_f32(io.c, g, id, n->meta.norm.weight, w, err)))
+        return -1;
+    mf_cpu_rmsnorm(io.c->cpu, io.x0, nw, io.y, w, io.nel / w, n->meta.norm.eps);
+    return 0;
+}
+
+CPU_OP(op_matmul) {
+    IO();
+    return exec_matmul(io.c, g, id, io.x0, io.y, err);
+}
+
+CPU_OP(op_getrows) {
+    IO();
+    return exec_getrows(io.c, g, id, io.x0, io.y, err);
+}
+
+CPU_OP(op_rope) {
+    IO();
+    const mf_rope_meta *r = &n->meta.rope;
+    if (io.y != io.x0)
+        memcpy(io.y, io.x0, (size_t)io.nel * sizeof *io.y);
+    mf_cpu_rope(io.c->cpu, io.y, n->ne[1], r->n_head, r->head_dim, r->n_rot, io.x1, r->mode, r->theta,
+                r->freq_scale);
+    return 0;
+}
+
+CPU_OP(op_kv_store) {
+    IO();
+    if (check_kv(g, id, k->kv, a, io.a0->ne[1], err))
+        return -1;
+    mf_cpu_kv_store(a->kv_type, bufp(io.c, k->kv.k), g->kv_dim, a->n_past, io.x0, io.a0->ne[1]);
+    mf_cpu_kv_store(a->kv_type, bufp(io.c, k->kv.v), g->kv_dim, a->n_past, io.x1, io.a1->ne[1]);
+    return 0;
+}
+
+CPU_OP(op_kv_load) {
+    IO();
+    if (check_kv(g, id, k->kv, a, 0, err))
+        return -1;
+    if (n->ne[1] > a->n_ctx)
+        return NODE_ERR("%lld rows of a %d-row cache", (long long)n->ne[1], a->n_ctx);
+    mf_cpu_kv_load(a->kv_type, bufp(io.c, n->meta.kv.which ? k->kv.v : k->kv.k), g->kv_dim, n->ne[1], io.y);
+    return 0;
+}
+
+CPU_OP(op_attn) {
+    IO();
+    const mf_attn_meta *m = &n->meta.attn;
+    if (check_kv(g, id, k->kv, a, n->ne[1], err))
+        return -1;
+    float *dst = (io.x0 == (void *)io.y) ? scratch(io.c, 0, (size_t)io.nel) : io.y;
+    mf_cpu_attn(io.c->cpu, io.x0, n->ne[1], m->n_head, m->n_head_kv, m->head_dim, bufp(io.c, k->kv.k),
+                bufp(io.c, k->kv.v), a->kv_type, a->n_past, m->scale, dst);
+    if (dst != io.y)
+        memcpy(io.y, dst, (size_t)io.nel * sizeof *io.y);
+    return 0;
+}
+
+CPU_OP(op_attn_paged) {
+    IO();
+    const mf_attn_meta *m = &n->meta.attn;
+    const mf_kv_batch *kb = a->batch;
+    if (k->kv.k < 0 || k->kv.v < 0)
+        return NODE_ERR("no KV regions for layer %d", m->layer);
+    if (!kb || kb->n_tokens != n->ne[1])
+        return NODE_ERR("a paged forward of %lld tokens without its batch (%d tokens)",
+                        (long long)n->ne[1], kb ? kb->n_tokens : 0);
+    const mf_cpu_paged pg = {.seq = kb->seq, .pos = kb->pos, .n_seqs = kb->n_seqs,
+                             .tables = kb->tables, .block_size = kb->block_size};
+    const float *xk = bufp(io.c, k->in[1]), *xv = bufp(io.c, k->in[2]);
+    float *dst = (io.x0 == (void *)io.y) ? scratch(io.c, 0, (size_t)io.nel) : io.y;
+    mf_cpu_attn_paged(io.c->cpu, &pg, io.x0, xk, xv, n->ne[1], m->n_head, m->n_head_kv, m->head_dim,
+                      bufp(io.c, k->kv.k), bufp(io.c, k->kv.v), a->kv_type, m->scale, dst);
+    if (dst != io.y)
+        memcpy(io.y, dst, (size_t)io.nel * sizeof *io.y);
+    return 0;
+}
+
+CPU_OP(op_softmax) {
+    IO();
+    if (io.y != io.x0)
+        memcpy(io.y, io.x0, (size_t)io.nel * sizeof *io.y);
+    for (int64_t r = 0; r < io.nel / n->ne[0]; r++)
+        mf_cpu_softmax(io.y + r * n->ne[0], n->ne[0], n->meta.softmax.scale);
+    return 0;
+}
+
+CPU_OP(op_view) {
+    IO();
+    for (int64_t r = 0; r < n->ne[1]; r++)
+        memmove(io.y + r * n->ne[0], (const float *)io.x0 + r * io.a0->ne[0] + n->meta.view.offset,
+                (size_t)n->ne[0] * sizeof *io.y);
+    return 0;
+}
+
+CPU_OP(op_permute) {
+    IO();
+    exec_permute(io.c, n, io.a0, io.x0, io.y);
+    return 0;
+}
+
+CPU_OP(op_fused_qkv) {
+    IO();
+    return exec_fused_qkv(io.c, g, id, io.x0, io.x1, io.y, k->kv, a, err);
+}
+
+CPU_OP(op_fused_ffn) {
+    IO();
+    return exec_fused_ffn(io.c, g, id, io.x0, io.y, err);
+}
+
+CPU_OP(op_qkv_epilogue) {
+    IO();
+    return exec_qkv_epilogue(io.c, g, id, k->in, io.y, k->kv, a, err);
+}
+
+static const mf_op_entry cpu_table[] = {
+    [MF_OP_INPUT] = {NULL, mf_op_nothing},
+    [MF_OP_ADD] = {NULL, op_add},
+    [MF_OP_MUL] = {NULL, op_mul},
+    [MF_OP_SCALE] = {NULL, op_scale},
+    [MF_OP_SILU] = {NULL, op_silu},
+    [MF_OP_SWIGLU] = {NULL, op_swiglu},
+    [MF_OP_RMSNORM] = {NULL, op_norm},
+    [MF_OP_QKNORM] = {NULL, op_norm},
+    [MF_OP_MATMUL] = {can_matmul, op_matmul},
+    [MF_OP_GETROWS] = {can_getrows, op_getrows},
+    [MF_OP_ROPE] = {NULL, op_rope},
+    [MF_OP_KVCACHE_STORE] = {NULL, op_kv_store},
+    [MF_OP_KVCACHE_LOAD] = {NULL, op_kv_load},
+    [MF_OP_ATTN] = {NULL, op_attn},
+    [MF_OP_SOFTMAX] = {NULL, op_softmax},
+    [MF_OP_VIEW] = {NULL, op_view},
+    [MF_OP_RESHAPE] = {NULL, mf_op_nothing},
+    [MF_OP_PERMUTE] = {NULL, op_permute},
+    [MF_OP_FUSED_QKV] = {can_fused_qkv, op_fused_qkv},
+    [MF_OP_FUSED_QKV_NORM] = {can_fused_qkv, op_fused_qkv},
+    [MF_OP_FUSED_FFN] = {can_fused_ffn, op_fused_ffn},
+    [MF_OP_QKV_BIAS_ROPE_STORE] = {can_qkv_epilogue, op_qkv_epilogue},
+    [MF_OP_ATTN_PAGED] = {NULL, op_attn_paged},
+};
+MF_OP_TABLE_CHECK(cpu_table);
 
 static void cpu_free(mf_backend *b) {
     cpu_be *c = CB(b);
@@ -505,18 +619,15 @@ static void cpu_free(mf_backend *b) {
 
 static const mf_backend_ops cpu_ops = {
     .name = cpu_name,
-    .supports_op = cpu_supports_op,
+    .op_table = cpu_table,
     .supports_fused = cpu_supports_fused,
     .alloc_buffer = cpu_alloc_buffer,
     .free_buffer = cpu_free_buffer,
     .alloc_fresh = cpu_alloc_fresh,
-    .execute_node = cpu_execute_node,
     .read_host = cpu_read_host,
     .write_host = cpu_write_host,
     .synchronize = cpu_synchronize,
     .has_weight = NULL,
-    .begin_forward = NULL,
-    .end_forward = NULL,
     .free = cpu_free,
 };
 

@@ -160,6 +160,89 @@ static void dot_q4_1(int64_t n, float *s, const void *vw, const void *va) {
     *s = hsum_ps(acc) + sm;
 }
 
+/* One weight row against up to four activation rows (a, a + a_row, ...):
+ * the weight block is unpacked once for all of them, and each token's
+ * arithmetic is the one-token kernel's, in its order, so s[t * ldy] has
+ * the bits dot_q4_0 / dot_q4_1 gives that token alone. */
+static void dotn_q4_0(int64_t n, float *s, int64_t ldy, const void *vw, const void *va, size_t a_row,
+                      int nt) {
+    const mf_block_q4_0 *w = vw;
+    const mf_block_q8_0 *a[4];
+    __m256 acc[4];
+    for (int t = 0; t < nt; t++) {
+        a[t] = (const mf_block_q8_0 *)((const uint8_t *)va + (size_t)t * a_row);
+        acc[t] = _mm256_setzero_ps();
+    }
+    for (int64_t b = 0; b < n / MF_QK4_0; b++) {
+        const __m256i q = _mm256_sub_epi8(nibbles32(w[b].qs), _mm256_set1_epi8(8));
+        const __m256i aq = _mm256_sign_epi8(q, q);
+        const float dw = h2f(w[b].d);
+        for (int t = 0; t < nt; t++) {
+            const __m256i y = _mm256_loadu_si256((const __m256i *)a[t][b].qs);
+            const __m256i p = mad_u8i8(aq, _mm256_sign_epi8(y, q));
+            acc[t] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(p), _mm256_set1_ps(dw * h2f(a[t][b].d)), acc[t]);
+        }
+    }
+    for (int t = 0; t < nt; t++)
+        s[t * ldy] = hsum_ps(acc[t]);
+}
+
+static void dotn_q4_1(int64_t n, float *s, int64_t ldy, const void *vw, const void *va, size_t a_row,
+                      int nt) {
+    const mf_block_q4_1 *w = vw;
+    const mf_block_q8_1 *a[4];
+    __m256 acc[4];
+    float sm[4];
+    for (int t = 0; t < nt; t++) {
+        a[t] = (const mf_block_q8_1 *)((const uint8_t *)va + (size_t)t * a_row);
+        acc[t] = _mm256_setzero_ps();
+        sm[t] = 0;
+    }
+    for (int64_t b = 0; b < n / MF_QK4_1; b++) {
+        const __m256i q = nibbles32(w[b].qs);
+        const float dw = h2f(w[b].d), mw = h2f(w[b].m);
+        for (int t = 0; t < nt; t++) {
+            const __m256i p = mad_u8i8(q, _mm256_loadu_si256((const __m256i *)a[t][b].qs));
+            acc[t] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(p), _mm256_set1_ps(dw * h2f(a[t][b].d)), acc[t]);
+            sm[t] += mw * h2f(a[t][b].s);
+        }
+    }
+    for (int t = 0; t < nt; t++)
+        s[t * ldy] = hsum_ps(acc[t]) + sm[t];
+}
+
+static void dotn_q8_0(int64_t n, float *s, int64_t ldy, const void *vw, const void *va, size_t a_row,
+                      int nt) {
+    const mf_block_q8_0 *w = vw;
+    const mf_block_q8_0 *a[4];
+    __m256 acc[4];
+    for (int t = 0; t < nt; t++) {
+        a[t] = (const mf_block_q8_0 *)((const uint8_t *)va + (size_t)t * a_row);
+        acc[t] = _mm256_setzero_ps();
+    }
+    for (int64_t b = 0; b < n / MF_QK8_0; b++) {
+        const __m256i q = _mm256_loadu_si256((const __m256i *)w[b].qs);
+        const __m256i aq = _mm256_sign_epi8(q, q);
+        const float dw = h2f(w[b].d);
+        for (int t = 0; t < nt; t++) {
+            const __m256i y = _mm256_loadu_si256((const __m256i *)a[t][b].qs);
+            const __m256i p = mad_u8i8(aq, _mm256_sign_epi8(y, q));
+            acc[t] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(p), _mm256_set1_ps(dw * h2f(a[t][b].d)), acc[t]);
+        }
+    }
+    for (int t = 0; t < nt; t++)
+        s[t * ldy] = hsum_ps(acc[t]);
+}
+
+mf_vec_dotn_fn mf_cpu_dotn_avx2(uint32_t wtype) {
+    switch (wtype) {
+    case MF_TYPE_Q4_0: return dotn_q4_0;
+    case MF_TYPE_Q4_1: return dotn_q4_1;
+    case MF_TYPE_Q8_0: return dotn_q8_0;
+    default: return NULL;
+    }
+}
+
 static void dot_q5_0(int64_t n, float *s, const void *vw, const void *va) {
     const mf_block_q5_0 *w = vw;
     const mf_block_q8_0 *a = va;

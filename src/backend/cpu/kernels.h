@@ -108,4 +108,23 @@ void mf_cpu_attn(mf_cpu_ctx *c, const float *q, int64_t nt, int32_t n_head, int3
                  int32_t head_dim, const void *k_cache, const void *v_cache, uint32_t kv_type,
                  int64_t n_past, float scale, float *out);
 
+/* The sequences of a paged forward (backend.h's mf_kv_batch, as the kernels
+ * see it): token t of sequence seq[t] at position pos[t]; sequence s's
+ * position p is KV row tables[s][p / block_size] * block_size + p % block_size. */
+typedef struct mf_cpu_paged {
+    const int32_t *seq, *pos;
+    int32_t n_seqs;
+    const int32_t *const *tables;
+    int32_t block_size;
+} mf_cpu_paged;
+
+/* Stores each token's K/V row (k_new, v_new: nt rows of kv_dim) at its slot,
+ * then attention as mf_cpu_attn per token over its own sequence's positions
+ * [0, pos[t]]. A token's result is bitwise the one it gets in any other
+ * batch (the same per-(token, head) work on the same row values). */
+void mf_cpu_attn_paged(mf_cpu_ctx *c, const mf_cpu_paged *pg, const float *q, const float *k_new,
+                       const float *v_new, int64_t nt, int32_t n_head, int32_t n_head_kv,
+                       int32_t head_dim, void *k_cache, void *v_cache, uint32_t kv_type,
+                       float scale, float *out);
+
 #endif

@@ -40,8 +40,15 @@ void mf_cpu_quantize_act_scalar(uint32_t act_type, const float *x, void *y, int6
 typedef void (*mf_vec_dot4_fn)(int64_t n, float *s, const void *w, size_t w_row, const void *a, const float *ad,
                                const int32_t *as);
 
+/* s[t * ldy] (t < nt <= 4) = the dot of one weight row w with activation
+ * row t (rows a_row bytes apart), each bit-equal to the one-token kernel:
+ * the weights are unpacked once for the nt tokens (dot_avx2.c). */
+typedef void (*mf_vec_dotn_fn)(int64_t n, float *s, int64_t ldy, const void *w, const void *a, size_t a_row,
+                               int nt);
+
 #if MF_CPU_X86
 const mf_cpu_dot *mf_cpu_dot_avx2(uint32_t wtype);
+mf_vec_dotn_fn mf_cpu_dotn_avx2(uint32_t wtype);
 bool mf_cpu_quantize_act_avx2(uint32_t act_type, const float *x, void *y, int64_t n);
 const mf_cpu_dot *mf_cpu_dot_avx512(uint32_t wtype);
 bool mf_cpu_quantize_act_avx512(uint32_t act_type, const float *x, void *y, int64_t n);

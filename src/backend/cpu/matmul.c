@@ -121,6 +121,7 @@ typedef struct mm_part {
     size_t w_row; /* bytes per weight row */
     mf_vec_dot_fn dot;
     mf_vec_dot4_fn dot4; /* one token, four rows at a time (NULL: none) */
+    mf_vec_dotn_fn dotn; /* one row, up to four tokens at a time (NULL: none) */
     uint32_t wtype;
     bool gemm; /* multi-token tiles of gemm_avx512.c (tile_rows == 32) */
     const uint8_t *a;
@@ -211,7 +212,14 @@ static void mm_tile(const mm_job *j, const mm_part *p, int64_t k, int ith, const
     }
     for (; r < r1; r++) {
         const uint8_t *w = p->w + (size_t)r * p->w_row;
-        for (int64_t t = t0; t < t1; t++)
+        int64_t t = t0;
+        if (p->dotn)
+            for (; t < t1; t += 4) {
+                const int nt = t1 - t < 4 ? (int)(t1 - t) : 4;
+                p->dotn(j->n_in, &p->y[t * p->n_out + r], p->n_out, w, p->a + (size_t)t * p->a_row,
+                        p->a_row, nt);
+            }
+        for (; t < t1; t++)
             p->dot(j->n_in, &p->y[t * p->n_out + r], w, p->a + (size_t)t * p->a_row);
     }
 }
@@ -362,6 +370,13 @@ void mf_cpu_matmul_multi(mf_cpu_ctx *c, const mf_cpu_mm *mm, int n_mm, int64_t n
         p->w_row = mf_type_row_size(mm[i].wtype, n_in);
         p->dot = dots[i]->dot;
         p->dot4 = dot4[i];
+        p->dotn = NULL;
+#if MF_CPU_X86
+        /* several tokens share each unpacked weight block (the AVX-512
+         * tiles have their own kernel) */
+        if (nt > 1 && !gemm[i] && c->isa == MF_ISA_AVX2)
+            p->dotn = mf_cpu_dotn_avx2(mm[i].wtype);
+#endif
         p->wtype = mm[i].wtype;
         p->gemm = gemm[i];
         if (dots[i]->act_type == MF_TYPE_F32) {

@@ -26,6 +26,19 @@
 #include "backend/cuda/cuda_args.h"
 #include "quant/quant.h"
 
+/* Split-contract adapter (cu_execute_split, at cu_ops): the paths of this
+ * file take the forward's values plus the read-back hint (out_host: where
+ * the engine reads node out_node right after the forward), which
+ * cu_execute_split derives from the split's read_back. */
+typedef struct cu_args {
+    int32_t n_past, n_tokens, n_ctx;
+    uint32_t kv_type;
+    void *out_host;
+    int32_t out_node;
+    size_t out_bytes;
+} cu_args;
+#define mf_exec_args cu_args
+
 #define TRACE_N 16
 #define N_SCRATCH 9
 #define PIN_BYTES ((size_t)64 << 20)
@@ -931,6 +944,8 @@ static bool cu_supports_op(const mf_backend *b, const mf_node *n) {
         return norm_weight_ok(c, n->meta.norm.weight);
     case MF_OP_ATTN:
         return n->meta.attn.head_dim > 0 && n->meta.attn.head_dim <= MF_CU_ATTN_MAX_HEAD_DIM;
+    case MF_OP_ATTN_PAGED:
+        return false; /* not in cu_table: runs on the CPU */
     case MF_OP_FUSED_QKV:
     case MF_OP_FUSED_QKV_NORM:
         if (!mm_ok(&n->meta.qkv.q) || !mm_ok(&n->meta.qkv.k) || !mm_ok(&n->meta.qkv.v))
@@ -2598,24 +2613,77 @@ static void cu_free(mf_backend *b) {
     free(b);
 }
 
+#undef mf_exec_args
+
+static cu_args cu_args_of(const mf_exec_args *a) {
+    return (cu_args){.n_past = a->n_past, .n_tokens = a->n_tokens, .n_ctx = a->n_ctx, .kv_type = a->kv_type,
+                     .out_node = -1};
+}
+
+static int cu_op_exec(mf_backend *b, const mf_graph *g, const mf_node_call *k, const mf_exec_args *a,
+                      mf_error *err) {
+    const cu_args ca = cu_args_of(a);
+    return cu_execute_node(b, g, k->node, k->in, k->out, k->kv, &ca, err);
+}
+
+/* The hooks in the order the engine called them for a split: begin_forward,
+ * the host inputs, the recorded calls (repeat_calls, one-split forwards) or
+ * execute_node per node, end_forward. */
+static int cu_execute_split(mf_backend *b, const mf_split_call *s, mf_error *err) {
+    cu_args a = cu_args_of(s->args);
+    for (int32_t k = 0; k < s->n_outputs; k++)
+        if (s->read_back[k]) {
+            a.out_host = s->read_back[k];
+            a.out_node = s->outputs[k];
+            a.out_bytes = mf_node_nbytes(&s->g->nodes[s->outputs[k]]);
+        }
+    if (cu_begin_forward(b, s->g, &a, err))
+        return -1;
+    for (int32_t k = 0; k < s->n_host_inputs; k++) {
+        const mf_host_input *h = &s->host_inputs[k];
+        if (cu_write_host(b, h->buf, 0, h->data, h->nbytes, err))
+            return mf_error_prefix(err, "forward: input node %d '%s'", h->node, s->g->nodes[h->node].name);
+    }
+    int repeated = 0;
+    if (s->n_splits == 1 && s->n_inputs == 0 && s->g->stamp &&
+        (repeated = cu_repeat_calls(b, s->g, &a, err)) < 0)
+        return -1;
+    for (int32_t k = 0; !repeated && k < s->n_calls; k++) {
+        const mf_node_call *c = &s->calls[k];
+        if (cu_execute_node(b, s->g, c->node, c->in, c->out, c->kv, &a, err))
+            return -1;
+    }
+    return cu_end_forward(b, s->g, &a, err);
+}
+
+#define CU_E(op) [op] = {cu_supports_op, cu_op_exec}
+static const mf_op_entry cu_table[] = {
+    CU_E(MF_OP_INPUT), CU_E(MF_OP_ADD), CU_E(MF_OP_MUL), CU_E(MF_OP_SCALE), CU_E(MF_OP_SILU),
+    CU_E(MF_OP_SWIGLU), CU_E(MF_OP_RMSNORM), CU_E(MF_OP_QKNORM), CU_E(MF_OP_MATMUL), CU_E(MF_OP_GETROWS),
+    CU_E(MF_OP_ROPE), CU_E(MF_OP_KVCACHE_STORE), CU_E(MF_OP_KVCACHE_LOAD), CU_E(MF_OP_ATTN),
+    CU_E(MF_OP_SOFTMAX), CU_E(MF_OP_VIEW), CU_E(MF_OP_RESHAPE), CU_E(MF_OP_PERMUTE), CU_E(MF_OP_FUSED_QKV),
+    CU_E(MF_OP_FUSED_QKV_NORM), CU_E(MF_OP_FUSED_FFN), CU_E(MF_OP_QKV_BIAS_ROPE_STORE),
+    /* no batched paged kernel yet: the node (and its layer's KV) runs on the CPU */
+    [MF_OP_ATTN_PAGED] = {NULL, NULL},
+};
+#undef CU_E
+MF_OP_TABLE_CHECK(cu_table);
+
 static const mf_backend_ops cu_ops = {
     .name = cu_name,
-    .supports_op = cu_supports_op,
+    .op_table = cu_table,
     .supports_fused = cu_supports_fused,
     .alloc_buffer = cu_alloc_buffer,
     .free_buffer = cu_free_buffer,
     .alloc_fresh = cu_alloc_fresh,
-    .execute_node = cu_execute_node,
+    .execute_split = cu_execute_split,
     .read_host = cu_read_host,
     .host_alloc = cu_host_alloc,
     .host_free = cu_host_free,
-    .read_host_waits = true,
     .write_host = cu_write_host,
     .synchronize = cu_synchronize,
     .has_weight = cu_has_weight,
-    .begin_forward = cu_begin_forward,
-    .end_forward = cu_end_forward,
-    .repeat_calls = cu_repeat_calls,
+    .describe = mf_cuda_device_desc,
     .free = cu_free,
 };
 

@@ -1,15 +1,15 @@
 /* passes.h - the build-time passes between the builder and the scheduler
- * (private to src/graph and its tests; everyone else goes through engine.h).
+ * (private to src/engine and its tests; everyone else goes through engine.h).
  *
  *   assign (assign.c): node -> backend index (priority or alternate mode)
  *   fuse   (fuse.c):   SILU + MUL -> SWIGLU where the backend fuses it
  *   alloc  (alloc.c):  node -> buffer id by liveness; splits and staging
  */
-#ifndef MF_GRAPH_PASSES_H
-#define MF_GRAPH_PASSES_H
+#ifndef MF_ENGINE_PASSES_H
+#define MF_ENGINE_PASSES_H
 
 #include "backend/backend.h"
-#include "graph/graph.h"
+#include "ir/graph.h"
 
 #define MF_MAX_BACKENDS 8
 

@@ -2,7 +2,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "graph/hostpool.h"
+#include "backend/hostpool.h"
 
 void mf_hostpool_init(mf_hostpool *pool, const char *owner) {
     *pool = (mf_hostpool){.owner = owner};

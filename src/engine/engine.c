@@ -2,17 +2,19 @@
  *
  * Per forward: compare the params with the cached graph's (mf_graph_params_eq);
  * on a difference rebuild (builder -> validate -> assign -> fuse -> KV regions
- * -> alloc). Then fill the INPUT nodes, walk the splits (synchronize the
- * previous backend at each change, copy the split's inputs across through a
- * host round trip into its staging buffers, execute_node per node) and read
- * the OUTPUT node after the final synchronize. */
-#include "graph/engine.h"
+ * -> alloc -> the split calls). Then resolve the INPUT nodes' host data, walk
+ * the splits (synchronize the previous backend at each change, copy the
+ * split's inputs across through a host round trip into its staging buffers,
+ * hand the split to execute_split, or write its host inputs and call
+ * execute_node per node) and read the OUTPUT node after the final
+ * synchronize. */
+#include "engine/engine.h"
 
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
-#include "graph/passes.h"
+#include "engine/passes.h"
 
 typedef struct kv_region {
     int32_t backend; /* -1: not allocated yet */
@@ -27,6 +29,19 @@ typedef struct ext_input {
 
 #define ENGINE_HOSTS 4
 
+/* A split as the backend is handed it (mf_split_call), made once per build:
+ * every call's buffers resolved, the values leaving the split, the INPUT
+ * nodes whose bytes it writes. */
+typedef struct split_run {
+    mf_node_call *calls;
+    int32_t n_calls;
+    mf_host_input *host;
+    int32_t n_host;
+    int32_t *outputs, *out_bufs;
+    void **read_back;
+    int32_t n_outputs;
+} split_run;
+
 struct mf_engine {
     mf_engine_opts o;
     mf_backend *be[MF_MAX_BACKENDS];
@@ -38,6 +53,8 @@ struct mf_engine {
     mf_graph g;
     mf_graph_params gp;
     mf_plan plan;
+    split_run *runs;   /* plan.n_splits */
+    const void **in_data; /* per node: an INPUT's host bytes this forward */
     int64_t n_builds;
 
     kv_region *kv; /* o.n_layers */
@@ -57,20 +74,6 @@ struct mf_engine {
         int be;
     } hosts[ENGINE_HOSTS];
 };
-
-void mf_backend_retain(mf_backend *b) {
-    b->extra_refs++;
-}
-
-void mf_backend_free(mf_backend *b) {
-    if (!b)
-        return;
-    if (b->extra_refs > 0) {
-        b->extra_refs--;
-        return;
-    }
-    b->ops->free(b);
-}
 
 /* ---- construction ------------------------------------------------------------------ */
 
@@ -101,10 +104,10 @@ int mf_engine_new(const mf_engine_opts *o, mf_backend **backends, int n_backends
     for (int i = 0; i < n_backends; i++)
         e->be[i] = backends[i];
     e->enabled = (1u << n_backends) - 1;
-    e->alternate = mf_env_flag("MINFER_ALTERNATE_BACKENDS");
-    e->trace = mf_env_int("MINFER_GRAPH_TRACE", 0) > 0;
-    e->trace_nodes = mf_env_int("MINFER_GRAPH_TRACE", 0) >= 2; /* 2: also every node */
-    e->profile = mf_env_flag("MINFER_OP_PROFILE");
+    e->alternate = o->alternate;
+    e->trace = o->trace > 0;
+    e->trace_nodes = o->trace >= 2;
+    e->profile = o->profile;
     e->kv = mf_malloc(((size_t)o->n_layers + 1) * sizeof *e->kv);
     for (int32_t l = 0; l < o->n_layers; l++)
         e->kv[l] = (kv_region){.backend = -1, .k = -1, .v = -1, .type = o->kv_type};
@@ -112,7 +115,23 @@ int mf_engine_new(const mf_engine_opts *o, mf_backend **backends, int n_backends
     return 0;
 }
 
+static void free_runs(mf_engine *e) {
+    for (int32_t s = 0; e->runs && s < e->plan.n_splits; s++) {
+        split_run *r = &e->runs[s];
+        free(r->calls);
+        free(r->host);
+        free(r->outputs);
+        free(r->out_bufs);
+        free(r->read_back);
+    }
+    free(e->runs);
+    e->runs = NULL;
+    free(e->in_data);
+    e->in_data = NULL;
+}
+
 static void drop_graph(mf_engine *e) {
+    free_runs(e);
     if (e->cached)
         mf_plan_free(&e->plan, e->be);
     mf_graph_free(&e->g);
@@ -399,6 +418,91 @@ static void print_trace(const mf_engine *e) {
     fprintf(stderr, "  %d nodes write in place\n", e->plan.n_inplace);
 }
 
+/* The input buffer of src j of node i as split sp sees it: the node's own
+ * buffer, or its staging copy when it lives on another backend. */
+static int32_t src_buf(const mf_graph *g, const mf_plan *pl, const mf_split *sp, int32_t src) {
+    if (pl->buf_backend[src] < 0 || pl->buf_backend[src] == sp->backend)
+        return g->nodes[src].buf;
+    for (int32_t k = 0; k < sp->n_inputs; k++)
+        if (sp->inputs[k] == src)
+            return sp->staging[k];
+    return -1;
+}
+
+/* Whether a split after s reads node i (as a copied input). */
+static bool read_later(const mf_plan *pl, int32_t s, int32_t i) {
+    for (int32_t t = s + 1; t < pl->n_splits; t++)
+        for (int32_t k = 0; k < pl->splits[t].n_inputs; k++)
+            if (pl->splits[t].inputs[k] == i)
+                return true;
+    return false;
+}
+
+/* Resolves every split's calls once per build (the same calls in every
+ * forward of the build), its outputs, and which split writes each INPUT's
+ * bytes: the first on the backend holding it (INPUT buffers are never
+ * recycled, so any time before their readers is right). */
+static int make_runs(mf_engine *e, mf_error *err) {
+    const mf_graph *g = &e->g;
+    const mf_plan *pl = &e->plan;
+    e->runs = mf_calloc((size_t)pl->n_splits + 1, sizeof *e->runs);
+    e->in_data = mf_calloc((size_t)g->n_nodes + 1, sizeof *e->in_data);
+    for (int32_t s = 0; s < pl->n_splits; s++) {
+        const mf_split *sp = &pl->splits[s];
+        split_run *r = &e->runs[s];
+        r->calls = mf_malloc(((size_t)sp->n_nodes + 1) * sizeof *r->calls);
+        int32_t cap_out = 0;
+        for (int32_t i = sp->first; i <= sp->last; i++) {
+            const mf_node *n = &g->nodes[i];
+            if (n->buf >= 0 && pl->buf_backend[i] == sp->backend && !(n->flags & MF_NODE_DEAD) &&
+                ((n->flags & MF_NODE_OUTPUT) || read_later(pl, s, i))) {
+                if (r->n_outputs == cap_out) {
+                    cap_out = cap_out ? 2 * cap_out : 4;
+                    r->outputs = mf_realloc(r->outputs, (size_t)cap_out * sizeof *r->outputs);
+                    r->out_bufs = mf_realloc(r->out_bufs, (size_t)cap_out * sizeof *r->out_bufs);
+                }
+                r->outputs[r->n_outputs] = i;
+                r->out_bufs[r->n_outputs++] = n->buf;
+            }
+            if (!mf_node_executes(n))
+                continue;
+            if (n->backend != sp->backend || (n->buf >= 0 && pl->buf_backend[i] != sp->backend))
+                return mf_errorf(err, "engine: assignment/alloc mismatch: node %d '%s' (%s) on backend %d, "
+                                 "buffer on %d, split %d on %d", i, n->name, mf_op_name(n->op), n->backend,
+                                 pl->buf_backend[i], s, sp->backend);
+            mf_node_call *c = &r->calls[r->n_calls++];
+            *c = (mf_node_call){.node = i, .out = n->buf, .kv = {-1, -1}};
+            for (int j = 0; j < MF_MAX_SRC; j++)
+                c->in[j] = j < n->n_src ? src_buf(g, pl, sp, n->src[j]) : -1;
+            for (int j = 0; j < n->n_src; j++)
+                MF_ASSERT(c->in[j] >= 0 || pl->buf_backend[n->src[j]] < 0);
+            int32_t l = mf_node_kv_layer(n);
+            if (l >= 0) {
+                if (e->kv[l].backend != sp->backend)
+                    return mf_errorf(err, "engine: assignment/alloc mismatch: node %d '%s' (%s) runs on %d "
+                                     "but layer %d's KV lives on %d", i, n->name, mf_op_name(n->op),
+                                     sp->backend, l, e->kv[l].backend);
+                c->kv = (mf_kv_pair){e->kv[l].k, e->kv[l].v};
+            }
+        }
+        r->read_back = mf_calloc((size_t)r->n_outputs + 1, sizeof *r->read_back);
+    }
+    for (int32_t i = 0; i < g->n_nodes; i++) {
+        const mf_node *n = &g->nodes[i];
+        if ((n->flags & MF_NODE_DEAD) || n->op != MF_OP_INPUT || n->buf < 0 || mf_node_nbytes(n) == 0)
+            continue;
+        for (int32_t s = 0; s < pl->n_splits; s++) {
+            if (pl->splits[s].backend != pl->buf_backend[i])
+                continue;
+            split_run *r = &e->runs[s];
+            r->host = mf_realloc(r->host, (size_t)(r->n_host + 1) * sizeof *r->host);
+            r->host[r->n_host++] = (mf_host_input){.node = i, .buf = n->buf, .nbytes = mf_node_nbytes(n)};
+            break;
+        }
+    }
+    return 0;
+}
+
 static int rebuild(mf_engine *e, const mf_graph_params *p, mf_graph_build_fn build, void *ctx,
                    mf_error *err) {
     drop_graph(e);
@@ -425,6 +529,11 @@ static int rebuild(mf_engine *e, const mf_graph_params *p, mf_graph_build_fn bui
     }
     if (mf_alloc_plan(g, e->be, e->nb, &e->plan, err))
         goto fail;
+    if (make_runs(e, err)) {
+        free_runs(e);
+        mf_plan_free(&e->plan, e->be);
+        goto fail;
+    }
     host_buf(e, e->plan.max_copy);
     /* the nodes are final now: a stamp no other build of any engine gets */
     static _Atomic uint64_t stamps;
@@ -444,6 +553,8 @@ fail:
 
 /* ---- forward ---------------------------------------------------------------------- */
 
+/* Resolves every INPUT node's host bytes for this forward into e->in_data
+ * and writes those no split writes (an INPUT on a backend that runs none). */
 static int fill_inputs(mf_engine *e, const int32_t *tokens, const mf_exec_args *a, mf_error *err) {
     const mf_graph *g = &e->g;
     int k_ext = 0;
@@ -471,7 +582,7 @@ static int fill_inputs(mf_engine *e, const int32_t *tokens, const mf_exec_args *
                     e->pos_cap = a->n_tokens;
                 }
                 for (int32_t t = 0; t < a->n_tokens; t++)
-                    e->pos[t] = a->n_past + t;
+                    e->pos[t] = a->batch ? a->batch->pos[t] : a->n_past + t;
                 data = e->pos;
             }
             break;
@@ -482,23 +593,53 @@ static int fill_inputs(mf_engine *e, const int32_t *tokens, const mf_exec_args *
             data = e->ext[k_ext++].data;
             break;
         }
+        e->in_data[i] = data;
         if (nb == 0 || n->buf < 0)
             continue;
+        bool owned = false;
+        for (int32_t s = 0; s < e->plan.n_splits && !owned; s++)
+            owned = e->plan.splits[s].backend == e->plan.buf_backend[i];
         mf_backend *b = e->be[e->plan.buf_backend[i]];
-        if (b->ops->write_host(b, n->buf, 0, data, nb, err))
+        if (!owned && b->ops->write_host(b, n->buf, 0, data, nb, err))
             return mf_error_prefix(err, "forward: input node %d '%s'", i, n->name);
     }
     return 0;
 }
 
-/* Runs every split; the last split's backend is left unsynchronized in *last
- * (end_forward hooks go before that final wait). */
+/* One split on a backend without execute_split (or under MINFER_OP_PROFILE,
+ * which times node by node): its host inputs, then execute_node per node. */
+static int run_nodes(mf_engine *e, mf_backend *b, const split_run *r, const mf_exec_args *a,
+                     mf_error *err) {
+    for (int32_t k = 0; k < r->n_host; k++) {
+        const mf_host_input *h = &r->host[k];
+        if (b->ops->write_host(b, h->buf, 0, h->data, h->nbytes, err))
+            return mf_error_prefix(err, "forward: input node %d '%s'", h->node, e->g.nodes[h->node].name);
+    }
+    for (int32_t k = 0; k < r->n_calls; k++) {
+        const mf_node_call *c = &r->calls[k];
+        const mf_op op = e->g.nodes[c->node].op;
+        uint64_t t0 = e->profile ? mf_time_ns() : 0;
+        if (mf_backend_execute_node(b, &e->g, c, a, err))
+            return -1;
+        if (e->profile) {
+            if (b->ops->synchronize(b, err))
+                return mf_error_prefix(err, "forward: synchronize after node %d '%s'", c->node,
+                                       e->g.nodes[c->node].name);
+            e->prof_ns[op] += mf_time_ns() - t0;
+            e->prof_n[op]++;
+        }
+    }
+    return 0;
+}
+
+/* Runs every split; the last split's backend is left unsynchronized in *last. */
 static int run_splits(mf_engine *e, const mf_exec_args *a, int32_t *last, mf_error *err) {
     mf_graph *g = &e->g;
     const mf_plan *pl = &e->plan;
     int32_t prev = -1;
     for (int32_t s = 0; s < pl->n_splits; s++) {
         const mf_split *sp = &pl->splits[s];
+        split_run *r = &e->runs[s];
         mf_backend *b = e->be[sp->backend];
         if (prev >= 0 && e->be[prev]->ops->synchronize(e->be[prev], err))
             return mf_error_prefix(err, "forward: synchronize %s", e->be[prev]->ops->name(e->be[prev]));
@@ -512,44 +653,19 @@ static int run_splits(mf_engine *e, const mf_exec_args *a, int32_t *last, mf_err
                 return mf_error_prefix(err, "forward: copying node %d '%s' from %s to %s", src,
                                        g->nodes[src].name, sb->ops->name(sb), b->ops->name(b));
         }
-        for (int32_t i = sp->first; i <= sp->last; i++) {
-            const mf_node *n = &g->nodes[i];
-            if (!mf_node_executes(n))
-                continue;
-            if (n->backend != sp->backend || (n->buf >= 0 && pl->buf_backend[i] != sp->backend))
-                return mf_errorf(err, "forward: assignment/alloc mismatch: node %d '%s' (%s) on backend %d, "
-                                 "buffer on %d, split %d on %d", i, n->name, mf_op_name(n->op), n->backend,
-                                 pl->buf_backend[i], s, sp->backend);
-            int32_t in_ids[MF_MAX_SRC];
-            for (int j = 0; j < n->n_src; j++) {
-                int32_t src = n->src[j];
-                in_ids[j] = g->nodes[src].buf;
-                if (pl->buf_backend[src] >= 0 && pl->buf_backend[src] != sp->backend) {
-                    in_ids[j] = -1;
-                    for (int32_t k = 0; k < sp->n_inputs; k++)
-                        if (sp->inputs[k] == src)
-                            in_ids[j] = sp->staging[k];
-                    MF_ASSERT(in_ids[j] >= 0);
-                }
-            }
-            mf_kv_pair kv = {-1, -1};
-            int32_t l = mf_node_kv_layer(n);
-            if (l >= 0) {
-                if (e->kv[l].backend != sp->backend)
-                    return mf_errorf(err, "forward: assignment/alloc mismatch: node %d '%s' (%s) runs on %d "
-                                     "but layer %d's KV lives on %d", i, n->name, mf_op_name(n->op),
-                                     sp->backend, l, e->kv[l].backend);
-                kv = (mf_kv_pair){e->kv[l].k, e->kv[l].v};
-            }
-            uint64_t t0 = e->profile ? mf_time_ns() : 0;
-            if (b->ops->execute_node(b, g, i, in_ids, n->buf, kv, a, err))
+        for (int32_t k = 0; k < r->n_host; k++)
+            r->host[k].data = e->in_data[r->host[k].node];
+        if (b->ops->execute_split && !e->profile) {
+            const mf_split_call call = {.g = g, .index = s, .n_splits = pl->n_splits,
+                                        .calls = r->calls, .n_calls = r->n_calls,
+                                        .inputs = sp->inputs, .staging = sp->staging, .n_inputs = sp->n_inputs,
+                                        .host_inputs = r->host, .n_host_inputs = r->n_host,
+                                        .outputs = r->outputs, .out_bufs = r->out_bufs,
+                                        .read_back = r->read_back, .n_outputs = r->n_outputs, .args = a};
+            if (b->ops->execute_split(b, &call, err))
                 return -1;
-            if (e->profile) {
-                if (b->ops->synchronize(b, err))
-                    return mf_error_prefix(err, "forward: synchronize after node %d '%s'", i, n->name);
-                e->prof_ns[n->op] += mf_time_ns() - t0;
-                e->prof_n[n->op]++;
-            }
+        } else if (run_nodes(e, b, r, a, err)) {
+            return -1;
         }
         prev = sp->backend;
     }
@@ -595,6 +711,10 @@ int mf_engine_reserve(mf_engine *e, mf_graph_params *p, mf_graph_build_fn build,
     return 0;
 }
 
+static int forward_run(mf_engine *e, mf_graph_params *p, mf_graph_build_fn build, void *build_ctx,
+                       const int32_t *tokens, int32_t n_past, const mf_kv_batch *batch,
+                       float *logits, mf_error *err);
+
 int mf_engine_forward(mf_engine *e, mf_graph_params *p, mf_graph_build_fn build, void *build_ctx,
                       const int32_t *tokens, int32_t n_past, float *logits, mf_error *err) {
     if (p->n_tokens <= 0 || n_past < 0)
@@ -602,54 +722,79 @@ int mf_engine_forward(mf_engine *e, mf_graph_params *p, mf_graph_build_fn build,
     if ((int64_t)n_past + p->n_tokens > (p->n_ctx ? p->n_ctx : e->o.n_ctx))
         return mf_errorf(err, "forward: context full: n_past %d + n_tokens %d > n_ctx %d", n_past,
                          p->n_tokens, p->n_ctx ? p->n_ctx : e->o.n_ctx);
+    if (p->paged)
+        return mf_errorf(err, "forward: a paged graph needs mf_engine_forward_batch");
+    return forward_run(e, p, build, build_ctx, tokens, n_past, NULL, logits, err);
+}
+
+int mf_engine_forward_batch(mf_engine *e, mf_graph_params *p, mf_graph_build_fn build,
+                            void *build_ctx, const int32_t *tokens, const mf_kv_batch *b,
+                            float *logits, mf_error *err) {
+    if (!p->paged || !b || b->n_tokens != p->n_tokens || p->n_tokens <= 0 || b->block_size <= 0)
+        return mf_errorf(err, "forward: batch of %d tokens for a %s graph of %d (block size %d)",
+                         b ? b->n_tokens : 0, p->paged ? "paged" : "non-paged", p->n_tokens,
+                         b ? b->block_size : 0);
+    for (int32_t t = 0; t < b->n_tokens; t++) {
+        const int32_t s = b->seq[t], pos = b->pos[t];
+        if (s < 0 || s >= b->n_seqs || pos < 0)
+            return mf_errorf(err, "forward: token %d: sequence %d of %d, position %d", t, s,
+                             b->n_seqs, pos);
+        const int64_t row = (int64_t)b->tables[s][pos / b->block_size] * b->block_size +
+                            pos % b->block_size;
+        if (row < 0 || row >= e->o.n_ctx)
+            return mf_errorf(err, "forward: token %d (sequence %d, position %d) maps to KV row "
+                             "%lld outside the pool's %d", t, s, pos, (long long)row, e->o.n_ctx);
+    }
+    return forward_run(e, p, build, build_ctx, tokens, 0, b, logits, err);
+}
+
+int mf_engine_kv_copy_rows(mf_engine *e, int64_t dst, int64_t src, int64_t n, mf_error *err) {
+    if (n <= 0)
+        return 0;
+    if (dst < 0 || src < 0 || dst + n > e->o.n_ctx || src + n > e->o.n_ctx)
+        return mf_errorf(err, "engine: KV copy of %lld rows %lld -> %lld outside %d rows",
+                         (long long)n, (long long)src, (long long)dst, e->o.n_ctx);
+    for (int32_t l = 0; l < e->o.n_layers; l++) {
+        const kv_region *r = &e->kv[l];
+        if (r->backend < 0)
+            return mf_errorf(err, "engine: KV copy: layer %d has no region yet", l);
+        mf_backend *b = e->be[r->backend];
+        const size_t row = mf_type_row_size(r->type, e->o.kv_dim), nb = row * (size_t)n;
+        void *h = host_buf(e, nb);
+        const int32_t ids[2] = {r->k, r->v};
+        for (int w = 0; w < 2; w++)
+            if (b->ops->read_host(b, ids[w], (size_t)src * row, h, nb, err) ||
+                b->ops->write_host(b, ids[w], (size_t)dst * row, h, nb, err))
+                return mf_error_prefix(err, "engine: KV copy of layer %d", l);
+    }
+    return 0;
+}
+
+static int forward_run(mf_engine *e, mf_graph_params *p, mf_graph_build_fn build, void *build_ctx,
+                       const int32_t *tokens, int32_t n_past, const mf_kv_batch *batch,
+                       float *logits, mf_error *err) {
     if (prepare(e, p, build, build_ctx, "forward", err))
         return -1;
 
-    mf_exec_args a = {.n_past = n_past, .n_tokens = p->n_tokens, .n_ctx = p->n_ctx, .kv_type = p->kv_type};
+    mf_exec_args a = {.n_past = n_past, .n_tokens = p->n_tokens, .n_ctx = p->n_ctx, .kv_type = p->kv_type,
+                      .batch = batch};
     int32_t out = -1;
     for (int32_t i = 0; logits && i < e->g.n_nodes; i++)
         if ((e->g.nodes[i].flags & MF_NODE_OUTPUT) && !(e->g.nodes[i].flags & MF_NODE_DEAD))
             out = i;
     const size_t want = (size_t)p->n_outputs * (size_t)e->o.n_vocab * sizeof(float);
-    if (out >= 0 && e->g.nodes[out].buf >= 0 && mf_node_nbytes(&e->g.nodes[out]) == want) {
-        /* the hint: the read at the end of this function, known before the launches */
-        a.out_host = logits;
-        a.out_node = out;
-        a.out_bytes = want;
+    /* where the logits go, known before the launches: the split producing
+     * them learns it (read_back) */
+    const bool read = out >= 0 && e->g.nodes[out].buf >= 0 && mf_node_nbytes(&e->g.nodes[out]) == want;
+    for (int32_t s = 0; s < e->plan.n_splits; s++) {
+        split_run *r = &e->runs[s];
+        for (int32_t k = 0; k < r->n_outputs; k++)
+            r->read_back[k] = read && r->outputs[k] == out ? logits : NULL;
     }
-    uint32_t used = 0;
-    for (int32_t s = 0; s < e->plan.n_splits; s++)
-        used |= 1u << e->plan.splits[s].backend;
-    for (int b = 0; b < e->nb; b++)
-        if ((used >> b & 1u) && e->be[b]->ops->begin_forward &&
-            e->be[b]->ops->begin_forward(e->be[b], &e->g, &a, err))
-            return -1;
     int32_t last = -1;
-    if (fill_inputs(e, tokens, &a, err))
+    if (fill_inputs(e, tokens, &a, err) || run_splits(e, &a, &last, err))
         return -1;
-    /* one split: its backend may repeat an earlier forward's calls of this
-     * build (CUDA: skips recording ~170 calls a decode step to find the
-     * same captured graph; the calls depend on the build only) */
-    int repeated = 0;
-    if (e->plan.n_splits == 1 && e->plan.splits[0].n_inputs == 0 && !e->profile && e->g.stamp) {
-        const int32_t sb = e->plan.splits[0].backend;
-        mf_backend *b = e->be[sb];
-        if (b->ops->repeat_calls && (repeated = b->ops->repeat_calls(b, &e->g, &a, err)) < 0)
-            return -1;
-        if (repeated)
-            last = sb;
-    }
-    if (!repeated && run_splits(e, &a, &last, err))
-        return -1;
-    for (int b = 0; b < e->nb; b++)
-        if ((used >> b & 1u) && e->be[b]->ops->end_forward &&
-            e->be[b]->ops->end_forward(e->be[b], &e->g, &a, err))
-            return -1;
-    /* the read below waits by itself when the output lives on the backend
-     * that ran last and its read_host is stream-ordered */
-    const bool read_waits = out >= 0 && e->g.nodes[out].buf >= 0 && last >= 0 &&
-                            e->plan.buf_backend[out] == last && e->be[last]->ops->read_host_waits;
-    if (last >= 0 && !read_waits && e->be[last]->ops->synchronize(e->be[last], err))
+    if (last >= 0 && e->be[last]->ops->synchronize(e->be[last], err))
         return mf_error_prefix(err, "forward: synchronize %s", e->be[last]->ops->name(e->be[last]));
 
     if (!logits)

@@ -4,7 +4,7 @@
  * refusal from supports_op is not an error; it makes a split. Alternate mode
  * is a test lever that spreads consecutive nodes over every backend able to
  * run them, so the split/copy machinery is exercised node by node. */
-#include "graph/passes.h"
+#include "engine/passes.h"
 
 #include <stdlib.h>
 
@@ -12,7 +12,7 @@
 static int supporters(const mf_node *n, mf_backend *const *be, int n_be, uint32_t mask, int *out) {
     int k = 0;
     for (int b = 0; b < n_be; b++)
-        if ((mask >> b & 1u) && be[b]->ops->supports_op(be[b], n))
+        if ((mask >> b & 1u) && mf_backend_supports_op(be[b], n))
             out[k++] = b;
     return k;
 }

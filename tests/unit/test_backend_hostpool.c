@@ -7,7 +7,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "graph/hostpool.h"
+#include "backend/hostpool.h"
 #include "mf_test.h"
 
 MF_TEST(ids_recycle_exact_size_only) {

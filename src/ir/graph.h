@@ -45,6 +45,9 @@ typedef enum mf_op {
     MF_OP_FUSED_QKV_NORM, /* FUSED_QKV with Qwen3 per-head Q/K RMSNorm before RoPE */
     MF_OP_FUSED_FFN,      /* x -> swiglu(W_gate x, W_up x) */
     MF_OP_QKV_BIAS_ROPE_STORE, /* (q, k, v) matmul outputs -> biases + RoPE + store; output Q */
+    MF_OP_ATTN_PAGED,     /* many sequences: stores K src1 / V src2 in the KV slots of the
+                             forward's batch (mf_exec_args.batch), then causal GQA attention of
+                             each token's Q (src0) over its own sequence's blocks (meta.attn) */
     MF_OP_COUNT
 } mf_op;
 
@@ -179,6 +182,7 @@ int32_t mf_g_rope(mf_graph *g, int32_t x, int32_t pos, const mf_rope_meta *rope)
 int32_t mf_g_kv_store(mf_graph *g, int32_t k, int32_t v, int32_t layer);
 int32_t mf_g_kv_load(mf_graph *g, int32_t store, int32_t layer, int32_t which, int64_t n_kv);
 int32_t mf_g_attn(mf_graph *g, int32_t q, int32_t store, const mf_attn_meta *m);
+int32_t mf_g_attn_paged(mf_graph *g, int32_t q, int32_t k, int32_t v, const mf_attn_meta *m);
 int32_t mf_g_softmax(mf_graph *g, int32_t x, float scale);
 int32_t mf_g_view(mf_graph *g, int32_t x, int64_t offset, int64_t width);
 int32_t mf_g_reshape(mf_graph *g, int32_t x, int64_t ne0, int64_t ne1);
@@ -241,6 +245,8 @@ typedef struct mf_graph_params {
     bool fuse_ffn;         /* emit FUSED_FFN */
     bool fuse_qkv_epilogue;/* emit QKV_BIAS_ROPE_STORE */
     bool fuse_swiglu;      /* fusion pass: SILU + MUL -> SWIGLU */
+    bool paged;            /* many sequences: ATTN_PAGED over the block-paged KV pool; the
+                              logits of the last n_outputs rows (any count 1..n_tokens) */
 } mf_graph_params;
 
 bool mf_graph_params_eq(const mf_graph_params *a, const mf_graph_params *b);

@@ -7,13 +7,14 @@
  * cpu; the first whose supports_op says yes gets the node) ->
  * fuse (supports_fused) -> alloc (liveness, KV regions) -> run splits.
  *
- * Levers: MINFER_GRAPH_TRACE=1 prints the split table and the op x backend
- * census at each rebuild; MINFER_OP_PROFILE=1 prints per-op time at exit. */
+ * Options (the runtime fills them from its levers): trace prints the split
+ * table and the op x backend census at each rebuild; profile prints per-op
+ * time at free. */
 #ifndef MF_ENGINE_H
 #define MF_ENGINE_H
 
 #include "backend/backend.h"
-#include "graph/graph.h"
+#include "ir/graph.h"
 
 typedef struct mf_engine mf_engine;
 
@@ -26,12 +27,15 @@ typedef struct mf_engine_opts {
     int32_t n_ctx;
     uint32_t kv_type;   /* MF_TYPE_F32 / F16 / Q8_0 */
     int64_t n_vocab;    /* logits row width */
+    bool alternate;     /* mf_engine_set_alternate at creation (MINFER_ALTERNATE_BACKENDS) */
+    int32_t trace;      /* 1: split table and census per build; 2: also every node (MINFER_GRAPH_TRACE) */
+    bool profile;       /* synchronize after every node, per-op times at free (MINFER_OP_PROFILE) */
 } mf_engine_opts;
 
 /* Takes ownership of the backends, also on failure (in priority order: the
- * first whose supports_op says yes gets a node). Per forward, each backend
- * running a split gets begin_forward before the inputs are filled and
- * end_forward after its last node, before the final synchronize. */
+ * first whose supports_op says yes gets a node). Per forward each split goes
+ * to its backend's execute_split when it has one, else node by node through
+ * execute_node; the last backend is synchronized before the output is read. */
 int mf_engine_new(const mf_engine_opts *o, mf_backend **backends, int n_backends, mf_engine **out,
                   mf_error *err);
 void mf_engine_free(mf_engine *e);
@@ -55,6 +59,17 @@ mf_backend *mf_engine_backend(const mf_engine *e, int i);
 int mf_engine_forward(mf_engine *e, mf_graph_params *p, mf_graph_build_fn build, void *build_ctx,
                       const int32_t *tokens, int32_t n_past, float *logits, mf_error *err);
 
+/* A paged forward (p->paged): the tokens of many sequences, their positions
+ * and KV slots in b (b->n_tokens == p->n_tokens; every slot row inside the
+ * engine's n_ctx rows). logits: n_tokens rows. */
+int mf_engine_forward_batch(mf_engine *e, mf_graph_params *p, mf_graph_build_fn build,
+                            void *build_ctx, const int32_t *tokens, const mf_kv_batch *b,
+                            float *logits, mf_error *err);
+
+/* Copies KV rows [src, src + n) to [dst, dst + n) in every layer's K and V
+ * regions (a copy-on-write block). The regions must be placed (reserve). */
+int mf_engine_kv_copy_rows(mf_engine *e, int64_t dst, int64_t src, int64_t n, mf_error *err);
+
 /* Reserve at session creation: makes the cached graph the one for p (as a
  * forward of p->n_tokens tokens would: n_ctx and backends filled in, the
  * graph built, assigned, fused and its buffers allocated) and places every
@@ -69,8 +84,8 @@ int64_t mf_engine_n_builds(const mf_engine *e);
 /* Drops the cached graph so the next forward rebuilds (KV contents are kept). */
 void mf_engine_invalidate(mf_engine *e);
 /* Test hook: assign node i to backend (i % n_backends_supporting) instead of by
- * priority, to alternate backends node by node (MINFER_ALTERNATE_BACKENDS=1,
- * read at mf_engine_new). Changing it drops the cached graph. */
+ * priority, to alternate backends node by node (mf_engine_opts.alternate at
+ * creation). Changing it drops the cached graph. */
 void mf_engine_set_alternate(mf_engine *e, bool on);
 
 /* Participation: backend i takes part in the next builds (default: all).

@@ -9,7 +9,7 @@
  * OUTPUT values (live to the end), and split staging buffers (alloc_fresh).
  * Every buffer is reserved here, so running out of memory happens at build,
  * never in the middle of a forward. */
-#include "graph/passes.h"
+#include "engine/passes.h"
 
 #include <limits.h>
 #include <stdlib.h>

@@ -2,7 +2,7 @@
  * that will run the result) and before allocation (so dead nodes get no
  * buffer). FUSED_QKV / FUSED_FFN are not made here: the builder emits them
  * when the params say so (mf_engine_supports_fused). */
-#include "graph/passes.h"
+#include "engine/passes.h"
 
 int mf_fuse(mf_graph *g, mf_backend *const *be, const mf_graph_params *p) {
     if (!p->fuse_swiglu)

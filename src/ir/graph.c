@@ -1,7 +1,7 @@
 /* graph.c - the graph IR: op names, node helpers, string arena, validation,
  * the weight table (hash map by GGUF name), graph params equality and the
  * trace dump. No device or backend notion lives here. */
-#include "graph/graph.h"
+#include "ir/graph.h"
 
 #include <stdarg.h>
 #include <stdio.h>
@@ -25,6 +25,7 @@ static const char *const op_names[] = {
     [MF_OP_KVCACHE_STORE] = "kvcache_store",
     [MF_OP_KVCACHE_LOAD] = "kvcache_load",
     [MF_OP_ATTN] = "attn",
+    [MF_OP_ATTN_PAGED] = "attn_paged",
     [MF_OP_SOFTMAX] = "softmax",
     [MF_OP_VIEW] = "view",
     [MF_OP_RESHAPE] = "reshape",
@@ -37,7 +38,7 @@ static const char *const op_names[] = {
 /* Adding an op without its name fails here (the table is sized by its last
  * designated entry). */
 _Static_assert(sizeof op_names / sizeof op_names[0] == MF_OP_COUNT, "op_names must name every mf_op");
-_Static_assert(MF_OP_COUNT == 22, "new op: add its name above and its arms in every backend");
+_Static_assert(MF_OP_COUNT == 23, "new op: add its name above and its arms in every backend");
 
 const char *mf_op_name(mf_op op) {
     if ((unsigned)op >= MF_OP_COUNT || !op_names[op])
@@ -235,6 +236,13 @@ int32_t mf_g_attn(mf_graph *g, int32_t q, int32_t store, const mf_attn_meta *m) 
     return id;
 }
 
+int32_t mf_g_attn_paged(mf_graph *g, int32_t q, int32_t k, int32_t v, const mf_attn_meta *m) {
+    int32_t id = same_shape(g, MF_OP_ATTN_PAGED, (int32_t[]){q, k, v}, 3);
+    g->nodes[id].meta.attn = *m;
+    g->nodes[id].layer = m->layer;
+    return id;
+}
+
 int32_t mf_g_softmax(mf_graph *g, int32_t x, float scale) {
     int32_t id = same_shape(g, MF_OP_SOFTMAX, &x, 1);
     g->nodes[id].meta.softmax.scale = scale;
@@ -306,6 +314,7 @@ int32_t mf_node_kv_layer(const mf_node *n) {
     case MF_OP_KVCACHE_LOAD:
         return n->meta.kv.layer;
     case MF_OP_ATTN:
+    case MF_OP_ATTN_PAGED:
         return n->meta.attn.layer;
     case MF_OP_FUSED_QKV:
     case MF_OP_FUSED_QKV_NORM:
@@ -378,6 +387,7 @@ int mf_graph_validate(const mf_graph *g, mf_error *err) {
             [MF_OP_KVCACHE_LOAD] = 1, [MF_OP_ATTN] = 2, [MF_OP_SOFTMAX] = 1, [MF_OP_VIEW] = 1,
             [MF_OP_RESHAPE] = 1, [MF_OP_PERMUTE] = 1, [MF_OP_FUSED_QKV] = 2,
             [MF_OP_FUSED_QKV_NORM] = 2, [MF_OP_FUSED_FFN] = 1, [MF_OP_QKV_BIAS_ROPE_STORE] = 4,
+            [MF_OP_ATTN_PAGED] = 3,
         };
         if (n->op == MF_OP_QKV_BIAS_ROPE_STORE ? n->n_src < 3 : n->n_src != want_src[n->op])
             VFAIL("%d srcs, expected %d", n->n_src, want_src[n->op]);
@@ -435,13 +445,22 @@ int mf_graph_validate(const mf_graph *g, mf_error *err) {
                 VFAIL("width %lld vs kv_dim %lld, which %d", (long long)n->ne[0],
                       (long long)g->kv_dim, n->meta.kv.which);
             break;
-        case MF_OP_ATTN: {
+        case MF_OP_ATTN:
+        case MF_OP_ATTN_PAGED: {
             const mf_attn_meta *m = &n->meta.attn;
             if (m->n_head <= 0 || m->n_head_kv <= 0 || m->n_head % m->n_head_kv ||
                 (int64_t)m->n_head * m->head_dim != a->ne[0] ||
                 (int64_t)m->n_head_kv * m->head_dim != g->kv_dim)
                 VFAIL("n_head %d n_head_kv %d head_dim %d for q width %lld, kv_dim %lld", m->n_head,
                       m->n_head_kv, m->head_dim, (long long)a->ne[0], (long long)g->kv_dim);
+            if (n->op == MF_OP_ATTN_PAGED) {
+                const mf_node *v = &g->nodes[n->src[2]];
+                if (b->ne[0] != g->kv_dim || v->ne[0] != g->kv_dim || b->ne[1] != a->ne[1] ||
+                    v->ne[1] != a->ne[1])
+                    VFAIL("K %lldx%lld / V %lldx%lld vs kv_dim %lld and %lld tokens",
+                          (long long)b->ne[0], (long long)b->ne[1], (long long)v->ne[0],
+                          (long long)v->ne[1], (long long)g->kv_dim, (long long)a->ne[1]);
+            }
             break;
         }
         case MF_OP_VIEW:
@@ -619,7 +638,8 @@ bool mf_graph_params_eq(const mf_graph_params *a, const mf_graph_params *b) {
     return a->n_tokens == b->n_tokens && a->n_outputs == b->n_outputs && a->n_ctx == b->n_ctx &&
            a->kv_type == b->kv_type && a->backends == b->backends && a->gpu == b->gpu &&
            a->fuse_qkv == b->fuse_qkv && a->fuse_ffn == b->fuse_ffn &&
-           a->fuse_qkv_epilogue == b->fuse_qkv_epilogue && a->fuse_swiglu == b->fuse_swiglu;
+           a->fuse_qkv_epilogue == b->fuse_qkv_epilogue && a->fuse_swiglu == b->fuse_swiglu &&
+           a->paged == b->paged;
 }
 
 /* ---- trace dump ------------------------------------------------------------------------ */

@@ -7,8 +7,8 @@
 #include <string.h>
 
 #include "backend/backend.h"
-#include "graph/graph.h"
-#include "graph/passes.h"
+#include "ir/graph.h"
+#include "engine/passes.h"
 #include "mf_test.h"
 
 /* ---- a fake backend: a pool of sizes with an exact-size free list ---------------- */
@@ -57,8 +57,19 @@ static void f_free(mf_backend *b, int32_t id) {
     MF_ASSERT(id >= 0 && id < f->n && !f->is_free[id]);
     f->is_free[id] = true;
 }
+/* Every op's entry asks the mask (the passes never execute). */
+#define F(op) [op] = {f_supports, mf_op_nothing}
+static const mf_op_entry fake_table[] = {
+    F(MF_OP_INPUT), F(MF_OP_ADD), F(MF_OP_MUL), F(MF_OP_SCALE), F(MF_OP_SILU), F(MF_OP_SWIGLU),
+    F(MF_OP_RMSNORM), F(MF_OP_QKNORM), F(MF_OP_MATMUL), F(MF_OP_GETROWS), F(MF_OP_ROPE),
+    F(MF_OP_KVCACHE_STORE), F(MF_OP_KVCACHE_LOAD), F(MF_OP_ATTN), F(MF_OP_SOFTMAX), F(MF_OP_VIEW),
+    F(MF_OP_RESHAPE), F(MF_OP_PERMUTE), F(MF_OP_FUSED_QKV), F(MF_OP_FUSED_QKV_NORM),
+    F(MF_OP_FUSED_FFN), F(MF_OP_QKV_BIAS_ROPE_STORE), F(MF_OP_ATTN_PAGED),
+};
+#undef F
+MF_OP_TABLE_CHECK(fake_table);
 static const mf_backend_ops fake_ops = {
-    .name = f_name, .supports_op = f_supports, .supports_fused = f_fused,
+    .name = f_name, .op_table = fake_table, .supports_fused = f_fused,
     .alloc_buffer = f_alloc, .free_buffer = f_free, .alloc_fresh = f_fresh,
 };
 
