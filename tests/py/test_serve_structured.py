@@ -6,7 +6,8 @@ json_schema output validates against its schema (jsonschema); a schema the
 converter refuses is a 400 naming it; tool_choice "required" and a named
 function give tool_calls whose arguments validate against that tool's
 parameters, with finish_reason "tool_calls" and content null; tool_choice
-"none" answers with content; a forced tool call with stream is a 400.
+"none" answers with content; "auto" returns a bare call of a known tool as
+tool_calls and other JSON as content; a forced tool call with stream is a 400.
 The server is killed on every exit path.
 """
 import http.client
@@ -177,6 +178,26 @@ def main(port):
                 check(True, "arguments validate (%s)" % fn["arguments"])
             except (ValueError, jsonschema.ValidationError) as e:
                 check(False, "arguments validate (%r: %s)" % (fn["arguments"], e))
+
+    # tool_choice auto: a whole answer that is a call of a known tool comes back
+    # as tool_calls (the output is steered there by a response_format schema),
+    # any other answer as content
+    call_schema = {"type": "object", "properties": {
+        "name": {"enum": ["get_weather"]},
+        "arguments": WEATHER["function"]["parameters"]}, "required": ["name", "arguments"]}
+    st, b = chat(port, "What is the weather in Paris?", max_tokens=80, tools=[WEATHER],
+                 tool_choice="auto", response_format={"type": "json_schema",
+                                                      "json_schema": {"schema": call_schema}})
+    ch = json.loads(b)["choices"][0] if st == 200 else {}
+    check(st == 200 and ch["finish_reason"] == "tool_calls" and ch["message"]["content"] is None
+          and ch["message"]["tool_calls"][0]["function"]["name"] == "get_weather",
+          "tool_choice auto: a bare call is tool_calls (%d %r)" % (st, b[:300]))
+    st, b = chat(port, CAT, tools=[WEATHER], tool_choice="auto",
+                 response_format={"type": "json_object"})
+    ch = json.loads(b)["choices"][0] if st == 200 else {}
+    check(st == 200 and isinstance(ch["message"]["content"], str) and
+          "tool_calls" not in ch["message"], "tool_choice auto: other JSON is content (%d %r)"
+          % (st, b[:300]))
 
     # tool_choice none: plain content
     st, b = chat(port, "Say hello.", max_tokens=8, tools=[WEATHER], tool_choice="none")
