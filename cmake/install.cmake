@@ -5,9 +5,12 @@ include(GNUInstallDirs)
 include(CMakePackageConfigHelpers)
 
 # The internal static libraries, in link order, that libminfer combines.
-set(MF_ALL_LIBS libminfer mf_model mf_engine mf_registry mf_cpu mf_ref mf_backend mf_tokenizer mf_ir
-    mf_gguf mf_quant mf_base
+set(MF_ALL_LIBS libminfer mf_model mf_engine mf_registry mf_cpu mf_ref mf_backend mf_tokenizer
+    mf_grammar mf_template mf_ir mf_gguf mf_quant mf_base
     ${MF_GPU_LIBS})
+if(TARGET mf_cudatune)
+  list(APPEND MF_ALL_LIBS mf_cudatune)
+endif()
 
 # Static: one archive made of the members of every module's archive.
 set(_mf_combined ${CMAKE_BINARY_DIR}/lib-install/libminfer.a)

@@ -32,6 +32,10 @@ typedef struct minfer_model_options {
     const char *backends;      /* NULL: default list; else e.g. "ref,cpu" (MINFER_BACKENDS) */
     minfer_progress_fn progress;
     void *progress_user;
+    /* NULL: the GGUF's chat template, which must render (else the load
+     * fails); a built-in name ("chatml", ...): the GGUF's template is not
+     * used, so a model whose template minfer cannot run still loads. */
+    const char *chat_template;
 } minfer_model_options;
 
 void minfer_model_options_default(minfer_model_options *o);
@@ -84,9 +88,14 @@ bool minfer_token_is_eog(const minfer_model *m, int32_t token);
 int32_t minfer_token_bos(const minfer_model *m);
 int32_t minfer_token_eos(const minfer_model *m);
 
-/* Renders a chat with the model's template (or the named one: "chatml",
- * "llama3"); add_assistant opens the assistant turn. Returns a malloc'd
- * string (free with free()) or NULL. */
+/* Renders a chat with the model's own Jinja template (tokenizer.chat_template,
+ * checked at load) when template_name is NULL or "", or with the named
+ * built-in one ("chatml", "llama3", "llama2", "gemma", "phi3", "zephyr"),
+ * which is also the default for a GGUF without a template. add_assistant
+ * opens the assistant turn (add_generation_prompt). A BOS text the template
+ * writes is dropped when the tokenizer adds BOS itself. Returns a malloc'd
+ * string (free with free()) or NULL with err naming the problem (a
+ * raise_exception of the template, an unknown template name). */
 typedef struct minfer_chat_message {
     const char *role;    /* "system", "user", "assistant" */
     const char *content;
@@ -94,6 +103,24 @@ typedef struct minfer_chat_message {
 char *minfer_chat_apply(const minfer_model *m, const char *template_name,
                         const minfer_chat_message *msgs, int32_t n, bool add_assistant,
                         char *err, size_t errlen);
+/* As minfer_chat_apply, with the messages as a JSON array of OpenAI chat
+ * messages (role, content, tool_calls, tool_call_id, ...) and tools as a JSON
+ * array of OpenAI tool definitions (NULL or "": none), passed to the template
+ * as `messages` and `tools`. Tools need the model's own template: with a
+ * built-in one they are refused. */
+char *minfer_chat_apply_json(const minfer_model *m, const char *template_name,
+                             const char *messages_json, const char *tools_json, bool add_assistant,
+                             char *err, size_t errlen);
+/* A JSON Schema for one tool call {"name": ..., "arguments": {...}} over
+ * OpenAI tool definitions (tools_json: [{"type": "function", "function":
+ * {"name", "parameters"}}]); only non-NULL: that tool alone (tool_choice
+ * naming a function). Feed it to minfer_sampler_set_json_schema to force a
+ * well-formed call (tool_choice "required" or a named one). malloc'd, or
+ * NULL with err. */
+char *minfer_tool_call_schema(const char *tools_json, const char *only, char *err, size_t errlen);
+/* 0 when name is NULL, "" or a built-in template name; else -1 and err
+ * ("chat: unknown template 'bogus' (chatml, ...)"). For flag parsing. */
+int minfer_chat_template_check(const char *name, char *err, size_t errlen);
 
 /* ---- session ------------------------------------------------------------------------------ */
 
@@ -214,6 +241,23 @@ void minfer_sampler_free(minfer_sampler *s);
 int32_t minfer_sampler_sample(minfer_sampler *s, const float *logits, int32_t n_vocab);
 /* Records a token in the penalty window (prompt and generated tokens). */
 void minfer_sampler_accept(minfer_sampler *s, int32_t token);
+
+/* Structured output: constrains sampling to a GBNF grammar (start rule
+ * "root"; the syntax llama.cpp's --grammar takes). Each sample call then
+ * returns only a token whose bytes extend a valid prefix, an end-of-generation
+ * token only once the output is a complete sentence, and advances the
+ * grammar by it; -1 when no token fits. gbnf NULL or "" removes the
+ * constraint. Fails (err: "grammar: 2:7: ...") on a grammar that does not
+ * compile. m gives the token pieces. */
+int minfer_sampler_set_grammar(minfer_sampler *s, const minfer_model *m, const char *gbnf,
+                               char *err, size_t errlen);
+/* The same with a JSON Schema (JSON text) converted to a grammar; schema
+ * NULL or "" means any JSON object (response_format json_object). */
+int minfer_sampler_set_json_schema(minfer_sampler *s, const minfer_model *m, const char *schema,
+                                   char *err, size_t errlen);
+/* The GBNF text a schema converts to (NULL/"": the JSON object grammar);
+ * malloc'd, or NULL with err naming the unsupported part. */
+char *minfer_json_schema_to_grammar(const char *schema, char *err, size_t errlen);
 
 /* ---- generation ------------------------------------------------------------------------------------- */
 

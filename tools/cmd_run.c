@@ -38,7 +38,11 @@ static void usage(FILE *f, bool chat) {
                    "  -cnv, --conversation     conversation mode (as `minfer chat`; -i too)\n"
                    "  -i, --interactive        same as -cnv\n"
                    "      --logits-out FILE    write the prompt's last-position logits (f32 LE)\n"
-                   "      --no-display-prompt  do not echo the prompt\n"
+                   "      --grammar GBNF       constrain the output to a GBNF grammar (rule root)\n"
+                   "      --grammar-file FILE  the same, read from FILE\n"
+                   "      --json-schema S      constrain the output to JSON matching schema S\n"
+                   "                           (JSON text, or @FILE; '{}' any JSON value)\n"
+                                      "      --no-display-prompt  do not echo the prompt\n"
                    "      --keep N             on a full context keep N prompt tokens (-1: all)\n"
                    "                           and the newer half of the rest, and go on\n"
                    "      --verbose-prompt     print the prompt's tokens on stderr\n");
@@ -247,6 +251,15 @@ static int parse(int argc, char **argv, bool chat, run_opts *o) {
         } else if (!chat && VAL("--logits-out")) {
             CHECK();
             o->logits_out = v;
+        } else if (!chat && VAL("--grammar")) {
+            CHECK();
+            o->grammar = v;
+        } else if (!chat && VAL("--grammar-file")) {
+            CHECK();
+            o->grammar_file = v;
+        } else if (!chat && VAL("--json-schema")) {
+            CHECK();
+            o->json_schema = v;
         } else if (!chat && !strcmp(a, "--no-display-prompt")) {
             o->display_prompt = false;
         } else if (!chat && !strcmp(a, "--verbose-prompt")) {
@@ -364,6 +377,37 @@ static int apply_env(const run_opts *o, const char *cmd) {
     return 0;
 }
 
+static char *read_file(const char *path, const char *cmd);
+
+/* --grammar / --grammar-file / --json-schema onto the sampler (at most one). */
+static int set_constraint(const run_opts *o, minfer_model *m, minfer_sampler *smp) {
+    int n = !!o->grammar + !!o->grammar_file + !!o->json_schema;
+    char err[512];
+    if (n > 1) {
+        fprintf(stderr, "run: --grammar, --grammar-file and --json-schema exclude each other\n");
+        return -1;
+    }
+    if (!n)
+        return 0;
+    char *text = NULL;
+    const char *g = o->grammar;
+    int rc;
+    if (o->grammar_file && !(g = text = read_file(o->grammar_file, "run")))
+        return -1;
+    if (o->json_schema) {
+        const char *sch = o->json_schema;
+        if (sch[0] == '@' && !(sch = text = read_file(sch + 1, "run")))
+            return -1;
+        rc = minfer_sampler_set_json_schema(smp, m, sch, err, sizeof err);
+    } else {
+        rc = minfer_sampler_set_grammar(smp, m, g, err, sizeof err);
+    }
+    if (rc)
+        fprintf(stderr, "run: %s\n", err);
+    free(text);
+    return rc;
+}
+
 static char *read_file(const char *path, const char *cmd) {
     bool in = !strcmp(path, "-");
     FILE *f = in ? stdin : fopen(path, "rb");
@@ -419,6 +463,7 @@ int mf_run_load_model(const run_opts *o, const char *cmd, minfer_model **m) {
     mo.n_threads = o->n_threads;
     mo.device = o->device;
     mo.n_gpu_layers = o->n_gpu_layers;
+    mo.chat_template = o->tmpl; /* a built-in override: the GGUF's template is not needed */
     struct stat st;
     *m = NULL;
     if (stat(o->model, &st) != 0) {
@@ -575,10 +620,12 @@ int mf_cmd_run(int argc, char **argv) {
         }
         prompt = formatted;
     }
+    smp = minfer_sampler_new(&o.so);
+    if (set_constraint(&o, m, smp))
+        goto out;
     if (mf_run_open_session(&o, "run", m, prompt, &s))
         goto out;
     print_seed(&o);
-    smp = minfer_sampler_new(&o.so);
     if (o.display_prompt) {
         fputs(o.color ? "\x1b[33m" : "", stdout);
         fputs(prompt, stdout);

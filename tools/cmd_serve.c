@@ -31,6 +31,7 @@
 #include "http.h"
 #include "json.h"
 #include "minfer.h"
+#include "serve_constrain.h"
 #include "serve_sched.h"
 #include "tools.h"
 
@@ -78,11 +79,12 @@ static void usage(FILE *f) {
             "                               logprobs (0..%d)}\n"
             "  POST /v1/chat/completions   {messages: [{role, content}], max_tokens\n"
             "                               (--max-tokens-default), logprobs, top_logprobs,\n"
+            "                               response_format, tools, tool_choice,\n"
             "                               same sampling fields}\n"
             "  Unset sampling fields take minfer run's defaults (temperature 0.8, top_k 40,\n"
             "  top_p 0.95, min_p 0.05, random seed); temperature 0 is greedy. \"stream\": true\n"
             "  answers with Server-Sent Events ending in \"data: [DONE]\". A field the server\n"
-            "  cannot honour (response_format, tools, logit_bias, echo, n > 1, ...) is a 400\n"
+            "  cannot honour (logit_bias, echo, n > 1, functions, grammar, ...) is a 400\n"
             "  naming it. Message content is text: special-token spellings in it stay text.\n"
             "  Bodies above 1 MiB are refused (413); errors are JSON\n"
             "  {\"error\": {\"message\", \"type\", \"code\"}}.\n\n"
@@ -184,6 +186,7 @@ static int parse(int argc, char **argv, serve_opts *o) {
             STR(o->device);
         } else if (VAL("--chat-template")) {
             STR(o->tmpl);
+            if (minfer_chat_template_check(o->tmpl, e.msg, sizeof e.msg)) return mf_arg_fail(cmd, &e);
         } else if (VAL("-np") || VAL("--parallel")) {
             INT(o->parallel, 1, 256);
         } else if (VAL("--queue")) {
@@ -354,7 +357,8 @@ typedef struct gen_params {
 static const char *const common_fields[] = {
     "model", "user", "max_tokens", "temperature", "top_k", "top_p", "min_p",
     "presence_penalty", "frequency_penalty", "repeat_penalty", "seed", "stream",
-    "stream_options", "stop", "n", "logprobs", NULL};
+    "stream_options", "stop", "n", "logprobs", "response_format", "tools", "tool_choice",
+    "parallel_tool_calls", NULL};
 static const char *const completion_fields[] = {"prompt", NULL};
 static const char *const chat_fields[] = {"messages", "max_completion_tokens", "top_logprobs", NULL};
 
@@ -365,16 +369,17 @@ static bool listed(const char *const *list, const char *k) {
     return false;
 }
 
-/* Output constraints (JSON mode, tool calls): where grammar-constrained
- * sampling plugs in. Until it does, asking for one is a 400. */
+/* Output constraints this server does not take: the legacy function-calling
+ * fields and llama.cpp's raw grammar fields (response_format, tools and
+ * tool_choice are read by serve_constrain.c). */
 static int check_constraints(const mf_json *root, bad *b) {
-    static const char *const constrained[] = {"response_format", "tools", "tool_choice",
-                                              "functions", "function_call", "parallel_tool_calls",
-                                              "grammar", "json_schema", NULL};
+    static const char *const constrained[] = {"functions", "function_call", "grammar",
+                                              "json_schema", NULL};
     for (size_t i = 0; constrained[i]; i++) {
         const mf_json *v = mf_json_get(root, constrained[i]);
         if (v && v->type != MF_JSON_NULL)
-            return badf(b, 400, "'%s' is not supported by this server (no constrained output yet)",
+            return badf(b, 400, "'%s' is not supported by this server (use response_format / "
+                                "tools)",
                         constrained[i]);
     }
     return 0;
@@ -593,7 +598,7 @@ static int completion_tokens(server *sv, const mf_json *root, tokvec *v, bad *b)
  * of each message's content; the template's own text is tokenized with
  * special tokens parsed, each content as plain text, so a user who types
  * "<|im_start|>system" gets those characters, not a system turn. */
-static int chat_tokens(server *sv, const mf_json *root, tokvec *v, bad *b) {
+static int chat_tokens(server *sv, const mf_json *root, const char *tools_json, tokvec *v, bad *b) {
     const mf_json *ms = mf_json_get(root, "messages");
     if (!ms)
         return badf(b, 400, "'messages' is missing");
@@ -652,7 +657,23 @@ static int chat_tokens(server *sv, const mf_json *root, tokvec *v, bad *b) {
         msgs[i].content = mark[i];
     }
     char err[512];
-    out = minfer_chat_apply(sv->m, sv->o->tmpl, msgs, (int32_t)ms->n, true, err, sizeof err);
+    if (tools_json) {
+        /* the tools go through the JSON form of the messages (same markers) */
+        mf_sbuf mj = {0};
+        mf_sbuf_puts(&mj, "[");
+        for (size_t i = 0; i < ms->n; i++) {
+            mf_sbuf_puts(&mj, i ? ",{\"role\":" : "{\"role\":");
+            mf_json_add_string(&mj, msgs[i].role, strlen(msgs[i].role));
+            mf_sbuf_puts(&mj, ",\"content\":");
+            mf_json_add_string(&mj, msgs[i].content, strlen(msgs[i].content));
+            mf_sbuf_puts(&mj, "}");
+        }
+        mf_sbuf_puts(&mj, "]");
+        out = minfer_chat_apply_json(sv->m, sv->o->tmpl, mj.p, tools_json, true, err, sizeof err);
+        mf_sbuf_free(&mj);
+    } else {
+        out = minfer_chat_apply(sv->m, sv->o->tmpl, msgs, (int32_t)ms->n, true, err, sizeof err);
+    }
     if (!out) {
         badf(b, 400, "chat template: %s", err);
         goto done;
@@ -941,6 +962,7 @@ static int handle_completion(server *sv, conn *c, const mf_http_request *req, bo
     mf_json *root = NULL;
     tokvec tv = {0};
     sv_job *j = NULL;
+    sv_constraint cons = {0};
     mf_error je = {{0}};
     int status = 200;
     if (!req->body_len) {
@@ -959,7 +981,17 @@ static int handle_completion(server *sv, conn *c, const mf_http_request *req, bo
     gen_params g;
     if (parse_params(sv->o, root, chat, &g, &b))
         goto fail;
-    if (chat ? chat_tokens(sv, root, &tv, &b) : completion_tokens(sv, root, &tv, &b))
+    char cerr[400];
+    if (sv_constraint_parse(root, chat, &cons, cerr, sizeof cerr)) {
+        badf(&b, 400, "%s", cerr);
+        goto fail;
+    }
+    if (cons.mode == SV_TOOLS_FORCED && g.stream) {
+        badf(&b, 400, "'stream' with a forced 'tool_choice' is not supported (a tool call is "
+                      "answered whole)");
+        goto fail;
+    }
+    if (chat ? chat_tokens(sv, root, cons.tools_json, &tv, &b) : completion_tokens(sv, root, &tv, &b))
         goto fail;
     const int32_t n_ctx = sv_sched_n_ctx(sv->sched);
     if (tv.n == 0) {
@@ -986,6 +1018,8 @@ static int handle_completion(server *sv, conn *c, const mf_http_request *req, bo
     j->n_stop = g.n_stop;
     j->logprobs = g.logprobs;
     j->n_top = g.n_top;
+    j->gbnf = cons.gbnf;
+    cons.gbnf = NULL;
     if (g.max_tokens == 0) { /* nothing to generate: answered here */
         j->finish = "length";
         j->state = SV_DONE;
@@ -1072,9 +1106,20 @@ static int handle_completion(server *sv, conn *c, const mf_http_request *req, bo
                    chat ? "chat.completion" : "text_completion", a.created);
     mf_json_add_string(&r, sv->model_id, strlen(sv->model_id));
     mf_sbuf_puts(&r, ",\"choices\":[{\"index\":0,");
+    const char *finish = j->finish;
     if (chat) {
+        mf_sbuf calls = {0};
+        char call_id[80];
+        snprintf(call_id, sizeof call_id, "call_%s", id);
         mf_sbuf_puts(&r, "\"message\":{\"role\":\"assistant\",\"content\":");
-        mf_json_add_string(&r, j->text.p, j->text.n);
+        if (sv_tool_calls_json(&cons, j->text.p, j->text.n, call_id, &calls)) {
+            mf_sbuf_puts(&r, "null,\"tool_calls\":");
+            mf_sbuf_add(&r, calls.p, calls.n);
+            finish = "tool_calls";
+        } else {
+            mf_json_add_string(&r, j->text.p, j->text.n);
+        }
+        mf_sbuf_free(&calls);
         mf_sbuf_puts(&r, "}");
     } else {
         mf_sbuf_puts(&r, "\"text\":");
@@ -1089,7 +1134,7 @@ static int handle_completion(server *sv, conn *c, const mf_http_request *req, bo
                    ",\"finish_reason\":\"%s\"}],\"usage\":{\"prompt_tokens\":%d,"
                    "\"completion_tokens\":%d,\"total_tokens\":%d,"
                    "\"prompt_tokens_details\":{\"cached_tokens\":%d}}}",
-                   j->finish, j->n_prompt, j->n_gen, j->n_prompt + j->n_gen, j->n_cached);
+                   finish, j->n_prompt, j->n_gen, j->n_prompt + j->n_gen, j->n_cached);
     send_json(c, 200, &r, NULL);
     mf_sbuf_free(&r);
     goto out;
@@ -1100,6 +1145,7 @@ fail:
 out:
     free(tv.p);
     sv_job_release(j);
+    sv_constraint_free(&cons);
     mf_json_free(root);
     return status;
 }
@@ -1409,6 +1455,7 @@ int mf_cmd_serve(int argc, char **argv) {
     mo.n_threads = o.n_threads;
     mo.device = o.device;
     mo.n_gpu_layers = o.n_gpu_layers;
+    mo.chat_template = o.tmpl;
     sv.m = minfer_model_load(&mo, err, sizeof err);
     if (!sv.m) {
         fprintf(stderr, "serve: %s\n", err);

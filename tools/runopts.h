@@ -12,6 +12,7 @@
 typedef struct run_opts {
     const char *model, *prompt, *file, *sys, *tmpl, *ctk, *ctv, *logits_out, *device;
     const char *log_file;
+    const char *grammar, *grammar_file, *json_schema; /* structured output (run only) */
     int32_t n_predict, n_ctx, n_threads, n_batch, n_ubatch, n_gpu_layers, n_keep;
     bool chat, display_prompt, conversation, escape, ignore_eos, no_mmap, mlock;
     bool verbose, log_disable, verbose_prompt, color, keep_given, seed_random;

@@ -31,6 +31,7 @@ void sv_job_release(sv_job *j) {
         free(j->stop[i]);
     free(j->probs);
     free(j->prob_end);
+    free(j->gbnf);
     free(j);
 }
 
@@ -217,7 +218,20 @@ static void admit(sv_sched *s) {
         sl->n_done = reused;
         sl->decoding = false;
         sl->n_pend = 0;
-        sl->smp = j->greedy ? NULL : minfer_sampler_new(&j->so);
+        /* A grammar needs the sampler even for a greedy job: it masks the
+         * logits before the argmax (temp 0 keeps the sampler greedy). */
+        sl->smp = j->greedy && !j->gbnf ? NULL : minfer_sampler_new(&j->so);
+        if (j->gbnf && minfer_sampler_set_grammar(sl->smp, s->m, j->gbnf, err, sizeof err)) {
+            minfer_sampler_free(sl->smp);
+            sl->smp = NULL;
+            char e2[128];
+            minfer_seq_remove(s->mm, sl->seq, e2, sizeof e2);
+            sl->job = NULL;
+            s->n_finished[finish_index("error")]++;
+            job_end(j, NULL, 500, err);
+            sv_job_release(j);
+            continue;
+        }
         for (int32_t i = 0; sl->smp && i < j->n_prompt; i++)
             minfer_sampler_accept(sl->smp, j->prompt[i]);
         s->n_run++;
@@ -354,7 +368,17 @@ static void slot_step(sv_sched *s, int32_t k, const float *lg) {
     const int32_t tok = sl->smp ? minfer_sampler_sample(sl->smp, lg, s->n_vocab) : argmax(lg, s->n_vocab);
     const uint64_t now = mf_time_ns();
     if (tok < 0 || tok >= s->n_vocab) {
-        slot_end(s, k, NULL, 500, "the sampler returned no token", "error");
+        /* with a grammar, -1 means no token of the vocabulary continues the
+         * output: an error the client sees, never a silent stop */
+        char msg[128];
+        snprintf(msg, sizeof msg, j->gbnf ? "grammar: no token continues the constrained output "
+                                            "after %d generated tokens"
+                                          : "the sampler returned no token (after %d tokens)",
+                 j->n_gen);
+        pthread_mutex_lock(&j->mu);
+        slot_text(sl, NULL, 0, true);
+        pthread_mutex_unlock(&j->mu);
+        slot_end(s, k, NULL, 500, msg, "error");
         return;
     }
     pthread_mutex_lock(&s->mu);

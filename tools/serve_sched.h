@@ -46,6 +46,7 @@ typedef struct sv_job {
     int n_stop;
     bool logprobs;           /* record each token's logprob */
     int32_t n_top;           /* and this many alternatives (<= SV_MAX_TOP) */
+    char *gbnf;              /* output grammar (response_format, forced tool call), or NULL */
 
     /* progress: written by the scheduler under mu, cv signalled */
     pthread_mutex_t mu;

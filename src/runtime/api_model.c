@@ -14,7 +14,8 @@ void minfer_model_options_default(minfer_model_options *o) {
                                 .n_gpu_layers = -1,
                                 .backends = NULL,
                                 .progress = NULL,
-                                .progress_user = NULL};
+                                .progress_user = NULL,
+                                .chat_template = NULL};
 }
 
 static void set_err(char *err, size_t errlen, const mf_error *e) {
@@ -252,6 +253,8 @@ minfer_model *minfer_model_load(const minfer_model_options *o, char *err, size_t
         goto fail;
     }
     mf_chat_template_detect(mm->m->gguf, mm->tok, &mm->tmpl);
+    if (mf_rt_chat_init(mm, o->chat_template && *o->chat_template, &e))
+        goto fail;
     return mm;
 fail:
     set_err(err, errlen, &e);
@@ -262,6 +265,7 @@ fail:
 void minfer_model_free(minfer_model *m) {
     if (!m)
         return;
+    mf_rt_chat_free(m);
     for (int i = 0; i < m->n_be; i++)
         mf_backend_free(m->made[i]);
     mf_tokenizer_free(m->tok);
@@ -324,30 +328,3 @@ bool minfer_token_is_eog(const minfer_model *m, int32_t token) {
 
 int32_t minfer_token_bos(const minfer_model *m) { return mf_token_bos(m->tok); }
 int32_t minfer_token_eos(const minfer_model *m) { return mf_token_eos(m->tok); }
-
-char *minfer_chat_apply(const minfer_model *m, const char *template_name,
-                        const minfer_chat_message *msgs, int32_t n, bool add_assistant, char *err,
-                        size_t errlen) {
-    mf_error e;
-    mf_chat_template t = m->tmpl;
-    if (template_name && *template_name && mf_chat_template_from_name(template_name, &t, &e)) {
-        set_err(err, errlen, &e);
-        return NULL;
-    }
-    if (n < 0) {
-        mf_errorf(&e, "chat: %d messages", n);
-        set_err(err, errlen, &e);
-        return NULL;
-    }
-    mf_chat_msg *cm = mf_malloc(((size_t)n + 1) * sizeof *cm);
-    for (int32_t i = 0; i < n; i++)
-        cm[i] = (mf_chat_msg){.role = msgs[i].role, .content = msgs[i].content};
-    char *s = mf_chat_render(t, cm, n, add_assistant);
-    free(cm);
-    if (!s) {
-        mf_errorf(&e, "chat: template '%s' could not render the messages",
-                  mf_chat_template_name(t));
-        set_err(err, errlen, &e);
-    }
-    return s;
-}

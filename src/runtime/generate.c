@@ -108,6 +108,11 @@ int minfer_generate(minfer_session *s, minfer_sampler *smp, const char *prompt, 
                 if (lg[i] > lg[tok])
                     tok = i;
         }
+        if (tok < 0 && smp && mf_sampler_grammar_stuck(smp)) {
+            mf_errorf(&e, "generate: no token can continue the output under the grammar "
+                          "(after %d generated tokens)", st.n_generated);
+            goto done;
+        }
         if (tok < 0 || tok >= n_vocab) {
             mf_errorf(&e, "generate: sampler returned token %d (n_vocab %d)", tok, n_vocab);
             goto done;

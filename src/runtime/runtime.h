@@ -11,6 +11,7 @@
 #include "engine/engine.h"
 #include "minfer.h"
 #include "model/model.h"
+#include "template/jinja.h"
 #include "tokenizer/tokenizer.h"
 
 #define MF_RT_MAX_BACKENDS 4
@@ -18,7 +19,9 @@
 struct minfer_model {
     mf_model *m;
     mf_tokenizer *tok;
-    mf_chat_template tmpl;      /* detected from the GGUF (ChatML when unknown) */
+    mf_chat_template tmpl;      /* built-in family detected from the GGUF (ChatML when unknown) */
+    mf_jinja *jinja;            /* tokenizer.chat_template, parsed; NULL when the GGUF has none */
+    char *bos_text, *eos_text;  /* bos_token / eos_token as templates see them ("" when none) */
     int32_t n_threads;
     const mf_backend_entry *be[MF_RT_MAX_BACKENDS]; /* engine backend list, priority order */
     mf_backend *made[MF_RT_MAX_BACKENDS]; /* GPU entries: made at load (weights uploaded once),
@@ -41,6 +44,13 @@ struct minfer_session {
     int32_t n_logits;           /* rows valid in logits */
 };
 
+/* Parses and probes the GGUF's chat template (api_chat.c): a template that
+ * does not parse, or fails to render a one-message conversation, fails the
+ * load with the template's line:column. builtin_only: a built-in template
+ * was chosen, the GGUF's is not read. */
+int mf_rt_chat_init(minfer_model *mm, bool builtin_only, mf_error *err);
+void mf_rt_chat_free(minfer_model *mm);
+
 /* The engine of a session or a minfer_multi: the model's backends (the GPU
  * ones through the all-weights-registered gate, *gpu says whether one passed)
  * over KV regions of n_rows rows. */
@@ -62,6 +72,9 @@ typedef struct mf_cand {
  * to logits[0..n_vocab) and writes the surviving candidates into out (room
  * for n_vocab), sorted by logit descending with p = the softmax over the
  * survivors at temperature 1. Returns the survivor count (>= 1). */
+/* The last sample call found no token the grammar allows. */
+bool mf_sampler_grammar_stuck(const minfer_sampler *s);
+
 int32_t mf_sampler_candidates(minfer_sampler *s, const float *logits, int32_t n_vocab,
                               mf_cand *out);
 

@@ -6,10 +6,12 @@
  * flags: top-p and min-p see the distribution at temperature 1, and the
  * temperature only reshapes the survivors. */
 #include <math.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "base/base.h"
+#include "grammar/grammar.h"
 #include "runtime/runtime.h"
 
 #define SEED_RANDOM UINT64_MAX
@@ -23,7 +25,25 @@ struct minfer_sampler {
     int32_t *scratch;    /* [cap] sorted copy of the window */
     mf_cand *cand;       /* [n_cand] */
     int32_t n_cand;
+    struct sgrammar *gr; /* grammar constraint, or NULL */
 };
+
+/* A grammar constraint: the compiled grammar, the match state after the
+ * tokens sampled so far, and every token's bytes (as the detokenizer
+ * writes them), so a candidate is checked by advancing a copy of the state
+ * over its piece. End-of-generation tokens are allowed only in a complete
+ * state; tokens with no bytes (control tokens) never. */
+typedef struct sgrammar {
+    mf_grammar *g;
+    mf_gstate st, tmp;
+    uint8_t first[256];  /* mf_gstate_first_bytes of st */
+    char *pieces;
+    uint32_t *off;       /* [n_vocab + 1] */
+    uint8_t *eog;        /* [n_vocab] */
+    int32_t n_vocab;
+    float *masked;       /* [n_vocab] logits with disallowed tokens at -inf */
+    bool stuck;          /* the last sample found no allowed token */
+} sgrammar;
 
 /* ---- PRNG ------------------------------------------------------------------------ */
 
@@ -86,9 +106,23 @@ minfer_sampler *minfer_sampler_new(const minfer_sampler_options *o) {
     return s;
 }
 
+static void sgrammar_free(sgrammar *gr) {
+    if (!gr)
+        return;
+    mf_grammar_free(gr->g);
+    mf_gstate_free(&gr->st);
+    mf_gstate_free(&gr->tmp);
+    free(gr->pieces);
+    free(gr->off);
+    free(gr->eog);
+    free(gr->masked);
+    free(gr);
+}
+
 void minfer_sampler_free(minfer_sampler *s) {
     if (!s)
         return;
+    sgrammar_free(s->gr);
     free(s->hist);
     free(s->scratch);
     free(s->cand);
@@ -251,9 +285,178 @@ static void ensure_cand(minfer_sampler *s, int32_t n_vocab) {
     }
 }
 
+/* ---- grammar ------------------------------------------------------------------------------- */
+
+static bool allowed(sgrammar *gr, int32_t id) {
+    if (id < 0 || id >= gr->n_vocab)
+        return false;
+    if (gr->eog[id])
+        return mf_gstate_done(&gr->st);
+    uint32_t a = gr->off[id], n = gr->off[id + 1] - a;
+    if (!n || !gr->first[(uint8_t)gr->pieces[a]])
+        return false;
+    return mf_gstate_accepts(gr->g, &gr->st, gr->pieces + a, n, &gr->tmp);
+}
+
+/* Logits with every token the grammar does not allow at -inf; false when
+ * no token is allowed. */
+static bool mask_all(sgrammar *gr, const float *logits, int32_t n_vocab) {
+    bool any = false;
+    for (int32_t i = 0; i < n_vocab; i++) {
+        bool ok = i < gr->n_vocab && allowed(gr, i);
+        gr->masked[i] = ok ? logits[i] : -INFINITY;
+        any |= ok;
+    }
+    return any;
+}
+
+static void grammar_take(sgrammar *gr, int32_t id) {
+    if (!gr->eog[id]) {
+        uint32_t a = gr->off[id];
+        mf_gstate_advance(gr->g, &gr->st, gr->pieces + a, gr->off[id + 1] - a);
+    }
+    mf_gstate_first_bytes(gr->g, &gr->st, gr->first);
+}
+
+static int set_grammar(minfer_sampler *s, const minfer_model *m, const char *gbnf, mf_error *e) {
+    mf_grammar *g;
+    if (mf_grammar_parse(gbnf, strlen(gbnf), "root", &g, e))
+        return -1;
+    sgrammar *gr = mf_calloc(1, sizeof *gr);
+    gr->g = g;
+    if (mf_gstate_init(g, &gr->st, e)) {
+        sgrammar_free(gr);
+        return -1;
+    }
+    const int32_t nv = mf_tokenizer_n_vocab(m->tok);
+    gr->n_vocab = nv;
+    gr->off = mf_malloc(((size_t)nv + 1) * sizeof *gr->off);
+    gr->eog = mf_calloc((size_t)nv, 1);
+    gr->masked = mf_malloc((size_t)m->m->hp.n_vocab * sizeof *gr->masked);
+    size_t cap = (size_t)nv * 8 + 64, used = 0;
+    gr->pieces = mf_malloc(cap);
+    char buf[512];
+    for (int32_t i = 0; i < nv; i++) {
+        gr->off[i] = (uint32_t)used;
+        gr->eog[i] = mf_token_is_eog(m->tok, i);
+        int k = mf_token_to_piece(m->tok, i, false, buf, sizeof buf);
+        if (k < 0 || (size_t)k > sizeof buf)
+            k = 0; /* a piece longer than any grammar step we check is never allowed */
+        if (used + (size_t)k > cap) {
+            cap = (used + (size_t)k) * 2;
+            gr->pieces = mf_realloc(gr->pieces, cap);
+        }
+        memcpy(gr->pieces + used, buf, (size_t)k);
+        used += (size_t)k;
+    }
+    gr->off[nv] = (uint32_t)used;
+    mf_gstate_first_bytes(g, &gr->st, gr->first);
+    sgrammar_free(s->gr);
+    s->gr = gr;
+    return 0;
+}
+
+int minfer_sampler_set_grammar(minfer_sampler *s, const minfer_model *m, const char *gbnf,
+                               char *err, size_t errlen) {
+    mf_error e;
+    if (!gbnf || !*gbnf) {
+        sgrammar_free(s->gr);
+        s->gr = NULL;
+        return 0;
+    }
+    if (set_grammar(s, m, gbnf, &e)) {
+        if (err && errlen)
+            snprintf(err, errlen, "%s", e.msg);
+        return -1;
+    }
+    return 0;
+}
+
+char *minfer_json_schema_to_grammar(const char *schema, char *err, size_t errlen) {
+    mf_error e;
+    char *g = schema && *schema ? mf_json_schema_to_gbnf(schema, strlen(schema), &e)
+                                : mf_strdup(mf_grammar_json_object_gbnf());
+    if (!g && err && errlen)
+        snprintf(err, errlen, "%s", e.msg);
+    return g;
+}
+
+int minfer_sampler_set_json_schema(minfer_sampler *s, const minfer_model *m, const char *schema,
+                                   char *err, size_t errlen) {
+    char *g = minfer_json_schema_to_grammar(schema, err, errlen);
+    if (!g)
+        return -1;
+    int rc = minfer_sampler_set_grammar(s, m, g, err, errlen);
+    free(g);
+    return rc;
+}
+
+bool mf_sampler_grammar_stuck(const minfer_sampler *s) { return s->gr && s->gr->stuck; }
+
+static int32_t sample_unconstrained(minfer_sampler *s, const float *logits, int32_t n_vocab);
+
+/* Greedy: the best candidates in order until one fits; after a few misses
+ * the whole vocabulary is masked once. Sampling: draw, and only when the
+ * draw does not fit mask and draw again from the allowed tokens. */
+static int32_t sample_constrained(minfer_sampler *s, const float *logits, int32_t n_vocab) {
+    sgrammar *gr = s->gr;
+    int32_t tok = -1;
+    gr->stuck = false;
+    if (s->o.temp <= 0.0f) {
+        ensure_cand(s, n_vocab);
+        mf_cand *c = s->cand;
+        for (int32_t i = 0; i < n_vocab; i++)
+            c[i] = (mf_cand){.id = i, .logit = logits[i]};
+        apply_penalties(s, c, n_vocab);
+        for (int tries = 0; tries < 16 && tok < 0; tries++) {
+            int32_t best = -1;
+            for (int32_t i = 0; i < n_vocab; i++)
+                if (c[i].logit > -INFINITY && (best < 0 || c[i].logit > c[best].logit))
+                    best = i;
+            if (best < 0)
+                break;
+            if (allowed(gr, best))
+                tok = best;
+            else
+                c[best].logit = -INFINITY;
+        }
+        if (tok < 0) {
+            if (!mask_all(gr, logits, n_vocab)) {
+                gr->stuck = true;
+                return -1;
+            }
+            for (int32_t i = 0; i < n_vocab; i++)
+                if (gr->masked[i] > -INFINITY && c[i].logit > -INFINITY &&
+                    (tok < 0 || c[i].logit > c[tok].logit))
+                    tok = i;
+            if (tok < 0) /* every allowed token was among the rejected: take the best allowed */
+                for (int32_t i = 0; i < n_vocab; i++)
+                    if (gr->masked[i] > -INFINITY && (tok < 0 || gr->masked[i] > gr->masked[tok]))
+                        tok = i;
+        }
+    } else {
+        tok = sample_unconstrained(s, logits, n_vocab);
+        if (!allowed(gr, tok)) {
+            if (!mask_all(gr, logits, n_vocab)) {
+                gr->stuck = true;
+                return -1;
+            }
+            tok = sample_unconstrained(s, gr->masked, n_vocab);
+        }
+    }
+    grammar_take(gr, tok);
+    return tok;
+}
+
 int32_t minfer_sampler_sample(minfer_sampler *s, const float *logits, int32_t n_vocab) {
     if (n_vocab <= 0 || !logits)
         return -1;
+    if (s->gr)
+        return sample_constrained(s, logits, n_vocab);
+    return sample_unconstrained(s, logits, n_vocab);
+}
+
+static int32_t sample_unconstrained(minfer_sampler *s, const float *logits, int32_t n_vocab) {
     ensure_cand(s, n_vocab);
     mf_cand *c = s->cand;
     if (s->o.temp <= 0.0f) {

@@ -56,6 +56,15 @@ static void sb_add_trim(sbuf *b, const char *s) {
     sb_addn(b, s + i, l - i);
 }
 
+/* Appends a system turn to the pending ones ("\n\n" between two). */
+static void add_pending(sbuf *sys, const char *content) {
+    if (sys->n)
+        sb_add(sys, "\n\n");
+    sb_add(sys, content);
+    if (!sys->n) /* an empty system turn still counts as one */
+        sb_add(sys, " ");
+}
+
 static const char *nz(const char *s) { return s ? s : ""; }
 
 /* Renders msgs[0..n) in the template's format. Unknown roles are written
@@ -64,7 +73,10 @@ static const char *nz(const char *s) { return s ? s : ""; }
 char *mf_chat_render(mf_chat_template tmpl, const mf_chat_msg *msgs, int n, bool add_assistant) {
     sbuf b = {0};
     sb_add(&b, "");
-    const char *pending_sys = NULL; /* llama2/gemma fold the system turn into the next user turn */
+    /* llama2/gemma fold system turns into the next user turn; several in a
+     * row are joined, and one with no user turn after it gets a user turn
+     * of its own rather than being dropped. */
+    sbuf sys = {0};
     bool first_user = true;
     for (int i = 0; i < n; i++) {
         const char *role = nz(msgs[i].role), *content = nz(msgs[i].content);
@@ -86,18 +98,18 @@ char *mf_chat_render(mf_chat_template tmpl, const mf_chat_msg *msgs, int n, bool
             break;
         case MF_CHAT_LLAMA2:
             if (is_sys) {
-                pending_sys = content;
+                add_pending(&sys, content);
             } else if (is_asst) {
                 sb_add(&b, " ");
                 sb_add_trim(&b, content);
                 sb_add(&b, " </s>");
             } else {
                 sb_add(&b, first_user ? "[INST] " : "<s>[INST] ");
-                if (pending_sys) {
+                if (sys.n) {
                     sb_add(&b, "<<SYS>>\n");
-                    sb_add_trim(&b, pending_sys);
+                    sb_add_trim(&b, sys.p);
                     sb_add(&b, "\n<</SYS>>\n\n");
-                    pending_sys = NULL;
+                    sys.n = 0;
                 }
                 sb_add_trim(&b, content);
                 sb_add(&b, " [/INST]");
@@ -106,14 +118,14 @@ char *mf_chat_render(mf_chat_template tmpl, const mf_chat_msg *msgs, int n, bool
             break;
         case MF_CHAT_GEMMA:
             if (is_sys) {
-                pending_sys = content;
+                add_pending(&sys, content);
                 break;
             }
             sb_add(&b, is_asst ? "<start_of_turn>model\n" : "<start_of_turn>user\n");
-            if (pending_sys && !is_asst) {
-                sb_add_trim(&b, pending_sys);
+            if (sys.n && !is_asst) {
+                sb_add_trim(&b, sys.p);
                 sb_add(&b, "\n\n");
-                pending_sys = NULL;
+                sys.n = 0;
             }
             sb_add_trim(&b, content);
             sb_add(&b, "<end_of_turn>\n");
@@ -130,6 +142,16 @@ char *mf_chat_render(mf_chat_template tmpl, const mf_chat_msg *msgs, int n, bool
             break;
         }
     }
+    if (sys.n && tmpl == MF_CHAT_LLAMA2) {
+        sb_add(&b, first_user ? "[INST] <<SYS>>\n" : "<s>[INST] <<SYS>>\n");
+        sb_add_trim(&b, sys.p);
+        sb_add(&b, "\n<</SYS>>\n\n [/INST]");
+    } else if (sys.n && tmpl == MF_CHAT_GEMMA) {
+        sb_add(&b, "<start_of_turn>user\n");
+        sb_add_trim(&b, sys.p);
+        sb_add(&b, "<end_of_turn>\n");
+    }
+    free(sys.p);
     if (add_assistant) {
         switch (tmpl) {
         case MF_CHAT_CHATML: sb_add(&b, "<|im_start|>assistant\n"); break;

@@ -124,9 +124,10 @@ def fields_and_limits(port):
     C, CC = "/v1/completions", "/v1/chat/completions"
     msgs = [{"role": "user", "content": "hi"}]
     for path, extra, needle in [
-        (CC, {"response_format": {"type": "json_object"}}, "response_format"),
-        (CC, {"tools": [{"type": "function", "function": {"name": "f"}}]}, "tools"),
+        (CC, {"response_format": {"type": "yaml"}}, "response_format"),
+        (C, {"tools": [{"type": "function", "function": {"name": "f"}}]}, "tools"),
         (CC, {"tool_choice": "auto"}, "tool_choice"),
+        (CC, {"functions": [{"name": "f"}]}, "functions"),
         (C, {"logit_bias": {"1": 5}}, "logit_bias"),
         (C, {"echo": True}, "echo"),
         (C, {"frobnicate": 1}, "frobnicate"),

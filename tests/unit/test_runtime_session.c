@@ -220,6 +220,49 @@ MF_TEST(options_and_sizes) {
     CHECK_STR_CONTAINS(txt, "<|im_start|>assistant\n");
     free(txt);
     CHECK(minfer_chat_apply(model, "nonsense", m, 2, true, err, sizeof err) == NULL);
+    /* The model's own Jinja template is the default: SmolLM2's adds its
+     * system prompt when the chat has none; the built-in chatml does not. */
+    txt = minfer_chat_apply(model, NULL, m + 1, 1, false, err, sizeof err);
+    CHECK(txt && !strcmp(txt, "<|im_start|>system\nYou are a helpful AI assistant named SmolLM, "
+                              "trained by Hugging Face<|im_end|>\n<|im_start|>user\nHi<|im_end|>\n"));
+    free(txt);
+    txt = minfer_chat_apply(model, "chatml", m + 1, 1, false, err, sizeof err);
+    CHECK(txt && !strcmp(txt, "<|im_start|>user\nHi<|im_end|>\n"));
+    free(txt);
+    txt = minfer_chat_apply_json(model, NULL, "[{\"role\":\"user\",\"content\":\"Hi\"}]", NULL,
+                                 true, err, sizeof err);
+    CHECK_STR_CONTAINS(txt, "named SmolLM");
+    CHECK_STR_CONTAINS(txt, "<|im_start|>user\nHi<|im_end|>\n<|im_start|>assistant\n");
+    free(txt);
+    CHECK(minfer_chat_apply_json(model, NULL, "[{\"role\":", NULL, true, err, sizeof err) == NULL);
+    CHECK_STR_CONTAINS(err, "chat: messages");
+    CHECK(minfer_chat_apply_json(model, "chatml", "[{\"role\":\"user\",\"content\":\"Hi\"}]",
+                                 "[{\"type\":\"function\"}]", true, err, sizeof err) == NULL);
+    CHECK_STR_CONTAINS(err, "tools need the model's own chat template");
+    /* a forced tool call: the schema admits exactly {"name": tool, "arguments": its params} */
+    const char *tools = "[{\"type\":\"function\",\"function\":{\"name\":\"get_weather\","
+                        "\"description\":\"Weather\",\"parameters\":{\"type\":\"object\","
+                        "\"properties\":{\"city\":{\"type\":\"string\"}},\"required\":[\"city\"]}}},"
+                        "{\"type\":\"function\",\"function\":{\"name\":\"now\"}}]";
+    char *sch = minfer_tool_call_schema(tools, NULL, err, sizeof err);
+    CHECK_STR_CONTAINS(sch, "\"anyOf\"");
+    char *gb = sch ? minfer_json_schema_to_grammar(sch, err, sizeof err) : NULL;
+    CHECK(gb != NULL);
+    minfer_sampler *smp = minfer_sampler_new(NULL);
+    CHECK(sch && minfer_sampler_set_json_schema(smp, model, sch, err, sizeof err) == 0);
+    minfer_sampler_free(smp);
+    free(gb);
+    free(sch);
+    sch = minfer_tool_call_schema(tools, "now", err, sizeof err);
+    CHECK(sch && !strstr(sch, "get_weather") && strstr(sch, "\"now\""));
+    free(sch);
+    CHECK(minfer_tool_call_schema(tools, "missing", err, sizeof err) == NULL);
+    CHECK_STR_CONTAINS(err, "no tool named 'missing'");
+    CHECK(minfer_tool_call_schema("[{\"type\":\"x\"}]", NULL, err, sizeof err) == NULL);
+    CHECK_STR_CONTAINS(err, "tools[0]: 'type' must be \"function\"");
+    CHECK(minfer_chat_template_check("llama3", err, sizeof err) == 0);
+    CHECK(minfer_chat_template_check("bogus", err, sizeof err) == -1);
+    CHECK_STR_CONTAINS(err, "unknown template 'bogus'");
 }
 
 /* A context past the trained one is refused with both numbers (never an

@@ -370,6 +370,24 @@ MF_TEST(test_chat_templates) {
     s = mf_chat_render(MF_CHAT_CHATML, NULL, 0, false);
     CHECK(s && !strcmp(s, ""));
     free(s);
+    /* A system turn after the last user turn, or alone, is not dropped by
+     * the renderers that fold system into a user turn. */
+    mf_chat_msg late[] = {{"user", "Hi"}, {"system", "Answer in French."}};
+    s = mf_chat_render(MF_CHAT_GEMMA, late, 2, true);
+    CHECK(s && !strcmp(s, "<start_of_turn>user\nHi<end_of_turn>\n"
+                          "<start_of_turn>user\nAnswer in French.<end_of_turn>\n"
+                          "<start_of_turn>model\n"));
+    free(s);
+    s = mf_chat_render(MF_CHAT_LLAMA2, late, 2, true);
+    CHECK(s && !strcmp(s, "[INST] Hi [/INST]<s>[INST] <<SYS>>\nAnswer in French.\n<</SYS>>\n\n [/INST]"));
+    free(s);
+    s = mf_chat_render(MF_CHAT_LLAMA2, late + 1, 1, false);
+    CHECK(s && !strcmp(s, "[INST] <<SYS>>\nAnswer in French.\n<</SYS>>\n\n [/INST]"));
+    free(s);
+    mf_chat_msg two_sys[] = {{"system", "A."}, {"system", "B."}, {"user", "Q"}};
+    s = mf_chat_render(MF_CHAT_GEMMA, two_sys, 3, false);
+    CHECK(s && !strcmp(s, "<start_of_turn>user\nA.\n\nB.\n\nQ<end_of_turn>\n"));
+    free(s);
     mf_chat_template tm;
     mf_error err = {{0}};
     CHECK(mf_chat_template_from_name("llama3", &tm, &err) == 0 && tm == MF_CHAT_LLAMA3);
