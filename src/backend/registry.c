@@ -37,14 +37,14 @@ static const mf_backend_entry entries[] = {
 #ifdef MINFER_HAVE_METAL
     /* above CUDA (seed §2.7); its own levers (MINFER_DISABLE_METAL ...) are
      * read by the backend until they join the lever table */
-    {"metal", MF_BACKEND_METAL, true, 30, false, NULL, NULL, NULL, create_metal},
+    {"metal", MF_BACKEND_METAL, true, 30, false, NULL, NULL, NULL, create_metal, mf_metal_auto_cache_type},
 #endif
 #ifdef MINFER_HAVE_CUDA
     {"cuda", MF_BACKEND_CUDA, true, 20, false, "MINFER_DISABLE_CUDA", "MINFER_CUDA_DEVICE", "MINFER_CUDA_TUNE",
-     create_cuda},
+     create_cuda, NULL},
 #endif
-    {"cpu", MF_BACKEND_CPU, false, 10, true, NULL, NULL, NULL, create_cpu},
-    {"ref", MF_BACKEND_REF, false, -1, false, NULL, NULL, NULL, create_ref},
+    {"cpu", MF_BACKEND_CPU, false, 10, true, NULL, NULL, NULL, create_cpu, NULL},
+    {"ref", MF_BACKEND_REF, false, -1, false, NULL, NULL, NULL, create_ref, NULL},
 };
 
 int mf_registry_count(void) {

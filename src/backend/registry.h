@@ -23,6 +23,9 @@ typedef struct mf_backend_entry {
      * each is a row of the runtime's lever table */
     const char *disable_lever, *device_lever, *tune_lever;
     int (*create)(const mf_weights *w, const mf_backend_options *o, mf_backend **out, mf_error *err);
+    /* the KV cache type this backend picks when the user names none (NULL:
+     * f32): Metal's policy by model size (seed §3.3) */
+    uint32_t (*auto_cache_type)(int32_t n_layers, int64_t kv_dim);
 } mf_backend_entry;
 
 /* Entries in priority order (highest first). */

@@ -87,7 +87,7 @@ minfer_multi *minfer_multi_new(minfer_model *model, const minfer_multi_options *
     const char *ct = mf_lever_str("MINFER_CACHE_TYPE");
     const char *src = "MINFER_CACHE_TYPE";
     if (!ct || !*ct) {
-        ct = o->cache_type && *o->cache_type ? o->cache_type : "f32";
+        ct = o->cache_type && *o->cache_type ? o->cache_type : mf_rt_default_cache_type(model);
         src = "cache type";
     }
     if (mf_rt_parse_cache_type(ct, src, kv_dim, &mm->kv_type, &e))

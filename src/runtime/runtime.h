@@ -56,6 +56,10 @@ void mf_rt_chat_free(minfer_model *mm);
  * over KV regions of n_rows rows. */
 int mf_rt_make_engine(const minfer_model *mm, int32_t n_rows, uint32_t kv_type, mf_engine **out,
                       bool *gpu, mf_error *err);
+/* The cache type of a session that names none: the first backend of the
+ * model's list with a policy of its own (Metal: f16 from the 7B class
+ * up), else "f32". */
+const char *mf_rt_default_cache_type(const minfer_model *mm);
 /* "f32" / "f16" / "q8_0" -> the type; source names where the name came from. */
 int mf_rt_parse_cache_type(const char *name, const char *source, int64_t kv_dim, uint32_t *out,
                            mf_error *err);

@@ -24,6 +24,16 @@ static void set_err(char *err, size_t errlen, const mf_error *e) {
         snprintf(err, errlen, "%s", e->msg);
 }
 
+const char *mf_rt_default_cache_type(const minfer_model *mm) {
+    const mf_hparams *hp = &mm->m->hp;
+    for (int i = 0; i < mm->n_be; i++)
+        if (mm->be[i]->auto_cache_type) {
+            const uint32_t t = mm->be[i]->auto_cache_type(hp->n_layer, (int64_t)hp->n_head_kv * hp->head_dim);
+            return t == MF_TYPE_F16 ? "f16" : t == MF_TYPE_Q8_0 ? "q8_0" : "f32";
+        }
+    return "f32";
+}
+
 int mf_rt_parse_cache_type(const char *name, const char *source, int64_t kv_dim, uint32_t *out,
                            mf_error *err) {
     if (!strcmp(name, "f32"))
@@ -184,7 +194,7 @@ minfer_session *minfer_session_new(minfer_model *mm, const minfer_session_option
     const char *ct = mf_lever_str("MINFER_CACHE_TYPE");
     const char *src = "MINFER_CACHE_TYPE";
     if (!ct || !*ct) {
-        ct = o->cache_type && *o->cache_type ? o->cache_type : "f32";
+        ct = o->cache_type && *o->cache_type ? o->cache_type : mf_rt_default_cache_type(s->model);
         src = "cache type";
     }
     if (mf_rt_parse_cache_type(ct, src, kv_dim, &s->kv_type, &e))

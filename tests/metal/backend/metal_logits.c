@@ -72,7 +72,7 @@ int main(int argc, char **argv) {
     }
     mf_error err = {{0}};
     mf_model *m = NULL;
-    if (mf_model_load(path, NULL, NULL, &m, &err)) {
+    if (mf_model_load(path, NULL, NULL, NULL, &m, &err)) {
         fprintf(stderr, "metal_logits: %s\n", err.msg);
         return 1;
     }
