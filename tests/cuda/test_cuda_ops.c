@@ -185,8 +185,8 @@
  * no mixed kernel applies (v4 u2 forced, Q6_K slice decoder off, v4 off)
  * on == off bitwise and nothing mixed; a CUDA graph of norm-quant + mixed
  * QKV (PDL on) replayed 4 steps with new inputs, bitwise the separate
- * launches; through the backend (the switch set in the environment, read
- * back by mf_cuda_reset_gemv) FUSED_QKV nodes of the 0.5B / 7B / 4B
+ * launches; through the backend (tune qkv_mix=0 / 1 by mf_cuda_retune)
+ * FUSED_QKV nodes of the 0.5B / 7B / 4B
  * (QkNorm) shapes over 4 graph-replayed decode steps, q and the stored K/V
  * rows bitwise switch on == off, the mixed kernel launched only with it
  * on. MINFER_CUDA_TEST_BENCH=1: separate vs mixed us per norm-quant +
@@ -207,8 +207,8 @@
  * refused launch where it says no (v4 u2 / off, prologue, n_out % 32, the
  * 7B gate/up, nt 2, mixed types) or the form does not exist; a CUDA graph
  * of the chain (PDL on, off) replayed 4 steps bitwise today's chain;
- * through the backend (hook mf_cuda_set_ffn_q8b) RMSNORM -> FUSED_FFN ->
- * MATMUL -> ADD over 4 graph-replayed steps, switch =f == off bitwise, the
+ * through the backend (tune ffn_q8b; the backend's one form, 4) RMSNORM ->
+ * FUSED_FFN -> MATMUL -> ADD over 4 graph-replayed steps, on == off bitwise, the
  * quantize launch gone, the down GEMV reading the int8 h
  * (mf_cuda_q8_ready_stats), vs float64. MINFER_CUDA_TEST_BENCH=1: today vs
  * q8b=1 .. 5 us per FFN tail (norm-quant, gate/up, [quantize], down +
@@ -4854,11 +4854,12 @@ static void as_case(int32_t nh, int32_t nkv, int32_t hd, int64_t n_past, int64_t
 /* A layer's attention part as graph nodes: the da_fix cache and ATTN node,
  * then the o MATMUL (weight as.<wt>.<qd>x<qd>) and the residual ADD. */
 /* Through the backend (hooks mf_cuda_set_attn_one 1 and
- * mf_cuda_set_attn_short 0 / 1 / 4): ATTN -> o MATMUL -> ADD (FUSE_ADD on).
+ * mf_cuda_set_attn_short 0 / 1): ATTN -> o MATMUL -> ADD (FUSE_ADD on).
  * The attention output bitwise the launcher's one-kernel decode (switch 0)
- * or short kernel (1: 12 warps, 4: 4 warps) on a copy of the cache (so the
- * backend took the kernel the switch names), each against float64 (1e-4);
- * the layer outputs of the short kernels within 1e-2 of the switch-off one
+ * or 12-warp short kernel (1; the backend has no 4-warp form) on a copy of
+ * the cache (so the backend took the kernel the switch names), each against
+ * float64 (1e-4); the layer output of the short kernel within 1e-2 of the
+ * switch-off one
  * (the o GEMV rounds its input to int8 per 32: inputs 1e-6 apart may round
  * apart); every time the o GEMV took the attention's q8
  * (mf_cuda_q8_ready_stats moved by one). */
@@ -4866,7 +4867,8 @@ static void as_node(uint32_t wt, int32_t nh, int32_t nkv, int32_t hd, int64_t n_
                     cudaStream_t st) {
     const int64_t qd = (int64_t)nh * hd, kvd = (int64_t)nkv * hd, n_kv = n_past + nt;
     const int32_t n_ctx = 4224;
-    const int modes[3] = {0, 1, 4};
+    enum { MODES = 2 };
+    const int modes[MODES] = {0, 1};
     attn_layer L;
     attn_layer_setup(&L, "as", wt, nh, nkv, hd, n_kv, nt, n_ctx, kvt);
     void *kc = kv_cache_dev(kvt, L.f.kc, n_kv, n_ctx, kvd, 0xff), *vc = kv_cache_dev(kvt, L.f.vc, n_kv, n_ctx, kvd, 0xff);
@@ -4874,18 +4876,18 @@ static void as_node(uint32_t wt, int32_t nh, int32_t nkv, int32_t hd, int64_t n_
     double *ref = malloc((size_t)(qd * nt) * sizeof *ref);
     da_ref(q, L.f.kc, L.f.vc, nh, nkv, hd, n_past, nt, L.f.scale, ref);
     const size_t nb = (size_t)(qd * nt) * 4;
-    float *ya[3], *yl[3], *yk[3];
-    int64_t moved[3];
+    float *ya[MODES], *yl[MODES], *yk[MODES];
+    int64_t moved[MODES];
     const mf_exec_args a = args(n_past, nt, n_ctx, kvt);
-    for (int m = 0; m < 3; m++) {
+    for (int m = 0; m < MODES; m++) {
         moved[m] = attn_layer_run(&L, q, r, nb, &a, 1, modes[m], &ya[m], &yl[m], "attnshort node");
         yk[m] = as_launch(modes[m], q, kc, vc, kvt, nh, nkv, hd, n_past, nt, n_ctx, NULL, st);
     }
     char name[200], sub[240];
     snprintf(name, sizeof name, "attnshort node %s cache, o %s %d/%d/%d n_past %lld nt %lld", mf_type_name(kvt),
              mf_type_name(wt), nh, nkv, hd, (long long)n_past, (long long)nt);
-    for (int m = 0; m < 3; m++) {
-        const char *what = m == 0 ? "one-kernel" : m == 1 ? "short" : "short 4 warps";
+    for (int m = 0; m < MODES; m++) {
+        const char *what = m == 0 ? "one-kernel" : "short";
         snprintf(sub, sizeof sub, "%s: %s == launcher", name, what);
         check_true(sub, !memcmp(ya[m], yk[m], nb) && count_nan(ya[m], qd * nt) == 0, "(bitwise attention output)");
         snprintf(sub, sizeof sub, "%s [%s]", name, what);
@@ -4897,10 +4899,10 @@ static void as_node(uint32_t wt, int32_t nh, int32_t nkv, int32_t hd, int64_t n_
     }
     snprintf(sub, sizeof sub, "%s: o GEMV took the q8", name);
     char det[96];
-    snprintf(det, sizeof det, "(x-ready GEMVs: one-kernel %lld, short %lld, 4 warps %lld; want 1 each)",
-             (long long)moved[0], (long long)moved[1], (long long)moved[2]);
-    check_true(sub, moved[0] == 1 && moved[1] == 1 && moved[2] == 1, det);
-    for (int m = 0; m < 3; m++) {
+    snprintf(det, sizeof det, "(x-ready GEMVs: one-kernel %lld, short %lld; want 1 each)", (long long)moved[0],
+             (long long)moved[1]);
+    check_true(sub, moved[0] == 1 && moved[1] == 1, det);
+    for (int m = 0; m < MODES; m++) {
         free(ya[m]);
         free(yl[m]);
         free(yk[m]);
@@ -4910,7 +4912,8 @@ static void as_node(uint32_t wt, int32_t nh, int32_t nkv, int32_t hd, int64_t n_
     da_teardown(&L.f);
 }
 
-/* CUDA graph replay with the switch at mode (1, 4; attn_one 1): ATTN -> o MATMUL ->
+/* CUDA graph replay with the switch at mode (1, the backend's only short
+ * form; attn_one 1): ATTN -> o MATMUL ->
  * ADD of the 0.5B shape (Q4_0 o, f16 cache of 640 rows), n_past 40, 41,
  * 100, 300 (1st step plain, 2nd captured, the rest replayed with n_past
  * from the device): each step's attention output against float64 (1e-4)
@@ -5042,7 +5045,6 @@ static void attnshort_family(void) {
         as_node(MF_TYPE_Q4_K, 28, 4, 128, 200, 1, MF_TYPE_F16, st);
     as_graph(1, 1, st);
     as_graph(3, 1, st);
-    as_graph(1, 4, st);
     if (mf_env_flag("MINFER_CUDA_TEST_BENCH")) {
         const int64_t bd[3] = {16, 100, 300};
         for (int s = 0; s < 4; s++)
@@ -5990,7 +5992,8 @@ static double *ffn_tail_ref(const float *xs, const float *rs, const char *norm, 
                             int64_t steps) {
     double *xn = malloc((size_t)(d * steps) * sizeof *xn), *g = malloc((size_t)(ff * steps) * sizeof *g);
     double *u = malloc((size_t)(ff * steps) * sizeof *u), *ref = malloc((size_t)(d * steps) * sizeof *ref);
-    float *xnf = malloc((size_t)(d * steps) * 4), *hf = malloc((size_t)(ff * steps) * 4);
+    /* zeroed: gcc cannot see the loops below fill them before ref_matmul reads */
+    float *xnf = calloc((size_t)(d * steps), 4), *hf = calloc((size_t)(ff * steps), 4);
     ref_rmsnorm(xs, wf32(norm), xn, d, steps, eps);
     for (int64_t i = 0; i < d * steps; i++)
         xnf[i] = (float)xn[i];
@@ -6192,9 +6195,9 @@ static void qm_wname(char *buf, size_t n, int si, int k, const qm_spec *s) {
              (long long)s->n_out[k]);
 }
 
-/* The switch through the backend: MINFER_CUDA_QKV_MIX set in the
- * environment and read back by mf_cuda_reset_gemv (the env read of
- * backend creation), FUSED_QKV nodes (fused int8 GEMV, hook
+/* The switch through the backend: tune qkv_mix=0 / 1 (mf_cuda_retune on
+ * the live backend; the environment variable of that name is no longer
+ * read by the backend), FUSED_QKV nodes (fused int8 GEMV, hook
  * mf_cuda_set_fuse) over 4 decode steps with CUDA graphs (the first step
  * plain, then capture and replays; n_past 10..13, f32 cache), switch off
  * and on: every step's q output and the cache rows it stored (K after
@@ -6216,8 +6219,6 @@ static void qm_backend(const qkv_spec *s) {
     const int32_t n_ctx = 64;
     const size_t region = (size_t)(kvd * n_ctx) * 4;
     float *xs = rand_vec(s->d * STEPS, 1.0f);
-    const char *env = getenv("MINFER_CUDA_QKV_MIX");
-    char *env0 = env ? strdup(env) : NULL;
     float *q[2], *kc[2], *vc[2];
     int64_t moved[2], reps[2];
     for (int mix = 0; mix < 2; mix++) {
@@ -6229,8 +6230,8 @@ static void qm_backend(const qkv_spec *s) {
         const int32_t bx = dev_put(NULL, (size_t)s->d * 4), bp = dev_put(NULL, 4);
         const int32_t bo = dev_poison((size_t)qd * 4);
         mf_kv_pair kv = {dev_poison(region), dev_poison(region)};
-        setenv("MINFER_CUDA_QKV_MIX", mix ? "1" : "0", 1);
-        t_reset_gemv(be); /* reads the switch as backend creation does */
+        t_reset_gemv(be);
+        tune("qkv_mix=%d", mix);
         t_fuse(be, true);
         mf_cuda_set_graphs(be, true);
         int64_t c0, r0, c1, r1;
@@ -6257,12 +6258,7 @@ static void qm_backend(const qkv_spec *s) {
         dev_free(bx); dev_free(bp); dev_free(bo); dev_free(kv.k); dev_free(kv.v);
         mf_graph_free(&g);
     }
-    if (env0)
-        setenv("MINFER_CUDA_QKV_MIX", env0, 1);
-    else
-        unsetenv("MINFER_CUDA_QKV_MIX");
-    free(env0);
-    t_reset_gemv(be);
+    t_reset_gemv(be); /* qkv_mix back to tune0's */
     t_fuse(be, tune0.fuse_gemv);
     mf_cuda_set_graphs(be, !false);
     const size_t rows = (size_t)(kvd * STEPS) * 4, at = (size_t)(kvd * 10); /* the rows stored: n_past 10..13 */
@@ -7100,11 +7096,15 @@ static void fq_graph(const fq_spec *s) {
     free(xs); free(r);
 }
 
+/* The one block form the backend's FUSED_FFN takes with tune ffn_q8b on
+ * (cuda_ctx.h FFN_Q8B_FORM; the other forms are launcher-only). */
+#define FQ_BACKEND_FORM 4
+
 /* Through the backend: RMSNORM -> FUSED_FFN -> MATMUL (down) -> ADD (the
  * residual, in place) over 4 decode steps with CUDA graphs (plain, capture,
- * replays), FUSE_NORM / FUSE_ADD / FUSE_GEMV on, the switch (hook
- * mf_cuda_set_ffn_q8b) off, then on with each block form 1 ..
- * MF_CU_Q8B_FORMS, one graph each. Each on == off bitwise (h and the layer
+ * replays), FUSE_NORM / FUSE_ADD / FUSE_GEMV on, the switch (tune
+ * ffn_q8b) off, then on (the backend's one block form, FQ_BACKEND_FORM),
+ * one graph each. On == off bitwise (h and the layer
  * output of every step, NaN-free; outputs poisoned); on: the block-local
  * kernel of that form launched and the down GEMV read its int8 h
  * (mf_cuda_q8_ready_stats) once per host-launched step, no quantize
@@ -7121,15 +7121,16 @@ static void fq_backend(const fq_spec *s) {
                      .up = {.weight = un, .bias = bun, .wtype = s->t, .n_in = D, .n_out = F}};
     float *xs = rand_vec(D * STEPS, 2.0f), *rs = rand_vec(D * STEPS, 1.0f);
     double *ref = ffn_tail_ref(xs, rs, nn, eps, gn, bgn, un, bun, dn, D, F, STEPS);
-    enum { RUNS = 1 + MF_CU_Q8B_FORMS };
+    enum { RUNS = 2 };
+    const int forms[RUNS] = {0, FQ_BACKEND_FORM}; /* 0: the switch off */
     float *y[RUNS], *h[RUNS];
     int64_t quant[RUNS], swq[RUNS], swf[RUNS], ready[RUNS], reps[RUNS];
-    for (int on = 0; on < RUNS; on++) { /* on: the block form, 0 the switch off */
+    for (int on = 0; on < RUNS; on++) {
         ffn_tail tl; /* one graph per run: a graph captured before would replay */
         ffn_tail_new(&tl, D, F, nn, eps, &m, dn, s->t);
         y[on] = malloc((size_t)(D * STEPS) * 4);
         h[on] = malloc((size_t)(F * STEPS) * 4);
-        t_ffn_q8b(be, on);
+        t_ffn_q8b(be, forms[on]);
         t_fuse(be, true);
         t_fuse_norm(be, true);
         t_fuse_add(be, true);
@@ -7138,12 +7139,12 @@ static void fq_backend(const fq_spec *s) {
         mf_cuda_graph_stats(be, &c0, &r0);
         mf_cuda_q8_ready_stats(be, &q0);
         const int64_t k0 = mf_cu_q8_quant_count(), s0 = mf_cu_q8v4_swq8_count();
-        const int64_t f0 = mf_cu_q8v4_swq8_form_count(on);
+        const int64_t f0 = mf_cu_q8v4_swq8_form_count(forms[on]);
         for (int t = 0; t < STEPS; t++)
             ffn_tail_step(&tl, 10 + t, xs + t * D, rs + t * D, y[on] + t * D, h[on] + t * F, "ffnq8b backend step");
         quant[on] = mf_cu_q8_quant_count() - k0;
         swq[on] = mf_cu_q8v4_swq8_count() - s0;
-        swf[on] = mf_cu_q8v4_swq8_form_count(on) - f0;
+        swf[on] = mf_cu_q8v4_swq8_form_count(forms[on]) - f0;
         mf_cuda_graph_stats(be, &c1, &r1);
         mf_cuda_q8_ready_stats(be, &q1);
         reps[on] = r1 - r0;
@@ -7159,7 +7160,7 @@ static void fq_backend(const fq_spec *s) {
     const int64_t plain0 = STEPS - reps[0]; /* host-launched steps */
     for (int on = 1; on < RUNS; on++) {
         snprintf(name, sizeof name, "ffnq8b backend %s %s: %d graph steps, switch =%d == off", s->what,
-                 mf_type_name(s->t), STEPS, on);
+                 mf_type_name(s->t), STEPS, forms[on]);
         const int64_t nan = count_nan(y[0], D * STEPS) + count_nan(y[on], D * STEPS) +
                             count_nan(h[0], F * STEPS) + count_nan(h[on], F * STEPS);
         const bool same = memcmp(y[on], y[0], (size_t)(D * STEPS) * 4) == 0 &&
@@ -7168,7 +7169,7 @@ static void fq_backend(const fq_spec *s) {
         check_true(name, same && nan == 0, det);
         const int64_t plain1 = STEPS - reps[on];
         snprintf(name, sizeof name, "ffnq8b backend %s %s =%d: the down GEMV's quantize launch gone", s->what,
-                 mf_type_name(s->t), on);
+                 mf_type_name(s->t), forms[on]);
         snprintf(det, sizeof det, "(on: q8b %lld, of this form %lld, int8 h read %lld, quantize %lld, replays %lld; "
                  "off: %lld, %lld, %lld, %lld)", (long long)swq[on], (long long)swf[on], (long long)ready[on],
                  (long long)quant[on], (long long)reps[on], (long long)swq[0], (long long)ready[0],
@@ -7176,7 +7177,8 @@ static void fq_backend(const fq_spec *s) {
         check_true(name, swq[on] == plain1 && swf[on] == plain1 && ready[on] == plain1 && quant[on] == 0 &&
                              swq[0] == 0 && ready[0] == 0 && quant[0] == plain0 && reps[on] >= STEPS - 3 &&
                              reps[0] >= STEPS - 3, det);
-        snprintf(name, sizeof name, "ffnq8b backend %s %s: switch =%d vs float64", s->what, mf_type_name(s->t), on);
+        snprintf(name, sizeof name, "ffnq8b backend %s %s: switch =%d vs float64", s->what, mf_type_name(s->t),
+                 forms[on]);
         result(name, rel_err(y[on], ref, D * STEPS), 3e-2, count_nan(y[on], D * STEPS), NULL);
     }
     for (int on = 0; on < RUNS; on++) {

@@ -156,7 +156,6 @@ static void make_cases(void) {
 
 /* max |got - want| <= tol * max |want|. */
 static double tolerance(const ocase *c, const mf_backend_entry *be) {
-    (void)be;
     switch (c->k) {
     case K_MATMUL:
     case K_FFN:
@@ -164,7 +163,14 @@ static double tolerance(const ocase *c, const mf_backend_entry *be) {
          * rounded to the weight's type; quantized weights: int8 activations */
         return c->wtype == MF_TYPE_F32 ? 1e-4 : c->wtype == MF_TYPE_F16 || c->wtype == MF_TYPE_BF16 ? 1e-2 : 3e-2;
     case K_ATTN:
-        return c->wtype == MF_TYPE_Q8_0 ? 2e-2 : 2e-4;
+        if (c->wtype == MF_TYPE_Q8_0)
+            return 2e-2;
+        /* CUDA prefill (nt > 8, head_dim 64 / 128) is the tensor-core kernel:
+         * q, K, V and P rounded to f16, documented at 3e-3 against float64
+         * (tests/cuda/test_cuda_ops.c PA_TOL, docs/GPU-TESTS.md preattn) */
+        if (be->kind == MF_BACKEND_CUDA && c->nt > 8 && (c->head_dim == 64 || c->head_dim == 128))
+            return 3e-3;
+        return 2e-4;
     case K_QKV:
         return c->wtype == MF_TYPE_F32 ? 1e-4 : 3e-2;
     case K_EPI:
