@@ -60,7 +60,8 @@ else()
 endif()
 target_link_libraries(minfer_shared PRIVATE Threads::Threads m)
 if(MINFER_CUDA)
-  target_link_libraries(minfer_shared PRIVATE CUDA::cudart)
+  # the CUDA objects need the C++ runtime (static guards, operator new)
+  target_link_libraries(minfer_shared PRIVATE CUDA::cudart stdc++)
 endif()
 
 # What a program links besides libminfer.
