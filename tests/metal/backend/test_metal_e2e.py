@@ -126,7 +126,9 @@ def main():
                                  (("--no-fuse",), None, "fusions off"),
                                  ((), {"MINFER_METAL_GEMM": "1"}, "gemm tier forced"),
                                  ((), {"MINFER_METAL_GEMM": "0"}, "gemv tier forced"),
-                                 ((), {"MINFER_ATTN_CHUNK": "2"}, "attention chunks of 2")):
+                                 ((), {"MINFER_ATTN_CHUNK": "2"}, "attention chunks of 2"),
+                                 ((), {"MINFER_EMU_SCHEDULE": "reverse"}, "reverse schedule"),
+                                 ((), {"MINFER_EMU_SCHEDULE": "random:5"}, "random schedule")):
             head, L, _ = metal(path, *flags, env=env, n_dec=5)
             if what == "fusions off":
                 check(head["dispatches"] > base["dispatches"] > 0,
