@@ -101,15 +101,20 @@ static bool incomplete_char(const unsigned char *s, size_t n) {
     return true;
 }
 
-/* Emits the whole characters of the pending bytes plus piece; bytes that can
- * never become a valid character come out as U+FFFD rather than stalling. */
+/* Emits the whole characters of the pending bytes plus piece (of any
+ * length); bytes that can never become a valid character come out as U+FFFD
+ * rather than stalling, a character's first bytes wait for the rest. */
 static bool emit(gen_state *g, const mf_gen_opts *o, const char *piece, size_t len) {
-    char in[sizeof g->pend + 512], out[3 * (sizeof g->pend + 512)];
-    if (len > 512)
-        len = 512;
+    char in_s[sizeof g->pend + 512], out_s[3 * sizeof in_s];
+    const size_t n = g->n_pend + len;
+    char *in = n <= sizeof in_s ? in_s : malloc(n);
+    char *out = n <= sizeof in_s ? out_s : malloc(3 * n);
+    bool hit = false;
+    if (!in || !out)
+        goto done; /* out of memory: the piece is lost, never cut mid-character */
     memcpy(in, g->pend, g->n_pend);
     memcpy(in + g->n_pend, piece, len);
-    size_t n = g->n_pend + len, pos = 0, k = 0;
+    size_t pos = 0, k = 0;
     g->n_pend = 0;
     while (pos < n) {
         size_t ok = mf_utf8_valid_prefix(in + pos, n - pos);
@@ -127,10 +132,16 @@ static bool emit(gen_state *g, const mf_gen_opts *o, const char *piece, size_t l
         k += 3;
         pos++;
     }
-    if (!k)
-        return false;
-    o->out(o->user, out, k);
-    return tail_push(g, o, out, k);
+    if (k) {
+        o->out(o->user, out, k);
+        hit = tail_push(g, o, out, k);
+    }
+done:
+    if (in != in_s)
+        free(in);
+    if (out != out_s)
+        free(out);
+    return hit;
 }
 
 /* Keeps the first n_keep tokens and the newer half of the rest, and runs them
@@ -278,11 +289,18 @@ int mf_gen_run(minfer_model *m, minfer_session *s, minfer_sampler *smp, const ch
             if (o->n_keep >= -1)
                 remember(&g, &tok, 1);
         }
-        char piece[512];
-        int32_t k = minfer_token_to_piece(m, tok, piece, sizeof piece);
-        if (k < 0 || k > (int32_t)sizeof piece)
+        char small[512], *piece = small;
+        int32_t k = minfer_token_to_piece(m, tok, small, sizeof small);
+        if (k > (int32_t)sizeof small && (piece = malloc((size_t)k)) != NULL)
+            k = minfer_token_to_piece(m, tok, piece, (size_t)k); /* a long piece, whole */
+        if (k < 0 || !piece) {
             k = 0;
-        if (emit(&g, o, piece, (size_t)k) && o->n_rev) {
+            piece = small;
+        }
+        const bool hit = emit(&g, o, piece, (size_t)k);
+        if (piece != small)
+            free(piece);
+        if (hit && o->n_rev) {
             r->stopped_rev = true;
             break;
         }
@@ -290,8 +308,8 @@ int mf_gen_run(minfer_model *m, minfer_session *s, minfer_sampler *smp, const ch
             break;
     }
     r->gen_ms = now_ms() - t1;
-    if (g.n_pend) /* an incomplete last character */
-        o->out(o->user, "\xEF\xBF\xBD", 3);
+    /* an incomplete last character (the token limit cut it): its bytes are
+     * dropped, never shown as a U+FFFD the model did not produce */
     rc = 0;
 done:
     free(masked);

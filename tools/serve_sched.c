@@ -290,36 +290,40 @@ static int utf8_len(unsigned char c) {
     return c < 0x80 ? 1 : (c & 0xE0) == 0xC0 ? 2 : (c & 0xF0) == 0xE0 ? 3 : (c & 0xF8) == 0xF0 ? 4 : 0;
 }
 
-/* A token's bytes into the slot's text: whole characters now, a character's
- * first bytes held until the rest comes (flush: everything). */
+/* A token's bytes (any length) into the slot's text: whole characters now,
+ * a character's first bytes held until the rest comes. flush (the last
+ * token): a character still incomplete is dropped, never sent as bytes
+ * that are not UTF-8 or as a U+FFFD the model did not produce. */
 static bool slot_text(slot *sl, const char *piece, int32_t n, bool flush) {
-    char buf[512];
-    size_t len = 0;
+    char small[512];
+    const size_t len = (size_t)sl->n_pend + (size_t)(n > 0 ? n : 0);
+    char *buf = len <= sizeof small ? small : malloc(len);
+    if (!buf)
+        return false; /* out of memory: the piece is lost, never cut mid-character */
     memcpy(buf, sl->pend, (size_t)sl->n_pend);
-    len = (size_t)sl->n_pend;
-    if (n > 0) {
-        size_t take = (size_t)n < sizeof buf - len ? (size_t)n : sizeof buf - len;
-        memcpy(buf + len, piece, take);
-        len += take;
-    }
+    if (n > 0)
+        memcpy(buf + sl->n_pend, piece, (size_t)n);
     size_t emit = len;
     sl->n_pend = 0;
-    if (!flush) {
-        /* the last up to 3 bytes: an unfinished character stays pending */
-        for (size_t back = 1; back <= 3 && back <= len; back++) {
-            const unsigned char c = (unsigned char)buf[len - back];
-            if ((c & 0xC0) == 0x80)
-                continue;
-            const int need = utf8_len(c);
-            if (need > (int)back) {
-                emit = len - back;
+    /* the last up to 3 bytes: an unfinished character */
+    for (size_t back = 1; back <= 3 && back <= len; back++) {
+        const unsigned char c = (unsigned char)buf[len - back];
+        if ((c & 0xC0) == 0x80)
+            continue;
+        const int need = utf8_len(c);
+        if (need > (int)back) {
+            emit = len - back;
+            if (!flush) {
                 memcpy(sl->pend, buf + emit, back);
                 sl->n_pend = (int)back;
             }
-            break;
         }
+        break;
     }
-    return add_text(sl->job, buf, emit);
+    const bool stopped = add_text(sl->job, buf, emit);
+    if (buf != small)
+        free(buf);
+    return stopped;
 }
 
 /* Token logprobs of the raw distribution (temperature 1), as OpenAI reports. */
@@ -397,9 +401,14 @@ static void slot_step(sv_sched *s, int32_t k, const float *lg) {
     }
     if (sl->smp)
         minfer_sampler_accept(sl->smp, tok);
-    char piece[256];
-    int32_t n = minfer_token_to_piece(s->m, tok, piece, sizeof piece);
-    n = n < 0 ? 0 : n > (int32_t)sizeof piece ? (int32_t)sizeof piece : n;
+    char small[256], *piece = small;
+    int32_t n = minfer_token_to_piece(s->m, tok, small, sizeof small);
+    if (n > (int32_t)sizeof small && (piece = malloc((size_t)n)) != NULL)
+        n = minfer_token_to_piece(s->m, tok, piece, (size_t)n); /* a long piece, whole */
+    if (n < 0 || !piece) {
+        n = 0;
+        piece = small;
+    }
     const int32_t len = minfer_seq_len(s->mm, sl->seq);
     const bool at_max = j->max_tokens >= 0 && j->n_gen + 1 >= j->max_tokens;
     const bool at_ctx = len >= s->o.n_ctx; /* no room to run this token */
@@ -408,6 +417,8 @@ static void slot_step(sv_sched *s, int32_t k, const float *lg) {
         j->t_first_ns = now;
     j->n_gen++;
     const bool stopped = slot_text(sl, piece, n, at_max || at_ctx);
+    if (piece != small)
+        free(piece);
     if (j->logprobs) {
         if (j->n_probs == j->cap_probs) {
             j->cap_probs = j->cap_probs ? 2 * j->cap_probs : 64;

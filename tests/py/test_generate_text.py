@@ -10,9 +10,12 @@ text changed, so the weights and therefore the greedy choice are the same:
      it and prints nothing for it (not the U+FFFD the model never produced).
 The rewrite uses the layout-exact GGUF reader/writer of fuzz/mutate_run.py.
 """
+import http.client
+import json
 import os
 import subprocess
 import sys
+import time
 
 SRC = os.environ.get("MINFER_SRC", os.path.join(os.path.dirname(__file__), "..", ".."))
 sys.path.insert(0, os.path.join(SRC, "fuzz"))
@@ -27,6 +30,34 @@ def gen(path, prompt, n):
                        capture_output=True, timeout=120)
     assert p.returncode == 0, p.stderr.decode(errors="replace")
     return p.stdout
+
+
+def serve_text(path, prompt, n):
+    """The server's /v1/completions text of n greedy tokens after prompt."""
+    err_path = os.path.join(TMP, f"gen_text_{os.getpid()}.serve.err")
+    with open(err_path, "w+b") as errf:
+        p = subprocess.Popen([BIN, "serve", "-m", path, "--host", "127.0.0.1", "--port", "0", "-t", "1",
+                              "-c", "64"], stdout=subprocess.DEVNULL, stderr=errf)
+    try:
+        port, deadline = None, time.time() + 30
+        while port is None and time.time() < deadline and p.poll() is None:
+            with open(err_path, "rb") as f:
+                for line in f.read().decode("utf-8", "replace").splitlines():
+                    if line.startswith("serve: listening on http://127.0.0.1:"):
+                        port = int(line.rsplit(":", 1)[1])
+            time.sleep(0.05)
+        assert port, open(err_path, "rb").read().decode(errors="replace")
+        c = http.client.HTTPConnection("127.0.0.1", port, timeout=60)
+        c.request("POST", "/v1/completions", json.dumps({"prompt": prompt, "max_tokens": n, "temperature": 0}),
+                  {"Content-Type": "application/json"})
+        r = c.getresponse()
+        body = r.read()
+        assert r.status == 200, body
+        return json.loads(body)["choices"][0]["text"]
+    finally:
+        p.terminate()
+        p.wait(timeout=30)
+        os.unlink(err_path)
 
 
 def gpt2_symbols(bs):
@@ -70,9 +101,15 @@ def main():
     out = gen(cut_path, "hello", 1)
     assert b"\xef\xbf\xbd" not in out, f"U+FFFD printed for a character cut by -n: {out!r}"
     assert out == b"hello\n", out
+
+    # the server: the same two cases through /v1/completions
+    text = serve_text(long_path, "hello", 1)
+    assert text == "x" * 5000, f"server, long piece: {len(text)} characters"
+    text = serve_text(cut_path, "hello", 1)
+    assert "\ufffd" not in text and text == "", f"server, cut character: {text!r}"
     for p in (base, long_path, cut_path):
         os.unlink(p)
-    print("ok: 5000-byte piece printed whole; cut character dropped")
+    print("ok: 5000-byte piece whole and cut character dropped, CLI and server")
 
 
 if __name__ == "__main__":
