@@ -84,11 +84,12 @@ class Term:
             pid, st = os.waitpid(self.pid, os.WNOHANG)
             if pid:
                 return os.waitstatus_to_exitcode(st)
-            try:
-                os.read(self.fd, 4096)
-            except OSError:
-                pass
-            time.sleep(0.05)
+            r, _, _ = select.select([self.fd], [], [], 0.05)
+            if r:  # drain without blocking: a child that neither writes nor exits
+                try:  # must end in the kill below, not a read that never returns
+                    os.read(self.fd, 4096)
+                except OSError:
+                    pass
         os.kill(self.pid, signal.SIGKILL)
         os.waitpid(self.pid, 0)
         return None
@@ -191,6 +192,10 @@ t = Term("-n", "-1", "--ignore-eos", "-c", "2048")
 try:
     t.prompt()
     t.send(b"Write a very long story about a dragon.\r")
+    # the editor's own "\r\n" when it takes the line (its redraws while
+    # typing never have one): only then is the answer running, and a Ctrl-C
+    # a signal rather than a byte the editor is still to read
+    t.read_until(rb"\r\n", 30)
     got = t.read_until(rb"(\S+\s+){12}", 60)  # some words of the answer
     t.send(b"\x03")
     out = t.read_until(rb"\[stopped\]", 30)
