@@ -37,7 +37,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     mf_model *m = NULL;
     mf_error err;
     err.msg[0] = 0;
-    if (mf_model_load(path, NULL, NULL, &m, &err) != 0) {
+    if (mf_model_load(path, NULL, NULL, NULL, &m, &err) != 0) {
         if (m)
             abort();
         check_msg(err.msg);
