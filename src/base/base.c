@@ -75,6 +75,13 @@ static size_t utf8_seq(const unsigned char *s, size_t n) {
     return len;
 }
 
+size_t mf_utf8_valid_len(const char *s, size_t n) {
+    size_t i = 0;
+    for (size_t k; i < n && (k = utf8_seq((const unsigned char *)s + i, n - i)) != 0;)
+        i += k;
+    return i;
+}
+
 const char *mf_escape(const void *s, size_t n, char *buf, size_t cap) {
     const unsigned char *p = s;
     size_t o = 0;

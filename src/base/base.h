@@ -45,6 +45,9 @@ char *mf_strdup(const char *s);
 
 /* ---- file-derived text in messages ---------------------------------------- */
 
+/* Bytes of s[0..n) that form valid UTF-8 from the start (n when all do). */
+size_t mf_utf8_valid_len(const char *s, size_t n);
+
 /* Writes s[0..n) into buf[0..cap) as one printable line: valid UTF-8 text is
  * kept, while control bytes (newline, ESC, ...), DEL, C1 controls, backslash
  * and bytes that are not valid UTF-8 become \xNN (backslash: \\). A string

@@ -402,6 +402,13 @@ out:
 }
 
 char *mf_json_schema_to_gbnf(const char *schema, size_t len, mf_error *err) {
+    /* JSON text is UTF-8; a string that is not could not become a grammar
+     * literal (the GBNF reader refuses such bytes) */
+    const size_t ok = mf_utf8_valid_len(schema, len);
+    if (ok != len) {
+        mf_errorf(err, "json schema: byte %zu is not valid UTF-8", ok);
+        return NULL;
+    }
     conv C = {.a = mf_arena_new(), .err = err};
     mf_jv s;
     if (mf_jv_parse_json(C.a, schema, len, &s, err)) {

@@ -207,6 +207,9 @@ MF_TEST(json_schema_errors) {
         {"{\"type\":\"array\",\"minItems\":3,\"maxItems\":2}", "maxItems 2 < minItems 3"},
         {"{\"type\":", "json schema: json:"},
         {"{\"properties\":{\"a\":{\"minimum\":3}}}", "#/properties/a: 'minimum' is not supported"},
+        /* a string that is not UTF-8 (found by fuzz_grammar: it became a
+         * grammar literal the GBNF reader refused) */
+        {"{\"enum\":[1,\"\xac\"]}", "byte 12 is not valid UTF-8"},
     };
     for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
         mf_error err = {{0}};
