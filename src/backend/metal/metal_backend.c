@@ -43,50 +43,25 @@
     K(attn_part_f32, "mf_attn_part_f32") K(attn_part_f16, "mf_attn_part_f16")                   \
     K(attn_part_q8_0, "mf_attn_part_q8_0") K(attn_combine, "mf_attn_combine")
 
+/* Every kernel, once: the fixed ones, then each per-type family in turn
+ * (K is defined at each use: the enum, then the name table). */
+#define ALL_KERNELS                                                                            \
+    MF_KERNELS(K) MF_WTYPES(K_GETROWS) MF_WTYPES(K_GEMV) MF_WTYPES(K_GEMM) MF_WTYPES(K_GEMV3) \
+        MF_WTYPES(K_GEMVSW)
+
 enum {
 #define K(e, s) KN_##e,
-    MF_KERNELS(K)
-#undef K
-#define K(e, s) KN_##e,
-#define X(t) K_GETROWS(t)
-    MF_WTYPES(X)
-#undef X
-#define X(t) K_GEMV(t)
-    MF_WTYPES(X)
-#undef X
-#define X(t) K_GEMM(t)
-    MF_WTYPES(X)
-#undef X
-#define X(t) K_GEMV3(t)
-    MF_WTYPES(X)
-#undef X
-#define X(t) K_GEMVSW(t)
-    MF_WTYPES(X)
-#undef X
+    ALL_KERNELS
 #undef K
     KN_COUNT
 };
 
 static const char *const kernel_names[KN_COUNT] = {
 #define K(e, s) [KN_##e] = s,
-    MF_KERNELS(K)
-#define X(t) K_GETROWS(t)
-    MF_WTYPES(X)
-#undef X
-#define X(t) K_GEMV(t)
-    MF_WTYPES(X)
-#undef X
-#define X(t) K_GEMM(t)
-    MF_WTYPES(X)
-#undef X
-#define X(t) K_GEMV3(t)
-    MF_WTYPES(X)
-#undef X
-#define X(t) K_GEMVSW(t)
-    MF_WTYPES(X)
-#undef X
+    ALL_KERNELS
 #undef K
 };
+#undef ALL_KERNELS
 
 int mf_metal_n_kernels(void) {
     return KN_COUNT;
@@ -111,7 +86,7 @@ static int wtype_index(uint32_t t, bool *kq) {
     return -1;
 }
 
-/* ---- levers: every getenv of the backend, in one place ---------------------------------- */
+/* ---- levers: every environment read of the backend, in one place ---------------------- */
 
 typedef struct levers {
     bool disable;         /* MINFER_DISABLE_METAL / MINFER_DISABLE_MPS */
