@@ -42,6 +42,7 @@ static void cu_free(mf_backend *b) {
     for (int i = 0; i < N_GENTRY; i++)
         mf_cub_gentry_clear(&c->ge[i]);
     free(c->rec);
+    mf_cub_paged_free(c);
     if (c->dev_npast)
         cudaFree(c->dev_npast);
     if (c->cnt)
@@ -74,12 +75,13 @@ static void cu_free(mf_backend *b) {
 
 static mf_cuda_args cu_args_of(const mf_exec_args *a) {
     return (mf_cuda_args){.n_past = a->n_past, .n_tokens = a->n_tokens, .n_ctx = a->n_ctx,
-                          .kv_type = a->kv_type, .out_node = -1};
+                          .kv_type = a->kv_type, .out_node = -1, .batch = a->batch};
 }
 
 static int cu_op_exec(mf_backend *b, const mf_graph *g, const mf_node_call *k, const mf_exec_args *a,
                       mf_error *err) {
     const mf_cuda_args ca = cu_args_of(a);
+    mf_cub_paged_forget(CX(b)); /* a lone node: its batch may be new */
     return mf_cub_execute_node(b, g, k->node, k->in, k->out, k->kv, &ca, err);
 }
 
@@ -120,8 +122,7 @@ static const mf_op_entry cu_table[] = {
     CU_E(MF_OP_ROPE), CU_E(MF_OP_KVCACHE_STORE), CU_E(MF_OP_KVCACHE_LOAD), CU_E(MF_OP_ATTN),
     CU_E(MF_OP_SOFTMAX), CU_E(MF_OP_VIEW), CU_E(MF_OP_RESHAPE), CU_E(MF_OP_PERMUTE), CU_E(MF_OP_FUSED_QKV),
     CU_E(MF_OP_FUSED_QKV_NORM), CU_E(MF_OP_FUSED_FFN), CU_E(MF_OP_QKV_BIAS_ROPE_STORE),
-    /* no batched paged kernel yet: the node (and its layer's KV) runs on the CPU */
-    [MF_OP_ATTN_PAGED] = {NULL, NULL},
+    CU_E(MF_OP_ATTN_PAGED),
 };
 #undef CU_E
 MF_OP_TABLE_CHECK(cu_table);

@@ -51,6 +51,7 @@ typedef struct mf_cuda_args {
     void *out_host;
     int32_t out_node;
     size_t out_bytes;
+    const mf_kv_batch *batch; /* paged forwards (ATTN_PAGED) only; else NULL */
 } mf_cuda_args;
 
 /* Tests: one forward driven by hand, in the order execute_split calls them

@@ -120,6 +120,8 @@ typedef struct cu_host_times {
     int64_t n;
 } cu_host_times;
 
+typedef struct cu_paged cu_paged; /* ATTN_PAGED's batch upload (cuda_op_paged.c) */
+
 typedef struct cu_ctx {
     const mf_weights *w;
     int device;
@@ -204,6 +206,7 @@ typedef struct cu_ctx {
     int64_t n_captures, n_replays;
     int64_t n_repeats;
     int64_t n_fused_add, n_fused_norm; /* launches of the two deferrals (mf_cuda_fuse_stats) */
+    cu_paged *paged;         /* NULL until the first ATTN_PAGED */
     cu_host_times ht;        /* MINFER_CUDA_HOST_TIMES=1: where a replayed forward's wall time goes */
     struct {                 /* host_alloc's pinned blocks (read_host copies into them directly) */
         void *p;
@@ -301,6 +304,10 @@ int mf_cub_op_kv_store(const op_call *oc); /* KVCACHE_STORE */
 int mf_cub_op_kv_load(const op_call *oc); /* KVCACHE_LOAD */
 int mf_cub_op_attn(const op_call *oc);    /* ATTN */
 int mf_cub_op_qkv(const op_call *oc);     /* FUSED_QKV, FUSED_QKV_NORM, QKV_BIAS_ROPE_STORE */
+int mf_cub_op_attn_paged(const op_call *oc); /* ATTN_PAGED (cuda_op_paged.c) */
+bool mf_cub_paged_ok(const mf_node *n);
+void mf_cub_paged_forget(cu_ctx *c); /* a new forward: the batch upload is stale */
+void mf_cub_paged_free(cu_ctx *c);
 
 /* cuda_exec.c: the fusion rules and helpers the executors share. */
 bool mf_cub_read_from(const mf_graph *g, int32_t node, int32_t from);

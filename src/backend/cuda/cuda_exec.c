@@ -210,6 +210,7 @@ static int (*const op_exec[MF_OP_COUNT])(const op_call *oc) = {
     [MF_OP_FUSED_QKV] = mf_cub_op_qkv,
     [MF_OP_FUSED_QKV_NORM] = mf_cub_op_qkv,
     [MF_OP_QKV_BIAS_ROPE_STORE] = mf_cub_op_qkv,
+    [MF_OP_ATTN_PAGED] = mf_cub_op_attn_paged,
 };
 
 static int exec_node(mf_backend *b, const mf_graph *g, int32_t node, const int32_t *in, int32_t out,

@@ -62,7 +62,10 @@ int mf_cub_begin_forward(mf_backend *b, const mf_graph *g, const mf_exec_args *a
     c->rs_node = -1;
     c->d2h_bytes = 0;
     mf_cub_slot_clear(c); /* likewise its slot writes */
-    if (!c->graphs_on || a->n_tokens > GRAPH_MAX_T)
+    mf_cub_paged_forget(c);
+    /* a paged forward's batch changes every step and its launches depend on
+     * it (the work list): never recorded, so no replay sees a stale batch */
+    if (!c->graphs_on || a->n_tokens > GRAPH_MAX_T || a->batch)
         return 0;
     c->recording = true;
     c->rec_g = g;

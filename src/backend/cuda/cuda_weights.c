@@ -150,7 +150,7 @@ bool mf_cub_supports_op(const mf_backend *b, const mf_node *n) {
     case MF_OP_ATTN:
         return n->meta.attn.head_dim > 0 && n->meta.attn.head_dim <= MF_CU_ATTN_MAX_HEAD_DIM;
     case MF_OP_ATTN_PAGED:
-        return false; /* not in cu_table: runs on the CPU */
+        return mf_cub_paged_ok(n);
     case MF_OP_FUSED_QKV:
     case MF_OP_FUSED_QKV_NORM:
         if (!mf_cub_mm_ok(&n->meta.qkv.q) || !mf_cub_mm_ok(&n->meta.qkv.k) || !mf_cub_mm_ok(&n->meta.qkv.v))
