@@ -22,12 +22,15 @@
 #              with fusions, CUDA graphs, PDL, flash decode off, v1/v3 GEMVs
 #              (tuning strings, MINFER_CUDA_TUNE)
 #   bench      minfer bench --device cuda (pp512 / tg128) on synthetic models
+#   batched    (opt-in) ATTN_PAGED op cases on cuda, minfer_multi end to end,
+#              minfer bench -npp/-ntg/-npl on 7B / 0.5B -> $OUT/batched.md
 #   perf       (GPU_CHECK_PERF=1) qwen2-0.5B and qwen2-7B shapes, the defaults
 #              against each lever row of PERF_LEVERS (as TABLE_LEVERS), and a per-op profile
 #              (MINFER_OP_PROFILE=1) of one decode and one prefill bench
 # What comes back: $OUT/summary.txt, $OUT/bench.md, $OUT/bench.json and
 # $OUT/gpu-logs.tgz (every log; the device tool returns at most 8 files).
-# GPU_CHECK_STAGES="build ops ..." runs a subset (build is always needed).
+# GPU_CHECK_STAGES="build ops ..." runs a subset (build is always needed;
+# GPU_CHECK_PREBUILT=<dir> takes minfer and the test programs from dir instead).
 # GPU_CHECK_STAGES=final: the final check in one device call of <= 560 s on
 # 16 cores (with BASE_TGZ): build ops ops-suite memcheck table, each with a
 # time limit (OPS_TIMEOUT 100, SUITE_TIMEOUT 40, MEMCHECK_LIMIT 30 on
@@ -139,7 +142,14 @@ if [ -n "${BASE_TGZ:-}" ]; then # the base tree, built while this one builds
     ) >"$LOG/build-base.log" 2>&1 &
     BASE_PID=$!
 fi
-if cmake -B "$BUILD" -S "$ROOT" -DCMAKE_BUILD_TYPE=Release -DMINFER_CUDA=ON -DMINFER_CUDA_ARCHS=90 \
+PREBUILT=0
+if [ -n "${GPU_CHECK_PREBUILT:-}" ] && "$GPU_CHECK_PREBUILT/minfer" --version >/dev/null 2>&1; then
+    # GPU_CHECK_PREBUILT=<dir>: minfer and the test programs built elsewhere
+    # (sm_90, the same nvcc), found by name under dir: no build here
+    BUILD=$GPU_CHECK_PREBUILT PREBUILT=1 HAVE_MINFER=1
+    : >"$LOG/build.log"
+    note build ok "prebuilt: $BUILD"
+elif cmake -B "$BUILD" -S "$ROOT" -DCMAKE_BUILD_TYPE=Release -DMINFER_CUDA=ON -DMINFER_CUDA_ARCHS=90 \
         -DCMAKE_CUDA_COMPILER="$(command -v nvcc)" >"$LOG/build.log" 2>&1 &&
    cmake --build "$BUILD" -j"$JOBS" --target test_cuda_ops test_ops >>"$LOG/build.log" 2>&1; then
     note build ok "test_cuda_ops + test_ops built ($(elapsed))"
@@ -150,8 +160,9 @@ else
 fi
 # minfer and dump_logits are other engineers' targets: their failure does not
 # stop the kernel checks
-HAVE_MINFER=0
-if cmake --build "$BUILD" -j"$JOBS" --target minfer dump_logits >>"$LOG/build.log" 2>&1; then
+[ $PREBUILT -eq 1 ] || HAVE_MINFER=0
+if [ $PREBUILT -eq 1 ]; then :
+elif cmake --build "$BUILD" -j"$JOBS" --target minfer dump_logits >>"$LOG/build.log" 2>&1; then
     HAVE_MINFER=1
     note build ok "minfer + dump_logits built ($(elapsed))"
 else
@@ -317,6 +328,58 @@ EOF
     done
 elif want e2e; then
     note e2e SKIP "minfer/dump_logits not built"
+fi
+
+# ---- batched (issue 19): many sequences in one forward ------------------------------------
+# ATTN_PAGED's op cases on cuda (tests/ops/op_paged.c), minfer_multi end to
+# end on a small synthetic qwen2 (tests/cuda/test_cuda_multi.c), then the
+# batched bench on full-size synth --fast models, f16 KV: $OUT/batched.md.
+# BATCHED_MODELS="tag:preset:type:npp:npl ..." overrides the bench list.
+if want batched && [ $HAVE_MINFER -eq 1 ]; then
+    t=$(date +%s)
+    if [ $PREBUILT -eq 1 ] || cmake --build "$BUILD" -j"$JOBS" --target test_ops_paged test_cuda_multi >>"$LOG/build.log" 2>&1; then
+        PSUITE=$(find "$BUILD" -name test_ops_paged -type f -perm -u+x | head -1)
+        timeout "$(tmo 120)" "$PSUITE" cuda >"$LOG/ops-paged.log" 2>&1
+        rc=$?
+        last=$(grep -E "passed, .* failed" "$LOG/ops-paged.log" | tail -1)
+        if [ $rc -eq 0 ]; then note ops-paged PASS "$last ($(( $(date +%s) - t ))s)";
+        else note ops-paged FAIL "rc $rc: $last"; grep FAIL "$LOG/ops-paged.log" | cut -c1-160 | head -30 >>"$SUMMARY"; fi
+        t=$(date +%s)
+        MULTI=$(find "$BUILD" -name test_cuda_multi -type f -perm -u+x | head -1)
+        if timeout 120 "$MINFER" synth --preset qwen2-0.5b --layers 4 --vocab 4096 --ctx 1024 --type q4_0 \
+                -o "$MODELS/multi.gguf" >"$LOG/synth-multi.log" 2>&1; then
+            timeout "$(tmo 120)" "$MULTI" "$MODELS/multi.gguf" >"$LOG/multi.log" 2>&1
+            rc=$?
+            if [ $rc -eq 0 ]; then note multi PASS "$(grep -E '^(batch_equals|paged_agrees|fork_)' "$LOG/multi.log" | tr '\n' ';' | cut -c1-300)";
+            else note multi FAIL "rc $rc"; grep -E "FAIL|tie" "$LOG/multi.log" | cut -c1-160 | head -20 >>"$SUMMARY"; fi
+        else note multi FAIL "synth failed (synth-multi.log)"; fi
+    else note batched FAIL "test_ops_paged / test_cuda_multi did not build (build.log)"; fi
+    : >"$OUT/batched.md"
+    for spec in ${BATCHED_MODELS:-"q7km:qwen2-7b:Q4_K_M:128:1,4,16,64,256" "q05:qwen2-0.5b:q4_0:128:1,4,16,64,256" \
+                "q7km:qwen2-7b:Q4_K_M:512:32,96"}; do
+        IFS=: read -r tag preset ttype npp npl <<<"$spec"
+        left || { note batched SKIP "$tag npp $npp: out of time"; continue; }
+        bm=$MODELS/batched-$tag.gguf
+        if [ ! -s "$bm" ] && ! timeout "$(tmo 200)" "$MINFER" synth --preset "$preset" --type "$ttype" --fast -o "$bm" \
+                >"$LOG/synth-batched-$tag.log" 2>&1; then
+            note batched FAIL "$tag: synth failed"; continue
+        fi
+        echo "### $tag ($preset $ttype, synth --fast) -npp $npp -ntg 128 -npl $npl -ctk f16 $(date -u +%Y-%m-%dT%H:%MZ)" >>"$OUT/batched.md"
+        t=$(date +%s)
+        if timeout "$(tmo 300)" "$MINFER" bench -m "$bm" --device cuda -ctk f16 -npp "$npp" -ntg 128 -npl "$npl" \
+                >>"$OUT/batched.md" 2>"$LOG/batched-$tag-$npp.err"; then
+            note batched done "$tag npp $npp: S_PP/S_TG per B: $(grep -E '^\| +[0-9]' "$OUT/batched.md" | tail -n "$(tr ',' '\n' <<<"$npl" | wc -l)" | awk -F'|' '{printf "%s/%s;", $7, $9}' | tr -s ' ') ($(( $(date +%s) - t ))s)"
+        else note batched FAIL "$tag npp $npp: $(tail -1 "$LOG/batched-$tag-$npp.err")"; fi
+        echo >>"$OUT/batched.md"
+        if [ "${BATCHED_PROFILE:-0}" = 1 ]; then
+            MINFER_OP_PROFILE=1 timeout "$(tmo 60)" "$MINFER" bench -m "$bm" --device cuda -ctk f16 -npp "$npp" -ntg 32 \
+                -npl "${npl##*,}" >"$LOG/profile-batched-$tag-$npp.txt" 2>&1
+        fi
+    done
+    rm -f "$MODELS"/batched-*.gguf
+    cp "$LOG/ops-paged.log" "$LOG/multi.log" "$OUT/" 2>/dev/null
+elif want batched; then
+    note batched SKIP "minfer not built"
 fi
 
 # ---- bench ------------------------------------------------------------------------------------------
