@@ -330,11 +330,20 @@ elif want e2e; then
     note e2e SKIP "minfer/dump_logits not built"
 fi
 
+# Exports "A=1;B=0" (a lever row: semicolons join variables set together).
+export_levers() {
+    local kvs kv
+    IFS=';' read -ra kvs <<<"$1"
+    for kv in "${kvs[@]}"; do export "$kv"; done
+}
+
 # ---- batched (issue 19): many sequences in one forward ------------------------------------
 # ATTN_PAGED's op cases on cuda (tests/ops/op_paged.c), minfer_multi end to
 # end on a small synthetic qwen2 (tests/cuda/test_cuda_multi.c), then the
 # batched bench on full-size synth --fast models, f16 KV: $OUT/batched.md.
-# BATCHED_MODELS="tag:preset:type:npp:npl ..." overrides the bench list.
+# BATCHED_MODELS="tag:preset:type:npp:npl ..." overrides the bench list;
+# BATCHED_LEVERS="VAR=value ..." adds a row per lever (B 4,16,64; -npp <= 128
+# only); BATCHED_PROFILE=1 a MINFER_OP_PROFILE run of the largest B each.
 if want batched && [ $HAVE_MINFER -eq 1 ]; then
     t=$(date +%s)
     if [ $PREBUILT -eq 1 ] || cmake --build "$BUILD" -j"$JOBS" --target test_ops_paged test_cuda_multi >>"$LOG/build.log" 2>&1; then
@@ -371,6 +380,15 @@ if want batched && [ $HAVE_MINFER -eq 1 ]; then
             note batched done "$tag npp $npp: S_PP/S_TG per B: $(grep -E '^\| +[0-9]' "$OUT/batched.md" | tail -n "$(tr ',' '\n' <<<"$npl" | wc -l)" | awk -F'|' '{printf "%s/%s;", $7, $9}' | tr -s ' ') ($(( $(date +%s) - t ))s)"
         else note batched FAIL "$tag npp $npp: $(tail -1 "$LOG/batched-$tag-$npp.err")"; fi
         echo >>"$OUT/batched.md"
+        for lev in ${BATCHED_LEVERS:-}; do # a row per lever (as TABLE_LEVERS), B = 4,16,64, short prompts
+            left && [ "$npp" -le 128 ] || break
+            echo "### $tag -npp $npp lever $lev -npl 4,16,64" >>"$OUT/batched.md"
+            ( export_levers "$lev"; timeout "$(tmo 200)" "$MINFER" bench -m "$bm" --device cuda -ctk f16 -npp "$npp" \
+                -ntg 128 -npl 4,16,64 >>"$OUT/batched.md" 2>>"$LOG/batched-$tag-$npp.err" ) &&
+                note batched done "$tag npp $npp $lev: S_TG $(grep -E '^\| +[0-9]' "$OUT/batched.md" | tail -n 3 | awk -F'|' '{printf "%s;", $9}' | tr -s ' ')" ||
+                note batched FAIL "$tag npp $npp $lev: $(tail -1 "$LOG/batched-$tag-$npp.err")"
+            echo >>"$OUT/batched.md"
+        done
         if [ "${BATCHED_PROFILE:-0}" = 1 ]; then
             MINFER_OP_PROFILE=1 timeout "$(tmo 60)" "$MINFER" bench -m "$bm" --device cuda -ctk f16 -npp "$npp" -ntg 32 \
                 -npl "${npl##*,}" >"$LOG/profile-batched-$tag-$npp.txt" 2>&1
@@ -384,12 +402,6 @@ fi
 
 # ---- bench ------------------------------------------------------------------------------------------
 # bench_model NAME SYNTH-ARGS [extra bench args]: synthesizes, benches, appends to bench.md
-# Exports "A=1;B=0" (a lever row: semicolons join variables set together).
-export_levers() {
-    local kvs kv
-    IFS=';' read -ra kvs <<<"$1"
-    for kv in "${kvs[@]}"; do export "$kv"; done
-}
 bench_model() {
     local name=$1 sargs=$2; shift 2
     if ! left; then note bench SKIP "$name: out of time"; return; fi
