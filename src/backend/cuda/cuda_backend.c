@@ -88,7 +88,22 @@ static int cu_op_exec(mf_backend *b, const mf_graph *g, const mf_node_call *k, c
 /* A split: begin_forward (graph record), the host inputs, the recorded
  * build's calls (a forward that is this one split) or each node, then
  * end_forward (the fusions left pending, capture or replay). */
+static int split_run(mf_backend *b, const mf_split_call *s, mf_error *err);
+
+/* A paged forward takes the mma tier from tune paged_mma_min_nt tokens
+ * (its B rows are B sequences' decode steps, where the wmma tier measured
+ * slowest), restored after the split. */
 static int cu_execute_split(mf_backend *b, const mf_split_call *s, mf_error *err) {
+    cu_ctx *c = CX(b);
+    const int keep = c->t.mma_min_nt;
+    if (s->args->batch)
+        c->t.mma_min_nt = c->t.paged_mma_min_nt;
+    const int rc = split_run(b, s, err);
+    c->t.mma_min_nt = keep;
+    return rc;
+}
+
+static int split_run(mf_backend *b, const mf_split_call *s, mf_error *err) {
     mf_cuda_args a = cu_args_of(s->args);
     for (int32_t k = 0; k < s->n_outputs; k++)
         if (s->read_back[k]) {

@@ -15,6 +15,7 @@ void mf_cuda_tune_defaults(mf_cuda_tune *t, int cc, int sm_count, size_t smem_pe
     /* the mma tier needs cc >= 8.0 (ldmatrix, mma.sync m16n8k16); below it wmma */
     t->mm_prefill = cc >= 80 ? MF_CU_MM_MMA : MF_CU_MM_WMMA;
     t->mma_min_nt = 64;
+    t->paged_mma_min_nt = 9;
     t->mma_fuse = 1;
     t->mma_split = 1;
     t->gemv_q8 = 1;
@@ -67,6 +68,7 @@ static const tkey keys[] = {
      "tests: this matmul family for every node it can run"},
     {"mm", OFF(mm_prefill), 4, 1, 0, "simt|wmma|mma", MF_CU_MM_SIMT, "prefill GEMM tier (default mma, cc >= 8.0)"},
     {"mma_min_nt", OFF(mma_min_nt), 4, 9, 1 << 20, NULL, 0, "tokens from which prefill takes the mma tier"},
+    {"paged_mma_min_nt", OFF(paged_mma_min_nt), 4, 9, 1 << 20, NULL, 0, "... in a paged forward (many sequences)"},
     {"mma_fuse", OFF(mma_fuse), 4, 0, 1, NULL, 0, "prefill QKV and gate+up as one mma GEMM each"},
     {"mma_split", OFF(mma_split), 4, 0, 1, NULL, 0, "split-K for mma grids under half a wave"},
     {"mma_chunk", OFF(mma_chunk), 8, 0, (long long)1 << 40, NULL, 0,

@@ -72,6 +72,7 @@ typedef struct mf_cuda_tune {
     int force;          /* mf_cu_force (tests) */
     int mm_prefill;     /* mf_cu_mm_kind for nt > 8: MMA (default), WMMA or SIMT */
     int mma_min_nt;     /* the mma tier from this many tokens (default 64) */
+    int paged_mma_min_nt; /* ... in a paged forward (many sequences; default 9) */
     int mma_fuse;       /* prefill QKV / gate+up as one mma GEMM each */
     int mma_split;      /* split-K for grids under half a wave */
     uint64_t mma_chunk; /* f16 weight bytes per dequant + GEMM chunk (0: 320 MiB; tests shrink it) */
