@@ -19,7 +19,7 @@
 // a read that saw a stale value (or the NaN poison) would not. Grids alternate
 // between two sizes (b1, b2) like norm-quant (4 blocks) and GEMV (112-448).
 // The launches and the wait / trigger are minfer's own (pdl.cuh: mf_launch
-// with mf_cu_pdl_on set per mode, mf_pdl_wait, mf_pdl_trigger).
+// with its pdl argument set per mode, mf_pdl_wait, mf_pdl_trigger).
 //   nvcc -O3 -arch=sm_90 -I src lab/cuda/pdl-chain-bench.cu -o pdl-chain-bench
 //   ./pdl-chain-bench [N=168] [b1=4] [b2=144] [threads=128] [kb=0]
 #include <cstdio>
@@ -30,7 +30,6 @@
 
 #include "backend/cuda/pdl.cuh"
 
-int mf_cu_pdl_on; /* pdl.cu's switch (that file is not linked here): set per mode */
 
 #define CK(x)                                                                                   \
     do {                                                                                        \
@@ -97,13 +96,13 @@ __global__ void chain_kernel(chain_args a) {
 }
 
 static void launch(int mode, dim3 g, dim3 b, const chain_args &a, cudaStream_t s) {
-    mf_cu_pdl_on = mode != MODE_PLAIN;
+    const bool pdl = mode != MODE_PLAIN;
     if (mode == MODE_PLAIN)
-        CK(mf_launch(chain_kernel<MODE_PLAIN>, g, b, 0, s, a));
+        CK(mf_launch(chain_kernel<MODE_PLAIN>, g, b, 0, s, pdl, a));
     else if (mode == MODE_PDL)
-        CK(mf_launch(chain_kernel<MODE_PDL>, g, b, 0, s, a));
+        CK(mf_launch(chain_kernel<MODE_PDL>, g, b, 0, s, pdl, a));
     else
-        CK(mf_launch(chain_kernel<MODE_FLAG>, g, b, 0, s, a));
+        CK(mf_launch(chain_kernel<MODE_FLAG>, g, b, 0, s, pdl, a));
 }
 
 int main(int argc, char **argv) {

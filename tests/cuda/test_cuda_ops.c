@@ -1,243 +1,39 @@
-/* test_cuda_ops.c - every CUDA kernel family against a float64 host
- * reference, through the backend contract (execute_node / synchronize /
- * read_host), at the real model widths.
+/* test_cuda_ops.c - what is CUDA-specific about the CUDA backend: every
+ * kernel family against a float64 host reference at the real model widths,
+ * and the backend's own machinery (graph record / replay, the fusions it
+ * plans over a split, launch ordering with and without programmatic
+ * dependent launch, the fault word, the pinned logits path), through the
+ * backend contract (execute_node / synchronize / read_host) or the kernel
+ * launchers of cuda_args.h.
  *
  * Weights are random blocks (random quant bytes with sane random f16
  * scales), so every bit pattern of a format is exercised; the reference
  * dequantizes the rows it checks with the host reference dequantizer
  * (quant.c) and computes in double. Inputs are random (never zeros), every
- * output buffer is poisoned with NaN before the launch, and a case fails if
- * any output element stays NaN or ||out - ref|| / ||ref|| exceeds its
- * tolerance (1e-3 for f32-activation paths; 3e-3 for the tensor-core GEMM tier,
- * which rounds both operands to f16; 1e-2 for the int8 decode GEMV, which
- * rounds the activations to int8 per 32 elements, and there every sampled
- * output must also lie within the rounding bound
+ * output buffer is poisoned before the launch, and a case fails if any
+ * output element stays NaN or ||out - ref|| / ||ref|| exceeds its
+ * tolerance (1e-3 for f32-activation paths; 3e-3 for the tensor-core GEMM
+ * tiers, which round both operands to f16; 1e-2 for the int8 decode GEMV,
+ * which rounds the activations to int8 per 32 elements, and there every
+ * sampled output must also lie within the rounding bound
  *   |y - y_ref| <= sum_units amax_unit(x) / 254 * sum_unit |w| (+ 1e-5 sum |w x|)
- * and agree with the f32-activation GEMV to 1e-2). Matmul references are computed
- * for a sample of output rows (all tokens), which keeps the host cost small
- * at vocab width; the NaN check still covers every element.
+ * and agree with the f32-activation GEMV to 1e-2). Kernel choices that are
+ * meant to give the same bits (fusions on / off, the mixed-type QKV, the
+ * block-local FFN GEMV, the lm_head writing the pinned logits, PDL on /
+ * off, graph replay vs plain launches) are checked bitwise. Every choice
+ * is made through the tuning string (mf_cuda_retune, the keys of
+ * cuda_tune.h), never a setter or the environment.
+ *
+ * Families (MINFER_CUDA_TEST_ONLY=a,b,... runs only these): matmul,
+ * getrows, norm, rope, elementwise, attn, qkv, ffn, fuse_add, fuse_norm,
+ * graph, misc, mma, mmafuse, decattn, preattn, gemv, q6k, attnone,
+ * attnshort, shortrope, normmm, qkvmix, ffnq8b, zc. Each family's cases are
+ * described above its code. MINFER_CUDA_TEST_SMALL=1: small shapes only
+ * (compute-sanitizer runs). MINFER_CUDA_TUNE: the whole suite under another
+ * tuning (gpu-check.sh's ops-nopdl runs pdl=0).
  *
  * Exit: 0 all passed, 1 a failure, 77 no usable CUDA device (ctest skips).
- * MINFER_CUDA_TEST_SMALL=1: small shapes only (compute-sanitizer runs).
- * MINFER_CUDA_TEST_ONLY=matmul,norm,...: run only these families (matmul,
- * getrows, norm, rope, elementwise, attn, qkv, ffn, fuse_add, fuse_norm,
- * gemv_v2, graph, misc, mma, mmafuse, decattn, preattn, gemv, decsmall,
- * gemvfuse, lat, attnone, attnshort, q6k, normmm, qkvmix, ffnq8b, shortrope, d2h,
- * zc); racecheck runs the shared-memory families this way.
- * The fusion levers (MINFER_CUDA_FUSE_GEMV / _ROPE / _ADD / _NORM,
- * MINFER_CUDA_GEMV_V2, MINFER_CUDA_FLASH_PREFILL; docs/ENV.md says which are
- * on by default) are run on and off through their test hooks
- * (mf_cuda_set_fuse ...) inside the qkv, ffn, attn, fuse_add, fuse_norm and
- * gemv_v2 families, against float64 and the default path.
- * Family mma: the prefill mma tier (gemm_mma.cu, force_gemm 3) for every
- * weight type at a small shape, odd shapes (n_in % 32 != 0, ragged n_out),
- * the 0.5B / 7B projection shapes at nt 9 / 64 / 100 / 513 (and 2048 once),
- * shrunk weight chunks, and FUSED_FFN at 100 tokens on the default path (x
- * converted once per group, a second run with new input): float64 with 3e-3,
- * and the wmma TC tier within 1e-4; a ragged wide shape (f16 904x13000) and
- * split-K on the big tile (7B o / down at nt 500). Then again under each
- * opt-in tile config MINFER_CUDA_MMA_CFG 1..3 (hook mf_cuda_set_mma_cfg,
- * names "cfg N"): the cases that reach the big tile, real shapes at nt
- * 64/65/127/513. MINFER_CUDA_TEST_BENCH=1 adds one timing line per shape: TC
- * tier vs mma tier vs its GEMM alone, nt 512 and 2048, plus one "cfg N" line
- * (mma, GEMM alone) per opt-in config.
- * Family mmafuse: the mma tier's one-GEMM fused QKV (q/k/v dequantized into one
- * scratch, epilogue routes rows to q/k/v with their biases; Q4_0 0.5B, Q4_K +
- * Q6_K v 7B, qwen3 4B without bias; nt 9/64/513) and fused gate/up with SwiGLU
- * in the epilogue (0.5B / 7B, nt 9/100/513, shrunk chunks), through the
- * launcher: float64 on sampled rows (3e-3) and the per-weight mma GEMMs
- * (1e-5 max norm); FUSED_QKV nodes fused vs MINFER_CUDA_NO_MMA_FUSE (hook
- * mf_cuda_set_mma_fuse; q, K and V rows, 1e-5); FUSED_FFN node with the
- * fusion on and off (float64 + TC tier); split-K on/off on the down shapes
- * (test_mma: float64 + TC); then under each MINFER_CUDA_MMA_CFG 1..3 the
- * launcher and node cases that reach the big tile. MINFER_CUDA_TEST_BENCH=1:
- * fused vs unfused QKV / gate+up(+SWIGLU) at nt 512 (plus the fused GEMM per
- * opt-in config) and mma bench lines at nt 16/32/64/512.
- * Family decattn: the split-KV flash decode (attn_decode.cu, hook
- * mf_cuda_set_flash_decode) at nt 1/3/8, depth 0/1/37/700/4095, heads
- * 14/2 hd 64, 28/4 and 32/8 hd 128, f32/f16/q8_0 caches, tight and wide
- * n_ctx (few or many, mostly empty, splits): flash decode and the old kernel
- * each against float64 (1e-4), flash vs old (3e-5 max norm), in place at nt
- * 3; and a graph-replayed forward whose n_past moves across split bounds.
- * MINFER_CUDA_TEST_BENCH=1 adds old vs flash decode timings (us, K+V GB/s)
- * at the 7B (28/4/128) and 0.5B (14/2/64) shapes, f16 cache.
- * Family gemv: the int8 decode GEMV v3 (forced; the default picks v3 or v1
- * by mf_cu_gemv_v3_wanted) with and without PDL
- * launches, and v1 (MINFER_CUDA_GEMV_V1, test hook mf_cuda_set_gemv_v1),
- * every quantized type at an odd row count and long rows, the 0.5B / 7B
- * decode shapes, nt 1, 2, 5, 8: float64 (1e-2 and the int8 rounding bound)
- * and v3 vs v1 (1e-5); at nt 1 also v4 (gemv_q8v4.cu, hook
- * mf_cuda_set_gemv_v4) with 1 and 2 slices in flight, vs float64, the
- * bound and v3 (1e-5); FUSED_QKV / FUSED_FFN / FUSE_ADD on v3, v1 and v4.
- * With MINFER_CUDA_TEST_BENCH=1 one line per shape: v1, v3, v4 us and GB/s
- * over 256 MB of rotating weight copies (HBM, not L2).
- * Family q6k: the v4 GEMV's Q6_K slice decoder (gemv_q8v4.cu,
- * MINFER_CUDA_GEMV_V4_Q6K, default 3, hook mf_cu_set_gemv_v4_q6k) at nt 1: 3584 x
- * 4099 / 152064 (7B lm_head), 18944 -> 3584, 3584 -> 512, 9728 -> 2560,
- * 2560 -> 1024, 4864 -> 896 (odd super-block count: rows 2-byte aligned),
- * 256 -> 97, 1280 -> 33; unit vs slice decoder with 1 and 2 slices in
- * flight and the auto rule with the switch at 1, 2 and 3, vs float64 (3e-2 and
- * the int8 rounding bound per sampled output), slice vs unit decoder on
- * every output (1e-5), auto rule == forced run bitwise; FUSED_FFN (Q6_K
- * SwiGLU) and FUSED_QKV with a Q6_K V on the slice decoder (u1, u2).
- * MINFER_CUDA_TEST_BENCH=1: one line per shape (7B lm_head / down / v, 4B
- * down / v, 0.5B down): v1, v4 old decoder u1 / u2, new decoder u1 / u2, us and GB/s.
- * Family preattn: the tensor-core flash prefill (attn_prefill_mma.cu, hook
- * mf_cuda_set_tc_attn; the attn family runs with it off) at GQA 14/2/64,
- * 28/4/128, 32/8/128, nt 9/64/65/513, n_past 0/37/700, every KV type, plus
- * nt 2048 at n_past 4096 (28/4/128): against float64 on sampled tokens
- * (3e-3, bound derived above test_preattn), the SIMT flash kernel against
- * the same reference (1e-4) and new vs old over every element (3e-3); in
- * place over q at nt 65 (bit-identical to the poisoned-output run).
- * MINFER_CUDA_TEST_BENCH=1 adds SIMT flash vs mma timings (us, TFLOP/s) at
- * 0.5B pp512, 7B pp512 and 7B pp2048 at n_past 4096, each KV type.
- * Family decsmall: the wide decode kernels (hook mf_cu_set_wide): RMSNorm
- * and the q8 norm-quant at n 896/2560/3584/5120, nt 1/3/8/64, wide vs
- * one-block bitwise (outputs poisoned, differently per run) and against
- * float64 (norm 1e-6; quant: d vs amax/127 1e-5, |d q - y| <= d/2, unit
- * sums), in place, unweighted, 100 rows, QkNorm rows; the per-head
- * rope-store vs the (nt, 3) kernel bitwise (q, k, both caches) at 14/2/64
- * and 28/4/128 x f32/f16/q8_0 x nt 1/3/8, plus adjacent-pair partial
- * rotation and the QkNorm folded in (32/8/128, 14/2/64; old = two rmsnorm
- * launches first), and q vs float64 (norm +) RoPE; MATMUL + residual ADD in place through
- * a graph-replayed forward: the fused GEMV launched (mf_cuda_fuse_stats),
- * replayed, vs float64 and vs unfused. MINFER_CUDA_TEST_BENCH=1 adds wide vs
- * old norm-quant and rmsnorm (n 896, 3584) and rope-store (0.5B, 7B) times.
- * Family gemvfuse: the int8 GEMV's quantizing prologue (gemv_q8.cu, hooks
- * mf_cuda_set_gemv_prologue / the args' prologue field; opt-in
- * MINFER_CUDA_GEMV_PROLOGUE=1) on v3 and v1, every quantized type at the
- * 0.5B shapes (896 -> 896 / 128, QKV 896 -> 896+128+128, gate/up 896 -> 4864
- * SwiGLU; 4864 -> 896) and 7B (3584 -> 3584, QKV 3584 -> 3584+512+512), nt
- * 1 / 3 / 8, with and without the RMSNorm folded in and the residual in
- * place: forced prologue with PDL on and off vs the separate quantize kernel
- * (1e-6 max norm: the same int8 values) and vs float64 (3e-2, SwiGLU 6e-2,
- * and the int8 rounding bound per output, carried through silu(g) u for
- * SwiGLU), the prologue launch counter
- * (mf_cu_gemv_prologue_count) moved exactly when the shared copy fits; the
- * auto rule (mf_cu_q8_prologue_rule) at the 0.5B / 7B grids; and a
- * graph-replayed RMSNORM -> FUSED_FFN -> MATMUL -> ADD layer tail (prologue
- * counter, folded norm, fused add, replays; vs float64 and vs prologue off,
- * PDL on and off). MINFER_CUDA_TEST_BENCH=1: separate vs prologue us per
- * call for the 0.5B Wo / down / QKV / gate-up and the 7B Wo.
- * Family normmm: the output RMSNorm folded into a plain MATMUL's int8
- * quantization (MINFER_CUDA_NORM_MM, hook mf_cuda_set_norm_mm): Q8_0 896-wide
- * and Q6_K 3584-wide heads over 4 graph-replayed decode steps, fold counted,
- * vs float64 and bitwise vs the separate norm.
- * Family lat: the MINFER_CUDA_LAT kernels (hook mf_cu_set_lat): RMSNorm
- * (wide, one-block, in place) and the q8 norm-quant (wide, one-block) at n
- * 896/2560/3584/18944, nt 1/7, new vs float64 and new vs old bitwise
- * (outputs poisoned differently per run), plus decsmall's norm-quant checks
- * with the switch on; the per-head rope-store (0.5B, 7B, Qwen3 QkNorm,
- * 64-wide QkNorm, adjacent pairs, partial rotation) x f32/f16/q8_0 x nt 1/7
- * vs the (nt, 3) kernel bitwise and q vs float64; the split-KV decode with
- * the new combine vs float64 / the old kernel and new vs old combine
- * bitwise (depth 37/100/700/4095). MINFER_CUDA_TEST_BENCH=1: old vs new us
- * per kernel at the 0.5B / 7B shapes, 20 back-to-back launches through
- * mf_launch (PDL as the backend set it) per sample, median of 21.
- * Family attnone: MINFER_CUDA_ATTN_ONE (attn_decode.cu: the split kernel's
- * last block per (token, KV head) combines and quantizes for the o GEMV)
- * at 14/2/64, 28/4/128, 32/8/128 x f32/f16/q8_0 x depth 1/31/300/4000 x nt
- * 1/3, wide n_ctx: out bitwise the two-kernel decode, q8out bitwise the
- * quantize kernel of that out, counters back at 0, over 3 identical
- * launches in a row (replay), n_past_dev, LAT flipped, in place; through
- * the backend (hook mf_cuda_set_attn_one) ATTN -> o MATMUL -> ADD on == off
- * bitwise and the o GEMV took the q8 (no quantize). MINFER_CUDA_TEST_BENCH=1:
- * split+combine+quantize vs one kernel, us, 0.5B depth 100, 7B 100 / 1000.
- * Family attnshort: MINFER_CUDA_ATTN_SHORT (attn_short.cu: the short-context
- * decode kernel, launcher mf_cu_attn_short) at 14/2/64, 28/4/128, 32/8/128,
- * 16/16/64 x f32/f16 x depth 1/31/32/33/127/128/129/300/383 x nt 1/3, cache
- * rows past the causal range NaN: short and today's one-kernel decode each
- * vs float64 (1e-4), short vs one-kernel (1e-4 max norm, not bitwise: other
- * sum order), q8out bitwise the quantize kernel on its out, n_past_dev / no
- * q8out / in place bitwise the plain launch; through the backend (hooks
- * mf_cuda_set_attn_one 1, mf_cuda_set_attn_short 0 / 1) ATTN -> o MATMUL ->
- * ADD: the attention bitwise the launcher's kernel of that switch, vs
- * float64, layer on vs off (1e-2), o GEMV took the q8 both ways; graph
- * replay (0.5B, nt 1 / 3, n_past 40..300): vs float64, bitwise the launcher
- * and the plain run, steps replayed. MINFER_CUDA_TEST_BENCH=1: one kernel vs
- * short, us, per shape at depth 16 / 100 / 300 (PDL chain).
- * Family shortrope: MINFER_CUDA_SHORT_ROPE (attn_short.cu's fused variant,
- * launcher mf_cu_attn_short_rope: rope + QkNorm of q and K and the K/V store
- * of the token inside the short-context attention, nt 1) at 14/2/64,
- * 28/4/128, 32/8/128 (QkNorm) x neox / normal x f32 / f16 x n_past
- * 0/1/7/100/383 (+ partial rotation): vs rope_store + attn_short bitwise
- * (out, q8out, the whole K and V caches; plain, n_past_dev, no q8out), raw
- * inputs and the rope-store q output untouched, out vs float64 (1e-4), the
- * new K/V rows vs float64; the launcher refuses wrong arguments; through the
- * backend (hook mf_cuda_set_short_rope) FUSED_QKV (and QKV_BIAS_ROPE_STORE)
- * -> ATTN -> o MATMUL -> ADD on == off bitwise (attention, layer, caches),
- * the fold taken only when on (not with a q8_0 cache; a synchronize between
- * the nodes launches the pending rope-store plainly), the o GEMV took the q8
- * both ways, vs float64; graph replay with the
- * switch on (0.5B, n_past 40..300) bitwise the plain run with it off.
- * MINFER_CUDA_TEST_BENCH=1: rope_store + attn_short vs fused, us, per shape
- * at depth 16 / 100 / 300 (PDL chain).
- * Family qkvmix: MINFER_CUDA_QKV_MIX (gemv_q8v4.cu: a fused QKV whose V is
- * another type than Q/K as one v4 launch; args field qkv_mix) through
- * mf_cu_gemv_q8_multi at nt 1: qwen2-0.5B Q4_K_M (896 -> 896/128/128 Q5_0,
- * Q5_0, Q8_0), qwen2-7B Q4_K_M (3584 -> 3584/512/512 Q4_K, Q4_K, Q6_K),
- * qwen3-4B (2560 -> 4096/1024/1024), 0.5B Q3_K_M (Q4_0, Q4_0, Q5_0), odd run
- * lengths (97/32/65), V first and two weights (the launcher swaps the runs):
- * bias on / off, residual on / off, the norm folded or not; switch off, on,
- * on with PDL off, each on outputs poisoned with another pattern, vs
- * float64 (3e-2 and the int8 bound per sampled output), on == off bitwise
- * over every output, one mixed launch counted (mf_cu_q8v4_mix_count); where
- * no mixed kernel applies (v4 u2 forced, Q6_K slice decoder off, v4 off)
- * on == off bitwise and nothing mixed; a CUDA graph of norm-quant + mixed
- * QKV (PDL on) replayed 4 steps with new inputs, bitwise the separate
- * launches; through the backend (tune qkv_mix=0 / 1 by mf_cuda_retune)
- * FUSED_QKV nodes of the 0.5B / 7B / 4B
- * (QkNorm) shapes over 4 graph-replayed decode steps, q and the stored K/V
- * rows bitwise switch on == off, the mixed kernel launched only with it
- * on. MINFER_CUDA_TEST_BENCH=1: separate vs mixed us per norm-quant +
- * QKV call at the four model shapes (PDL chain, weights from HBM).
- * Family ffnq8b: MINFER_CUDA_FFN_Q8B (gemv_q8v4.cu: the SwiGLU GEMV with a
- * block per 32 outputs also writes the down GEMV's int8 input; args fields
- * q8out and q8b_form, the block form 1 .. MF_CU_Q8B_FORMS; every check
- * below runs for every form, each form's launches counted apart by
- * mf_cu_q8v4_swq8_form_count) at nt 1: 896 -> 4864 -> 896 (0.5B) Q4_0 /
- * Q5_0 / Q8_0, 1536 -> 8960 (1.5B) Q4_0 / Q4_K / Q5_0 / Q8_0 / Q6_K, 2048
- * -> 8192 Q4_0 / Q5_0 / Q8_0 / Q4_K, bias and the folded norm on / off:
- * today's chain (gate/up, quantize kernel, down + residual) vs the switch's
- * (gate/up writing the int8 h, down reading it) with PDL on and off,
- * outputs poisoned per run: h, the int8 h and the down output bitwise, h
- * (6e-2) and the down output (3e-2) vs float64, no quantize launch for the
- * down GEMV (mf_cu_q8_quant_count) and one block-local launch
- * (mf_cu_q8v4_swq8_count); the rule (mf_cu_gemv_q8_ffn_q8b_ok) and the
- * refused launch where it says no (v4 u2 / off, prologue, n_out % 32, the
- * 7B gate/up, nt 2, mixed types) or the form does not exist; a CUDA graph
- * of the chain (PDL on, off) replayed 4 steps bitwise today's chain;
- * through the backend (tune ffn_q8b; the backend's one form, 4) RMSNORM ->
- * FUSED_FFN -> MATMUL -> ADD over 4 graph-replayed steps, on == off bitwise, the
- * quantize launch gone, the down GEMV reading the int8 h
- * (mf_cuda_q8_ready_stats), vs float64. MINFER_CUDA_TEST_BENCH=1: today vs
- * q8b=1 .. 5 us per FFN tail (norm-quant, gate/up, [quantize], down +
- * residual; PDL chain, weights from HBM) at 0.5B Q4_0 / Q5_0 and 1.5B Q4_K.
- * Family d2h: MINFER_CUDA_LOGITS_CHUNKS (the lm_head as K row chunks, each
- * chunk's logits copied into the engine's pinned buffer on a side stream
- * while the next computes; hook mf_cuda_set_logits_chunks): RMSNORM ->
- * lm_head over 5 steps through the backend contract with the out_host hint,
- * Q8_0 896 x 151936 (K 2 / 4 / 7, graphs on / off, norm folded / separate)
- * and Q6_K 2560 x 151936 (K 4, graphs on): logits bitwise K 0, every step
- * chunked and every read served by the early copy (mf_cuda_d2h_stats); the
- * chunks' v4 plan (u, ks) equal to the whole's; a 3000-row head chunked
- * only if its chunks plan the same (bits equal either way); two logits
- * buffers alternating on one graph (each read its own step's logits, the
- * other buffer untouched, <= 2 captures and replays); reads into a heap
- * buffer and of half the bytes (the plain path, bitwise). No bench lines:
- * the lead measures tg128 and the MINFER_CUDA_HOST_TIMES line.
- * Family zc: MINFER_CUDA_LOGITS_ZC (the lm_head's v4 GEMV also stores the
- * logits into the engine's pinned block through its device alias, 32-byte
- * lines; hook mf_cuda_set_logits_zc): family d2h's norm -> lm_head steps,
- * ZC on vs off bitwise at Q8_0 896 x 151936, Q6_K 3584 x 152064 and Q8_0
- * 896 x 3003 (ragged last row group), graphs on / off, norm folded /
- * separate, ZC on every step with every read only waiting
- * (mf_cuda_zc_count, mf_cuda_d2h_stats); two logits buffers alternating;
- * reads elsewhere / of half the bytes (plain copy, the hint still holds
- * the logits); a hint not 32-byte aligned (no ZC); ZC with the chunks on
- * (ZC wins); the switch flipped every step on one graph.
- * MINFER_CUDA_TEST_BENCH=1: host us of a replayed step, copy vs ZC vs
- * chunks K 4, per head. */
+ * Timing loops are not here: the kernel benchmarks live in lab/cuda. */
 #include <math.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -1400,7 +1196,6 @@ static void test_ffn(uint32_t t, uint32_t ut, int64_t d, int64_t ff, int64_t nt)
 
 /* ---- refusals ---------------------------------------------------------------------------------- */
 
-/* ---- paired-unit Q4_K GEMV (MINFER_CUDA_GEMV_V2) ---------------------------------------------- */
 /* ---- RMSNORM folded into the next fused node (MINFER_CUDA_FUSE_NORM) ------------------------- */
 
 /* RMSNORM(x) -> FUSED_FFN executed back to back through the test hook.
@@ -1740,10 +1535,19 @@ static void test_graph(void) {
 
 /* ---- mma prefill tier (family "mma") --------------------------------------------------------- */
 
-/* The mma GEMM tile config the mma / mmafuse cases run under (hook
- * mf_cuda_set_mma_cfg for backend nodes, .mma_cfg for the launchers):
- * both families loop over 0 .. MF_CU_MMA_N_CFG - 1, names say "cfg N". */
-static int g_mma_cfg;
+/* The device's SMs, for the launchers the cases call directly (the
+ * backend passes its own: mf_cuda_tune.sm_count). */
+static int g_sms;
+
+/* The GEMV choices the backend's tuning makes now (mf_cuda_retune moves
+ * them), with the v4 mode v4, for the GEMV launchers the cases call
+ * directly; g_occ: the occupancy table, measured once as the backend does. */
+static mf_cu_gemv_occ g_occ;
+static mf_cu_gemv_tune gt_of(int v4) {
+    mf_cu_gemv_tune g = mf_cu_gemv_tune_of(mf_cuda_tuning(be), &g_occ);
+    g.v4 = v4;
+    return g;
+}
 
 /* One matmul node through `mode`, input x (host), output returned (host). */
 static float *mma_run(const mf_graph *g, int32_t mi, const float *x, int64_t n_in, int64_t n_out, int64_t nt,
@@ -1770,9 +1574,8 @@ static void test_mma(const mm_spec *s, int64_t nt, uint64_t chunk) {
     mm_name(wn, sizeof wn, s);
     if (s->bias)
         snprintf(bn, sizeof bn, "bias.%lld", (long long)s->n_out);
-    snprintf(name, sizeof name, "mma %-5s %5lldx%-6lld nt %-4lld%s%s cfg %d", mf_type_name(s->type),
-             (long long)s->n_in, (long long)s->n_out, (long long)nt, s->bias ? " +bias" : "", chunk ? " chunked" : "",
-             g_mma_cfg);
+    snprintf(name, sizeof name, "mma %-5s %5lldx%-6lld nt %-4lld%s%s", mf_type_name(s->type),
+             (long long)s->n_in, (long long)s->n_out, (long long)nt, s->bias ? " +bias" : "", chunk ? " chunked" : "");
     mf_graph g;
     graph_new(&g, 0, 0);
     int32_t xi = ext(&g, s->n_in, nt);
@@ -1845,8 +1648,8 @@ static void test_mma_ffn(uint32_t t, int64_t d, int64_t ff, int64_t nt) {
             y[mode] = dev_get(out, (size_t)(ff * nt) * 4);
             dev_free(out);
         }
-        snprintf(name, sizeof name, "mma fused_ffn %-5s %lld -> %lld nt %lld run %d cfg %d", mf_type_name(t),
-                 (long long)d, (long long)ff, (long long)nt, rep, g_mma_cfg);
+        snprintf(name, sizeof name, "mma fused_ffn %-5s %lld -> %lld nt %lld run %d", mf_type_name(t),
+                 (long long)d, (long long)ff, (long long)nt, rep);
         result(name, rel_err(y[0], rg, ff * nt), 3e-3, count_nan(y[0], ff * nt), NULL);
         strncat(name, " vs tc", sizeof name - strlen(name) - 1);
         result(name, rel_err_f(y[0], y[1], ff * nt), 1e-4, count_nan(y[1], ff * nt), NULL);
@@ -1855,96 +1658,6 @@ static void test_mma_ffn(uint32_t t, int64_t d, int64_t ff, int64_t nt) {
     free(rg); free(ru);
     dev_free(in);
     mf_graph_free(&g);
-}
-
-/* MINFER_CUDA_TEST_BENCH=1: the launchers on cudaMalloc'd buffers (contents
- * are arbitrary bytes: only the time matters), cudaEvent timing after 2
- * warm-ups, median of 11: the wmma TC tier, the mma tier (dequant + x
- * conversion + GEMM) and its GEMM alone (an F16 weight, x already f16). */
-static int cmp_f(const void *a, const void *b) {
-    const float fa = *(const float *)a, fb = *(const float *)b;
-    return fa < fb ? -1 : fa > fb;
-}
-
-static float bench_one(const mf_cu_matmul_args *a, cudaStream_t st, cudaEvent_t e0, cudaEvent_t e1) {
-    enum { REPS = 11 };
-    float ms[REPS];
-    for (int i = 0; i < 2 + REPS; i++) {
-        cudaEventRecord(e0, st);
-        cudaError_t err = mf_cu_matmul(a, st);
-        cudaEventRecord(e1, st);
-        if (err != cudaSuccess || cudaEventSynchronize(e1) != cudaSuccess)
-            return -1.0f;
-        if (i >= 2)
-            cudaEventElapsedTime(&ms[i - 2], e0, e1);
-    }
-    qsort(ms, REPS, sizeof ms[0], cmp_f);
-    return ms[REPS / 2];
-}
-
-static void bench_mma(uint32_t t, int64_t n_in, int64_t n_out, int64_t nt) {
-    const uint64_t rb = mf_type_row_size(t, n_in);
-    void *w = NULL, *wh = NULL, *wf = NULL, *xf = NULL;
-    float *x = NULL, *y = NULL;
-    mf_cu_matmul_args a = {.wtype = t, .row_bytes = rb, .n_in = n_in, .n_out = n_out, .nt = nt, .force_gemm = 3};
-    size_t wb = 0, xb = 0;
-    for (int c = 0; c < MF_CU_MMA_N_CFG; c++) { /* the split-K partials depend on the config */
-        size_t w1, x1;
-        a.mma_cfg = c;
-        mf_cu_mma_scratch(&a, &w1, &x1);
-        wb = w1 > wb ? w1 : wb;
-        xb = x1 > xb ? x1 : xb;
-    }
-    a.mma_cfg = 0;
-    cudaStream_t st;
-    cudaEvent_t e0, e1;
-    if (cudaMalloc(&w, rb * (size_t)n_out) || cudaMalloc(&wh, (size_t)(n_in * n_out) * 2) ||
-        cudaMalloc(&wf, wb ? wb : 16) || cudaMalloc(&xf, xb) || cudaMalloc((void **)&x, (size_t)(n_in * nt) * 4) ||
-        cudaMalloc((void **)&y, (size_t)(n_out * nt) * 4) || cudaStreamCreate(&st) || cudaEventCreate(&e0) ||
-        cudaEventCreate(&e1)) {
-        printf("mma bench %s %lldx%lld nt %lld: allocation failed\n", mf_type_name(t), (long long)n_in,
-               (long long)n_out, (long long)nt);
-        cudaGetLastError();
-        cudaFree(w); cudaFree(wh); cudaFree(wf); cudaFree(xf); cudaFree(x); cudaFree(y);
-        return;
-    }
-    cudaMemset(w, 0x3c, rb * (size_t)n_out);
-    cudaMemset(wh, 0x3c, (size_t)(n_in * n_out) * 2);
-    cudaMemset(x, 0x3c, (size_t)(n_in * nt) * 4);
-    cudaDeviceSynchronize();
-    a.w = w;
-    a.x = x;
-    a.y = y;
-    a.wf16 = wf;
-    a.xf16 = xf;
-    a.force_gemm = 2;
-    const float t_tc = bench_one(&a, st, e0, e1);
-    a.force_gemm = 3;
-    const float t_mma = bench_one(&a, st, e0, e1);
-    mf_cu_matmul_args g = a;
-    g.wtype = MF_TYPE_F16;
-    g.w = wh;
-    g.row_bytes = (uint64_t)n_in * 2;
-    g.x_ready = 1;
-    const float t_gemm = bench_one(&g, st, e0, e1);
-    const double flop = 2.0 * (double)n_in * (double)n_out * (double)nt;
-    printf("mma bench %-5s %5lldx%-6lld nt %-4lld tc %8.1f us %6.1f TFLOP/s | mma %8.1f us %6.1f TFLOP/s | "
-           "gemm only %8.1f us %6.1f TFLOP/s\n",
-           mf_type_name(t), (long long)n_in, (long long)n_out, (long long)nt, t_tc * 1e3, flop / (t_tc * 1e9),
-           t_mma * 1e3, flop / (t_mma * 1e9), t_gemm * 1e3, flop / (t_gemm * 1e9));
-    /* one line per opt-in config (MINFER_CUDA_MMA_CFG): the same two timings */
-    for (int c = 1; c < MF_CU_MMA_N_CFG; c++) {
-        a.mma_cfg = c;
-        g.mma_cfg = c;
-        const float tm = bench_one(&a, st, e0, e1), tg = bench_one(&g, st, e0, e1);
-        printf("mma bench %-5s %5lldx%-6lld nt %-4lld cfg %d %28s | mma %8.1f us %6.1f TFLOP/s | "
-               "gemm only %8.1f us %6.1f TFLOP/s\n",
-               mf_type_name(t), (long long)n_in, (long long)n_out, (long long)nt, c, "", tm * 1e3,
-               flop / (tm * 1e9), tg * 1e3, flop / (tg * 1e9));
-    }
-    fflush(stdout);
-    cudaEventDestroy(e0); cudaEventDestroy(e1); cudaStreamDestroy(st);
-    cudaFree(w); cudaFree(wh); cudaFree(wf); cudaFree(xf); cudaFree(x); cudaFree(y);
 }
 
 /* 0.5B (Q4_0) and 7B (Q4_K) projection shapes: n_in, n_out, bias (q/k/v) */
@@ -1963,9 +1676,8 @@ static mm_spec mma_small_spec(int i) {
 }
 static const mm_spec mma_odd[] = {{MF_TYPE_F32, 904, 1000, true}, {MF_TYPE_F16, 904, 1000, false},
                                   {MF_TYPE_Q8_0, 896, 1000, true}};
-/* >= 99 tiles of 128 rows at any nt, so the big tile (cfg 1 / 2's too, and
- * cfg 3's 256-row one from nt 129) runs on ragged rows (13000 = 101 x 128 +
- * 72 = 50 x 256 + 200) and a ragged last k tile (904 = 14 x 64 + 8) */
+/* >= 99 tiles of 128 rows at any nt, so the big tile runs on ragged rows
+ * (13000 = 101 x 128 + 72) and a ragged last k tile (904 = 14 x 64 + 8) */
 static const mm_spec mma_wide = {MF_TYPE_F16, 904, 13000, true};
 
 /* Weights of the mma family (before the backend uploads them). */
@@ -1995,17 +1707,15 @@ static void mma_weights(void) {
     add_f32("bias.512", 512, 0.5f, 0.0f);
 }
 
-/* cfg 0 runs every case; cfgs 1.. (they differ from cfg 0 only where a
- * big tile is taken) the real shapes at nt 64 / 65 / 127 / 513, the ragged
- * wide shape, split-K on their big tiles (7B o / down at nt 500: 112 tiles
- * of 128x128, 2 splits) and 7B up at nt 2048. */
+/* Every type at a small shape, the odd shapes, the real shapes, the
+ * ragged wide shape, split-K on the big tile (7B o / down at nt 500: 112
+ * tiles of 128x128, 2 splits) and 7B up at nt 2048. */
 static void mma_family(void) {
-    const int64_t nts[] = {9, 64, 100, 513}, cnts[] = {64, 65, 127, 513};
+    const int64_t nts[] = {9, 64, 100, 513};
     const int n_nts = small ? 3 : 4;
     const int n_real = small ? 2 : N_MMA_REAL;
-    for (int cfg = MF_CU_MMA_CFG_DEFAULT; cfg == MF_CU_MMA_CFG_DEFAULT; cfg++) { /* the backend's one config */
-        g_mma_cfg = cfg;
-        if (cfg == MF_CU_MMA_CFG_DEFAULT) {
+    {
+        {
             for (int i = 0; i < N_TYPES; i++) {
                 const mm_spec s = mma_small_spec(i);
                 for (int k = 0; k < n_nts; k++)
@@ -2020,10 +1730,6 @@ static void mma_family(void) {
                     test_mma(&mma_real[i], nts[k], 0);
             test_mma(&mma_real[small ? 0 : 2], 100, 256u << 10); /* many chunks of 128 rows */
             test_mma_ffn(MF_TYPE_Q4_0, 896, small ? 256 : 4864, 100);
-        } else if (!small) {
-            for (int i = 0; i < n_real; i++)
-                for (int k = 0; k < 4; k++)
-                    test_mma(&mma_real[i], cnts[k], 0);
         }
         test_mma(&mma_wide, 65, 0);
         if (!small) {
@@ -2033,13 +1739,6 @@ static void mma_family(void) {
             test_mma(&mma_real[7], 500, 0);
             test_mma(&mma_real[6], 2048, 0);
         }
-    }
-    g_mma_cfg = 0;
-    if (getenv("MINFER_CUDA_TEST_BENCH") && atoi(getenv("MINFER_CUDA_TEST_BENCH")) > 0) {
-        const int64_t bnt[] = {512, 2048};
-        for (int k = 0; k < 2; k++)
-            for (int i = 0; i < N_MMA_REAL; i++)
-                bench_mma(mma_real[i].type, mma_real[i].n_in, mma_real[i].n_out, bnt[k]);
     }
 }
 
@@ -2086,7 +1785,7 @@ static void mf_mma_single(const char *wn, const void *w, const float *bias, cons
     const mf_weight *wt = mf_weights_find(W, wn);
     mf_cu_matmul_args a = {.wtype = wt->type, .w = w, .row_bytes = mf_type_row_size(wt->type, n_in), .x = x,
                            .bias = bias, .y = y, .n_in = n_in, .n_out = wt->ne[1], .nt = nt, .force_gemm = 3,
-                           .mma_cfg = g_mma_cfg};
+                           .sms = g_sms};
     size_t wb, xb;
     mf_cu_mma_scratch(&a, &wb, &xb);
     void *wf = NULL, *xf = NULL;
@@ -2143,7 +1842,7 @@ static void test_mmafuse_qkv(const qkv_spec *s, int64_t nt) {
     const char *bn[3] = {s->bias ? nm[3] : NULL, s->bias ? nm[4] : NULL, s->bias ? nm[4] : NULL};
     float *x = rand_vec(d * nt, 1.0f);
     float *dx = mf_dev_f32(x, d * nt, false);
-    mf_cu_mma_multi_args a = {.n_w = 3, .x = dx, .n_in = d, .nt = nt, .mma_cfg = g_mma_cfg};
+    mf_cu_mma_multi_args a = {.n_w = 3, .x = dx, .n_in = d, .nt = nt, .sms = g_sms};
     void *dw[3];
     float *db[3], *dy[3], *du[3];
     for (int i = 0; i < 3; i++) {
@@ -2159,9 +1858,9 @@ static void test_mmafuse_qkv(const qkv_spec *s, int64_t nt) {
         a.y[i] = dy[i];
         a.n_out[i] = no[i];
     }
-    snprintf(name, sizeof name, "mmafuse qkv %s%s d %lld q %lld kv %lld nt %lld%s cfg %d", mf_type_name(s->type),
+    snprintf(name, sizeof name, "mmafuse qkv %s%s d %lld q %lld kv %lld nt %lld%s", mf_type_name(s->type),
              s->vtype ? "/v Q6_K" : "", (long long)d, (long long)qd, (long long)kvd, (long long)nt,
-             s->bias ? " +bias" : "", g_mma_cfg);
+             s->bias ? " +bias" : "");
     if (!mf_cu_mma_multi_ok(&a)) {
         check_true(name, false, "mf_cu_mma_multi_ok refused a real QKV shape");
     } else {
@@ -2217,9 +1916,9 @@ static void test_mmafuse_ffn(uint32_t t, int64_t d, int64_t ff, int64_t nt, uint
     const uint64_t rb = mf_type_row_size(t, d);
     mf_cu_mma_multi_args a = {.n_w = 2, .swiglu = 1, .wtype = {t, t}, .w = {dg, du}, .row_bytes = {rb, rb},
                               .y = {dy, dy}, .n_out = {ff, ff}, .x = dx, .n_in = d, .nt = nt,
-                              .wchunk_bytes = chunk, .mma_cfg = g_mma_cfg};
-    snprintf(name, sizeof name, "mmafuse ffn %-5s %lld -> %lld nt %lld%s cfg %d", mf_type_name(t), (long long)d,
-             (long long)ff, (long long)nt, chunk ? " chunked" : "", g_mma_cfg);
+                              .wchunk_bytes = chunk, .sms = g_sms};
+    snprintf(name, sizeof name, "mmafuse ffn %-5s %lld -> %lld nt %lld%s", mf_type_name(t), (long long)d,
+             (long long)ff, (long long)nt, chunk ? " chunked" : "");
     size_t wb, xb;
     mf_cu_mma_multi_scratch(&a, &wb, &xb);
     if (!mf_cu_mma_multi_ok(&a)) {
@@ -2306,9 +2005,9 @@ static void test_mmafuse_qkv_node(const qkv_spec *s, int64_t nt) {
             die("read kv", &e);
         dev_free(out); dev_free(kv.k); dev_free(kv.v);
     }
-    snprintf(name, sizeof name, "mmafuse qkv node %s%s d %lld heads %d/%d nt %lld%s%s cfg %d vs unfused",
+    snprintf(name, sizeof name, "mmafuse qkv node %s%s d %lld heads %d/%d nt %lld%s%s vs unfused",
              mf_type_name(s->type), s->vtype ? "/v Q6_K" : "", (long long)s->d, s->n_head, s->n_head_kv,
-             (long long)nt, s->bias ? " +bias" : "", s->norm ? " +qk_norm" : "", g_mma_cfg);
+             (long long)nt, s->bias ? " +bias" : "", s->norm ? " +qk_norm" : "");
     const int64_t n[3] = {qd * nt, kvd * nt, kvd * nt};
     const char *part[3] = {"(q)", "(k)", "(v)"};
     for (int i = 0; i < 3; i++) {
@@ -2319,165 +2018,6 @@ static void test_mmafuse_qkv_node(const qkv_spec *s, int64_t nt) {
     dev_free(ids[0]); dev_free(ids[1]);
     free(x); free(pos);
     mf_graph_free(&g);
-}
-
-/* MINFER_CUDA_TEST_BENCH=1: fused vs per-weight mma GEMMs (QKV: three
- * launches sharing one x conversion; FFN: gate, up, SWIGLU kernel), cudaEvent
- * timing after 2 warm-ups, median of 11, contents arbitrary bytes. */
-typedef struct mf_fb {
-    const mf_cu_mma_multi_args *m;
-    mf_cu_matmul_args s[3];
-    float *sg, *su;
-    int64_t ew_n;
-} mf_fb;
-
-static cudaError_t mf_fb_run(const mf_fb *b, int fused, cudaStream_t st) {
-    if (fused)
-        return mf_cu_gemm_mma_multi(b->m, st);
-    cudaError_t e = cudaSuccess;
-    for (int i = 0; i < b->m->n_w && e == cudaSuccess; i++)
-        e = mf_cu_matmul(&b->s[i], st);
-    if (e == cudaSuccess && b->m->swiglu) {
-        mf_cu_ew_args ew = {.op = MF_CU_EW_SWIGLU, .a = b->sg, .b = b->su, .y = b->m->y[0], .n = b->ew_n,
-                            .b_n = b->ew_n};
-        e = mf_cu_elementwise(&ew, st);
-    }
-    return e;
-}
-
-static float mf_fb_time(const mf_fb *b, int fused, cudaStream_t st, cudaEvent_t e0, cudaEvent_t e1) {
-    enum { REPS = 11 };
-    float ms[REPS];
-    for (int i = 0; i < 2 + REPS; i++) {
-        cudaEventRecord(e0, st);
-        cudaError_t err = mf_fb_run(b, fused, st);
-        cudaEventRecord(e1, st);
-        if (err != cudaSuccess || cudaEventSynchronize(e1) != cudaSuccess)
-            return -1.0f;
-        if (i >= 2)
-            cudaEventElapsedTime(&ms[i - 2], e0, e1);
-    }
-    qsort(ms, REPS, sizeof ms[0], cmp_f);
-    return ms[REPS / 2];
-}
-
-/* n_w 3: QKV widths no[0..2] with types ty[0..2]; n_w 2: gate/up ff = no[0]. */
-static void bench_mmafuse(const char *label, int n_w, const uint32_t *ty, int64_t d, const int64_t *no, int64_t nt) {
-    mf_cu_mma_multi_args m = {.n_w = n_w, .swiglu = n_w == 2, .n_in = d, .nt = nt};
-    mf_fb b = {.m = &m};
-    void *bufs[16] = {0};
-    int nb = 0;
-    bool ok = true;
-#define MF_BALLOC(p, n) (ok = ok && cudaMalloc((void **)&(p), (n)) == cudaSuccess, bufs[nb++] = (void *)(p))
-    float *x = NULL, *y[3] = {0};
-    void *w[3] = {0}, *wf = NULL, *xf = NULL, *swf = NULL, *sxf = NULL;
-    MF_BALLOC(x, (size_t)(d * nt) * 4);
-    if (ok)
-        cudaMemset(x, 0x3c, (size_t)(d * nt) * 4);
-    for (int i = 0; i < n_w && ok; i++) {
-        const uint64_t rb = mf_type_row_size(ty[i], d);
-        MF_BALLOC(w[i], rb * (size_t)no[i]);
-        MF_BALLOC(y[i], (size_t)(no[i] * nt) * 4);
-        if (ok)
-            cudaMemset(w[i], 0x3c, rb * (size_t)no[i]);
-        m.wtype[i] = ty[i]; m.w[i] = w[i]; m.row_bytes[i] = rb; m.n_out[i] = no[i];
-        m.y[i] = n_w == 2 ? y[0] : y[i];
-        b.s[i] = (mf_cu_matmul_args){.wtype = ty[i], .w = w[i], .row_bytes = rb, .x = x, .y = y[i], .n_in = d,
-                                     .n_out = no[i], .nt = nt, .force_gemm = 3, .x_ready = i > 0};
-    }
-    m.x = x;
-    size_t wb = 0, xb = 0, swb = 0, sxb = 0;
-    mf_cu_mma_multi_scratch(&m, &wb, &xb);
-    for (int i = 0; i < n_w; i++) {
-        size_t a1, a2;
-        mf_cu_mma_scratch(&b.s[i], &a1, &a2);
-        swb = a1 > swb ? a1 : swb;
-        sxb = a2 > sxb ? a2 : sxb;
-    }
-    MF_BALLOC(wf, wb);
-    MF_BALLOC(xf, xb);
-    MF_BALLOC(swf, swb ? swb : 16);
-    MF_BALLOC(sxf, sxb);
-#undef MF_BALLOC
-    m.wf16 = wf; m.xf16 = xf;
-    for (int i = 0; i < n_w; i++) {
-        b.s[i].wf16 = swf;
-        b.s[i].xf16 = sxf;
-    }
-    if (n_w == 2) { /* unfused FFN: gate and up into their own buffers, then SWIGLU into y[0] */
-        b.sg = y[1]; /* gate's output; up's is y[2] */
-        float *su = NULL;
-        ok = ok && cudaMalloc((void **)&su, (size_t)(no[0] * nt) * 4) == cudaSuccess;
-        bufs[nb++] = su;
-        b.su = su;
-        b.s[0].y = b.sg;
-        b.s[1].y = su;
-        b.ew_n = no[0] * nt;
-    }
-    cudaStream_t st;
-    cudaEvent_t e0, e1;
-    if (!ok || !mf_cu_mma_multi_ok(&m) || cudaStreamCreate(&st) || cudaEventCreate(&e0) || cudaEventCreate(&e1)) {
-        printf("mmafuse bench %s: setup failed\n", label);
-        cudaGetLastError();
-    } else {
-        cudaDeviceSynchronize();
-        const float tf = mf_fb_time(&b, 1, st, e0, e1), tu = mf_fb_time(&b, 0, st, e0, e1);
-        int64_t rows = 0;
-        for (int i = 0; i < n_w; i++)
-            rows += no[i];
-        const double flop = 2.0 * (double)d * (double)rows * (double)nt;
-        printf("mmafuse bench %-22s nt %-4lld unfused %8.1f us %6.1f TFLOP/s | fused %8.1f us %6.1f TFLOP/s\n", label,
-               (long long)nt, tu * 1e3, flop / (tu * 1e9), tf * 1e3, flop / (tf * 1e9));
-        for (int c = 1; c < MF_CU_MMA_N_CFG; c++) { /* the fused GEMM under each opt-in config */
-            m.mma_cfg = c;
-            const float tc = mf_fb_time(&b, 1, st, e0, e1);
-            printf("mmafuse bench %-22s nt %-4lld cfg %d %29s | fused %8.1f us %6.1f TFLOP/s\n", label, (long long)nt,
-                   c, "", tc * 1e3, flop / (tc * 1e9));
-        }
-        m.mma_cfg = 0;
-        fflush(stdout);
-        cudaEventDestroy(e0); cudaEventDestroy(e1); cudaStreamDestroy(st);
-    }
-    for (int i = 0; i < nb; i++)
-        cudaFree(bufs[i]);
-}
-
-/* The dequantizer alone (mf_cu_mma_dequant): us and (read + write) GB/s. */
-static void bench_dequant(uint32_t t, int64_t n_in, int64_t rows) {
-    const uint64_t rb = mf_type_row_size(t, n_in);
-    void *w = NULL, *dst = NULL;
-    cudaEvent_t e0, e1;
-    if (cudaMalloc(&w, rb * (size_t)rows) || cudaMalloc(&dst, (size_t)(n_in * rows) * 2) || cudaEventCreate(&e0) ||
-        cudaEventCreate(&e1)) {
-        printf("dequant bench %s %lldx%lld: setup failed\n", mf_type_name(t), (long long)n_in, (long long)rows);
-        cudaGetLastError();
-        cudaFree(w); cudaFree(dst);
-        return;
-    }
-    cudaMemset(w, 0x3c, rb * (size_t)rows);
-    cudaDeviceSynchronize();
-    enum { REPS = 11 };
-    float ms[REPS];
-    for (int i = 0; i < 2 + REPS; i++) {
-        cudaEventRecord(e0, 0);
-        cudaError_t err = mf_cu_mma_dequant(t, w, rb, n_in, rows, dst, 0);
-        cudaEventRecord(e1, 0);
-        if (err != cudaSuccess || cudaEventSynchronize(e1) != cudaSuccess) {
-            printf("dequant bench %s: launch failed\n", mf_type_name(t));
-            break;
-        }
-        if (i >= 2)
-            cudaEventElapsedTime(&ms[i - 2], e0, e1);
-        if (i == 1 + REPS) {
-            qsort(ms, REPS, sizeof ms[0], cmp_f);
-            const double bytes = (double)rb * (double)rows + 2.0 * (double)n_in * (double)rows;
-            printf("dequant bench %-5s %5lldx%-6lld %8.1f us %7.1f GB/s (read + write)\n", mf_type_name(t),
-                   (long long)n_in, (long long)rows, ms[REPS / 2] * 1e3, bytes / (ms[REPS / 2] * 1e6));
-        }
-    }
-    fflush(stdout);
-    cudaEventDestroy(e0); cudaEventDestroy(e1);
-    cudaFree(w); cudaFree(dst);
 }
 
 static const qkv_spec mmafuse_qkvs[] = {
@@ -2506,15 +2046,12 @@ static void mmafuse_weights(void) {
         add_weight("mm.q4_K.18944x3584", MF_TYPE_Q4_K, 18944, 3584);
 }
 
-/* cfg 0 runs every case; cfgs 1.. (MINFER_CUDA_MMA_CFG, not in small mode)
- * the cases that take a big tile: QKV launcher and nodes at nt 513, FFN
- * 0.5B at 513, 7B at 9 / 513 / chunked 100. */
+/* QKV launcher and nodes, FFN 0.5B and 7B, chunked and not. */
 static void mmafuse_family(void) {
     const int64_t nts[] = {9, 64, 513};
     const int n_q = small ? 1 : 3;
-    for (int cfg = 0; cfg < (small ? 1 : MF_CU_MMA_N_CFG); cfg++) {
-        g_mma_cfg = cfg;
-        const int k0 = cfg == 0 ? 0 : 2;
+    for (int cfg = 0; cfg < 1; cfg++) {
+        const int k0 = 0;
         for (int i = 0; i < n_q; i++)
             for (int k = k0; k < (small ? 2 : 3); k++)
                 test_mmafuse_qkv(&mmafuse_qkvs[i], nts[k]);
@@ -2531,7 +2068,6 @@ static void mmafuse_family(void) {
             test_mmafuse_ffn(MF_TYPE_Q4_K, 3584, 18944, 100, 64u << 20); /* 5 chunks, the last one shorter */
         }
     }
-    g_mma_cfg = 0;
     /* FUSED_FFN node on the default path with the fusion off (the old path), then on */
     printf("mmafuse: the next mma fused_ffn lines run with the mma fusion off, then on\n");
     t_mma_fuse(be, 0, 1);
@@ -2550,29 +2086,6 @@ static void mmafuse_family(void) {
         }
     }
     t_mma_fuse(be, 1, 1);
-    if (getenv("MINFER_CUDA_TEST_BENCH") && atoi(getenv("MINFER_CUDA_TEST_BENCH")) > 0) {
-        const uint32_t q05[3] = {MF_TYPE_Q4_0, MF_TYPE_Q4_0, MF_TYPE_Q4_0},
-                       q7[3] = {MF_TYPE_Q4_K, MF_TYPE_Q4_K, MF_TYPE_Q6_K};
-        const int64_t n05[3] = {896, 128, 128}, n7[3] = {3584, 512, 512}, f05[2] = {4864, 4864},
-                      f7[2] = {18944, 18944};
-        bench_dequant(MF_TYPE_Q4_K, 3584, 18944);
-        bench_dequant(MF_TYPE_Q4_K, 18944, 3584);
-        bench_dequant(MF_TYPE_Q6_K, 18944, 3584);
-        bench_dequant(MF_TYPE_Q4_0, 896, 4864);
-        bench_dequant(MF_TYPE_Q4_0, 4864, 896);
-        bench_mmafuse("qkv 0.5B q4_0", 3, q05, 896, n05, 512);
-        bench_mmafuse("qkv 7B q4_k/q6_k", 3, q7, 3584, n7, 512);
-        bench_mmafuse("gate+up 0.5B q4_0", 2, q05, 896, f05, 512);
-        bench_mmafuse("gate+up 7B q4_k", 2, q7, 3584, f7, 512);
-        /* split-K on (mma column) vs the tier's old shape (no split: see "mma bench" with
-         * MINFER_CUDA_NO_MMA_SPLIT=1) and the TC tier, plus the MMA_MIN_NT crossover */
-        const int64_t bnt[] = {16, 32, 64, 512};
-        for (int k = 0; k < 4; k++) {
-            bench_mma(MF_TYPE_Q4_0, 4864, 896, bnt[k]);
-            bench_mma(MF_TYPE_Q4_K, 18944, 3584, bnt[k]);
-            bench_mma(MF_TYPE_Q4_K, 3584, 3584, bnt[k]);
-        }
-    }
 }
 
 /* ---- split-KV flash decode attention (family "decattn") ------------------------------------- */
@@ -2768,92 +2281,6 @@ static void test_decattn_graph(uint32_t kv_type, int64_t nt, int one) {
     da_teardown(&f);
 }
 
-static int da_cmp(const void *a, const void *b) {
-    const float fa = *(const float *)a, fb = *(const float *)b;
-    return fa < fb ? -1 : fa > fb;
-}
-
-/* Median of 11 timed launches of mf_cu_attn after 2 warm-ups (ms); < 0 on a
- * launch error. Each launch starts with a cold L2: `flush` (larger than the
- * L2) is rewritten before it, outside the timed events, as in a forward where
- * the other layers' K/V and weights stream through between two visits. */
-static float da_time(const mf_cu_attn_args *a, cudaStream_t st, cudaEvent_t e0, cudaEvent_t e1, void *flush,
-                     size_t flush_bytes) {
-    enum { REPS = 11 };
-    float ms[REPS];
-    for (int i = 0; i < 2 + REPS; i++) {
-        cudaMemsetAsync(flush, i & 0xff, flush_bytes, st);
-        cudaEventRecord(e0, st);
-        cudaError_t err = mf_cu_attn(a, st);
-        cudaEventRecord(e1, st);
-        if (err != cudaSuccess || cudaEventSynchronize(e1) != cudaSuccess)
-            return -1.0f;
-        if (i >= 2)
-            cudaEventElapsedTime(&ms[i - 2], e0, e1);
-    }
-    qsort(ms, REPS, sizeof ms[0], da_cmp);
-    return ms[REPS / 2];
-}
-
-/* MINFER_CUDA_TEST_BENCH=1: one decode token (nt 1) at depth n_past, f16
- * cache of random values, mf_cu_attn on cudaMalloc'd buffers, old kernel vs
- * flash decode (both of its kernels inside the events); GB/s counts the K
- * and V bytes of the causal range once. */
-static void bench_decattn(int32_t n_head, int32_t n_head_kv, int32_t hd, int64_t n_past) {
-    const int64_t kvd = (int64_t)n_head_kv * hd, qd = (int64_t)n_head * hd, n_kv = n_past + 1;
-    const int32_t n_ctx = (int32_t)(n_past + 256);
-    const size_t region = (size_t)(kvd * n_ctx) * 2;
-    mf_cu_attn_args a = {.kv_type = MF_TYPE_F16, .nt = 1, .n_past = n_past, .n_head = n_head,
-                         .n_head_kv = n_head_kv, .head_dim = hd, .scale = 1.0f / sqrtf((float)hd), .n_ctx = n_ctx};
-    const size_t pb = mf_cu_attn_decode_bytes(&a);
-    void *k = NULL, *v = NULL, *flush = NULL;
-    const size_t flush_bytes = (size_t)256 << 20;
-    float *q = NULL, *o = NULL, *part = NULL;
-    cudaStream_t st = NULL;
-    cudaEvent_t e0 = NULL, e1 = NULL;
-    uint16_t *h = malloc(region);
-    float *hq = rand_vec(qd, 1.0f);
-    for (size_t i = 0; i < region / 2; i++)
-        h[i] = mf_fp32_to_fp16(frand());
-    if (!pb || cudaMalloc(&k, region) || cudaMalloc(&v, region) || cudaMalloc((void **)&q, (size_t)qd * 4) ||
-        cudaMalloc((void **)&o, (size_t)qd * 4) || cudaMalloc((void **)&part, pb) ||
-        cudaMalloc(&flush, flush_bytes) || cudaStreamCreate(&st) ||
-        cudaEventCreate(&e0) || cudaEventCreate(&e1) || cudaMemcpy(k, h, region, cudaMemcpyHostToDevice) ||
-        cudaMemcpy(v, h, region, cudaMemcpyHostToDevice) ||
-        cudaMemcpy(q, hq, (size_t)qd * 4, cudaMemcpyHostToDevice)) {
-        printf("decattn bench heads %d/%d hd %d depth %lld: setup failed\n", n_head, n_head_kv, hd, (long long)n_past);
-        cudaGetLastError();
-    } else {
-        a.q = q;
-        a.out = o;
-        a.k = k;
-        a.v = v;
-        const float t_old = da_time(&a, st, e0, e1, flush, flush_bytes);
-        a.part = part;
-        const float t_new = da_time(&a, st, e0, e1, flush, flush_bytes);
-        const double bytes = 2.0 * (double)n_kv * (double)kvd * 2.0;
-        printf("decattn bench f16 heads %d/%d hd %3d depth %5lld (L2 cold)  old %8.1f us %7.1f GB/s | flash decode "
-               "%8.1f us %7.1f GB/s | x%.1f\n",
-               n_head, n_head_kv, hd, (long long)n_past, t_old * 1e3, bytes / (t_old * 1e6), t_new * 1e3,
-               bytes / (t_new * 1e6), t_old / t_new);
-        fflush(stdout);
-    }
-    free(h);
-    free(hq);
-    if (e0)
-        cudaEventDestroy(e0);
-    if (e1)
-        cudaEventDestroy(e1);
-    if (st)
-        cudaStreamDestroy(st);
-    cudaFree(k);
-    cudaFree(v);
-    cudaFree(q);
-    cudaFree(o);
-    cudaFree(part);
-    cudaFree(flush);
-}
-
 static void decattn_family(void) {
     static const int32_t shapes[][3] = {{14, 2, 64}, {28, 4, 128}, {32, 8, 128}};
     static const uint32_t kvt[] = {MF_TYPE_F32, MF_TYPE_F16, MF_TYPE_Q8_0};
@@ -2876,12 +2303,6 @@ static void decattn_family(void) {
     for (int ti = 0; ti < 3; ti++)
         for (int one = 0; one <= 1; one++)
             test_decattn_graph(kvt[ti], ti == 1 ? 3 : 1, one);
-    if (getenv("MINFER_CUDA_TEST_BENCH") && atoi(getenv("MINFER_CUDA_TEST_BENCH")) > 0) {
-        bench_decattn(28, 4, 128, 512);
-        bench_decattn(28, 4, 128, 4096);
-        bench_decattn(14, 2, 64, 128);
-        bench_decattn(14, 2, 64, 4096);
-    }
 }
 
 /* ---- family preattn: tensor-core flash prefill (attn_prefill_mma.cu) ------------------------- */
@@ -3039,64 +2460,6 @@ static void test_preattn(const attn_spec *s, bool inplace) {
     mf_graph_free(&g);
 }
 
-/* MINFER_CUDA_TEST_BENCH=1: mf_cu_attn on cudaMalloc'd buffers (0x3c bytes:
- * finite in every cache type; only the time matters), cudaEvent timing after
- * 2 warm-ups, median of 11; SIMT flash vs tensor-core kernel. FLOPs count
- * 4 hd per causal (query, row) pair per head (QK^T and PV). */
-static float pa_bench_one(const mf_cu_attn_args *a, cudaStream_t st, cudaEvent_t e0, cudaEvent_t e1) {
-    enum { REPS = 11 };
-    float ms[REPS];
-    for (int i = 0; i < 2 + REPS; i++) {
-        cudaEventRecord(e0, st);
-        cudaError_t err = mf_cu_attn(a, st);
-        cudaEventRecord(e1, st);
-        if (err != cudaSuccess || cudaEventSynchronize(e1) != cudaSuccess)
-            return -1.0f;
-        if (i >= 2)
-            cudaEventElapsedTime(&ms[i - 2], e0, e1);
-    }
-    qsort(ms, REPS, sizeof ms[0], cmp_f);
-    return ms[REPS / 2];
-}
-
-static void bench_preattn(int32_t n_head, int32_t n_head_kv, int32_t hd, int64_t n_past, int64_t nt,
-                          uint32_t kv_type) {
-    const int64_t qd = (int64_t)n_head * hd, n_kv = n_past + nt;
-    const size_t cache = mf_type_row_size(kv_type, (int64_t)n_head_kv * hd) * (size_t)n_kv;
-    float *q = NULL, *out = NULL;
-    void *k = NULL, *v = NULL;
-    cudaStream_t st;
-    cudaEvent_t e0, e1;
-    if (cudaMalloc((void **)&q, (size_t)(qd * nt) * 4) || cudaMalloc((void **)&out, (size_t)(qd * nt) * 4) ||
-        cudaMalloc(&k, cache) || cudaMalloc(&v, cache) || cudaStreamCreate(&st) || cudaEventCreate(&e0) ||
-        cudaEventCreate(&e1)) {
-        printf("preattn bench: allocation failed\n");
-        cudaGetLastError();
-        cudaFree(q); cudaFree(out); cudaFree(k); cudaFree(v);
-        return;
-    }
-    cudaMemset(q, 0x3c, (size_t)(qd * nt) * 4);
-    cudaMemset(k, 0x3c, cache);
-    cudaMemset(v, 0x3c, cache);
-    cudaDeviceSynchronize();
-    mf_cu_attn_args a = {.q = q, .out = out, .k = k, .v = v, .kv_type = kv_type, .nt = nt, .n_past = n_past,
-                         .n_head = n_head, .n_head_kv = n_head_kv, .head_dim = hd,
-                         .scale = 1.0f / sqrtf((float)hd), .flash = 1, .tc = 0};
-    const float t_old = pa_bench_one(&a, st, e0, e1);
-    a.tc = 1;
-    const int taken = mf_cu_attn_mma_ok(&a);
-    const float t_new = pa_bench_one(&a, st, e0, e1);
-    const double pairs = (double)nt * (double)n_past + (double)nt * (double)(nt + 1) / 2.0;
-    const double flop = 4.0 * hd * pairs * n_head;
-    printf("preattn bench %-4s heads %2d/%d hd %3d n_past %4lld nt %4lld: simt flash %9.1f us %6.2f TFLOP/s | "
-           "mma %8.1f us %6.1f TFLOP/s%s | x%.1f\n",
-           mf_type_name(kv_type), n_head, n_head_kv, hd, (long long)n_past, (long long)nt, t_old * 1e3,
-           flop / (t_old * 1e9), t_new * 1e3, flop / (t_new * 1e9), taken ? "" : " (NOT TAKEN)", t_old / t_new);
-    fflush(stdout);
-    cudaEventDestroy(e0); cudaEventDestroy(e1); cudaStreamDestroy(st);
-    cudaFree(q); cudaFree(out); cudaFree(k); cudaFree(v);
-}
-
 /* Family preattn: GQA 14/2/64 (qwen2 0.5B), 28/4/128 (7B), 32/8/128 (qwen3
  * 4B) x nt {9, 64, 65, 513} x n_past {0, 37, 700} x every KV type (small:
  * the first two shapes, nt {9, 65}, n_past {0, 37}), in place at nt 65; the
@@ -3114,12 +2477,6 @@ static void run_preattn(void) {
                                  nts[k] == 65);
     for (int i = 0; !small && i < 3; i++)
         test_preattn(&(attn_spec){28, 4, 128, 4096, 2048, kvt[i]}, false);
-    if (getenv("MINFER_CUDA_TEST_BENCH") && atoi(getenv("MINFER_CUDA_TEST_BENCH")) > 0)
-        for (int i = 0; i < 3; i++) {
-            bench_preattn(14, 2, 64, 0, 512, kvt[i]);
-            bench_preattn(28, 4, 128, 0, 512, kvt[i]);
-            bench_preattn(28, 4, 128, 4096, 2048, kvt[i]);
-        }
 }
 
 /* ---- int8 decode GEMV v3 vs v1 (family "gemv") -------------------------------------------- */
@@ -3298,91 +2655,6 @@ static void test_gemv(const gv_case *c, int64_t nt, bool bias) {
     mf_graph_free(&g);
 }
 
-/* MINFER_CUDA_TEST_BENCH=1 (bench_stream, one line of kernel choices vs):
- * GEMVs through mf_cu_matmul (activation quantization + GEMV, as a decode
- * step runs them; PDL as MINFER_CUDA_PDL) on cudaMalloc'd buffers (weight bytes
- * 0x3c: f16 scales of 1.06, contents do not matter for the time). Batches
- * of 20 back-to-back calls, each on the next of `copies` weight copies (>=
- * 256 MB in all, so the weight comes from HBM as in a decode, not from the
- * 50 MB L2), median of 7 batches after one warm-up; us per call, and GB/s
- * over the weight bytes. */
-/* One kernel choice of a timed GEMV line: the v1 kernels, the v4 slices in
- * flight (0: off), and a value for the caller's decoder switch (-1: none). */
-typedef struct gv_variant {
-    const char *name;
-    int v1, v4, dec;
-} gv_variant;
-
-static void bench_stream(const char *tag, uint32_t t, int64_t n_in, int64_t n_out, int64_t nt, const gv_variant *vs,
-                         int nv, void (*set)(int)) {
-    enum { BATCH = 20, REPS = 7, MAXV = 8 };
-    const uint64_t rb = mf_type_row_size(t, n_in);
-    const uint64_t wbytes = rb * (uint64_t)n_out + 256;
-    int copies = (int)(((uint64_t)256 << 20) / wbytes) + 1;
-    copies = copies > 64 ? 64 : copies;
-    void *w = NULL, *q8 = NULL;
-    float *x = NULL, *y = NULL;
-    cudaStream_t st = NULL;
-    cudaEvent_t e0 = NULL, e1 = NULL;
-    if (nv > MAXV || cudaMalloc(&w, wbytes * (size_t)copies) || cudaMalloc(&q8, mf_cu_q8_bytes(n_in, nt)) ||
-        cudaMalloc((void **)&x, (size_t)(n_in * nt) * 4) || cudaMalloc((void **)&y, (size_t)(n_out * nt) * 4) ||
-        cudaStreamCreate(&st) || cudaEventCreate(&e0) || cudaEventCreate(&e1)) {
-        printf("%s bench %s %lldx%lld: allocation failed\n", tag, mf_type_name(t), (long long)n_in, (long long)n_out);
-        cudaGetLastError();
-    } else {
-        cudaMemset(w, 0x3c, wbytes * (size_t)copies);
-        cudaMemset(x, 0x3c, (size_t)(n_in * nt) * 4);
-        float us[MAXV];
-        for (int v = 0; v < nv; v++) {
-            float ms[REPS];
-            bool ok = true;
-            if (set && vs[v].dec >= 0)
-                set(vs[v].dec);
-            for (int r = 0; r < REPS + 1 && ok; r++) {
-                cudaEventRecord(e0, st);
-                for (int i = 0; i < BATCH && ok; i++) {
-                    mf_cu_matmul_args a = {.wtype = t, .w = (uint8_t *)w + wbytes * (size_t)(i % copies),
-                                           .row_bytes = rb, .x = x, .y = y, .n_in = n_in, .n_out = n_out, .nt = nt,
-                                           .force_gemm = -2, .q8 = q8, .gemv_v1 = vs[v].v1, .gemv_v4 = vs[v].v4};
-                    ok = mf_cu_matmul(&a, st) == cudaSuccess;
-                }
-                cudaEventRecord(e1, st);
-                ok = ok && cudaEventSynchronize(e1) == cudaSuccess;
-                if (ok && r > 0)
-                    cudaEventElapsedTime(&ms[r - 1], e0, e1);
-            }
-            if (ok) {
-                qsort(ms, REPS, sizeof ms[0], cmp_f);
-                us[v] = ms[REPS / 2] * 1e3f / BATCH;
-            } else {
-                us[v] = -1.0f;
-                cudaGetLastError();
-            }
-        }
-        const double gb = (double)rb * (double)n_out / 1e9;
-        char line[400];
-        int k = snprintf(line, sizeof line, "%s bench %-5s %5lldx%-6lld nt %lld:", tag, mf_type_name(t),
-                         (long long)n_in, (long long)n_out, (long long)nt);
-        for (int v = 0; v < nv && k > 0 && (size_t)k < sizeof line; v++)
-            k += snprintf(line + k, sizeof line - (size_t)k, "%s %s %.2f us %.0f GB/s", v ? " |" : "", vs[v].name,
-                          us[v], gb / (us[v] * 1e-6));
-        printf("%s\n", line);
-    }
-    if (e0)
-        cudaEventDestroy(e0);
-    if (e1)
-        cudaEventDestroy(e1);
-    if (st)
-        cudaStreamDestroy(st);
-    cudaFree(w); cudaFree(q8); cudaFree(x); cudaFree(y);
-}
-
-/* gemv family: v1, v3 and v4 with 1 and 2 slices in flight. */
-static void bench_gemv(uint32_t t, int64_t n_in, int64_t n_out, int64_t nt) {
-    static const gv_variant vs[] = {{"v1", 1, 0, -1}, {"v3", 0, 0, -1}, {"v4u1", 0, 1, -1}, {"v4u2", 0, 2, -1}};
-    bench_stream("gemv", t, n_in, n_out, nt, vs, 4, NULL);
-}
-
 /* The v4 rule (mf_cu_q8v4_u) at the shapes its comment cites: Q4_K takes
  * two slices in flight only from 32 MiB of weight (7B gate+up, down), one
  * below (7B q+k+v and o, 4B gate+up and down); the other types one; a
@@ -3404,7 +2676,8 @@ static void gemv_rule(void) {
     t_gemv_v4_big(32); /* the default threshold, whatever the environment says */
     for (size_t i = 0; i < sizeof r / sizeof r[0]; i++) {
         char name[120];
-        const int got = mf_cu_q8v4_u(r[i].mode, r[i].t, r[i].rows, r[i].n_in);
+        const mf_cu_gemv_tune g = gt_of(r[i].mode);
+        const int got = mf_cu_q8v4_u(&g, r[i].t, r[i].rows, r[i].n_in);
         snprintf(name, sizeof name, "gemv v4 rule mode %d %s %lld x %lld -> u%d", r[i].mode, mf_type_name(r[i].t),
                  (long long)r[i].rows, (long long)r[i].n_in, r[i].want);
         check_true(name, got == r[i].want, NULL);
@@ -3452,28 +2725,6 @@ static void gemv_family(void) {
     t_gemv_v4_early((int)tune0.v4_early);
     t_reset_gemv(be);
     rng = rng0;
-    if (!(getenv("MINFER_CUDA_TEST_BENCH") && atoi(getenv("MINFER_CUDA_TEST_BENCH")) > 0))
-        return;
-    static const uint32_t bt[] = {MF_TYPE_Q4_0, MF_TYPE_Q4_K, MF_TYPE_Q6_K, MF_TYPE_Q8_0};
-    for (int i = 0; i < 4; i++) { /* qwen2 7B */
-        bench_gemv(bt[i], 3584, 3584, 1);
-        bench_gemv(bt[i], 3584, 512, 1);
-        bench_gemv(bt[i], 3584, 4608, 1);
-        bench_gemv(bt[i], 18944, 3584, 1);
-        bench_gemv(bt[i], 3584, 18944, 1);
-        bench_gemv(bt[i], 3584, 37888, 1);
-        bench_gemv(bt[i], 3584, 152064, 1);
-    }
-    bench_gemv(MF_TYPE_Q4_K, 3584, 3584, 8);
-    for (int i = 0; i < 2; i++) { /* qwen2 0.5B: latency */
-        const uint32_t t = i ? MF_TYPE_Q8_0 : MF_TYPE_Q4_0;
-        bench_gemv(t, 896, 896, 1);
-        bench_gemv(t, 896, 128, 1);
-        bench_gemv(t, 896, 1152, 1);
-        bench_gemv(t, 4864, 896, 1);
-        bench_gemv(t, 896, 9728, 1);
-        bench_gemv(t, 896, 151936, 1);
-    }
 }
 
 /* ---- the v4 GEMV's Q6_K slice decoder (family "q6k") ------------------------------------- */
@@ -3615,16 +2866,6 @@ static void test_q6k(const v4dec *d, int64_t n_in, int64_t n_out) {
     mf_graph_free(&g);
 }
 
-/* MINFER_CUDA_TEST_BENCH=1: v1, v4 with the old decoder (u1, u2) and with
- * the decoder under test (u1, u2), bench_stream's method (the decoders'
- * work does not depend on the weight values). */
-static void bench_q6k(const v4dec *d, int64_t n_in, int64_t n_out) {
-    static const gv_variant vs[] = {{"v1", 1, 0, 0},        {"v4 old u1", 0, 1, 0}, {"v4 old u2", 0, 2, 0},
-                                    {"v4 new u1", 0, 1, 1}, {"v4 new u2", 0, 2, 1}};
-    bench_stream(d->tag, d->type, n_in, n_out, 1, vs, 5, d->set);
-    dec_reset(d);
-}
-
 static void q6k_family(const v4dec *d) {
     q6k_case c[16];
     const int n = q6k_cases(c);
@@ -3643,27 +2884,14 @@ static void q6k_family(const v4dec *d) {
         t_reset_gemv(be);
     }
     dec_reset(d);
-    if (!(getenv("MINFER_CUDA_TEST_BENCH") && atoi(getenv("MINFER_CUDA_TEST_BENCH")) > 0))
-        return;
-    bench_q6k(d, 3584, 152064); /* 7B lm_head */
-    bench_q6k(d, 18944, 3584);  /* 7B down */
-    bench_q6k(d, 3584, 512);    /* 7B v */
-    bench_q6k(d, 9728, 2560);   /* 4B down */
-    bench_q6k(d, 2560, 1024);   /* 4B v */
-    bench_q6k(d, 4864, 896);    /* 0.5B down */
 }
 
-/* ---- wide decode norms, per-head rope-store, FUSE_ADD in a graph (family "decsmall") ------- */
-
-/* The wide switches back to what the environment asked for. */
-static void ds_wide_default(void) {
-    mf_cu_set_wide(!false, !false);
-}
+/* ---- device buffers for the launcher cases; MATMUL + ADD in a replayed graph (family "graph") -- */
 
 static void *ds_alloc(size_t n, int poison) {
     void *p = NULL;
     if (cudaMalloc(&p, n ? n : 4) != cudaSuccess || cudaMemset(p, poison, n ? n : 4) != cudaSuccess) {
-        fprintf(stderr, "test_cuda_ops: decsmall: cudaMalloc of %zu bytes failed\n", n);
+        fprintf(stderr, "test_cuda_ops: cudaMalloc of %zu bytes failed\n", n);
         exit(1);
     }
     return p;
@@ -3685,218 +2913,9 @@ static void ds_sync(const char *what, cudaError_t e, cudaStream_t st) {
     if (e == cudaSuccess)
         e = cudaStreamSynchronize(st);
     if (e != cudaSuccess) {
-        fprintf(stderr, "test_cuda_ops: decsmall %s: %s\n", what, cudaGetErrorString(e));
+        fprintf(stderr, "test_cuda_ops: %s: %s\n", what, cudaGetErrorString(e));
         exit(1);
     }
-}
-
-/* RMSNorm of nt rows of n (weight w or none): wide and one-block kernels
- * on NaN-poisoned outputs, bitwise equal and within 1e-6 of float64; then
- * in place (y == x: the host must take the one-block kernel). */
-static void ds_norm(int64_t n, int64_t nt, bool weighted, cudaStream_t st) {
-    const int64_t ne = n * nt;
-    float *x = rand_vec(ne, 3.0f), *w = rand_vec(n, 0.5f);
-    for (int64_t i = 0; i < n; i++)
-        w[i] += 1.0f;
-    double *ref = malloc((size_t)ne * sizeof *ref);
-    ref_rmsnorm(x, weighted ? w : NULL, ref, n, nt, 1e-6f);
-    float *dx = ds_put(x, (size_t)ne * 4), *dw = ds_put(w, (size_t)n * 4);
-    float *y[3];
-    for (int v = 0; v < 3; v++) {
-        float *dy = v == 2 ? ds_put(x, (size_t)ne * 4) : ds_alloc((size_t)ne * 4, 0xff);
-        mf_cu_set_wide(v != 1, 1);
-        mf_cu_norm_args a = {.x = v == 2 ? dy : dx, .w = weighted ? dw : NULL, .y = dy, .n = n, .nrows = nt,
-                             .eps = 1e-6f};
-        ds_sync("rmsnorm", mf_cu_rmsnorm(&a, st), st);
-        y[v] = ds_get(dy, (size_t)ne * 4);
-        cudaFree(dy);
-    }
-    ds_wide_default();
-    char name[120];
-    snprintf(name, sizeof name, "decsmall rmsnorm%s n %lld nt %lld wide", weighted ? "" : " (no w)", (long long)n,
-             (long long)nt);
-    result(name, rel_err(y[0], ref, ne), 1e-6, count_nan(y[0], ne), NULL);
-    strncat(name, " == old (bitwise)", sizeof name - strlen(name) - 1);
-    check_true(name, !memcmp(y[0], y[1], (size_t)ne * 4), NULL);
-    snprintf(name, sizeof name, "decsmall rmsnorm n %lld nt %lld in place", (long long)n, (long long)nt);
-    check_true(name, !memcmp(y[0], y[2], (size_t)ne * 4), "(bitwise == wide)");
-    for (int v = 0; v < 3; v++)
-        free(y[v]);
-    cudaFree(dx);
-    cudaFree(dw);
-    free(x); free(w); free(ref);
-}
-
-/* The int8 activation quantization with the RMSNorm folded in
- * (q8_norm_quant, MINFER_CUDA_FUSE_NORM's kernel), wide vs one-block, the
- * two outputs poisoned with different bytes so an element neither writes
- * still differs: bitwise equal; and against float64: per 32-unit d within
- * 1e-5 of amax / 127, every |d q - y| <= d / 2 (+ 1e-5 amax), the two
- * 16-element sums of q as stored. */
-static void ds_normq(int64_t n, int64_t nt, cudaStream_t st) {
-    const int64_t ne = n * nt, nu = ne / 32;
-    const size_t qb = (size_t)ne + (size_t)nu * 8; /* what the kernels write */
-    float *x = rand_vec(ne, 2.0f), *w = rand_vec(n, 0.5f);
-    for (int64_t i = 0; i < n; i++)
-        w[i] += 1.0f;
-    for (int64_t i = 0; i < ne; i += 97) /* a few outliers: units of very different scale */
-        x[i] *= 40.0f;
-    double *ref = malloc((size_t)ne * sizeof *ref);
-    ref_rmsnorm(x, w, ref, n, nt, 1e-6f);
-    float *dx = ds_put(x, (size_t)ne * 4), *dw = ds_put(w, (size_t)n * 4);
-    uint8_t *q[2];
-    for (int v = 0; v < 2; v++) {
-        void *dq = ds_alloc(mf_cu_q8_bytes(n, nt), v ? 0x5a : 0xa5);
-        mf_cu_set_wide(v == 0, 1);
-        ds_sync("q8 norm-quant", mf_cu_q8_quant_rows(dx, dw, 1e-6f, 1, n, nt, dq, st), st);
-        q[v] = ds_get(dq, qb);
-        cudaFree(dq);
-    }
-    ds_wide_default();
-    const int8_t *xq = (const int8_t *)q[0];
-    float xd[1];
-    double worst_d = 0, worst_e = 0;
-    int64_t bad_s = 0, nan = 0;
-    for (int64_t u = 0; u < nu; u++) {
-        memcpy(xd, q[0] + ne + u * 4, 4);
-        int32_t xs;
-        memcpy(&xs, q[0] + ne + nu * 4 + u * 4, 4);
-        double amax = 0;
-        for (int l = 0; l < 32; l++)
-            amax = fmax(amax, fabs(ref[u * 32 + l]));
-        if (isnan(xd[0]))
-            nan++;
-        worst_d = fmax(worst_d, fabs(xd[0] - amax / 127.0) / (amax / 127.0));
-        int s0 = 0, s1 = 0;
-        for (int l = 0; l < 32; l++) {
-            const int qv = xq[u * 32 + l];
-            if (l < 16)
-                s0 += qv;
-            else
-                s1 += qv;
-            const double err = fabs((double)xd[0] * qv - ref[u * 32 + l]) - 0.5 * xd[0];
-            worst_e = fmax(worst_e, err / amax);
-        }
-        if (xs != (int32_t)(((uint32_t)s0 & 0xffffu) | ((uint32_t)s1 << 16)))
-            bad_s++;
-    }
-    char name[120], det[120];
-    snprintf(name, sizeof name, "decsmall norm-quant n %lld nt %lld: d vs amax/127", (long long)n, (long long)nt);
-    result(name, worst_d, 1e-5, nan, NULL);
-    snprintf(name, sizeof name, "decsmall norm-quant n %lld nt %lld: |dq - y| <= d/2", (long long)n, (long long)nt);
-    snprintf(det, sizeof det, "(excess %.2e of amax; %lld bad unit sums)", worst_e, (long long)bad_s);
-    check_true(name, worst_e <= 1e-5 && bad_s == 0, det);
-    snprintf(name, sizeof name, "decsmall norm-quant n %lld nt %lld: wide == old", (long long)n, (long long)nt);
-    check_true(name, !memcmp(q[0], q[1], qb), "(bitwise, every byte written)");
-    free(q[0]); free(q[1]);
-    cudaFree(dx);
-    cudaFree(dw);
-    free(x); free(w); free(ref);
-}
-
-/* One rope-store (mf_cu_rope_store) on fresh copies of q/k/v and caches:
- * outputs copied back into *out (q_out | k | K cache | V cache). */
-typedef struct ds_rs {
-    int32_t nh, nkv, hd, n_rot, mode;
-    float fs;
-    uint32_t kvt;
-    int64_t nt, pos0, n_ctx;
-    int norm; /* QkNorm (Qwen3) in the same launch: weights ds_qn / ds_kn */
-} ds_rs;
-
-static float *ds_qn, *ds_kn; /* host QkNorm weights of the current ds_rope case (head_dim each) */
-
-static size_t ds_rs_row(const ds_rs *s) {
-    const int64_t kvd = (int64_t)s->nkv * s->hd;
-    return s->kvt == MF_TYPE_F32 ? (size_t)kvd * 4 : s->kvt == MF_TYPE_F16 ? (size_t)kvd * 2 : (size_t)(kvd / 32) * 34;
-}
-
-static uint8_t *ds_rope_store(const ds_rs *s, const float *q, const float *k, const float *v, const int32_t *pos,
-                              int wide, cudaStream_t st, size_t *nbytes) {
-    const int64_t qn = (int64_t)s->nh * s->hd * s->nt, kn = (int64_t)s->nkv * s->hd * s->nt;
-    const size_t region = ds_rs_row(s) * (size_t)s->n_ctx;
-    float *dq = ds_put(q, (size_t)qn * 4), *dk = ds_put(k, (size_t)kn * 4), *dv = ds_put(v, (size_t)kn * 4);
-    float *dy = ds_alloc((size_t)qn * 4, 0xff);
-    void *kc = ds_alloc(region, 0x3c), *vc = ds_alloc(region, 0x3c);
-    int32_t *dp = ds_put(pos, (size_t)s->nt * 4);
-    float *dqn = s->norm ? ds_put(ds_qn, (size_t)s->hd * 4) : NULL;
-    float *dkn = s->norm ? ds_put(ds_kn, (size_t)s->hd * 4) : NULL;
-    mf_cu_rope_store_args a;
-    memset(&a, 0, sizeof a);
-    a.q_norm = dqn;
-    a.k_norm = dkn;
-    a.norm_eps = 1e-6f;
-    a.rq = (mf_cu_rope_args){.x = dq, .y = dy, .pos = dp, .nt = s->nt, .n_head = s->nh, .head_dim = s->hd,
-                             .n_rot = s->n_rot, .mode = s->mode, .theta = 1000000.0f, .freq_scale = s->fs};
-    a.rk = a.rq;
-    a.rk.x = a.rk.y = dk;
-    a.rk.n_head = s->nkv;
-    a.ks = (mf_cu_kv_args){.kv_type = s->kvt, .cache = kc, .kv_dim = (int64_t)s->nkv * s->hd, .pos0 = s->pos0,
-                           .nt = s->nt, .src = dk};
-    a.vs = a.ks;
-    a.vs.cache = vc;
-    a.vs.src = dv;
-    mf_cu_set_wide(1, wide);
-    ds_sync("rope_store", mf_cu_rope_store(&a, st), st);
-    ds_wide_default();
-    *nbytes = (size_t)(qn + kn) * 4 + 2 * region;
-    uint8_t *out = malloc(*nbytes);
-    cudaMemcpy(out, dy, (size_t)qn * 4, cudaMemcpyDeviceToHost);
-    cudaMemcpy(out + qn * 4, dk, (size_t)kn * 4, cudaMemcpyDeviceToHost);
-    cudaMemcpy(out + (qn + kn) * 4, kc, region, cudaMemcpyDeviceToHost);
-    cudaMemcpy(out + (qn + kn) * 4 + region, vc, region, cudaMemcpyDeviceToHost);
-    cudaFree(dq); cudaFree(dk); cudaFree(dv); cudaFree(dy); cudaFree(kc); cudaFree(vc); cudaFree(dp);
-    if (dqn) {
-        cudaFree(dqn);
-        cudaFree(dkn);
-    }
-    return out;
-}
-
-/* Per-head rope-store vs the (nt, 3) kernel: q out, k in place and both
- * caches bitwise equal; q out against float64 RoPE (1e-5). With s->norm the
- * per-head kernel also does the QkNorm and the old path runs it as two
- * mf_cu_rmsnorm launches first; the reference is float64 RMSNorm per head
- * (rounded to float) then float64 RoPE. */
-static void ds_rope(const ds_rs *s, cudaStream_t st) {
-    const int64_t qn = (int64_t)s->nh * s->hd * s->nt, kn = (int64_t)s->nkv * s->hd * s->nt;
-    float *q = rand_vec(qn, 2.0f), *k = rand_vec(kn, 2.0f), *v = rand_vec(kn, 2.0f);
-    ds_qn = rand_vec(s->hd, 0.5f);
-    ds_kn = rand_vec(s->hd, 0.5f);
-    for (int i = 0; i < s->hd; i++) {
-        ds_qn[i] += 1.0f;
-        ds_kn[i] += 1.0f;
-    }
-    int32_t *pos = malloc((size_t)s->nt * 4);
-    for (int64_t t = 0; t < s->nt; t++)
-        pos[t] = (int32_t)(s->pos0 * 37 + 5 * t); /* far positions: large angles */
-    size_t nb0, nb1;
-    uint8_t *o_new = ds_rope_store(s, q, k, v, pos, 1, st, &nb0);
-    uint8_t *o_old = ds_rope_store(s, q, k, v, pos, 0, st, &nb1);
-    mf_rope_meta rm = {.n_head = s->nh, .head_dim = s->hd, .n_rot = s->n_rot, .mode = s->mode, .theta = 1000000.0f,
-                       .freq_scale = s->fs};
-    double *ref = malloc((size_t)qn * sizeof *ref);
-    float *qin = q;
-    if (s->norm) { /* the normalized heads, rounded to float, are the rotation's input */
-        ref_rmsnorm(q, ds_qn, ref, s->hd, s->nt * s->nh, 1e-6f);
-        qin = malloc((size_t)qn * sizeof *qin);
-        for (int64_t i = 0; i < qn; i++)
-            qin[i] = (float)ref[i];
-    }
-    ref_rope(qin, ref, s->nt, &rm, pos);
-    if (qin != q)
-        free(qin);
-    char name[140];
-    snprintf(name, sizeof name, "decsmall rope_store%s %d/%d/%d rot %d %s %s nt %lld", s->norm ? "+qknorm" : "",
-             s->nh, s->nkv, s->hd, s->n_rot, s->mode == MF_ROPE_NEOX ? "neox" : "norm", mf_type_name(s->kvt),
-             (long long)s->nt);
-    result(name, rel_err((const float *)o_new, ref, qn), 1e-5, count_nan((const float *)o_new, qn), "(q vs f64)");
-    strncat(name, " == old", sizeof name - strlen(name) - 1);
-    check_true(name, nb0 == nb1 && !memcmp(o_new, o_old, nb0), "(q, k, K and V cache bitwise)");
-    free(o_new); free(o_old); free(ref); free(q); free(k); free(v); free(pos);
-    free(ds_qn);
-    free(ds_kn);
-    ds_qn = ds_kn = NULL;
 }
 
 /* A decode forward of MATMUL (Wo of the 0.5B) + residual ADD written in
@@ -3946,7 +2965,7 @@ static void ds_fuse_add_graph(void) {
                 mf_cuda_execute_node(be, g, ai, (int32_t[]){br, bm}, br, (mf_kv_pair){-1, -1}, &a, &e) ||
                 mf_cuda_end_forward(be, g, &a, &e) || be->ops->synchronize(be, &e) ||
                 be->ops->read_host(be, br, 0, y[on] + s * d, (size_t)d * 4, &e))
-                die("decsmall fuse_add graph step", &e);
+                die("graph fuse_add step", &e);
         }
         mf_cuda_fuse_stats(be, &a1, &n1);
         mf_cuda_graph_stats(be, &c1, &r1);
@@ -3959,454 +2978,16 @@ static void ds_fuse_add_graph(void) {
     char det[120];
     snprintf(det, sizeof det, "(%lld fused launches, %lld replays; off: %lld, %lld)", (long long)adds[1],
              (long long)reps[1], (long long)adds[0], (long long)reps[0]);
-    check_true("decsmall fuse_add graph: fused GEMV launched and replayed",
+    check_true("graph fuse_add: fused GEMV launched and replayed",
                adds[1] >= 2 && adds[0] == 0 && reps[1] >= STEPS - 3 && reps[0] >= STEPS - 3, det);
     /* ref_matmul took the steps as tokens: rows are per step already */
-    result("decsmall fuse_add graph: 6 steps vs float64", rel_err(y[1], ref, d * STEPS), 1e-2,
+    result("graph fuse_add: 6 steps vs float64", rel_err(y[1], ref, d * STEPS), 1e-2,
            count_nan(y[1], d * STEPS), NULL);
-    result("decsmall fuse_add graph: fused vs unfused", rel_err_f(y[1], y[0], d * STEPS), 1e-5,
+    result("graph fuse_add: fused vs unfused", rel_err_f(y[1], y[0], d * STEPS), 1e-5,
            count_nan(y[0], d * STEPS), NULL);
     free(y[0]); free(y[1]); free(xs); free(rs); free(ref);
     mf_graph_free(&gs[0]);
     mf_graph_free(&gs[1]);
-}
-
-/* MINFER_CUDA_TEST_BENCH=1: one call of a timed batch: call i (0 ..
- * batch - 1) of batch `rep` (0 .. warm + reps - 1, the first warm ones
- * untimed), so a bench can rotate over weight copies (i % copies) or do
- * set-up work in a warm-up batch. Returns false when a launch failed. */
-typedef bool (*bt_call)(void *ctx, int rep, int i, cudaStream_t st);
-
-/* us per call of f, timed with cudaEvents around batches of `batch`
- * back-to-back calls: the median of reps (<= 32) batches after `warm`
- * untimed ones; -1 when a call, an event or the synchronize failed (the
- * error is cleared). burst_time and the rotating benches (gemvfuse,
- * qkvmix, ffnq8b) time through it. */
-static float batch_time(bt_call f, void *ctx, cudaStream_t st, int warm, int batch, int reps) {
-    float ms[32];
-    reps = reps < 32 ? reps : 32;
-    cudaEvent_t e0 = NULL, e1 = NULL;
-    bool ok = cudaEventCreate(&e0) == cudaSuccess && cudaEventCreate(&e1) == cudaSuccess;
-    for (int r = 0; r < warm + reps && ok; r++) {
-        cudaEventRecord(e0, st);
-        for (int i = 0; i < batch && ok; i++)
-            ok = f(ctx, r, i, st);
-        cudaEventRecord(e1, st);
-        ok = ok && cudaEventSynchronize(e1) == cudaSuccess;
-        if (ok && r >= warm)
-            cudaEventElapsedTime(&ms[r - warm], e0, e1);
-    }
-    if (e0)
-        cudaEventDestroy(e0);
-    if (e1)
-        cudaEventDestroy(e1);
-    cudaGetLastError();
-    if (!ok)
-        return -1.0f;
-    qsort(ms, (size_t)reps, sizeof ms[0], cmp_f);
-    return ms[reps / 2] * 1000.0f / (float)batch;
-}
-
-/* Weight copies a rotating bench cycles through: sets of set_bytes, >= 256
- * MB in all (so the weights come from HBM, not the 50 MB L2), at most 256. */
-static int bench_copies(uint64_t set_bytes) {
-    const int c = (int)(((uint64_t)256 << 20) / set_bytes) + 1;
-    return c > 256 ? 256 : c;
-}
-
-/* us per launch of f: bursts of `burst` back-to-back launches, median of
- * reps (<= 32) bursts after 2 warm-ups (batch_time; a launch's return
- * code is not checked, as these benches always did). */
-typedef cudaError_t (*ds_launch)(const void *ctx, cudaStream_t st);
-
-typedef struct ds_burst {
-    ds_launch f;
-    const void *ctx;
-} ds_burst;
-
-static bool ds_burst_call(void *p, int rep, int i, cudaStream_t st) {
-    const ds_burst *b = p;
-    (void)rep;
-    (void)i;
-    b->f(b->ctx, st);
-    return true;
-}
-
-static float burst_time(ds_launch f, const void *ctx, cudaStream_t st, int burst, int reps) {
-    ds_burst b = {f, ctx};
-    return batch_time(ds_burst_call, &b, st, 2, burst, reps);
-}
-
-/* one launch at a time, median of 11 */
-static float ds_time(ds_launch f, const void *ctx, cudaStream_t st) {
-    return burst_time(f, ctx, st, 1, 11);
-}
-
-typedef struct ds_nq_ctx {
-    const float *x, *w;
-    float *y;
-    void *q8;
-    int64_t n, nt;
-} ds_nq_ctx;
-
-static cudaError_t ds_nq_launch(const void *p, cudaStream_t st) {
-    const ds_nq_ctx *c = p;
-    return mf_cu_q8_quant_rows(c->x, c->w, 1e-6f, 1, c->n, c->nt, c->q8, st);
-}
-
-static cudaError_t ds_norm_launch(const void *p, cudaStream_t st) {
-    const ds_nq_ctx *c = p;
-    mf_cu_norm_args a = {.x = c->x, .w = c->w, .y = c->y, .n = c->n, .nrows = c->nt, .eps = 1e-6f};
-    return mf_cu_rmsnorm(&a, st);
-}
-
-static cudaError_t ds_rs_launch(const void *p, cudaStream_t st) {
-    return mf_cu_rope_store((const mf_cu_rope_store_args *)p, st);
-}
-
-/* The benches' one-token rope + K/V store (f16 cache, NEOX, position 1000
- * read from dp): q rotated into y, k in place, k and v stored. */
-static mf_cu_rope_store_args ds_rs_args(int32_t nh, int32_t nkv, int32_t hd, float *q, float *y, float *k, float *v,
-                                        void *kc, void *vc, int32_t *dp) {
-    mf_cu_rope_store_args a;
-    memset(&a, 0, sizeof a);
-    a.rq = (mf_cu_rope_args){.x = q, .y = y, .pos = dp, .nt = 1, .n_head = nh, .head_dim = hd, .n_rot = hd,
-                             .mode = MF_ROPE_NEOX, .theta = 1000000.0f, .freq_scale = 1.0f};
-    a.rk = a.rq;
-    a.rk.x = a.rk.y = k;
-    a.rk.n_head = nkv;
-    a.ks = (mf_cu_kv_args){.kv_type = MF_TYPE_F16, .cache = kc, .kv_dim = (int64_t)nkv * hd, .pos0 = 1000, .nt = 1,
-                           .src = k};
-    a.vs = a.ks;
-    a.vs.cache = vc;
-    a.vs.src = v;
-    return a;
-}
-
-static void ds_bench(cudaStream_t st) {
-    const int64_t ns[] = {896, 3584};
-    for (int i = 0; i < 2; i++) {
-        const int64_t n = ns[i];
-        ds_nq_ctx c = {.x = ds_alloc((size_t)n * 4, 0x3c), .w = ds_alloc((size_t)n * 4, 0x3c),
-                       .y = ds_alloc((size_t)n * 4, 0), .q8 = ds_alloc(mf_cu_q8_bytes(n, 1), 0), .n = n, .nt = 1};
-        float t[2][2];
-        for (int wide = 1; wide >= 0; wide--) {
-            mf_cu_set_wide(wide, 1);
-            t[wide][0] = ds_time(ds_nq_launch, &c, st);
-            t[wide][1] = ds_time(ds_norm_launch, &c, st);
-        }
-        ds_wide_default();
-        const double nqb = (double)n * 9 + (double)n / 4, nb = (double)n * 12;
-        printf("bench decsmall norm-quant n %5lld nt 1: wide %6.2f us (%5.1f GB/s), old %6.2f us (%5.1f GB/s)\n",
-               (long long)n, t[1][0], nqb / t[1][0] / 1e3, t[0][0], nqb / t[0][0] / 1e3);
-        printf("bench decsmall rmsnorm    n %5lld nt 1: wide %6.2f us (%5.1f GB/s), old %6.2f us (%5.1f GB/s)\n",
-               (long long)n, t[1][1], nb / t[1][1] / 1e3, t[0][1], nb / t[0][1] / 1e3);
-        cudaFree((void *)c.x); cudaFree((void *)c.w); cudaFree(c.y); cudaFree(c.q8);
-    }
-    const int32_t shapes[2][3] = {{14, 2, 64}, {28, 4, 128}};
-    for (int i = 0; i < 2; i++) {
-        const int32_t nh = shapes[i][0], nkv = shapes[i][1], hd = shapes[i][2];
-        const int64_t kvd = (int64_t)nkv * hd, n_ctx = 4096;
-        float *q = ds_alloc((size_t)nh * hd * 4, 0x3c), *y = ds_alloc((size_t)nh * hd * 4, 0);
-        float *k = ds_alloc((size_t)kvd * 4, 0x3c), *v = ds_alloc((size_t)kvd * 4, 0x3c);
-        void *kc = ds_alloc((size_t)(kvd * 2 * n_ctx), 0), *vc = ds_alloc((size_t)(kvd * 2 * n_ctx), 0);
-        const int32_t p = 1000;
-        int32_t *dp = ds_put(&p, 4);
-        const mf_cu_rope_store_args a = ds_rs_args(nh, nkv, hd, q, y, k, v, kc, vc, dp);
-        float t[2];
-        for (int wide = 1; wide >= 0; wide--) {
-            mf_cu_set_wide(1, wide);
-            t[wide] = ds_time(ds_rs_launch, &a, st);
-        }
-        ds_wide_default();
-        const double b = (double)nh * hd * 8 + (double)kvd * 8 + (double)kvd * 4 + (double)kvd * 4;
-        printf("bench decsmall rope_store %d/%d/%d f16 nt 1: per-head %6.2f us (%5.1f GB/s), old %6.2f us (%5.1f GB/s)\n",
-               nh, nkv, hd, t[1], b / t[1] / 1e3, t[0], b / t[0] / 1e3);
-        cudaFree(q); cudaFree(y); cudaFree(k); cudaFree(v); cudaFree(kc); cudaFree(vc); cudaFree(dp);
-    }
-}
-
-static void decsmall_family(void) {
-    cudaStream_t st;
-    if (!family_stream("decsmall", &st))
-        return;
-    const int64_t ns[] = {896, 2560, 3584, 5120}, nts[] = {1, 3, 8, 64};
-    for (int i = 0; i < 4; i++)
-        for (int k = 0; k < 4; k++) {
-            if (small && (ns[i] > 896 || nts[k] > 8))
-                continue;
-            ds_norm(ns[i], nts[k], true, st);
-            ds_normq(ns[i], nts[k], st);
-        }
-    ds_norm(896, 3, false, st);
-    ds_norm(896, 100, true, st); /* past 64 rows: both runs take the one-block kernel */
-    ds_norm(128, 14, true, st);  /* QkNorm rows (n <= threads: one block per row either way) */
-    const uint32_t kvts[] = {MF_TYPE_F32, MF_TYPE_F16, MF_TYPE_Q8_0};
-    const int64_t rnts[] = {1, 3, 8};
-    for (int kt = 0; kt < 3; kt++)
-        for (int k = 0; k < 3; k++) {
-            const ds_rs s05 = {14, 2, 64, 64, MF_ROPE_NEOX, 1.0f, kvts[kt], rnts[k], 7, 7 + rnts[k] + 3, 0};
-            const ds_rs s7 = {28, 4, 128, 128, MF_ROPE_NEOX, 1.0f, kvts[kt], rnts[k], 300, 300 + rnts[k], 0};
-            ds_rope(&s05, st);
-            ds_rope(&s7, st);
-        }
-    /* adjacent pairs, partial rotation (dims >= n_rot copied), a frequency scale, 8 q heads per kv head */
-    const ds_rs sn = {32, 4, 128, 64, MF_ROPE_NORMAL, 0.25f, MF_TYPE_Q8_0, 5, 0, 5, 0};
-    ds_rope(&sn, st);
-    /* Qwen3 (32/8/128, QkNorm) and a 64-wide head with the norm folded in */
-    for (int k = 0; k < 3; k++) {
-        const ds_rs s3 = {32, 8, 128, 128, MF_ROPE_NEOX, 1.0f, kvts[k], rnts[k], 40, 40 + rnts[k], 1};
-        const ds_rs s64 = {14, 2, 64, 64, MF_ROPE_NEOX, 1.0f, kvts[2 - k], rnts[k], 3, 3 + rnts[k], 1};
-        ds_rope(&s3, st);
-        ds_rope(&s64, st);
-    }
-    ds_fuse_add_graph();
-    if (getenv("MINFER_CUDA_TEST_BENCH") && atoi(getenv("MINFER_CUDA_TEST_BENCH")) > 0)
-        ds_bench(st);
-    cudaStreamDestroy(st);
-}
-
-/* ---- MINFER_CUDA_LAT: decode row kernels without serial load chains (family "lat") ---------- */
-
-/* The LAT switch back to what the environment asked for. */
-static void lat_default(void) {
-    mf_cu_set_lat(1 != 0);
-}
-
-/* One mf_cu_rmsnorm of nt rows of n with the given switches into a buffer
- * poisoned with `poison` (in place: y starts as a copy of x); the result. */
-static float *lat_norm_run(const float *x, const float *dw, int64_t n, int64_t nt, int lat, int wide, bool inplace,
-                           int poison, cudaStream_t st) {
-    const size_t nb = (size_t)(n * nt) * 4;
-    float *dx = ds_put(x, nb), *dy = inplace ? dx : ds_alloc(nb, poison);
-    mf_cu_set_lat(lat);
-    mf_cu_set_wide(wide, 1);
-    mf_cu_norm_args a = {.x = dx, .w = dw, .y = dy, .n = n, .nrows = nt, .eps = 1e-6f};
-    ds_sync("lat rmsnorm", mf_cu_rmsnorm(&a, st), st);
-    lat_default();
-    ds_wide_default();
-    float *y = ds_get(dy, nb);
-    cudaFree(dx);
-    if (!inplace)
-        cudaFree(dy);
-    return y;
-}
-
-/* RMSNorm, new (LAT) kernels: wide, one-block and in place (one-block,
- * y == x) each against float64 (1e-6) and bitwise against the old kernel of
- * the same form; outputs poisoned differently per run. */
-static void lat_norm(int64_t n, int64_t nt, cudaStream_t st) {
-    const int64_t ne = n * nt;
-    float *x = rand_vec(ne, 3.0f), *w = rand_vec(n, 0.5f);
-    for (int64_t i = 0; i < n; i++)
-        w[i] += 1.0f;
-    double *ref = malloc((size_t)ne * sizeof *ref);
-    ref_rmsnorm(x, w, ref, n, nt, 1e-6f);
-    float *dw = ds_put(w, (size_t)n * 4);
-    static const char *form[3] = {"wide", "one-block", "in place"};
-    for (int f = 0; f < 3; f++) {
-        float *yn = lat_norm_run(x, dw, n, nt, 1, f == 0, f == 2, 0xff, st);
-        float *yo = lat_norm_run(x, dw, n, nt, 0, f == 0, f == 2, 0x7f, st);
-        char name[120];
-        snprintf(name, sizeof name, "lat rmsnorm n %lld nt %lld %s", (long long)n, (long long)nt, form[f]);
-        result(name, rel_err(yn, ref, ne), 1e-6, count_nan(yn, ne), "(new vs f64)");
-        strncat(name, ": new == old", sizeof name - strlen(name) - 1);
-        check_true(name, !memcmp(yn, yo, (size_t)ne * 4), "(bitwise)");
-        free(yn);
-        free(yo);
-    }
-    cudaFree(dw);
-    free(x); free(w); free(ref);
-}
-
-/* q8 norm-quant, new (LAT) wide and one-block vs the old ones: every byte
- * written bitwise equal (outputs poisoned with different bytes); the float64
- * checks of ds_normq (d, |dq - y| <= d/2, unit sums, new wide == new
- * one-block) run with the switch on. */
-static void lat_normq(int64_t n, int64_t nt, cudaStream_t st) {
-    const int64_t ne = n * nt, nu = ne / 32;
-    const size_t qb = (size_t)ne + (size_t)nu * 8;
-    float *x = rand_vec(ne, 2.0f), *w = rand_vec(n, 0.5f);
-    for (int64_t i = 0; i < n; i++)
-        w[i] += 1.0f;
-    float *dx = ds_put(x, (size_t)ne * 4), *dw = ds_put(w, (size_t)n * 4);
-    for (int wide = 1; wide >= 0; wide--) {
-        uint8_t *q[2];
-        for (int lat = 0; lat < 2; lat++) {
-            void *dq = ds_alloc(mf_cu_q8_bytes(n, nt), lat ? 0x5a : 0xa5);
-            mf_cu_set_lat(lat);
-            mf_cu_set_wide(wide, 1);
-            ds_sync("lat q8 norm-quant", mf_cu_q8_quant_rows(dx, dw, 1e-6f, 1, n, nt, dq, st), st);
-            q[lat] = ds_get(dq, qb);
-            cudaFree(dq);
-        }
-        lat_default();
-        ds_wide_default();
-        char name[120];
-        snprintf(name, sizeof name, "lat norm-quant n %lld nt %lld %s: new == old", (long long)n, (long long)nt,
-                 wide ? "wide" : "one-block");
-        check_true(name, !memcmp(q[0], q[1], qb), "(bitwise, every byte written)");
-        free(q[0]);
-        free(q[1]);
-    }
-    cudaFree(dx);
-    cudaFree(dw);
-    free(x); free(w);
-    printf("lat: the next decsmall norm-quant lines run with MINFER_CUDA_LAT on\n");
-    mf_cu_set_lat(1);
-    ds_normq(n, nt, st); /* new vs float64, new wide == new one-block */
-    lat_default();
-}
-
-/* Split-KV decode attention with the new combine: against float64 and the
- * old kernel (test_decattn, switch on), and new combine vs old combine
- * bitwise on the same split kernel's partials. */
-static void lat_decattn(int32_t n_head, int32_t n_head_kv, int32_t hd, int64_t n_past, int64_t nt, uint32_t kvt,
-                        bool wide) {
-    printf("lat: the next decattn lines run with MINFER_CUDA_LAT on\n");
-    mf_cu_set_lat(1);
-    test_decattn(n_head, n_head_kv, hd, n_past, nt, kvt, wide);
-    lat_default();
-    const int64_t qd = (int64_t)n_head * hd, n_kv = n_past + nt;
-    const int32_t n_ctx = wide ? (int32_t)(n_kv > 4224 ? n_kv + 64 : 4224) : (int32_t)(n_kv + 16);
-    da_fix f;
-    da_setup(&f, n_head, n_head_kv, hd, n_kv, nt, n_ctx, kvt);
-    float *q = rand_vec(qd * nt, 2.0f);
-    mf_cu_set_lat(1);
-    float *yn = da_run(&f, q, qd, n_past, nt, n_ctx, kvt, true, false);
-    mf_cu_set_lat(0);
-    float *yo = da_run(&f, q, qd, n_past, nt, n_ctx, kvt, true, false);
-    lat_default();
-    char name[160];
-    snprintf(name, sizeof name, "lat decattn combine %s heads %d/%d hd %d n_past %lld nt %lld ctx %d: new == old",
-             mf_type_name(kvt), n_head, n_head_kv, hd, (long long)n_past, (long long)nt, n_ctx);
-    check_true(name, count_nan(yn, qd * nt) == 0 && !memcmp(yn, yo, (size_t)(qd * nt) * 4), "(bitwise, no NaN)");
-    free(q); free(yn); free(yo);
-    da_teardown(&f);
-}
-
-/* MINFER_CUDA_TEST_BENCH=1: us per kernel as in a decode forward: LAT_BURST
- * back-to-back launches through mf_launch (PDL as the backend set it)
- * between the events, divided by LAT_BURST; median of LAT_REPS after 2
- * warm-ups. */
-enum { LAT_BURST = 20, LAT_REPS = 21 };
-
-static float lat_time(ds_launch f, const void *ctx, cudaStream_t st) {
-    return burst_time(f, ctx, st, LAT_BURST, LAT_REPS);
-}
-
-static cudaError_t lat_attn_launch(const void *p, cudaStream_t st) {
-    return mf_cu_attn_decode((const mf_cu_attn_args *)p, st);
-}
-
-/* old vs new us of f at lat 0 / 1 (the wide switches as the environment says) */
-static void lat_line(const char *what, ds_launch f, const void *ctx, cudaStream_t st) {
-    float t[2];
-    for (int lat = 0; lat < 2; lat++) {
-        mf_cu_set_lat(lat);
-        t[lat] = lat_time(f, ctx, st);
-    }
-    lat_default();
-    printf("bench lat %-36s old %6.2f us  new %6.2f us  (%+.2f us)\n", what, t[0], t[1], t[1] - t[0]);
-}
-
-static void lat_bench(cudaStream_t st) {
-    const int64_t ns[] = {896, 3584};
-    for (int i = 0; i < 2; i++) {
-        const int64_t n = ns[i];
-        float *h = rand_vec(n, 1.0f), *hw = rand_vec(n, 0.2f);
-        for (int64_t k = 0; k < n; k++)
-            hw[k] += 1.0f; /* the in-place bench renorms the same row: keep it O(1) */
-        ds_nq_ctx c = {.x = ds_put(h, (size_t)n * 4), .w = ds_put(hw, (size_t)n * 4), .y = ds_put(h, (size_t)n * 4),
-                       .q8 = ds_alloc(mf_cu_q8_bytes(n, 1), 0), .n = n, .nt = 1};
-        char what[64];
-        snprintf(what, sizeof what, "norm-quant n %lld nt 1", (long long)n);
-        lat_line(what, ds_nq_launch, &c, st);
-        snprintf(what, sizeof what, "rmsnorm (wide) n %lld nt 1", (long long)n);
-        lat_line(what, ds_norm_launch, &c, st);
-        snprintf(what, sizeof what, "rmsnorm in place n %lld nt 1", (long long)n);
-        const ds_nq_ctx ci = {.x = c.y, .w = c.w, .y = c.y, .n = n, .nt = 1}; /* y = x: the in-place kernel */
-        lat_line(what, ds_norm_launch, &ci, st);
-        cudaFree((void *)c.x); cudaFree((void *)c.w); cudaFree(c.y); cudaFree(c.q8);
-        free(h); free(hw);
-    }
-    const int32_t shapes[2][3] = {{14, 2, 64}, {28, 4, 128}};
-    for (int i = 0; i < 2; i++) {
-        const int32_t nh = shapes[i][0], nkv = shapes[i][1], hd = shapes[i][2];
-        const int64_t kvd = (int64_t)nkv * hd, n_ctx = 4096;
-        float *hq = rand_vec((int64_t)nh * hd, 1.0f), *hk = rand_vec(kvd, 1.0f);
-        float *q = ds_put(hq, (size_t)nh * hd * 4), *y = ds_alloc((size_t)nh * hd * 4, 0);
-        float *k = ds_put(hk, (size_t)kvd * 4), *v = ds_put(hk, (size_t)kvd * 4);
-        void *kc = ds_alloc((size_t)(kvd * 2 * n_ctx), 0), *vc = ds_alloc((size_t)(kvd * 2 * n_ctx), 0);
-        const int32_t p = 1000;
-        int32_t *dp = ds_put(&p, 4);
-        const mf_cu_rope_store_args a = ds_rs_args(nh, nkv, hd, q, y, k, v, kc, vc, dp);
-        char what[64];
-        snprintf(what, sizeof what, "rope_store %d/%d/%d f16 nt 1", nh, nkv, hd);
-        lat_line(what, ds_rs_launch, &a, st);
-        /* decode attention (split kernel + combine) at depth 100 and 1000, f16 cache */
-        const int64_t depths[] = {100, 1000};
-        for (int d = 0; d < 2; d++) {
-            mf_cu_attn_args at = {.kv_type = MF_TYPE_F16, .nt = 1, .n_past = depths[d], .n_head = nh,
-                                  .n_head_kv = nkv, .head_dim = hd, .scale = 1.0f / sqrtf((float)hd),
-                                  .n_ctx = (int32_t)n_ctx};
-            at.q = q;
-            at.out = y;
-            at.k = kc;
-            at.v = vc;
-            at.part = ds_alloc(mf_cu_attn_decode_bytes(&at), 0);
-            snprintf(what, sizeof what, "attn split+combine %d/%d/%d depth %lld", nh, nkv, hd, (long long)depths[d]);
-            lat_line(what, lat_attn_launch, &at, st);
-            cudaFree(at.part);
-        }
-        cudaFree(q); cudaFree(y); cudaFree(k); cudaFree(v); cudaFree(kc); cudaFree(vc); cudaFree(dp);
-        free(hq); free(hk);
-    }
-}
-
-static void lat_family(void) {
-    cudaStream_t st;
-    if (!family_stream("lat", &st))
-        return;
-    const int64_t ns[] = {896, 2560, 3584, 18944}, nts[] = {1, 7};
-    for (int i = 0; i < 4; i++)
-        for (int k = 0; k < 2; k++) {
-            if (small && ns[i] > 896)
-                continue;
-            lat_norm(ns[i], nts[k], st);
-            lat_normq(ns[i], nts[k], st);
-        }
-    /* the per-head rope-store: the new kernel vs the (nt, 3) kernel bitwise and q vs float64 (ds_rope) */
-    const uint32_t kvts[] = {MF_TYPE_F32, MF_TYPE_F16, MF_TYPE_Q8_0};
-    printf("lat: the next decsmall rope_store lines run with MINFER_CUDA_LAT on (per-head = the new kernel)\n");
-    mf_cu_set_lat(1);
-    for (int kt = 0; kt < 3; kt++)
-        for (int k = 0; k < 2; k++) {
-            const ds_rs s05 = {14, 2, 64, 64, MF_ROPE_NEOX, 1.0f, kvts[kt], nts[k], 7, 7 + nts[k] + 3, 0};
-            const ds_rs s7 = {28, 4, 128, 128, MF_ROPE_NEOX, 1.0f, kvts[kt], nts[k], 300, 300 + nts[k], 0};
-            const ds_rs s3 = {32, 8, 128, 128, MF_ROPE_NEOX, 1.0f, kvts[kt], nts[k], 40, 40 + nts[k], 1};
-            const ds_rs s64 = {14, 2, 64, 64, MF_ROPE_NEOX, 1.0f, kvts[kt], nts[k], 3, 3 + nts[k], 1};
-            ds_rope(&s05, st);
-            ds_rope(&s7, st);
-            ds_rope(&s3, st);
-            ds_rope(&s64, st);
-        }
-    const ds_rs sn = {32, 4, 128, 64, MF_ROPE_NORMAL, 0.25f, MF_TYPE_Q8_0, 7, 0, 7, 0};
-    const ds_rs snn = {32, 4, 128, 96, MF_ROPE_NORMAL, 0.5f, MF_TYPE_F16, 1, 50, 51, 1};
-    ds_rope(&sn, st);
-    ds_rope(&snn, st);
-    lat_default();
-    /* split-KV decode: few busy splits, many mostly empty ones, a long range (split loop past the registers) */
-    for (int k = 0; k < 2; k++) {
-        lat_decattn(28, 4, 128, 37, nts[k], MF_TYPE_F16, true);
-        lat_decattn(14, 2, 64, 700, nts[k], MF_TYPE_Q8_0, false);
-        lat_decattn(14, 2, 64, 100, nts[k], MF_TYPE_F32, true);
-        if (!small)
-            lat_decattn(28, 4, 128, 4095, nts[k], MF_TYPE_F16, true);
-    }
-    if (getenv("MINFER_CUDA_TEST_BENCH") && atoi(getenv("MINFER_CUDA_TEST_BENCH")) > 0)
-        lat_bench(st);
-    cudaStreamDestroy(st);
 }
 
 /* ---- MINFER_CUDA_ATTN_ONE: split-KV decode attention as one kernel (family "attnone") ------ */
@@ -4473,7 +3054,7 @@ static void ao_variant_cmp(const mf_cu_attn_args *b, size_t ob, int64_t n, const
  * outputs poisoned differently each time: 3 identical launches in a row
  * (a counter left non-zero would make a later launch combine early or
  * never: garbage or poison), one with n_past from n_past_dev (graph
- * replay), one with MINFER_CUDA_LAT flipped and no q8out. Each: out
+ * replay), one with no q8out. Each: out
  * bitwise the two-kernel out, q8out bitwise the quantize kernel's bytes
  * (q, d, half sums), every counter back at 0. At nt 3 also in place (out
  * == q). */
@@ -4492,13 +3073,12 @@ static void ao_case(int32_t nh, int32_t nkv, int32_t hd, int64_t n_past, int64_t
     ds_sync("attnone two-kernel", mf_cu_attn_decode(&a, st), st);
     float *yo = ds_get(a.out, ob);
     void *q8r = ds_alloc(q8b, 0);
-    ds_sync("attnone quantize", mf_cu_q8_quant_rows(a.out, NULL, 0.0f, 0, qd, nt, q8r, st), st);
+    ds_sync("attnone quantize", mf_cu_q8_quant_rows(a.out, NULL, 0.0f, 0, qd, nt, q8r, tune0.pdl, st), st);
     uint8_t *hr = ds_get(q8r, q8used);
     int32_t *cnt = ds_alloc((size_t)(nt * nkv) * 4, 0);
     const int32_t np32 = (int32_t)n_past;
     int32_t *dp = ds_put(&np32, 4);
     void *q8o = ds_alloc(q8b, 0);
-    const int lat = 1 != 0;
     bool out_ok = true, q8_ok = true, cnt_ok = true;
     int64_t n_nan = 0;
     for (int v = 0; v < 5 + (nt == 3); v++) {
@@ -4510,10 +3090,7 @@ static void ao_case(int32_t nh, int32_t nkv, int32_t hd, int64_t n_past, int64_t
             b.n_past = 0; /* must be ignored */
         }
         ao_variant_out(&b, v == 5, v, hq, ob, q8o, q8b);
-        if (v == 4)
-            mf_cu_set_lat(!lat);
         ds_sync("attnone one-kernel", mf_cu_attn_decode(&b, st), st);
-        lat_default();
         ao_variant_cmp(&b, ob, qd * nt, yo, q8o, q8used, hr, &n_nan, &out_ok, &q8_ok);
         int32_t *hc = ds_get(cnt, (size_t)(nt * nkv) * 4);
         for (int64_t i = 0; i < nt * nkv; i++)
@@ -4657,61 +3234,6 @@ static void ao_node(uint32_t wt, int32_t nh, int32_t nkv, int32_t hd, int64_t n_
     da_teardown(&L.f);
 }
 
-typedef struct ao_ctx {
-    mf_cu_attn_args a; /* with cnt and q8out: the one-kernel launch */
-    void *q8;          /* the quantize kernel's destination (old path) */
-} ao_ctx;
-
-static cudaError_t ao_old_launch(const void *p, cudaStream_t st) {
-    const ao_ctx *c = p;
-    mf_cu_attn_args a = c->a;
-    a.cnt = NULL;
-    a.q8out = NULL;
-    const cudaError_t e = mf_cu_attn_decode(&a, st);
-    return e != cudaSuccess ? e
-                            : mf_cu_q8_quant_rows(a.out, NULL, 0.0f, 0, (int64_t)a.n_head * a.head_dim, a.nt, c->q8, st);
-}
-
-static cudaError_t ao_new_launch(const void *p, cudaStream_t st) {
-    return mf_cu_attn_decode(&((const ao_ctx *)p)->a, st);
-}
-
-/* MINFER_CUDA_TEST_BENCH=1: us per layer's attention, split + combine +
- * quantize vs the one kernel, f16 cache of 4096 rows, nt 1, LAT_BURST
- * back-to-back launches (PDL as the backend set it), median of LAT_REPS. */
-/* The bench lines' attention: nt 1, f16 cache of 4096 rows filled to depth,
- * every output of the one-kernel decode (out, the o GEMV's q8) and the
- * quantize kernel's q8; ao_bench_free gives it back. */
-static void ao_bench_ctx(ao_ctx *c, int32_t nh, int32_t nkv, int32_t hd, int64_t depth) {
-    const int64_t qd = (int64_t)nh * hd, kvd = (int64_t)nkv * hd, n_ctx = 4096;
-    float *hq = rand_vec(qd, 1.0f);
-    *c = (ao_ctx){.a = {.kv_type = MF_TYPE_F16, .nt = 1, .n_past = depth, .n_head = nh, .n_head_kv = nkv,
-                        .head_dim = hd, .scale = 1.0f / sqrtf((float)hd), .n_ctx = (int32_t)n_ctx}};
-    c->a.q = ds_put(hq, (size_t)qd * 4);
-    c->a.out = ds_alloc((size_t)qd * 4, 0);
-    c->a.k = ao_cache(MF_TYPE_F16, depth + 1, n_ctx, kvd, 1.0f);
-    c->a.v = ao_cache(MF_TYPE_F16, depth + 1, n_ctx, kvd, 1.0f);
-    c->a.part = ds_alloc(mf_cu_attn_decode_bytes(&c->a), 0);
-    c->a.cnt = ds_alloc((size_t)nkv * 4, 0);
-    c->a.q8out = ds_alloc(mf_cu_q8_bytes(qd, 1), 0);
-    c->q8 = ds_alloc(mf_cu_q8_bytes(qd, 1), 0);
-    free(hq);
-}
-
-static void ao_bench_free(ao_ctx *c) {
-    cudaFree((void *)c->a.q); cudaFree(c->a.out); cudaFree((void *)c->a.k); cudaFree((void *)c->a.v);
-    cudaFree(c->a.part); cudaFree(c->a.cnt); cudaFree(c->a.q8out); cudaFree(c->q8);
-}
-
-static void ao_bench(int32_t nh, int32_t nkv, int32_t hd, int64_t depth, cudaStream_t st) {
-    ao_ctx c;
-    ao_bench_ctx(&c, nh, nkv, hd, depth);
-    const float t0 = lat_time(ao_old_launch, &c, st), t1 = lat_time(ao_new_launch, &c, st);
-    printf("bench attnone %d/%d/%d f16 depth %-5lld split+combine+quantize %6.2f us  one kernel %6.2f us  (%+.2f us)\n",
-           nh, nkv, hd, (long long)depth, t0, t1, t1 - t0);
-    ao_bench_free(&c);
-}
-
 static void attnone_family(void) {
     cudaStream_t st;
     if (!family_stream("attnone", &st))
@@ -4728,11 +3250,6 @@ static void attnone_family(void) {
     ao_node(MF_TYPE_Q4_0, 14, 2, 64, 300, 3, MF_TYPE_Q8_0);
     if (!small)
         ao_node(MF_TYPE_Q4_K, 28, 4, 128, 700, 1, MF_TYPE_F32);
-    if (mf_env_flag("MINFER_CUDA_TEST_BENCH")) {
-        ao_bench(14, 2, 64, 100, st);
-        ao_bench(28, 4, 128, 100, st);
-        ao_bench(28, 4, 128, 1000, st);
-    }
     cudaStreamDestroy(st);
 }
 
@@ -4740,7 +3257,8 @@ static void attnone_family(void) {
 
 
 /* The attention of nt tokens at n_past over device caches kc / vc through
- * the launcher: the short kernel (mode 1: 12 warps a block, 4: 4 warps) or
+ * the launcher: the short kernel (mode 1: 12 warps a block, 4: 4 warps,
+ * tune short_warps=4's launch) or
  * today's one-kernel split-KV decode (mode 0: a.cnt, q8out, n_ctx's split
  * count), into a poisoned
  * output; *q8 (if not NULL) gets the q8out bytes the kernel wrote
@@ -4756,7 +3274,8 @@ static float *as_launch(int mode, const float *hq, const void *kc, const void *v
     a.out = ds_alloc(ob, 0xff);
     a.q8out = ds_alloc(q8b, 0x35);
     if (mode) {
-        ds_sync("attnshort short kernel", mf_cu_attn_short(&a, mode == 4 ? 4 : 0, st), st);
+        a.short_warps = mode == 4 ? 4 : 0;
+        ds_sync("attnshort short kernel", mf_cu_attn_short(&a, st), st);
     } else {
         a.part = ds_alloc(mf_cu_attn_decode_bytes(&a), 0xff);
         a.cnt = ds_alloc((size_t)(nt * nkv) * 4, 0);
@@ -4773,10 +3292,10 @@ static float *as_launch(int mode, const float *hq, const void *kc, const void *v
 
 /* One shape / cache type / depth / token count through the launcher (n_ctx
  * 4224: the one-kernel decode's graph-sized split count). The short kernel
- * (12 and 4 warps) and today's one-kernel decode each against float64
- * (1e-4, the cache's rounding in the reference), short vs one-kernel (1e-4
- * max norm; not bitwise: the order of the sums differs); the short kernel's
- * q8out (both forms) bitwise
+ * and today's one-kernel decode each against float64 (1e-4, the cache's
+ * rounding in the reference), short vs one-kernel (1e-4 max norm; not
+ * bitwise: the order of the sums differs), each for 12 and 4 warps a
+ * block; the short kernel's q8out (both forms) bitwise
  * the quantize kernel run on its out (q, d, half sums); then the short
  * kernel again with n_past from n_past_dev (n_past 0 must be ignored),
  * without q8out, and at nt 3 in place (out == q): out bitwise the first
@@ -4801,10 +3320,10 @@ static void as_case(int32_t nh, int32_t nkv, int32_t hd, int64_t n_past, int64_t
     /* the quantize kernel on the short kernel's out (and the 4-warp one's) */
     float *dy = ds_put(ys, ob);
     void *q8r = ds_alloc(q8b, 0);
-    ds_sync("attnshort quantize", mf_cu_q8_quant_rows(dy, NULL, 0.0f, 0, qd, nt, q8r, st), st);
+    ds_sync("attnshort quantize", mf_cu_q8_quant_rows(dy, NULL, 0.0f, 0, qd, nt, q8r, tune0.pdl, st), st);
     uint8_t *hr = ds_get(q8r, q8used);
     cudaMemcpy(dy, y4, ob, cudaMemcpyHostToDevice);
-    ds_sync("attnshort quantize", mf_cu_q8_quant_rows(dy, NULL, 0.0f, 0, qd, nt, q8r, st), st);
+    ds_sync("attnshort quantize", mf_cu_q8_quant_rows(dy, NULL, 0.0f, 0, qd, nt, q8r, tune0.pdl, st), st);
     uint8_t *hr4 = ds_get(q8r, q8used);
     /* variants: n_past_dev, no q8out, in place */
     const int32_t np32 = (int32_t)n_past;
@@ -4823,7 +3342,7 @@ static void as_case(int32_t nh, int32_t nkv, int32_t hd, int64_t n_past, int64_t
         }
         ao_variant_out(&b, v == 2, v, hq, ob, q8o, q8b);
         t_attn_short_pf(v != 1); /* MINFER_CUDA_ATTN_PF: the same bits with the L2 prefetch */
-        ds_sync("attnshort variant", mf_cu_attn_short(&b, 0, st), st);
+        ds_sync("attnshort variant", mf_cu_attn_short(&b, st), st);
         ao_variant_cmp(&b, ob, qd * nt, ys, q8o, q8used, s8, &n_nan, &same, &q8same);
     }
     t_attn_short_pf(tune0.attn_pf != 0);
@@ -5000,30 +3519,6 @@ static void as_graph(int64_t nt, int mode, cudaStream_t st) {
     da_teardown(&L.f);
 }
 
-static cudaError_t as_short_launch(const void *p, cudaStream_t st) {
-    return mf_cu_attn_short(&((const ao_ctx *)p)->a, 0, st);
-}
-
-static cudaError_t as_short4_launch(const void *p, cudaStream_t st) {
-    return mf_cu_attn_short(&((const ao_ctx *)p)->a, 4, st);
-}
-
-/* MINFER_CUDA_TEST_BENCH=1: us per layer's attention, today's one-kernel
- * decode vs the short kernel (12 warps, the default, and 4), all writing
- * out and the o GEMV's q8; f16
- * cache of 4096 rows, nt 1, LAT_BURST back-to-back launches (a PDL chain as
- * the backend set it), median of LAT_REPS. */
-static void as_bench(int32_t nh, int32_t nkv, int32_t hd, int64_t depth, cudaStream_t st) {
-    ao_ctx c;
-    ao_bench_ctx(&c, nh, nkv, hd, depth);
-    const float t0 = lat_time(ao_new_launch, &c, st), t1 = lat_time(as_short_launch, &c, st);
-    const float t4 = lat_time(as_short4_launch, &c, st);
-    printf("bench attnshort %d/%d/%d f16 depth %-4lld one kernel %6.2f us  short %6.2f us (%+.2f)  short 4 warps "
-           "%6.2f us (%+.2f)\n",
-           nh, nkv, hd, (long long)depth, t0, t1, t1 - t0, t4, t4 - t0);
-    ao_bench_free(&c);
-}
-
 static void attnshort_family(void) {
     cudaStream_t st;
     if (!family_stream("attnshort", &st))
@@ -5045,12 +3540,6 @@ static void attnshort_family(void) {
         as_node(MF_TYPE_Q4_K, 28, 4, 128, 200, 1, MF_TYPE_F16, st);
     as_graph(1, 1, st);
     as_graph(3, 1, st);
-    if (mf_env_flag("MINFER_CUDA_TEST_BENCH")) {
-        const int64_t bd[3] = {16, 100, 300};
-        for (int s = 0; s < 4; s++)
-            for (int d = 0; d < 3; d++)
-                as_bench(shapes[s][0], shapes[s][1], shapes[s][2], bd[d], st);
-    }
     cudaStreamDestroy(st);
 }
 
@@ -5186,7 +3675,7 @@ static void sr_case(int32_t nh, int32_t nkv, int32_t hd, int32_t n_rot, int mode
     sr_dev o;
     sr_dev_new(&o, &c, false, 0xff);
     ds_sync("shortrope rope_store", mf_cu_rope_store(&o.rs, st), st);
-    ds_sync("shortrope attn_short", mf_cu_attn_short(&o.a, 0, st), st);
+    ds_sync("shortrope attn_short", mf_cu_attn_short(&o.a, st), st);
     float *yo = ds_get(o.out, ob);
     uint8_t *q8o = ds_get(o.q8, q8used), *kco = ds_get(o.kc, region), *vco = ds_get(o.vc, region);
     /* float64: roped q, the cache with the new row (as the cache holds it) */
@@ -5596,38 +4085,6 @@ static void sr_graph(void) {
     mf_graph_free(&L.g);
 }
 
-/* MINFER_CUDA_TEST_BENCH=1: us per layer from the raw QKV output to the
- * attention output and the o GEMV's q8, as a PDL chain (LAT_BURST
- * back-to-back, median of LAT_REPS; PDL as the backend set it):
- * rope_store + attn_short (today) vs the fused kernel; f16 cache, nt 1. */
-typedef struct sr_bench_ctx {
-    sr_dev d;
-} sr_bench_ctx;
-
-static cudaError_t sr_old_launch(const void *p, cudaStream_t st) {
-    const sr_dev *d = &((const sr_bench_ctx *)p)->d;
-    const cudaError_t e = mf_cu_rope_store(&d->rs, st);
-    return e != cudaSuccess ? e : mf_cu_attn_short(&d->a, 0, st);
-}
-
-static cudaError_t sr_new_launch(const void *p, cudaStream_t st) {
-    const sr_dev *d = &((const sr_bench_ctx *)p)->d;
-    return mf_cu_attn_short_rope(&d->a, &d->rs, st);
-}
-
-static void sr_bench(int32_t nh, int32_t nkv, int32_t hd, bool norm, int64_t depth, cudaStream_t st) {
-    sr_case_in c = {.nh = nh, .nkv = nkv, .hd = hd, .n_rot = hd, .mode = MF_ROPE_NEOX, .n_past = depth,
-                    .pos = (int32_t)depth, .kvt = MF_TYPE_F16, .norm = norm, .n_ctx = 4096};
-    sr_case_rand(&c, 1.0f, 1.0f, 0.2f);
-    sr_bench_ctx b;
-    sr_dev_new(&b.d, &c, false, 0);
-    const float t0 = lat_time(sr_old_launch, &b, st), t1 = lat_time(sr_new_launch, &b, st);
-    printf("bench shortrope %d/%d/%d%s f16 depth %-4lld rope_store+short %6.2f us  fused %6.2f us  (%+.2f us)\n", nh,
-           nkv, hd, norm ? " qknorm" : "", (long long)depth, t0, t1, t1 - t0);
-    sr_dev_free(&b.d);
-    free(c.hq); free(c.hk); free(c.hv); free(c.hqn); free(c.hkn); free(c.hk0); free(c.hv0);
-}
-
 static void shortrope_family(void) {
     cudaStream_t st;
     if (!family_stream("shortrope", &st))
@@ -5659,69 +4116,10 @@ static void shortrope_family(void) {
     sr_node(&sr_specs[0], false, 100, MF_TYPE_F16, true);  /* flushed: rope_store + attn_short */
     sr_node(&sr_specs[0], false, 100, MF_TYPE_Q8_0, false); /* not taken: q8_0 cache */
     sr_graph();
-    if (mf_env_flag("MINFER_CUDA_TEST_BENCH")) {
-        const int64_t bd[3] = {16, 100, 300};
-        for (int s = 0; s < 3; s++)
-            for (int d = 0; d < 3; d++)
-                sr_bench(shapes[s][0], shapes[s][1], shapes[s][2], s == 2, bd[d], st);
-    }
     cudaStreamDestroy(st);
 }
 
-/* ---- the int8 GEMV's quantizing prologue (family "gemvfuse") ---------------------------------- */
-
-/* One shape of family gemvfuse: n_w weights of type t sharing n_in inputs
- * (swiglu: gate and up of n_out[0] rows), registered as gf.<type>.<n_in>x<n_out>.<k>. */
-typedef struct gf_spec {
-    uint32_t t;
-    int64_t n_in;
-    int n_w;
-    int64_t n_out[3];
-    bool swiglu;
-} gf_spec;
-
-static void gf_wname(char *wn, size_t n, const gf_spec *s, int k) {
-    snprintf(wn, n, "gf.%s.%lldx%lld.%d", mf_type_name(s->t), (long long)s->n_in, (long long)s->n_out[k], k);
-}
-
-static int gf_specs(gf_spec *c) {
-    static const uint32_t qt[] = {MF_TYPE_Q4_0, MF_TYPE_Q4_1, MF_TYPE_Q5_0, MF_TYPE_Q5_1, MF_TYPE_Q8_0,
-                                  MF_TYPE_Q2_K, MF_TYPE_Q3_K, MF_TYPE_Q4_K, MF_TYPE_Q5_K, MF_TYPE_Q6_K};
-    int n = 0;
-    for (int i = 0; i < 10; i++) {
-        const uint32_t t = qt[i];
-        c[n++] = (gf_spec){t, 4864, 1, {896, 0, 0}, false}; /* 0.5B ffn_down */
-        if (!kq(t)) { /* the 0.5B widths (K-quants need n_in % 256 == 0) */
-            c[n++] = (gf_spec){t, 896, 1, {896, 0, 0}, false};      /* attn_output */
-            c[n++] = (gf_spec){t, 896, 1, {128, 0, 0}, false};      /* attn_k */
-            c[n++] = (gf_spec){t, 896, 3, {896, 128, 128}, false};  /* FUSED_QKV */
-            c[n++] = (gf_spec){t, 896, 2, {4864, 4864, 0}, true};   /* gate/up + SwiGLU */
-        } else {
-            c[n++] = (gf_spec){t, 3584, 1, {128, 0, 0}, false};
-        }
-    }
-    /* qwen2 7B: attn_output (under the auto rule) and q/k/v (over it at nt 8) */
-    c[n++] = (gf_spec){MF_TYPE_Q4_K, 3584, 1, {3584, 0, 0}, false};
-    c[n++] = (gf_spec){MF_TYPE_Q4_0, 3584, 3, {3584, 512, 512}, false};
-    return n;
-}
-
-static void gemvfuse_weights(void) {
-    gf_spec c[64];
-    const int n = gf_specs(c);
-    for (int i = 0; i < n; i++)
-        for (int k = 0; k < c[i].n_w; k++) {
-            char wn[80];
-            gf_wname(wn, sizeof wn, &c[i], k);
-            add_weight(wn, c[i].t, c[i].n_in, c[i].n_out[k]);
-        }
-    char gn[64], un[80]; /* the graph case: gate/up (main registers them only at full size) and down */
-    mm_name(gn, sizeof gn, &(mm_spec){MF_TYPE_Q4_0, 896, 4864, false});
-    ffn_up_name(un, sizeof un, gn, MF_TYPE_Q4_0, MF_TYPE_Q4_0);
-    add_weight(gn, MF_TYPE_Q4_0, 896, 4864);
-    add_weight(un, MF_TYPE_Q4_0, 896, 4864);
-    add_weight("gf.down.q4_0.4864x896", MF_TYPE_Q4_0, 4864, 896);
-}
+/* ---- helpers of the graph-replayed layer tails (families normmm, ffnq8b) ---------------------- */
 
 /* Device copy of weight `wn` (+256 bytes: the GEMVs may read one word past a block). */
 static void *gf_wdev(const char *wn) {
@@ -5729,206 +4127,6 @@ static void *gf_wdev(const char *wn) {
     void *d = ds_alloc((size_t)wt->nbytes + 256, 0);
     cudaMemcpy(d, wt->data, (size_t)wt->nbytes, cudaMemcpyHostToDevice);
     return d;
-}
-
-/* The quantizing prologue against the separate quantize kernel for one
- * shape at nt tokens: mf_cu_gemv_q8_multi (mf_cu_gemv_q8 for one plain
- * weight) on cudaMalloc'd, NaN-poisoned outputs, v3 and v1 kernels, with
- * `norm` (RMSNorm + quantize in the prologue, FUSE_NORM's form) and `res`
- * (residual epilogue written in place over the residual, FUSE_ADD's form).
- * Per kernel: prologue forced (mode 2) with PDL on and off, each vs the
- * separate path over every output (1e-6 max-norm: the int8 values are the
- * same, and so is the arithmetic after them) and vs float64 on 24 sampled
- * rows (3e-2 norm-wise; every sampled output within the int8 rounding bound
- * of the matmul family, except SwiGLU outputs); the prologue counter moved
- * by one per launch exactly when the shared copy fits (47 KiB), and not on
- * the separate path. */
-static void gf_test(const gf_spec *s, int64_t nt, bool norm, bool res) {
-    const int64_t n_in = s->n_in, nx = n_in * nt;
-    const int ny_w = s->swiglu ? 1 : s->n_w; /* outputs written */
-    const float eps = 1e-6f;
-    float *x = rand_vec(nx, 1.0f), *nw = rand_vec(n_in, 0.5f);
-    for (int64_t i = 0; i < n_in; i++)
-        nw[i] += 1.0f;
-    for (int64_t i = 0; i < nx; i += 97) /* a few large activations: units of mixed scale */
-        x[i] *= 8.0f;
-    float *xn = malloc((size_t)nx * 4); /* the GEMV's f32 input: x, or RMSNorm(x) as the kernels round it */
-    for (int64_t t = 0; t < nt; t++) {
-        double ss = 0;
-        for (int64_t i = 0; i < n_in; i++)
-            ss += (double)x[t * n_in + i] * x[t * n_in + i];
-        const float sc = (float)(1.0 / sqrt(ss / (double)n_in + (double)eps));
-        for (int64_t i = 0; i < n_in; i++)
-            xn[t * n_in + i] = norm ? x[t * n_in + i] * sc * nw[i] : x[t * n_in + i];
-    }
-    float *dx = ds_put(x, (size_t)nx * 4), *dnw = ds_put(nw, (size_t)n_in * 4);
-    void *q8 = ds_alloc(mf_cu_q8_bytes(n_in, nt), 0x5a);
-    void *dw[3] = {NULL, NULL, NULL};
-    float *r[3] = {NULL, NULL, NULL}, *dy[3] = {NULL, NULL, NULL};
-    char wn[3][80];
-    for (int k = 0; k < s->n_w; k++) {
-        gf_wname(wn[k], sizeof wn[k], s, k);
-        dw[k] = gf_wdev(wn[k]);
-        r[k] = rand_vec(s->n_out[k] * nt, 1.0f);
-        dy[k] = ds_alloc((size_t)(s->n_out[k] * nt) * 4, 0xff);
-    }
-    /* float64 reference on sampled rows of each written output */
-    enum { NS = 24 };
-    int64_t rows[3][NS];
-    double *ref = malloc((size_t)(3 * NS * nt) * sizeof *ref), *bound = malloc((size_t)(3 * NS * nt) * sizeof *bound);
-    double *wr = malloc((size_t)n_in * sizeof *wr), *wu = malloc((size_t)n_in * sizeof *wu);
-    for (int k = 0; k < ny_w; k++)
-        for (int i = 0; i < NS; i++) {
-            const int64_t o = i == 0 ? 0 : i == 1 ? s->n_out[k] - 1 : (int64_t)(next_u64() % (uint64_t)s->n_out[k]);
-            rows[k][i] = o;
-            ref_row(wn[k], o, wr);
-            if (s->swiglu)
-                ref_row(wn[1], o, wu);
-            for (int64_t t = 0; t < nt; t++) {
-                const float *xt = xn + t * n_in;
-                double acc = 0, up = 0, bd = 1e-6, bu = 1e-6, mag = 0;
-                for (int64_t u = 0; u < n_in / 32; u++) {
-                    double amax = 0, wabs = 0, uabs = 0;
-                    for (int l = 0; l < 32; l++) {
-                        const int64_t j = 32 * u + l;
-                        acc += wr[j] * xt[j];
-                        if (s->swiglu) {
-                            up += wu[j] * xt[j];
-                            uabs += fabs(wu[j]);
-                            mag += fabs(wu[j] * xt[j]);
-                        }
-                        amax = fmax(amax, fabs(xt[j]));
-                        wabs += fabs(wr[j]);
-                        mag += fabs(wr[j] * xt[j]);
-                    }
-                    bd += amax / 254.0 * wabs;
-                    bu += amax / 254.0 * uabs;
-                }
-                const int64_t at = (k * NS + i) * nt + t;
-                const double silu = acc / (1 + exp(-acc));
-                ref[at] = s->swiglu ? silu * up : acc + (res ? r[k][t * s->n_out[k] + o] : 0.0);
-                /* SwiGLU: the gate's and up's int8 bounds carried through
-                 * silu(g) u (silu is 1.0998-Lipschitz) */
-                bound[at] = (s->swiglu ? 1.1 * bd * (fabs(up) + bu) + fabs(silu) * bu : bd) + 1e-5 * mag;
-            }
-        }
-    char name[200], sub[260];
-    snprintf(name, sizeof name, "gemvfuse %-5s %5lld->%lld%s%s nt %lld%s%s", mf_type_name(s->t), (long long)n_in,
-             (long long)s->n_out[0], s->n_w == 3 ? "/qkv" : "", s->swiglu ? "/swiglu" : "", (long long)nt,
-             norm ? " +norm" : "", res ? " +res" : "");
-    const int64_t ntb = nt < 8 ? nt : 8;
-    const bool fits = 576 + ntb * n_in + ntb * n_in / 4 <= 47 * 1024;
-    const bool pdl0 = tune0.pdl != 0;
-    cudaStream_t st;
-    cudaStreamCreate(&st);
-    for (int v1 = 0; v1 < 2; v1++) {
-        float *out[3][3]; /* [run: separate, prologue pdl on, prologue pdl off][weight] */
-        int64_t moved[3];
-        for (int run = 0; run < 3; run++) {
-            for (int k = 0; k < ny_w; k++) {
-                if (res)
-                    cudaMemcpy(dy[k], r[k], (size_t)(s->n_out[k] * nt) * 4, cudaMemcpyHostToDevice);
-                else
-                    cudaMemset(dy[k], 0xff, (size_t)(s->n_out[k] * nt) * 4);
-            }
-            t_pdl(run == 2 ? 0 : 1);
-            const int64_t c0 = mf_cu_gemv_prologue_count();
-            cudaError_t e;
-            if (s->n_w == 1 && !norm && !res) { /* the single MATMUL entry (launch_q8 for v1) */
-                mf_cu_matmul_args a = {.wtype = s->t, .w = dw[0], .row_bytes = mf_type_row_size(s->t, n_in), .x = dx,
-                                       .y = dy[0], .n_in = n_in, .n_out = s->n_out[0], .nt = nt, .force_gemm = -2,
-                                       .q8 = q8, .gemv_v1 = v1, .prologue = run ? 2 : 0};
-                e = mf_cu_gemv_q8(&a, st);
-            } else {
-                mf_cu_q8_multi_args a = {.n_w = s->n_w, .swiglu = s->swiglu, .x = dx, .n_in = n_in, .nt = nt,
-                                         .q8 = q8, .norm = norm, .norm_w = norm ? dnw : NULL, .norm_eps = eps,
-                                         .gemv_v1 = v1, .prologue = run ? 2 : 0};
-                for (int k = 0; k < s->n_w; k++) {
-                    a.wtype[k] = s->t;
-                    a.w[k] = dw[k];
-                    a.row_bytes[k] = mf_type_row_size(s->t, n_in);
-                    a.y[k] = k < ny_w ? dy[k] : NULL;
-                    a.res[k] = res && k < ny_w ? dy[k] : NULL;
-                    a.n_out[k] = s->n_out[k];
-                }
-                e = mf_cu_gemv_q8_multi(&a, st);
-            }
-            ds_sync("gemvfuse gemv", e, st);
-            moved[run] = mf_cu_gemv_prologue_count() - c0;
-            for (int k = 0; k < ny_w; k++)
-                out[run][k] = ds_get(dy[k], (size_t)(s->n_out[k] * nt) * 4);
-        }
-        t_pdl(pdl0);
-        static const char *const rn[3] = {"separate", "prologue", "prologue pdl0"};
-        for (int run = 0; run < 3; run++) {
-            double worst = 0;
-            int64_t nan = 0, nsamp = 0;
-            float *got = malloc((size_t)(3 * NS * nt) * sizeof *got);
-            for (int k = 0; k < ny_w; k++) {
-                nan += count_nan(out[run][k], s->n_out[k] * nt);
-                for (int i = 0; i < NS; i++)
-                    for (int64_t t = 0; t < nt; t++) {
-                        const int64_t at = (k * NS + i) * nt + t;
-                        got[at] = out[run][k][t * s->n_out[k] + rows[k][i]];
-                        worst = fmax(worst, fabs((double)got[at] - ref[at]) / bound[at]);
-                        nsamp++;
-                    }
-            }
-            snprintf(sub, sizeof sub, "%s [%s %s]", name, v1 ? "v1" : "v3", rn[run]);
-            /* silu(g) u doubles the relative rounding of g and u: the bound
-             * below is the exact check, the norm a coarse one */
-            result(sub, rel_err(got, ref, nsamp), s->swiglu ? 6e-2 : 3e-2, nan, NULL);
-            free(got);
-            char det[64];
-            snprintf(det, sizeof det, "worst |err| / bound %.3f", worst);
-            strncat(sub, ": int8 bound", sizeof sub - strlen(sub) - 1);
-            check_true(sub, worst <= 1.0, det);
-            if (run > 0) {
-                double d = 0;
-                for (int k = 0; k < ny_w; k++)
-                    d = fmax(d, rel_err_f(out[run][k], out[0][k], s->n_out[k] * nt));
-                snprintf(sub, sizeof sub, "%s [%s %s vs separate]", name, v1 ? "v1" : "v3", rn[run]);
-                result(sub, d, 1e-6, 0, NULL);
-            }
-        }
-        char det[120];
-        snprintf(det, sizeof det, "(prologue launches: separate %lld, forced %lld / %lld, shared copy %s)",
-                 (long long)moved[0], (long long)moved[1], (long long)moved[2], fits ? "fits" : "too big");
-        snprintf(sub, sizeof sub, "%s [%s] prologue ran", name, v1 ? "v1" : "v3");
-        check_true(sub, moved[0] == 0 && moved[1] == (fits ? 1 : 0) && moved[2] == moved[1], det);
-        for (int run = 0; run < 3; run++)
-            for (int k = 0; k < ny_w; k++)
-                free(out[run][k]);
-    }
-    cudaStreamDestroy(st);
-    for (int k = 0; k < s->n_w; k++) {
-        cudaFree(dw[k]);
-        cudaFree(dy[k]);
-        free(r[k]);
-    }
-    cudaFree(dx); cudaFree(dnw); cudaFree(q8);
-    free(x); free(nw); free(xn); free(ref); free(bound); free(wr); free(wu);
-}
-
-/* The auto rule (mf_cu_q8_prologue_rule) at the grids the notes derive
- * (132 SMs): the 0.5B decode GEMVs take the prologue, the 7B down and
- * gate/up do not, nor a shared copy over 47 KiB. */
-static void gf_rule(void) {
-    const struct { int64_t blocks, ntb, n_in; int want; const char *what; } r[] = {
-        {224, 1, 896, 1, "0.5B Wo (224 blocks x 3.5 KB)"},
-        {288, 1, 896, 1, "0.5B qkv"},
-        {1216, 1, 896, 1, "0.5B gate/up (10 per SM x 3.5 KB)"},
-        {224, 1, 4864, 1, "0.5B down (2 per SM x 19 KB)"},
-        {224, 8, 4864, 0, "0.5B down nt 8 (shared copy 48 KB)"},
-        {896, 1, 3584, 1, "7B Wo (7 per SM x 14 KB)"},
-        {896, 1, 18944, 0, "7B down (7 per SM x 76 KB)"},
-        {4736, 1, 3584, 0, "7B gate/up (36 per SM x 14 KB)"},
-    };
-    for (size_t i = 0; i < sizeof r / sizeof r[0]; i++) {
-        char name[120];
-        snprintf(name, sizeof name, "gemvfuse rule: %s -> %s", r[i].what, r[i].want ? "prologue" : "separate");
-        check_true(name, mf_cu_q8_prologue_rule(r[i].blocks, r[i].ntb, r[i].n_in) == r[i].want, NULL);
-    }
 }
 
 /* A decode layer's FFN tail through the backend contract: RMSNORM ->
@@ -6084,85 +4282,6 @@ static void normmm_case(const char *wn, uint32_t t, int64_t d) {
     free(y[0]); free(y[1]); free(xs); free(xn); free(ref); free(xnf);
 }
 
-static bool gf_bench_call(void *p, int rep, int i, cudaStream_t st) {
-    (void)rep;
-    (void)i;
-    return mf_cu_gemv_q8_multi((const mf_cu_q8_multi_args *)p, st) == cudaSuccess;
-}
-
-/* MINFER_CUDA_TEST_BENCH=1: one 0.5B decode GEMV (nt 1) per line, the
- * separate quantize + GEMV against the GEMV with the prologue, v3 kernels
- * (the auto rule's pick at these widths), PDL as MINFER_CUDA_PDL: 20
- * back-to-back calls between two events, per-call us, median of 11 after 2
- * warm-ups (a decode step's chain of dependent launches, so the launch
- * floor the prologue removes shows). */
-static void gf_bench(const char *what, uint32_t t, int64_t n_in, int n_w, const int64_t *n_out, bool swiglu, bool norm,
-                     bool res) {
-    void *w[3] = {NULL, NULL, NULL}, *q8 = ds_alloc(mf_cu_q8_bytes(n_in, 1), 0);
-    float *y[3] = {NULL, NULL, NULL};
-    float *x = ds_alloc((size_t)n_in * 4, 0x3c), *nw = ds_alloc((size_t)n_in * 4, 0x3c);
-    const uint64_t rb = mf_type_row_size(t, n_in);
-    double bytes = 0;
-    for (int k = 0; k < n_w; k++) {
-        w[k] = ds_alloc(rb * (size_t)n_out[k] + 256, 0x3c);
-        y[k] = ds_alloc((size_t)n_out[k] * 4, 0);
-        bytes += (double)rb * (double)n_out[k];
-    }
-    cudaStream_t st;
-    cudaStreamCreate(&st);
-    float us[2];
-    for (int pro = 0; pro < 2; pro++) {
-        mf_cu_q8_multi_args a = {.n_w = n_w, .swiglu = swiglu, .x = x, .n_in = n_in, .nt = 1, .q8 = q8,
-                                 .norm = norm, .norm_w = norm ? nw : NULL, .norm_eps = 1e-6f, .prologue = pro ? 2 : 0};
-        for (int k = 0; k < n_w; k++) {
-            a.wtype[k] = t;
-            a.w[k] = w[k];
-            a.row_bytes[k] = rb;
-            a.y[k] = y[k];
-            a.res[k] = res ? y[k] : NULL;
-            a.n_out[k] = n_out[k];
-        }
-        us[pro] = batch_time(gf_bench_call, &a, st, 2, 20, 11);
-    }
-    printf("gemvfuse bench %-22s %-5s %5lld->%-5lld: separate %.2f us | prologue %.2f us (%.0f / %.0f GB/s)\n", what,
-           mf_type_name(t), (long long)n_in, (long long)n_out[0], us[0], us[1], bytes / (us[0] * 1e3),
-           bytes / (us[1] * 1e3));
-    cudaStreamDestroy(st);
-    for (int k = 0; k < n_w; k++) {
-        cudaFree(w[k]);
-        cudaFree(y[k]);
-    }
-    cudaFree(q8); cudaFree(x); cudaFree(nw);
-}
-
-static void gemvfuse_family(void) {
-    gf_rule();
-    gf_spec c[64];
-    const int n = gf_specs(c);
-    static const int64_t nts[] = {1, 3, 8};
-    for (int i = 0; i < n; i++)
-        for (int k = 0; k < (small ? 2 : 3); k++) {
-            const gf_spec *s = &c[i];
-            const bool plain = s->n_w == 1 && s->n_out[0] == 128; /* the MATMUL entry */
-            const bool multi = s->n_w > 1;                         /* FUSED_QKV / FFN: with the norm */
-            gf_test(s, nts[k], multi || (!plain && k == 1), !plain && !multi);
-            if (k == 0 && !plain && !multi)
-                gf_test(s, 1, false, false); /* the single MATMUL entry at this shape too */
-            if (k == 0 && multi)
-                gf_test(s, 3, false, false); /* the multi GEMV without the norm */
-        }
-    if (!(getenv("MINFER_CUDA_TEST_BENCH") && atoi(getenv("MINFER_CUDA_TEST_BENCH")) > 0))
-        return;
-    for (int i = 0; i < 2; i++) {
-        const uint32_t t = i ? MF_TYPE_Q8_0 : MF_TYPE_Q4_0;
-        gf_bench("Wo + residual", t, 896, 1, (const int64_t[]){896}, false, false, true);
-        gf_bench("down + residual", t, 4864, 1, (const int64_t[]){896}, false, false, true);
-        gf_bench("qkv + norm", t, 896, 3, (const int64_t[]){896, 128, 128}, false, true, false);
-        gf_bench("gate/up swiglu + norm", t, 896, 2, (const int64_t[]){4864, 4864}, true, true, false);
-    }
-    gf_bench("7B Wo + residual", MF_TYPE_Q4_K, 3584, 1, (const int64_t[]){3584}, false, false, true);
-}
-
 /* ---- the mixed-type QKV on one v4 GEMV launch (family "qkvmix") ---------------------------- */
 
 /* A fused QKV (or any 2-3 weight group) whose weights form two runs of
@@ -6305,7 +4424,7 @@ typedef struct qm_dev {
 
 static mf_cu_q8_multi_args qm_args(const qm_spec *s, const qm_dev *d, bool bias, bool res, bool norm, int mix) {
     mf_cu_q8_multi_args a = {.n_w = s->n_w, .x = d->x, .n_in = s->n_in, .nt = 1, .q8 = d->q8, .norm = norm,
-                             .norm_w = norm ? d->nw : NULL, .norm_eps = 1e-6f, .gemv_auto = 1, .gemv_v4 = -1,
+                             .norm_w = norm ? d->nw : NULL, .norm_eps = 1e-6f, .gemv_auto = 1, .gt = gt_of(-1),
                              .qkv_mix = mix};
     for (int k = 0; k < s->n_w; k++) {
         a.wtype[k] = s->t[k];
@@ -6462,8 +4581,8 @@ static void qm_fallback(int si, const qm_spec *s) {
         int64_t moved = 0;
         for (int mix = 0; mix < 2; mix++) {
             mf_cu_q8_multi_args a = qm_args(s, &d, false, false, false, mix);
-            a.gemv_v4 = f == 0 ? 2 : f == 1 ? -1 : 0;
             t_gemv_v4_q6k(f == 1 ? 0 : 1);
+            a.gt = gt_of(f == 0 ? 2 : f == 1 ? -1 : 0);
             for (int k = 0; k < s->n_w; k++)
                 cudaMemset(d.y[k], mix ? 0xfe : 0xff, (size_t)s->n_out[k] * 4);
             const int64_t c0 = mf_cu_q8v4_mix_count();
@@ -6573,90 +4692,6 @@ static void qm_graph(int si, const qm_spec *s) {
     free(xs); free(nw);
 }
 
-/* MINFER_CUDA_TEST_BENCH=1: one line per model shape, norm-quant + QKV as a
- * decode step launches them (mf_cu_gemv_q8_multi with the norm folded, PDL
- * as MINFER_CUDA_PDL), separate (one v4 launch per type run) vs mixed:
- * batches of 20 back-to-back calls, each on the next of `copies` weight sets
- * (>= 256 MB in all: weights from HBM, not L2), median of 7 batches after
- * one warm-up; us per call (quantize included), and GB/s over the weight
- * bytes. Weight bytes 0x3c (f16 scales 1.06; contents do not matter for the
- * time). */
-typedef struct qm_bench_ctx {
-    const qm_spec *s;
-    qm_dev *d;
-    uint8_t *w;
-    uint64_t set, off[4];
-    int copies, mix;
-} qm_bench_ctx;
-
-/* call i: norm-quant + QKV on weight set i % copies */
-static bool qm_bench_call(void *p, int rep, int i, cudaStream_t st) {
-    const qm_bench_ctx *c = p;
-    (void)rep;
-    for (int k = 0; k < c->s->n_w; k++)
-        c->d->w[k] = c->w + c->set * (uint64_t)(i % c->copies) + c->off[k];
-    const mf_cu_q8_multi_args a = qm_args(c->s, c->d, c->s->bias, false, true, c->mix);
-    return mf_cu_gemv_q8_multi(&a, st) == cudaSuccess;
-}
-
-static void qm_bench(const qm_spec *s) {
-    enum { BATCH = 20, REPS = 7 };
-    uint64_t rb[3], off[4] = {0};
-    for (int k = 0; k < s->n_w; k++) {
-        rb[k] = mf_type_row_size(s->t[k], s->n_in);
-        off[k + 1] = off[k] + ((rb[k] * (uint64_t)s->n_out[k] + 256 + 255) & ~(uint64_t)255);
-    }
-    const uint64_t set = off[s->n_w];
-    const int copies = bench_copies(set);
-    uint8_t *w = NULL;
-    qm_dev d = {.q8 = NULL};
-    cudaStream_t st = NULL;
-    bool ok = cudaMalloc((void **)&w, set * (uint64_t)copies) == cudaSuccess &&
-              cudaMalloc(&d.q8, mf_cu_q8_bytes(s->n_in, 1)) == cudaSuccess &&
-              cudaMalloc((void **)&d.x, (size_t)s->n_in * 4) == cudaSuccess &&
-              cudaMalloc((void **)&d.nw, (size_t)s->n_in * 4) == cudaSuccess;
-    for (int k = 0; k < s->n_w; k++)
-        ok = ok && cudaMalloc((void **)&d.y[k], (size_t)s->n_out[k] * 4) == cudaSuccess &&
-             cudaMalloc((void **)&d.b[k], (size_t)s->n_out[k] * 4) == cudaSuccess;
-    ok = ok && cudaStreamCreate(&st) == cudaSuccess;
-    float us[2] = {-1.0f, -1.0f};
-    if (ok) {
-        cudaMemset(w, 0x3c, set * (uint64_t)copies);
-        cudaMemset(d.x, 0x3c, (size_t)s->n_in * 4);
-        cudaMemset(d.nw, 0x3c, (size_t)s->n_in * 4);
-        for (int k = 0; k < s->n_w; k++)
-            cudaMemset(d.b[k], 0, (size_t)s->n_out[k] * 4);
-        qm_bench_ctx c = {.s = s, .d = &d, .w = w, .set = set, .copies = copies};
-        memcpy(c.off, off, sizeof off);
-        for (int mix = 0; mix < 2; mix++) {
-            c.mix = mix;
-            us[mix] = batch_time(qm_bench_call, &c, st, 1, BATCH, REPS);
-        }
-    }
-    double bytes = 0;
-    for (int k = 0; k < s->n_w; k++)
-        bytes += (double)rb[k] * (double)s->n_out[k];
-    char shape[120];
-    int kn = snprintf(shape, sizeof shape, "%lld->", (long long)s->n_in);
-    for (int k = 0; k < s->n_w && kn > 0 && (size_t)kn < sizeof shape; k++)
-        kn += snprintf(shape + kn, sizeof shape - (size_t)kn, "%s%lld %s", k ? "/" : "", (long long)s->n_out[k],
-                       mf_type_name(s->t[k]));
-    if (!ok)
-        printf("qkvmix bench %s %s: allocation failed\n", s->what, shape);
-    else
-        printf("qkvmix bench %-11s %s (norm-quant + QKV, %d weight sets): separate %.2f us | mixed %.2f us "
-               "(%+.2f us; %.0f / %.0f GB/s)\n",
-               s->what, shape, copies, us[0], us[1], us[1] - us[0], bytes / (us[0] * 1e3), bytes / (us[1] * 1e3));
-    if (st)
-        cudaStreamDestroy(st);
-    for (int k = 0; k < s->n_w; k++) {
-        cudaFree(d.y[k]);
-        cudaFree(d.b[k]);
-    }
-    cudaFree(w); cudaFree(d.q8); cudaFree(d.x); cudaFree(d.nw);
-    cudaGetLastError();
-}
-
 static void qkvmix_family(void) {
     qm_spec c[16];
     const int n = qm_specs(c);
@@ -6674,10 +4709,6 @@ static void qkvmix_family(void) {
     qm_graph(1, &c[1]);
     for (size_t i = 0; i < sizeof qm_qkv / sizeof qm_qkv[0]; i++)
         qm_backend(&qm_qkv[i]);
-    if (!(getenv("MINFER_CUDA_TEST_BENCH") && atoi(getenv("MINFER_CUDA_TEST_BENCH")) > 0))
-        return;
-    for (int i = 0; i < 4; i++)
-        qm_bench(&c[i]);
 }
 
 /* ---- the SwiGLU GEMV writing the down GEMV's int8 input (family "ffnq8b") ------------------------ */
@@ -6788,12 +4819,11 @@ static void fq_dev_free(fq_dev *d) {
 
 /* gate/up + SwiGLU at nt 1 as the FUSED_FFN node launches it (norm folded
  * or not), writing the int8 h into q8out when that is set, with block form
- * `form` of the kernel (MINFER_CUDA_FFN_Q8B's value) */
-static mf_cu_q8_multi_args fq_ffn_args(const fq_spec *s, const fq_dev *d, bool bias, bool norm, void *q8out,
-                                       int form) {
+ * of the kernel */
+static mf_cu_q8_multi_args fq_ffn_args(const fq_spec *s, const fq_dev *d, bool bias, bool norm, void *q8out) {
     mf_cu_q8_multi_args a = {.n_w = 2, .swiglu = 1, .x = d->x, .n_in = s->d, .nt = 1, .q8 = d->q8, .norm = norm,
-                             .norm_w = norm ? d->nw : NULL, .norm_eps = 1e-6f, .gemv_auto = 1, .gemv_v4 = -1,
-                             .q8out = q8out, .q8b_form = form};
+                             .norm_w = norm ? d->nw : NULL, .norm_eps = 1e-6f, .gemv_auto = 1, .gt = gt_of(-1),
+                             .q8out = q8out};
     for (int k = 0; k < 2; k++) {
         a.wtype[k] = s->t;
         a.w[k] = k ? d->wu : d->wg;
@@ -6807,7 +4837,7 @@ static mf_cu_q8_multi_args fq_ffn_args(const fq_spec *s, const fq_dev *d, bool b
 
 /* the down GEMV + residual (FUSE_ADD's form) on h; ready: q8 already holds h quantized */
 static mf_cu_q8_multi_args fq_down_args(const fq_spec *s, const fq_dev *d, void *q8, int ready) {
-    mf_cu_q8_multi_args a = {.n_w = 1, .x = d->y, .n_in = s->ff, .nt = 1, .q8 = q8, .gemv_auto = 1, .gemv_v4 = -1,
+    mf_cu_q8_multi_args a = {.n_w = 1, .x = d->y, .n_in = s->ff, .nt = 1, .q8 = q8, .gemv_auto = 1, .gt = gt_of(-1),
                              .x_q8_ready = ready};
     a.wtype[0] = s->t;
     a.w[0] = d->wd;
@@ -6825,15 +4855,14 @@ static size_t fq_q8_used(int64_t n) {
 
 /* One case through the launchers at nt 1: run 0 today's chain (gate/up +
  * SwiGLU, then the quantize kernel on h, mf_cu_q8_quant_rows, and the down
- * GEMV + residual quantizing h itself), runs 2f - 1 / 2f the switch's chain
- * with block form f (1 .. MF_CU_Q8B_FORMS; gate/up writing the int8 h, the
- * down GEMV reading it: x_q8_ready) with PDL on / off. Every run on
+ * GEMV + residual quantizing h itself), runs 1 / 2 the switch's chain
+ * (gate/up writing the int8 h, the down GEMV reading it: x_q8_ready) with
+ * PDL on / off. Every run on
  * outputs poisoned with another pattern (h, the int8 h, the down output).
  * h vs float64 (6e-2, gemvfuse's SwiGLU norm tolerance), the down output
  * vs float64 (3e-2, the layer tail's); runs >= 1: h, the int8 h (values,
  * scales, half sums) and the down output bitwise run 0's; the block-local
- * kernel launched once, of that run's form (mf_cu_q8v4_swq8_form_count),
- * and no quantize launch beyond the input's (none with the norm folded). */
+ * kernel launched once and no quantize launch beyond the input's (none with the norm folded). */
 static void fq_test(const fq_spec *s, bool bias, bool norm) {
     const int64_t D = s->d, F = s->ff;
     const float eps = 1e-6f;
@@ -6870,22 +4899,21 @@ static void fq_test(const fq_spec *s, bool bias, bool norm) {
     char name[200], sub[260], det[160];
     snprintf(name, sizeof name, "ffnq8b %s %-5s %lld->%lld->%lld%s%s", s->what, mf_type_name(s->t), (long long)D,
              (long long)F, (long long)D, bias ? " +bias" : "", norm ? " +norm" : "");
-    const mf_cu_q8_multi_args rule = fq_ffn_args(s, &d, bias, norm, NULL, 0);
+    const mf_cu_q8_multi_args rule = fq_ffn_args(s, &d, bias, norm, NULL);
     snprintf(sub, sizeof sub, "%s: taken by the rule", name);
     check_true(sub, mf_cu_gemv_q8_ffn_q8b_ok(&rule) == 1, "(mf_cu_gemv_q8_ffn_q8b_ok)");
     const bool pdl0 = tune0.pdl != 0;
-    enum { RUNS = 1 + 2 * MF_CU_Q8B_FORMS };
+    enum { RUNS = 3 };
     char rn[RUNS][32];
     cudaStream_t st;
     cudaStreamCreate(&st);
     float *h[RUNS], *z[RUNS];
     uint8_t *q[RUNS];
-    int64_t quant[RUNS], swq[RUNS], swf[RUNS];
+    int64_t quant[RUNS], swq[RUNS];
     const size_t qb = fq_q8_used(F);
     for (int run = 0; run < RUNS; run++) {
-        const int form = (run + 1) / 2; /* 0: today's chain */
         if (run)
-            snprintf(rn[run], sizeof rn[run], "q8b=%d%s", form, run % 2 ? "" : " pdl0");
+            snprintf(rn[run], sizeof rn[run], "q8b%s", run % 2 ? "" : " pdl0");
         else
             snprintf(rn[run], sizeof rn[run], "today");
         cudaMemset(d.y, run % 2 ? 0xfe : 0xff, (size_t)F * 4);
@@ -6894,18 +4922,16 @@ static void fq_test(const fq_spec *s, bool bias, bool norm) {
         cudaMemset(d.q8r, 0x33, qb);
         t_pdl(run && run % 2 == 0 ? 0 : 1);
         const int64_t c0 = mf_cu_q8_quant_count(), s0 = mf_cu_q8v4_swq8_count();
-        const int64_t f0 = mf_cu_q8v4_swq8_form_count(form);
-        const mf_cu_q8_multi_args fa = fq_ffn_args(s, &d, bias, norm, run ? d.q8o : NULL, form);
+        const mf_cu_q8_multi_args fa = fq_ffn_args(s, &d, bias, norm, run ? d.q8o : NULL);
         const mf_cu_q8_multi_args da = fq_down_args(s, &d, run ? d.q8o : d.q8, run != 0);
         cudaError_t e = mf_cu_gemv_q8_multi(&fa, st);
         if (e == cudaSuccess && run == 0)
-            e = mf_cu_q8_quant_rows(d.y, NULL, 0.0f, 0, F, 1, d.q8r, st);
+            e = mf_cu_q8_quant_rows(d.y, NULL, 0.0f, 0, F, 1, d.q8r, tune0.pdl, st);
         if (e == cudaSuccess)
             e = mf_cu_gemv_q8_multi(&da, st);
         ds_sync("ffnq8b chain", e, st);
         quant[run] = mf_cu_q8_quant_count() - c0;
         swq[run] = mf_cu_q8v4_swq8_count() - s0;
-        swf[run] = mf_cu_q8v4_swq8_form_count(form) - f0;
         h[run] = ds_get(d.y, (size_t)F * 4);
         z[run] = ds_get(d.z, (size_t)D * 4);
         q[run] = ds_get(run ? d.q8o : d.q8r, qb);
@@ -6927,12 +4953,11 @@ static void fq_test(const fq_spec *s, bool bias, bool norm) {
     }
     const int64_t qin = norm ? 0 : 1; /* the gate/up input's own quantization */
     for (int run = 1; run < RUNS; run++) {
-        snprintf(sub, sizeof sub, "%s [%s]: no quantize launch for the down GEMV, its form launched", name, rn[run]);
+        snprintf(sub, sizeof sub, "%s [%s]: no quantize launch for the down GEMV, the block-local kernel launched",
+                 name, rn[run]);
         snprintf(det, sizeof det, "(quantize launches today %lld, here %lld; block-local kernel today %lld, here "
-                 "%lld, of this form %lld)", (long long)quant[0], (long long)quant[run], (long long)swq[0],
-                 (long long)swq[run], (long long)swf[run]);
-        check_true(sub, quant[0] == qin + 2 && quant[run] == qin && swq[0] == 0 && swq[run] == 1 && swf[run] == 1,
-                   det);
+                 "%lld)", (long long)quant[0], (long long)quant[run], (long long)swq[0], (long long)swq[run]);
+        check_true(sub, quant[0] == qin + 2 && quant[run] == qin && swq[0] == 0 && swq[run] == 1, det);
     }
     for (int run = 0; run < RUNS; run++) {
         free(h[run]); free(z[run]); free(q[run]);
@@ -6945,33 +4970,29 @@ static void fq_test(const fq_spec *s, bool bias, bool norm) {
 /* Where the rule says no, the launch with q8out set is refused before
  * anything is launched (cudaErrorInvalidValue) and mf_cu_gemv_q8_ffn_q8b_ok
  * says 0: two slices in flight forced (MINFER_CUDA_GEMV_V4=2), v4 off,
- * the prologue, n_out % 32 != 0, n_in over the size rule (the 7B gate/up,
- * 3584 -> 18944), nt 2, gate and up of two types, each with every block
- * form (q8b_form 0 .. MF_CU_Q8B_FORMS); the 0.5B shape is taken; a taken
- * shape (256 -> 256) with a form that does not exist (-1, FORMS + 2) is
- * refused the same way although the rule says yes. */
+ * n_out % 32 != 0, n_in over the size rule (the 7B gate/up, 3584 ->
+ * 18944), nt 2, gate and up of two types; the 0.5B shape is taken. */
 static void fq_rule(void) {
     static const struct {
         const char *why;
         uint32_t t, ut;
         int64_t d, ff, nt;
-        int v4, pro, want;
+        int v4, want;
     } c[] = {
-        {"0.5B Q4_0 (taken)", MF_TYPE_Q4_0, MF_TYPE_Q4_0, 896, 4864, 1, -1, 0, 1},
-        {"v4 u2 forced", MF_TYPE_Q4_0, MF_TYPE_Q4_0, 896, 4864, 1, 2, 0, 0},
-        {"v4 off", MF_TYPE_Q4_0, MF_TYPE_Q4_0, 896, 4864, 1, 0, 0, 0},
-        {"prologue", MF_TYPE_Q4_0, MF_TYPE_Q4_0, 896, 4864, 1, -1, 2, 0},
-        {"n_out % 32 != 0", MF_TYPE_Q4_0, MF_TYPE_Q4_0, 896, 4880, 1, -1, 0, 0},
-        {"7B gate/up 3584", MF_TYPE_Q4_K, MF_TYPE_Q4_K, 3584, 18944, 1, -1, 0, 0},
-        {"nt 2", MF_TYPE_Q4_0, MF_TYPE_Q4_0, 896, 4864, 2, -1, 0, 0},
-        {"gate / up types differ", MF_TYPE_Q4_0, MF_TYPE_Q8_0, 896, 4864, 1, -1, 0, 0},
+        {"0.5B Q4_0 (taken)", MF_TYPE_Q4_0, MF_TYPE_Q4_0, 896, 4864, 1, -1, 1},
+        {"v4 u2 forced", MF_TYPE_Q4_0, MF_TYPE_Q4_0, 896, 4864, 1, 2, 0},
+        {"v4 off", MF_TYPE_Q4_0, MF_TYPE_Q4_0, 896, 4864, 1, 0, 0},
+        {"n_out % 32 != 0", MF_TYPE_Q4_0, MF_TYPE_Q4_0, 896, 4880, 1, -1, 0},
+        {"7B gate/up 3584", MF_TYPE_Q4_K, MF_TYPE_Q4_K, 3584, 18944, 1, -1, 0},
+        {"nt 2", MF_TYPE_Q4_0, MF_TYPE_Q4_0, 896, 4864, 2, -1, 0},
+        {"gate / up types differ", MF_TYPE_Q4_0, MF_TYPE_Q8_0, 896, 4864, 1, -1, 0},
     };
     void *buf = ds_alloc(1 << 20, 0);
     cudaStream_t st;
     cudaStreamCreate(&st);
     for (size_t i = 0; i < sizeof c / sizeof c[0]; i++) {
         mf_cu_q8_multi_args a = {.n_w = 2, .swiglu = 1, .x = buf, .n_in = c[i].d, .nt = c[i].nt, .q8 = buf,
-                                 .gemv_auto = 1, .gemv_v4 = c[i].v4, .prologue = c[i].pro,
+                                 .gemv_auto = 1, .gt = gt_of(c[i].v4),
                                  .q8out = (uint8_t *)buf + (512 << 10)};
         for (int k = 0; k < 2; k++) {
             a.wtype[k] = k ? c[i].ut : c[i].t;
@@ -6988,28 +5009,12 @@ static void fq_rule(void) {
             check_true(name, ok == 1, det);
             continue;
         }
-        for (int f = 0; f <= MF_CU_Q8B_FORMS + 2; f++) { /* the forms, then -1 and FORMS + 2 on 256 -> 256 */
-            const bool bad = f > MF_CU_Q8B_FORMS;
-            if (bad && i > 1)
-                break;
-            if (bad) {
-                a.n_in = 256;
-                a.n_out[0] = a.n_out[1] = 256;
-                for (int k = 0; k < 2; k++)
-                    a.row_bytes[k] = mf_type_row_size(a.wtype[k], 256);
-                a.gemv_v4 = -1;
-            }
-            a.q8b_form = f == MF_CU_Q8B_FORMS + 1 ? -1 : f;
-            const int okf = mf_cu_gemv_q8_ffn_q8b_ok(&a);
-            const int64_t s0 = mf_cu_q8v4_swq8_count();
-            const cudaError_t e = mf_cu_gemv_q8_multi(&a, st);
-            cudaGetLastError();
-            char sub[200];
-            snprintf(sub, sizeof sub, "%s%s, q8b form %d", name, bad ? " (256 -> 256 taken)" : "", a.q8b_form);
-            snprintf(det, sizeof det, "(ok %d, launch %s, q8b launches %lld)", okf, cudaGetErrorName(e),
-                     (long long)(mf_cu_q8v4_swq8_count() - s0));
-            check_true(sub, okf == (bad ? 1 : 0) && e == cudaErrorInvalidValue && mf_cu_q8v4_swq8_count() == s0, det);
-        }
+        const int64_t s0 = mf_cu_q8v4_swq8_count();
+        const cudaError_t e = mf_cu_gemv_q8_multi(&a, st);
+        cudaGetLastError();
+        snprintf(det, sizeof det, "(ok %d, launch %s, q8b launches %lld)", ok, cudaGetErrorName(e),
+                 (long long)(mf_cu_q8v4_swq8_count() - s0));
+        check_true(name, ok == 0 && e == cudaErrorInvalidValue && mf_cu_q8v4_swq8_count() == s0, det);
     }
     cudaStreamSynchronize(st);
     cudaStreamDestroy(st);
@@ -7017,11 +5022,10 @@ static void fq_rule(void) {
 }
 
 /* The chain in a CUDA graph: norm-quant + gate/up writing the int8 h +
- * down reading it, captured once per block form (1 .. MF_CU_Q8B_FORMS) with
- * PDL on, then with PDL off; replayed 4 steps with a new x and poisoned h /
+ * down reading it, captured with PDL on, then with PDL off; replayed 4 steps with a new x and poisoned h /
  * down output / int8 h each; every step bitwise today's chain (norm-quant,
- * gate/up, quantize, down) run plainly on that x; the block-local kernel of
- * that form counted once (the capture) and no quantize launch in it. */
+ * gate/up, quantize, down) run plainly on that x; the block-local kernel
+ * counted once (the capture) and no quantize launch in it. */
 static void fq_graph(const fq_spec *s) {
     enum { STEPS = 4 };
     const int64_t D = s->d, F = s->ff;
@@ -7032,13 +5036,13 @@ static void fq_graph(const fq_spec *s) {
     const bool pdl0 = tune0.pdl != 0;
     cudaStream_t st;
     cudaStreamCreate(&st);
-    for (int pf = 0; pf < 2 * MF_CU_Q8B_FORMS; pf++) {
-        const int pdl = pf % 2 == 0, form = 1 + pf / 2;
+    for (int pf = 0; pf < 2; pf++) {
+        const int pdl = pf % 2 == 0;
         t_pdl(pdl);
         float *hr[STEPS], *zr[STEPS];
         for (int t = 0; t < STEPS; t++) { /* today's chain, plain */
             cudaMemcpy(d.x, xs + t * D, (size_t)D * 4, cudaMemcpyHostToDevice);
-            const mf_cu_q8_multi_args fa = fq_ffn_args(s, &d, true, true, NULL, 0);
+            const mf_cu_q8_multi_args fa = fq_ffn_args(s, &d, true, true, NULL);
             const mf_cu_q8_multi_args da = fq_down_args(s, &d, d.q8, 0);
             cudaError_t e = mf_cu_gemv_q8_multi(&fa, st);
             if (e == cudaSuccess)
@@ -7047,10 +5051,9 @@ static void fq_graph(const fq_spec *s) {
             hr[t] = ds_get(d.y, (size_t)F * 4);
             zr[t] = ds_get(d.z, (size_t)D * 4);
         }
-        const mf_cu_q8_multi_args fa = fq_ffn_args(s, &d, true, true, d.q8o, form);
+        const mf_cu_q8_multi_args fa = fq_ffn_args(s, &d, true, true, d.q8o);
         const mf_cu_q8_multi_args da = fq_down_args(s, &d, d.q8o, 1);
         const int64_t s0 = mf_cu_q8v4_swq8_count(), c0 = mf_cu_q8_quant_count();
-        const int64_t f0 = mf_cu_q8v4_swq8_form_count(form);
         cudaGraph_t gr = NULL;
         cudaGraphExec_t ge = NULL;
         cudaError_t e = cudaStreamBeginCapture(st, cudaStreamCaptureModeThreadLocal);
@@ -7065,7 +5068,6 @@ static void fq_graph(const fq_spec *s) {
             e = cudaGraphInstantiate(&ge, gr, 0);
         ds_sync("ffnq8b graph capture", e, st);
         const int64_t captured = mf_cu_q8v4_swq8_count() - s0, quant = mf_cu_q8_quant_count() - c0;
-        const int64_t of_form = mf_cu_q8v4_swq8_form_count(form) - f0;
         bool same = true;
         int64_t nan = 0;
         for (int t = 0; t < STEPS; t++) {
@@ -7081,12 +5083,12 @@ static void fq_graph(const fq_spec *s) {
         }
         const int64_t replayed = mf_cu_q8v4_swq8_count() - s0 - captured;
         char name[160], det[160];
-        snprintf(name, sizeof name, "ffnq8b graph %s %s q8b=%d pdl %d: %d replays == today's chain", s->what,
-                 mf_type_name(s->t), form, pdl, STEPS);
-        snprintf(det, sizeof det, "(q8b kernel captured %lld, of this form %lld, launched in replays %lld, quantize "
-                 "launches %lld, NaN %lld; h and down output bitwise)", (long long)captured, (long long)of_form,
-                 (long long)replayed, (long long)quant, (long long)nan);
-        check_true(name, same && captured == 1 && of_form == 1 && replayed == 0 && quant == 0 && nan == 0, det);
+        snprintf(name, sizeof name, "ffnq8b graph %s %s pdl %d: %d replays == today's chain", s->what,
+                 mf_type_name(s->t), pdl, STEPS);
+        snprintf(det, sizeof det, "(q8b kernel captured %lld, launched in replays %lld, quantize launches %lld, "
+                 "NaN %lld; h and down output bitwise)", (long long)captured, (long long)replayed, (long long)quant,
+                 (long long)nan);
+        check_true(name, same && captured == 1 && replayed == 0 && quant == 0 && nan == 0, det);
         cudaGraphExecDestroy(ge);
         cudaGraphDestroy(gr);
     }
@@ -7096,17 +5098,12 @@ static void fq_graph(const fq_spec *s) {
     free(xs); free(r);
 }
 
-/* The one block form the backend's FUSED_FFN takes with tune ffn_q8b on
- * (cuda_ctx.h FFN_Q8B_FORM; the other forms are launcher-only). */
-#define FQ_BACKEND_FORM 4
-
 /* Through the backend: RMSNORM -> FUSED_FFN -> MATMUL (down) -> ADD (the
  * residual, in place) over 4 decode steps with CUDA graphs (plain, capture,
  * replays), FUSE_NORM / FUSE_ADD / FUSE_GEMV on, the switch (tune
- * ffn_q8b) off, then on (the backend's one block form, FQ_BACKEND_FORM),
- * one graph each. On == off bitwise (h and the layer
+ * ffn_q8b) off, then on, one graph each. On == off bitwise (h and the layer
  * output of every step, NaN-free; outputs poisoned); on: the block-local
- * kernel of that form launched and the down GEMV read its int8 h
+ * kernel launched and the down GEMV read its int8 h
  * (mf_cuda_q8_ready_stats) once per host-launched step, no quantize
  * launch; off: none of that, one quantize a host-launched step; replays
  * every way; the layer output vs float64 (3e-2). */
@@ -7122,9 +5119,9 @@ static void fq_backend(const fq_spec *s) {
     float *xs = rand_vec(D * STEPS, 2.0f), *rs = rand_vec(D * STEPS, 1.0f);
     double *ref = ffn_tail_ref(xs, rs, nn, eps, gn, bgn, un, bun, dn, D, F, STEPS);
     enum { RUNS = 2 };
-    const int forms[RUNS] = {0, FQ_BACKEND_FORM}; /* 0: the switch off */
+    const int forms[RUNS] = {0, 1}; /* the switch off, on */
     float *y[RUNS], *h[RUNS];
-    int64_t quant[RUNS], swq[RUNS], swf[RUNS], ready[RUNS], reps[RUNS];
+    int64_t quant[RUNS], swq[RUNS], ready[RUNS], reps[RUNS];
     for (int on = 0; on < RUNS; on++) {
         ffn_tail tl; /* one graph per run: a graph captured before would replay */
         ffn_tail_new(&tl, D, F, nn, eps, &m, dn, s->t);
@@ -7139,12 +5136,10 @@ static void fq_backend(const fq_spec *s) {
         mf_cuda_graph_stats(be, &c0, &r0);
         mf_cuda_q8_ready_stats(be, &q0);
         const int64_t k0 = mf_cu_q8_quant_count(), s0 = mf_cu_q8v4_swq8_count();
-        const int64_t f0 = mf_cu_q8v4_swq8_form_count(forms[on]);
         for (int t = 0; t < STEPS; t++)
             ffn_tail_step(&tl, 10 + t, xs + t * D, rs + t * D, y[on] + t * D, h[on] + t * F, "ffnq8b backend step");
         quant[on] = mf_cu_q8_quant_count() - k0;
         swq[on] = mf_cu_q8v4_swq8_count() - s0;
-        swf[on] = mf_cu_q8v4_swq8_form_count(forms[on]) - f0;
         mf_cuda_graph_stats(be, &c1, &r1);
         mf_cuda_q8_ready_stats(be, &q1);
         reps[on] = r1 - r0;
@@ -7170,11 +5165,11 @@ static void fq_backend(const fq_spec *s) {
         const int64_t plain1 = STEPS - reps[on];
         snprintf(name, sizeof name, "ffnq8b backend %s %s =%d: the down GEMV's quantize launch gone", s->what,
                  mf_type_name(s->t), forms[on]);
-        snprintf(det, sizeof det, "(on: q8b %lld, of this form %lld, int8 h read %lld, quantize %lld, replays %lld; "
-                 "off: %lld, %lld, %lld, %lld)", (long long)swq[on], (long long)swf[on], (long long)ready[on],
+        snprintf(det, sizeof det, "(on: q8b %lld, int8 h read %lld, quantize %lld, replays %lld; "
+                 "off: %lld, %lld, %lld, %lld)", (long long)swq[on], (long long)ready[on],
                  (long long)quant[on], (long long)reps[on], (long long)swq[0], (long long)ready[0],
                  (long long)quant[0], (long long)reps[0]);
-        check_true(name, swq[on] == plain1 && swf[on] == plain1 && ready[on] == plain1 && quant[on] == 0 &&
+        check_true(name, swq[on] == plain1 && ready[on] == plain1 && quant[on] == 0 &&
                              swq[0] == 0 && ready[0] == 0 && quant[0] == plain0 && reps[on] >= STEPS - 3 &&
                              reps[0] >= STEPS - 3, det);
         snprintf(name, sizeof name, "ffnq8b backend %s %s: switch =%d vs float64", s->what, mf_type_name(s->t),
@@ -7185,87 +5180,6 @@ static void fq_backend(const fq_spec *s) {
         free(y[on]); free(h[on]);
     }
     free(xs); free(rs); free(ref);
-}
-
-/* MINFER_CUDA_TEST_BENCH=1: one line per shape, the FFN tail of a decode
- * layer as the replayed graph launches it, PDL as MINFER_CUDA_PDL:
- * norm-quant -> gate/up + SwiGLU -> quantize -> down + residual (today) vs
- * norm-quant -> gate/up writing the int8 h -> down + residual (q8b, each
- * block form 1 .. MF_CU_Q8B_FORMS: "=1" is the default), each
- * call on the next of `copies` weight sets (>= 256 MB in all: weights from
- * HBM, not L2), batches of 20 calls back to back, median of 7 batches
- * after one warm-up; us per call and GB/s over the three weights' bytes. */
-typedef struct fq_bench_ctx {
-    const fq_spec *s;
-    fq_dev *d;
-    uint8_t *w;
-    uint64_t set, og;
-    int copies, q8b;
-} fq_bench_ctx;
-
-/* call i: the FFN tail (today's, or q8b's) on weight set i % copies */
-static bool fq_bench_call(void *p, int rep, int i, cudaStream_t st) {
-    const fq_bench_ctx *c = p;
-    fq_dev *d = c->d;
-    (void)rep;
-    uint8_t *ws = c->w + c->set * (uint64_t)(i % c->copies);
-    d->wg = ws;
-    d->wu = ws + c->og;
-    d->wd = ws + 2 * c->og;
-    const mf_cu_q8_multi_args fa = fq_ffn_args(c->s, d, false, true, c->q8b ? d->q8o : NULL, c->q8b);
-    const mf_cu_q8_multi_args da = fq_down_args(c->s, d, c->q8b ? d->q8o : d->q8, c->q8b != 0);
-    return mf_cu_gemv_q8_multi(&fa, st) == cudaSuccess && mf_cu_gemv_q8_multi(&da, st) == cudaSuccess;
-}
-
-static void fq_bench(const fq_spec *s) {
-    enum { BATCH = 20, REPS = 7 };
-    const int64_t D = s->d, F = s->ff;
-    const uint64_t rg = mf_type_row_size(s->t, D), rd = mf_type_row_size(s->t, F);
-    const uint64_t og = (rg * (uint64_t)F + 256 + 255) & ~(uint64_t)255, od = (rd * (uint64_t)D + 256 + 255) & ~(uint64_t)255;
-    const uint64_t set = 2 * og + od;
-    const int copies = bench_copies(set);
-    uint8_t *w = NULL;
-    fq_dev d;
-    memset(&d, 0, sizeof d);
-    const size_t qf = mf_cu_q8_bytes(F, 1);
-    cudaStream_t st = NULL;
-    bool ok = cudaMalloc((void **)&w, set * (uint64_t)copies) == cudaSuccess &&
-              cudaMalloc(&d.q8, qf) == cudaSuccess && cudaMalloc(&d.q8o, qf) == cudaSuccess &&
-              cudaMalloc((void **)&d.x, (size_t)D * 4) == cudaSuccess &&
-              cudaMalloc((void **)&d.nw, (size_t)D * 4) == cudaSuccess &&
-              cudaMalloc((void **)&d.r, (size_t)D * 4) == cudaSuccess &&
-              cudaMalloc((void **)&d.z, (size_t)D * 4) == cudaSuccess &&
-              cudaMalloc((void **)&d.y, (size_t)F * 4) == cudaSuccess && cudaStreamCreate(&st) == cudaSuccess;
-    float us[1 + MF_CU_Q8B_FORMS];
-    for (int q8b = 0; q8b <= MF_CU_Q8B_FORMS; q8b++)
-        us[q8b] = -1.0f;
-    if (ok) {
-        cudaMemset(w, 0x3c, set * (uint64_t)copies);
-        cudaMemset(d.x, 0x3c, (size_t)D * 4);
-        cudaMemset(d.nw, 0x3c, (size_t)D * 4);
-        cudaMemset(d.r, 0, (size_t)D * 4);
-        fq_bench_ctx c = {.s = s, .d = &d, .w = w, .set = set, .og = og, .copies = copies};
-        for (int q8b = 0; q8b <= MF_CU_Q8B_FORMS; q8b++) { /* 0: today's chain, else the block form */
-            c.q8b = q8b;
-            us[q8b] = batch_time(fq_bench_call, &c, st, 1, BATCH, REPS);
-        }
-    }
-    const double bytes = 2.0 * (double)rg * (double)F + (double)rd * (double)D;
-    if (!ok)
-        printf("ffnq8b bench %s %s: allocation failed\n", s->what, mf_type_name(s->t));
-    else {
-        printf("ffnq8b bench %-4s %-5s %lld->%lld->%lld (norm-quant, gate/up, [quantize], down + res; %d weight "
-               "sets): today %.2f us (%.0f GB/s)", s->what, mf_type_name(s->t), (long long)D, (long long)F,
-               (long long)D, copies, us[0], bytes / (us[0] * 1e3));
-        for (int q8b = 1; q8b <= MF_CU_Q8B_FORMS; q8b++)
-            printf(" | q8b=%d %.2f us (%+.2f; %.0f GB/s)", q8b, us[q8b], us[q8b] - us[0], bytes / (us[q8b] * 1e3));
-        printf("\n");
-    }
-    if (st)
-        cudaStreamDestroy(st);
-    cudaFree(w); cudaFree(d.q8); cudaFree(d.q8o); cudaFree(d.x); cudaFree(d.nw); cudaFree(d.r); cudaFree(d.z);
-    cudaFree(d.y);
-    cudaGetLastError();
 }
 
 static void ffnq8b_family(void) {
@@ -7285,11 +5199,6 @@ static void ffnq8b_family(void) {
     fq_backend(&c[1]);
     if (!small)
         fq_backend(&c[3]);
-    if (!(getenv("MINFER_CUDA_TEST_BENCH") && atoi(getenv("MINFER_CUDA_TEST_BENCH")) > 0))
-        return;
-    fq_bench(&c[0]);
-    fq_bench(&c[1]);
-    fq_bench(&c[3]);
 }
 
 /* ---- family d2h: the logits copy overlapped with the lm_head ------------------------- */
@@ -7300,10 +5209,6 @@ typedef struct d2h_case {
     uint32_t t;
     int64_t d, nv;
 } d2h_case;
-
-typedef struct d2h_stats {
-    int64_t chunked, early, caps, reps, clobbered;
-} d2h_stats;
 
 /* The norm -> lm_head decode graph of case c (the head a graph output, named
  * tag.N with N new each call: a graph captured by an earlier run, same
@@ -7339,7 +5244,7 @@ static void d2h_head_free(d2h_head *h) {
  * floats read. */
 typedef struct zc_run {
     int zc;          /* 1 on, 0 off, 2: on at odd steps only */
-    int k;           /* MINFER_CUDA_LOGITS_CHUNKS as well */
+    int k;           /* row chunks (0: none; the chunked copy left the backend) */
     bool graphs, norm_mm;
     int64_t n_read;  /* floats read (nv: all) */
 } zc_run;
@@ -7433,9 +5338,7 @@ static int64_t d2h_diff(const float *a, const float *b, int64_t n) {
  * alternating on one graph (each read its own step's logits, the other
  * buffer untouched, <= 2 captures); a hint not 32-byte aligned and ZC with
  * the chunks on (ZC taken, no chunk) and the switch flipped every step on
- * one graph (graphs keyed on it: ZC exactly on the steps it is on).
- * MINFER_CUDA_TEST_BENCH=1: one line per head, host us of a replayed step
- * (begin_forward .. read_host) with ZC off, on and the chunks (K 4). */
+ * one graph (graphs keyed on it: ZC exactly on the steps it is on). */
 static void zc_weights(void) {
     add_weight("mm.q8_0.896x151936", MF_TYPE_Q8_0, 896, 151936);
     add_weight("zc.q8_0.896x3003", MF_TYPE_Q8_0, 896, 3003);
@@ -7444,40 +5347,6 @@ static void zc_weights(void) {
 }
 
 
-
-/* MINFER_CUDA_TEST_BENCH=1: host us of one replayed step (begin_forward ..
- * read_host into the hint, the engine's order), median of 30 after 5
- * warm-ups, under r (graphs on). */
-static double zc_step_us(const d2h_case *c, const zc_run *r, const float *xs, float *hint) {
-    enum { WARM = 5, REPS = 30 };
-    const int64_t nv = c->nv;
-    d2h_head h;
-    d2h_head_new(&h, c, "zc.bench", xs);
-    const int32_t ni = h.ni, mi = h.mi, bx = h.bx, bn = h.bn, by = h.by;
-    mf_cuda_set_graphs(be, true);
-    t_logits_zc(be, r->zc == 1);
-    float us[REPS];
-    mf_error e;
-    for (int s = 0; s < WARM + REPS; s++) {
-        mf_exec_args a = args(10, 1, 64, MF_TYPE_F32);
-        a.out_host = hint;
-        a.out_node = mi;
-        a.out_bytes = (size_t)nv * 4;
-        const uint64_t t0 = mf_time_ns();
-        if (mf_cuda_begin_forward(be, &h.gr, &a, &e) ||
-            mf_cuda_execute_node(be, &h.gr, ni, &bx, bn, (mf_kv_pair){-1, -1}, &a, &e) ||
-            mf_cuda_execute_node(be, &h.gr, mi, &bn, by, (mf_kv_pair){-1, -1}, &a, &e) ||
-            mf_cuda_end_forward(be, &h.gr, &a, &e) || be->ops->read_host(be, by, 0, hint, (size_t)nv * 4, &e))
-            die("zc bench step", &e);
-        if (s >= WARM)
-            us[s - WARM] = (float)((double)(mf_time_ns() - t0) / 1e3);
-    }
-    d2h_head_free(&h);
-    t_logits_zc(be, tune0.zc == 1);
-    mf_cuda_set_graphs(be, !false);
-    qsort(us, REPS, sizeof us[0], cmp_f);
-    return us[REPS / 2];
-}
 
 static void zc_case_run(const d2h_case *c, bool full) {
     const int64_t d = c->d, nv = c->nv;
@@ -7501,7 +5370,8 @@ static void zc_case_run(const d2h_case *c, bool full) {
         hab[s] = s % 2 ? pb : pa;
         hm[s] = pb + 1; /* 4 bytes into a block: not 32-byte aligned */
     }
-    const bool want = mf_cu_q8v4_zc_ok(c->t, mf_cu_q8v4_u(-1, c->t, nv, d), nv, d) != 0;
+    const mf_cu_gemv_tune g = gt_of(-1);
+    const bool want = mf_cu_q8v4_zc_ok(&g, c->t, mf_cu_q8v4_u(&g, c->t, nv, d), nv, d) != 0;
     char name[160], det[240];
     snprintf(name, sizeof name, "zc %s %lld x %lld: the head has a ZC instance", mf_type_name(c->t), (long long)d,
              (long long)nv);
@@ -7569,13 +5439,6 @@ static void zc_case_run(const d2h_case *c, bool full) {
                  (long long)d2h_diff(res, base[1], nv * steps), (long long)st.zc, (long long)st.early, steps / 2);
         check_true("zc switch flipped every step, graphs on", d2h_diff(res, base[1], nv * steps) == 0 &&
                                                                   st.zc == steps / 2 && st.early == steps / 2, det);
-    }
-    if (mf_env_flag("MINFER_CUDA_TEST_BENCH")) {
-        const zc_run b_off = {.zc = 0}, b_on = {.zc = 1};
-        const double t_off = zc_step_us(c, &b_off, xs, pa), t_on = zc_step_us(c, &b_on, xs, pa);
-        printf("bench zc %s %lld x %lld: replayed norm + head + logits read, host us: copy %.1f, ZC %.1f "
-               "(%.0f KB of logits)\n", mf_type_name(c->t), (long long)d, (long long)nv, t_off, t_on,
-               (double)nv * 4 / 1024);
     }
     be->ops->host_free(be, pa);
     be->ops->host_free(be, pb);
@@ -7664,8 +5527,6 @@ int main(void) {
         gemv_weights();
     if (fam("q6k"))
         q6k_weights(&dec_q6k);
-    if (fam("gemvfuse"))
-        gemvfuse_weights();
     if (fam("attnone"))
         ao_weights("ao", 0);
     if (fam("attnshort"))
@@ -7693,6 +5554,8 @@ int main(void) {
     }
     printf("device: %s%s\n", mf_cuda_device_desc(be), small ? " (small shapes)" : "");
     tune0 = *mf_cuda_tuning(be);
+    g_sms = tune0.sm_count;
+    mf_cu_gemv_occupancy(&g_occ);
 
     const int64_t nts[] = {1, 7, 64, 513};
     const int n_nts = small ? 3 : 4;
@@ -7808,12 +5671,8 @@ int main(void) {
         decattn_family();
     if (fam("preattn"))
         run_preattn();
-    if (fam("decsmall"))
-        decsmall_family();
-    if (fam("lat"))
-        lat_family();
-    if (fam("gemvfuse"))
-        gemvfuse_family();
+    if (fam("graph"))
+        ds_fuse_add_graph();
     if (fam("attnone"))
         attnone_family();
     if (fam("attnshort"))

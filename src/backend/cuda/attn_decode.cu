@@ -178,14 +178,15 @@ static __device__ void da_combine_group(const mf_cu_attn_args &a, int n_split, i
 
 /* The split kernel (see the file comment). part: acc[(t * n_head + h) *
  * n_split + s][hd], then (m, l) pairs at the same index.
- * LAT (MINFER_CUDA_LAT, f32 and f16 caches): the old kernel is three
- * dependent round trips before any math -- n_past_dev, then q (its loads sit
- * behind the empty-chunk exit, which needs n_past), then K/V (issued after
- * q is scaled, which waits for q). With LAT q is loaded with n_past, right
- * after the wait, and the chunk is divided in 32 bits: two round trips.
- * The arithmetic is unchanged, so the partials are bitwise the old ones. */
-template <int HD, int KVT, bool LAT = false>
+ * LAT (f32 and f16 caches): without it the kernel is three dependent round
+ * trips before any math -- n_past_dev, then q (its loads sit behind the
+ * empty-chunk exit, which needs n_past), then K/V (issued after q is
+ * scaled, which waits for q). With LAT q is loaded with n_past, right after
+ * the wait, and the chunk is divided in 32 bits: two round trips, the
+ * partials bitwise the same. The q8_0 cache keeps the three. */
+template <int HD, int KVT>
 static __global__ void __launch_bounds__(32 * DA_WARPS) attn_decode_kernel(mf_cu_attn_args a, int n_split) {
+    constexpr bool LAT = KVT != DA_Q8;
     constexpr int LPR = HD / 8, RPW = 32 / LPR, SUB = LPR / 8, BR = DA_NB * RPW;
     static_assert(LPR >= 8 && LPR <= 32 && 32 % LPR == 0, "8 elements a lane, whole rows per warp");
     __shared__ __align__(16) float s_acc[DA_WARPS][DA_G][HD]; /* float4 stores */
@@ -407,7 +408,7 @@ static __device__ __forceinline__ void dc_max_sum(const float (&wm)[DCL_ML], con
 }
 
 /* The combine of the G query heads of KV head kvh, token t, by the split
- * kernel's last block (tune attn_decode=one), bitwise attn_decode_combine(_lat):
+ * kernel's last block (tune attn_decode=one), bitwise attn_decode_combine_lat:
  * warp w takes heads w, w + 4: the max and the weighted sum of l in
  * combine_lat's lane order and shuffle tree (so L is its L), the weights
  * exp2f(m_s - M) into s_w (its per-thread w, the same value); then thread
@@ -506,54 +507,8 @@ static __device__ __forceinline__ void dc_out(const mf_cu_attn_args &a, float *s
 }
 
 /* out[t, h] = sum_s 2^(m_s - M) acc_s / sum_s 2^(m_s - M) l_s over the
- * splits of (t, h) that saw rows (s < ceil(n_kv / chunk)). One block of
- * DC_THREADS per (query head, token): warp 0 takes the max and the split
- * weights, then DC_THREADS / hd thread groups each sum every P-th split's
- * acc (several independent loads in flight a thread) and the groups' sums
- * are added through shared memory. */
-static __global__ void __launch_bounds__(DC_THREADS) attn_decode_combine(mf_cu_attn_args a, int n_split) {
-    __shared__ float s_w[DA_MAX_SPLIT];
-    __shared__ float s_red[DC_THREADS];
-    __shared__ float s_L;
-    mf_pdl_wait();
-    mf_pdl_trigger();
-    const int h = blockIdx.x, hd = a.head_dim;
-    const int64_t t = blockIdx.y;
-    const int64_t n_kv = (a.n_past_dev ? (int64_t)*a.n_past_dev : a.n_past) + t + 1;
-    const int64_t chunk = da_chunk(n_kv, n_split);
-    const int n_act = (int)((n_kv + chunk - 1) / chunk); /* 1 .. n_split */
-    const int64_t base = (t * a.n_head + h) * n_split;
-    const float *pacc = a.part, *pml = a.part + a.nt * a.n_head * (int64_t)n_split * hd;
-    if (threadIdx.x < 32) {
-        const int lane = threadIdx.x;
-        float M = -INFINITY;
-        for (int s = lane; s < n_act; s += 32)
-            M = fmaxf(M, pml[2 * (base + s)]);
-#pragma unroll
-        for (int off = 16; off > 0; off >>= 1)
-            M = fmaxf(M, __shfl_xor_sync(0xffffffffu, M, off)); /* finite: split 0 has rows */
-        float L = 0.0f;
-        for (int s = lane; s < n_act; s += 32) {
-            const float w = exp2f(pml[2 * (base + s)] - M);
-            s_w[s] = w;
-            L += w * pml[2 * (base + s) + 1];
-        }
-#pragma unroll
-        for (int off = 16; off > 0; off >>= 1)
-            L += __shfl_xor_sync(0xffffffffu, L, off);
-        if (lane == 0)
-            s_L = L;
-    }
-    __syncthreads();
-    const int P = DC_THREADS / hd, part = threadIdx.x / hd, d = threadIdx.x % hd;
-    float acc = 0.0f;
-#pragma unroll 8
-    for (int s = part; s < n_act; s += P)
-        acc += s_w[s] * pacc[(base + s) * hd + d];
-    dc_out(a, s_red, acc, hd, P, t, h, s_L);
-}
-
-/* MINFER_CUDA_LAT's combine, bitwise equal to the one above. That one is a
+ * splits of (t, h) that saw rows (s < ceil(n_kv / chunk)), one block of
+ * DC_THREADS per (query head, token). The straightforward form is a
  * chain of round trips: warp 0 loads the m's (max), loads them again with
  * the l's (weights into s_w), a barrier, then every thread loads its acc
  * values, a barrier, the store. Here every thread issues all its loads at
@@ -562,8 +517,9 @@ static __global__ void __launch_bounds__(DC_THREADS) attn_decode_combine(mf_cu_a
  * -- and every warp replays warp 0's max and weighted-l sum (same lane
  * order, same shuffle tree: the same L in every warp), so the weights need
  * no shared array and no barrier; each thread's weight exp2f(m_s - M) and
- * its acc sum are the old expressions in the old order. One barrier (the
- * P-way sum) remains. */
+ * its acc sum are the straightforward form's expressions in its order
+ * (that form measured slower with bitwise the same output, docs/PERF.md
+ * "Row-kernel generations"). One barrier (the P-way sum) remains. */
 #define DCL_E 8
 static __global__ void __launch_bounds__(DC_THREADS) attn_decode_combine_lat(mf_cu_attn_args a, int n_split) {
     __shared__ float s_red[DC_THREADS];
@@ -607,8 +563,6 @@ static __global__ void __launch_bounds__(DC_THREADS) attn_decode_combine_lat(mf_
     dc_out(a, s_red, acc, hd, P, t, h, L);
 }
 
-extern int mf_cu_lat; /* norm.cu */
-
 static int da_kvt(uint32_t kv_type) {
     return kv_type == MF_TYPE_F32 ? DA_F32 : kv_type == MF_TYPE_F16 ? DA_F16 : kv_type == MF_TYPE_Q8_0 ? DA_Q8 : -1;
 }
@@ -643,21 +597,17 @@ extern "C" cudaError_t mf_cu_attn_decode(const mf_cu_attn_args *a, cudaStream_t 
     const dim3 grid((unsigned)a->n_head_kv, (unsigned)n_split, (unsigned)a->nt), block(32 * DA_WARPS);
     const int kvt = da_kvt(a->kv_type);
     void (*k)(mf_cu_attn_args, int) =
-        mf_cu_lat && kvt != DA_Q8 ? (a->head_dim == 64 ? (kvt == DA_F32 ? attn_decode_kernel<64, DA_F32, true>
-                                                                        : attn_decode_kernel<64, DA_F16, true>)
-                                                       : (kvt == DA_F32 ? attn_decode_kernel<128, DA_F32, true>
-                                                                        : attn_decode_kernel<128, DA_F16, true>))
-        : a->head_dim == 64 ? (kvt == DA_F32   ? attn_decode_kernel<64, DA_F32>
+        a->head_dim == 64 ? (kvt == DA_F32   ? attn_decode_kernel<64, DA_F32>
                              : kvt == DA_F16 ? attn_decode_kernel<64, DA_F16>
                                              : attn_decode_kernel<64, DA_Q8>)
                           : (kvt == DA_F32   ? attn_decode_kernel<128, DA_F32>
                              : kvt == DA_F16 ? attn_decode_kernel<128, DA_F16>
                                              : attn_decode_kernel<128, DA_Q8>);
-    cudaError_t e = mf_launch(k, grid, block, 0, s, *a, n_split);
+    cudaError_t e = mf_launch(k, grid, block, 0, s, a->pdl, *a, n_split);
     if (e != cudaSuccess || a->cnt) /* tune attn_decode=one: the split kernel combined */
         return e;
-    return mf_launch(mf_cu_lat ? attn_decode_combine_lat : attn_decode_combine, dim3((unsigned)a->n_head,
-                     (unsigned)a->nt), dim3(DC_THREADS), 0, s, *a, n_split);
+    return mf_launch(attn_decode_combine_lat, dim3((unsigned)a->n_head, (unsigned)a->nt), dim3(DC_THREADS), 0, s, a->pdl,
+                     *a, n_split);
 }
 
 #include "backend/cuda/probe.cuh"
@@ -669,11 +619,6 @@ extern "C" cudaError_t mf_cu_probe_attn_decode(size_t smem_limit, const char **b
     MF_PROBE((attn_decode_kernel<128, DA_F32>), 32 * DA_WARPS);
     MF_PROBE((attn_decode_kernel<128, DA_F16>), 32 * DA_WARPS);
     MF_PROBE((attn_decode_kernel<128, DA_Q8>), 32 * DA_WARPS);
-    MF_PROBE((attn_decode_kernel<64, DA_F32, true>), 32 * DA_WARPS);
-    MF_PROBE((attn_decode_kernel<64, DA_F16, true>), 32 * DA_WARPS);
-    MF_PROBE((attn_decode_kernel<128, DA_F32, true>), 32 * DA_WARPS);
-    MF_PROBE((attn_decode_kernel<128, DA_F16, true>), 32 * DA_WARPS);
-    MF_PROBE(attn_decode_combine, DC_THREADS);
     MF_PROBE(attn_decode_combine_lat, DC_THREADS);
     return cudaSuccess;
 }

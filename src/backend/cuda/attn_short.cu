@@ -12,8 +12,8 @@
  *
  *   grid = (query head, token), NW warps (12 by default: the backend's
  *   384-row range in one pass, so every K/V load of the block is issued at
- *   once; 4 on request, the brief's design: 128 rows a pass, deeper
- *   contexts pay one more load round trip a pass). Thread tid < hd / 4
+ *   once; 4 with tune short_warps=4, the first design: 128 rows a pass,
+ *   deeper contexts pay one more load round trip a pass). Thread tid < hd / 4
  *   loads a float4 of q (scaled by scale * log2 e: softmax in the log2
  *   domain, as the split kernel) into shared memory. The causal range
  *   [0, n_kv) is walked in tiles of 32 NW rows: lane l of warp w owns row
@@ -576,20 +576,18 @@ extern "C" int mf_cu_attn_short_ok(const mf_cu_attn_args *a) {
            ((uintptr_t)a->q8out & 3) == 0 && (a->n_past_dev || a->n_past + a->nt <= 0x7fffffff);
 }
 
-/* The kernel for a's shape and NW warps a block. */
-template <int NW>
-static void (*as_pick(const mf_cu_attn_args *a))(mf_cu_attn_args, int) {
-    const bool f16 = a->kv_type == MF_TYPE_F16;
-    return a->head_dim == 64 ? (f16 ? attn_short_kernel<64, true, NW> : attn_short_kernel<64, false, NW>)
-                             : (f16 ? attn_short_kernel<128, true, NW> : attn_short_kernel<128, false, NW>);
-}
-
-extern "C" cudaError_t mf_cu_attn_short(const mf_cu_attn_args *a, int warps, cudaStream_t s) {
-    if (!mf_cu_attn_short_ok(a) || (warps != 0 && warps != 4 && warps != AS_WARPS_DEF))
+extern "C" cudaError_t mf_cu_attn_short(const mf_cu_attn_args *a, cudaStream_t s) {
+    if (!mf_cu_attn_short_ok(a) || (a->short_warps != 0 && a->short_warps != 4 && a->short_warps != AS_WARPS_DEF))
         return cudaErrorInvalidValue;
-    const int nw = warps ? warps : AS_WARPS_DEF;
-    return mf_launch(nw == 4 ? as_pick<4>(a) : as_pick<AS_WARPS_DEF>(a), dim3((unsigned)a->n_head, (unsigned)a->nt),
-                     dim3(32 * nw), 0, s, *a, (int)!a->no_pf);
+    const bool f16 = a->kv_type == MF_TYPE_F16, w4 = a->short_warps == 4;
+    void (*k)(mf_cu_attn_args, int) =
+        w4 ? (a->head_dim == 64 ? (f16 ? attn_short_kernel<64, true, 4> : attn_short_kernel<64, false, 4>)
+                                : (f16 ? attn_short_kernel<128, true, 4> : attn_short_kernel<128, false, 4>))
+        : a->head_dim == 64
+            ? (f16 ? attn_short_kernel<64, true, AS_WARPS_DEF> : attn_short_kernel<64, false, AS_WARPS_DEF>)
+            : (f16 ? attn_short_kernel<128, true, AS_WARPS_DEF> : attn_short_kernel<128, false, AS_WARPS_DEF>);
+    return mf_launch(k, dim3((unsigned)a->n_head, (unsigned)a->nt), dim3(32 * (w4 ? 4 : AS_WARPS_DEF)), 0, s,
+                     a->pdl, *a, (int)!a->no_pf);
 }
 
 /* The rope-store r describes what the fused kernel folds in: one token,
@@ -622,7 +620,8 @@ extern "C" cudaError_t mf_cu_attn_short_rope(const mf_cu_attn_args *a, const mf_
     void (*k)(mf_cu_attn_args, mf_cu_rope_store_args, int) =
         a->head_dim == 64 ? (f16 ? attn_short_rope_kernel<64, true> : attn_short_rope_kernel<64, false>)
                           : (f16 ? attn_short_rope_kernel<128, true> : attn_short_rope_kernel<128, false>);
-    return mf_launch(k, dim3((unsigned)a->n_head, 1), dim3(32 * AS_WARPS_DEF), 0, s, *a, *r, (int)!a->no_pf);
+    return mf_launch(k, dim3((unsigned)a->n_head, 1), dim3(32 * AS_WARPS_DEF), 0, s, a->pdl, *a, *r,
+                     (int)!a->no_pf);
 }
 
 #include "backend/cuda/probe.cuh"

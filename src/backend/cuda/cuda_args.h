@@ -14,6 +14,10 @@
 
 #include <cuda_runtime_api.h>
 
+#ifndef __cplusplus /* the host side (the .cu files never see the tuning) */
+#include "backend/cuda/cuda_tune.h"
+#endif
+
 #ifdef __cplusplus
 extern "C" {
 #endif
@@ -29,6 +33,55 @@ typedef struct mf_cu_fault {
 } mf_cu_fault;
 
 enum mf_cu_fault_code { MF_CU_FAULT_NONE = 0, MF_CU_FAULT_TOKEN_ID = 1 };
+
+/* Resident blocks per SM of the int8 GEMV kernels (v3: [type][nt > 1]
+ * [swiglu]; v4: [instance][U index][swiglu], v4e: the early-load
+ * instances [instance][U index], mix: the mixed-type instances [mix][E],
+ * zc: the ZC instances), measured once at start by mf_cu_gemv_occupancy
+ * and owned by the backend; a 0 entry means not measured (the launchers
+ * then assume 4 or 6). */
+#define MF_CU_OCC_INST 16 /* >= the v4 instance count (gemv_q8v4.cu checks) */
+typedef struct mf_cu_gemv_occ {
+    int32_t v3[MF_CU_OCC_INST][2][2];
+    int32_t v4[MF_CU_OCC_INST][2][2];
+    int32_t v4e[MF_CU_OCC_INST][2];
+    int32_t mix[4][2];
+    int32_t zc[MF_CU_OCC_INST];
+} mf_cu_gemv_occ;
+void mf_cu_gemv_occupancy(mf_cu_gemv_occ *o);
+
+/* The int8 GEMV's launch choices, from the tuning (cuda_tune.h; the host
+ * resolves each "-1: the rule" to the value named here) and the device. */
+typedef struct mf_cu_gemv_tune {
+    int32_t v4;         /* nt == 1, the v4 GEMV: -1 where mf_cu_q8v4_u's rule takes it, 1 / 2 slices
+                           per lane in flight everywhere it can, 0 off */
+    int32_t v4_q6k;     /* Q6_K on the v4 slice decoder: 0 off (the unit decoder), 1 / 2 slices, 3 the
+                           rule (2 for rows of >= 4096 in a weight of <= 4 MiB, else 1) */
+    int32_t v4_big_mib; /* Q4_K weights of at least this many MiB take 2 slices (0: always) */
+    int32_t v4_early;   /* the early-load instances: 0 never, 1 always, 2 launches of <= 4 MiB */
+    int32_t v4_pf;      /* pre-wait L2 prefetch: 0 none, 1 first batch, 2 first row group, 3 2 for
+                           launches of <= 4 MiB, else 1 */
+    int32_t sms;        /* the device's multiprocessors (one wave = sms x resident blocks) */
+    int32_t pdl;        /* the launches with programmatic dependent launch (tune pdl; pdl.cuh) */
+    const mf_cu_gemv_occ *occ; /* NULL: not measured */
+} mf_cu_gemv_tune;
+
+#ifndef __cplusplus
+/* The GEMV choices of tuning t on a device whose occupancy table is occ:
+ * each "-1: the rule" of t as the value the kernels read as their rule. */
+static inline mf_cu_gemv_tune mf_cu_gemv_tune_of(const mf_cuda_tune *t, const mf_cu_gemv_occ *occ) {
+    mf_cu_gemv_tune g;
+    g.v4 = t->v4;
+    g.v4_q6k = t->v4_q6k < 0 ? 3 : t->v4_q6k;
+    g.v4_big_mib = t->v4_big_mib;
+    g.v4_early = t->v4_early < 0 ? 2 : t->v4_early;
+    g.v4_pf = t->v4_pf < 0 ? 3 : t->v4_pf;
+    g.sms = t->sm_count;
+    g.pdl = t->pdl;
+    g.occ = occ;
+    return g;
+}
+#endif
 
 /* y[t, o] = sum_i W[o, i] x[t, i] (+ bias[o]):  W (n_in, n_out) of wtype,
  * x (n_in, nt) f32, y (n_out, nt) f32. y must not alias x. */
@@ -53,14 +106,9 @@ typedef struct mf_cu_matmul_args {
     void *xf16;             /* scratch of its x_bytes */
     int32_t gemv_v1;        /* tune gemv=v1: the int8 GEMV on the v1 kernels (else v3) */
     int32_t gemv_auto;      /* v3 only where it measured faster (mf_cu_gemv_v3_wanted) */
-    int32_t gemv_v4;        /* nt == 1, the v4 GEMV: -1 where mf_cu_q8v4_u's rule takes it, 1 / 2 slices
-                               per lane in flight everywhere it can, 0 off */
-    int32_t prologue;       /* int8 GEMV: 1 quantize x in the GEMV's prologue where mf_cu_q8_prologue_rule
-                               allows, 2 wherever it fits (tests), 0 the separate quantize kernel
-                               (default; MINFER_CUDA_GEMV_PROLOGUE=1 opts in) */
+    mf_cu_gemv_tune gt;     /* the int8 GEMV's choices */
     int32_t no_split;       /* tune mma_split=0: no split-K in the mma tier */
-    int32_t mma_cfg;        /* the mma GEMM's tile config 0 .. MF_CU_MMA_N_CFG - 1 (gemm_mma.cu lists
-                               them; the backend passes MINFER_CUDA_MMA_CFG, default 2); others: 0 */
+    int32_t sms;            /* multiprocessors (the mma tier's split-K rule) */
 } mf_cu_matmul_args;
 cudaError_t mf_cu_matmul(const mf_cu_matmul_args *a, cudaStream_t s);
 
@@ -68,8 +116,6 @@ cudaError_t mf_cu_matmul(const mf_cu_matmul_args *a, cudaStream_t s);
  * auto at nt >= mma_min_nt without no_mma / no_tc; n_in % 8 == 0 and a
  * device that passed mf_cu_probe_mma), the scratch it needs, and the
  * launcher (dequantize W to f16 per chunk, x to f16, mma.sync GEMM). */
-#define MF_CU_MMA_N_CFG 4 /* tile configs 0 .. 3 */
-#define MF_CU_MMA_CFG_DEFAULT 2 /* the one the backend uses (docs/PERF.md, "MMA tile configs") */
 int mf_cu_mma_wanted(const mf_cu_matmul_args *a);
 void mf_cu_mma_scratch(const mf_cu_matmul_args *a, size_t *w_bytes, size_t *x_bytes);
 cudaError_t mf_cu_gemm_mma(const mf_cu_matmul_args *a, cudaStream_t s);
@@ -94,7 +140,7 @@ typedef struct mf_cu_mma_multi_args {
     int32_t x_ready;        /* xf16 already holds x as f16 */
     uint64_t wchunk_bytes;  /* 0: the tier's default */
     void *wf16, *xf16;
-    int32_t mma_cfg;        /* as mf_cu_matmul_args.mma_cfg */
+    int32_t sms;            /* multiprocessors */
 } mf_cu_mma_multi_args;
 int mf_cu_mma_multi_ok(const mf_cu_mma_multi_args *a);
 void mf_cu_mma_multi_scratch(const mf_cu_mma_multi_args *a, size_t *w_bytes, size_t *x_bytes);
@@ -131,13 +177,11 @@ typedef struct mf_cu_q8_multi_args {
                              (tune fuse_norm: the norm node is not launched) */
     const float *norm_w;  /* n_in weights; NULL: none */
     float norm_eps;
-    int32_t v2;           /* MINFER_CUDA_GEMV_V2: Q4_K weights take the paired-unit GEMV */
     int32_t gemv_v1;      /* tune gemv=v1: the v1 kernels (else the v3 row-pair GEMV) */
     int32_t gemv_auto;    /* v3 only where it measured faster (mf_cu_gemv_v3_wanted) */
-    int32_t gemv_v4;      /* as mf_cu_matmul_args.gemv_v4 */
-    int32_t prologue;     /* as mf_cu_matmul_args.prologue (with norm: RMSNorm + quantize in the prologue) */
+    mf_cu_gemv_tune gt;   /* as mf_cu_matmul_args.gt */
     int32_t x_q8_ready;   /* q8 already holds x quantized (RMSNorm'ed first with norm): the kernel
-                             before wrote it as a by-product; no quantize launch, no prologue */
+                             before wrote it as a by-product; no quantize launch */
     int32_t qkv_mix;      /* tune qkv_mix=1: weights in two runs of different types (Q/K and V of a
                              K-quant mix's use_more_bits layers) as one v4 launch where a mixed-type kernel
                              exists (mf_cu_q8v4_mix_supported), bitwise the two launches; 0: one per run */
@@ -146,28 +190,22 @@ typedef struct mf_cu_q8_multi_args {
     void *q8out;          /* tune ffn_q8b: swiglu at nt 1 also writes y[0]'s int8 quantization here
                              (mf_cu_q8_bytes(n_out[0], 1), bitwise the quantize kernel's; must not overlap
                              q8), by the block-local SwiGLU GEMV; only where mf_cu_gemv_q8_ffn_q8b_ok says
-                             so (else the launch fails); NULL: today's launches */
-    int32_t q8b_form;     /* with q8out: the block-local kernel's form (tune ffn_q8b's value): 0 or 1
-                             8 warps x 4 outputs, 2: 16 warps x 2, 3: form 1 capped at 80 registers (3 blocks
-                             a SM), 4: form 3 with 2 of a warp's 4 outputs in flight at a time, 5: form 1
-                             letting the next kernel launch only after its stores (gemv_q8v4.cu); same bits;
-                             another value: the launch fails (cudaErrorInvalidValue) */
+                             so (else the launch fails); NULL: the plain launches */
     float *y_host;        /* tune zc: a device alias of mapped pinned host memory (32-byte
                              aligned) that also receives y[0], written by the v4 GEMV's epilogue in whole
                              32-byte lines; only where mf_cu_gemv_q8_zc_ok says so (else the launch fails);
                              NULL: today's launches */
 } mf_cu_q8_multi_args;
-#define MF_CU_Q8B_FORMS 5 /* q8b_form 1 .. this */
 cudaError_t mf_cu_gemv_q8_multi(const mf_cu_q8_multi_args *a, cudaStream_t s);
 /* Whether mf_cu_gemv_q8_multi(a) can also write the int8 h into a->q8out
- * (a->q8out itself not looked at): swiglu, nt 1, no prologue, gate/up of
+ * (a->q8out itself not looked at): swiglu, nt 1, gate/up of
  * one type on the v4 GEMV with one slice in flight and one warp per output
  * (mf_cu_q8v4_swq8_ok: Q4_0 / Q5_0 / Q8_0 / Q4_K / Q6_K, n_out % 32 == 0,
  * n_in <= 2048). */
 int mf_cu_gemv_q8_ffn_q8b_ok(const mf_cu_q8_multi_args *a);
 /* Whether mf_cu_gemv_q8_multi(a) can also write y[0] into a->y_host
- * (a->y_host itself not looked at): one weight, nt 1, no swiglu, residual
- * or prologue, the v4 GEMV with one slice in flight and one warp per row
+ * (a->y_host itself not looked at): one weight, nt 1, no swiglu or
+ * residual, the v4 GEMV with one slice in flight and one warp per row
  * pair (mf_cu_q8v4_zc_ok: Q4_0 / Q5_0 / Q8_0, their plane copies, Q6_K on
  * the slice decoder); not with q8out set (no ZC form of FFN_Q8B: the
  * launch fails). */
@@ -177,20 +215,6 @@ int mf_cu_gemv_q8_zc_ok(const mf_cu_q8_multi_args *a);
  * norm-quant) and the block-local SwiGLU GEMV launches (FFN_Q8B). */
 int64_t mf_cu_q8_quant_count(void);
 int64_t mf_cu_q8v4_swq8_count(void);
-/* ... of those, the launches of block form `form` (1 .. MF_CU_Q8B_FORMS; a form 0 launch counts as 1). */
-int64_t mf_cu_q8v4_swq8_form_count(int form);
-/* The quantizing prologue (opt-in, MINFER_CUDA_GEMV_PROLOGUE=1: measured
- * slower on the H200, docs/PERF.md): every GEMV
- * block quantizes (RMSNorms) its tokens' f32 rows into shared memory itself,
- * so no separate quantize / norm-quant launch precedes it. Auto rule: a
- * launch of `blocks` blocks of ntb tokens of n_in takes it when the redundant
- * activation reads per SM, ceil(blocks / SMs) * ntb * n_in * 4 bytes, stay
- * <= 128 KiB (~1 us of one SM's L2 bandwidth, under the ~2.5 us launch it
- * saves) and the shared copy (ntb * n_in * 5/4 bytes + 576) fits 47 KiB.
- * mf_cu_gemv_prologue_count: GEMV launches that took it (host count; a
- * captured launch counts once). */
-int mf_cu_q8_prologue_rule(int64_t blocks, int64_t ntb, int64_t n_in);
-int64_t mf_cu_gemv_prologue_count(void);
 static inline size_t mf_cu_q8_bytes(int64_t n_in, int64_t nt) {
     /* int8 values, then a float scale and an int32 of two half sums per unit */
     return (size_t)(nt * n_in) + (size_t)(nt * (n_in / 32)) * 8 + 256;
@@ -204,6 +228,7 @@ typedef struct mf_cu_norm_args {
     float *y;
     int64_t n, nrows;
     float eps;
+    int32_t pdl;    /* launched with programmatic dependent launch (tune pdl; pdl.cuh) */
 } mf_cu_norm_args;
 cudaError_t mf_cu_rmsnorm(const mf_cu_norm_args *a, cudaStream_t s);
 
@@ -218,6 +243,7 @@ typedef struct mf_cu_rope_args {
     int64_t nt;
     int32_t n_head, head_dim, n_rot, mode;
     float theta, freq_scale;
+    int32_t pdl;    /* launched with programmatic dependent launch (tune pdl; pdl.cuh) */
 } mf_cu_rope_args;
 cudaError_t mf_cu_rope(const mf_cu_rope_args *a, cudaStream_t s);
 
@@ -237,6 +263,7 @@ typedef struct mf_cu_ew_args {
     float *y;
     int64_t n, b_n;
     float s;
+    int32_t pdl;    /* launched with programmatic dependent launch (tune pdl; pdl.cuh) */
 } mf_cu_ew_args;
 cudaError_t mf_cu_elementwise(const mf_cu_ew_args *a, cudaStream_t s);
 
@@ -246,6 +273,7 @@ typedef struct mf_cu_softmax_args {
     float *y;
     int64_t n, nrows;
     float scale;
+    int32_t pdl;    /* launched with programmatic dependent launch (tune pdl; pdl.cuh) */
 } mf_cu_softmax_args;
 cudaError_t mf_cu_softmax(const mf_cu_softmax_args *a, cudaStream_t s);
 
@@ -257,6 +285,7 @@ typedef struct mf_cu_copy_args {
     void *y;
     int64_t ne[4];
     int64_t st[4];
+    int32_t pdl;    /* launched with programmatic dependent launch (tune pdl; pdl.cuh) */
 } mf_cu_copy_args;
 cudaError_t mf_cu_copy4d(const mf_cu_copy_args *a, cudaStream_t s);
 
@@ -273,6 +302,7 @@ typedef struct mf_cu_slot_args {
     int32_t n;
     void *dst[MF_CU_SLOT_N];
     uint32_t off[MF_CU_SLOT_N], len[MF_CU_SLOT_N];
+    int32_t pdl;    /* launched with programmatic dependent launch (tune pdl; pdl.cuh) */
 } mf_cu_slot_args;
 cudaError_t mf_cu_slot_copy(const mf_cu_slot_args *a, cudaStream_t s);
 
@@ -288,6 +318,7 @@ typedef struct mf_cu_getrows_args {
     float *y;
     mf_cu_fault *fault;
     int32_t node;
+    int32_t pdl;    /* launched with programmatic dependent launch (tune pdl; pdl.cuh) */
 } mf_cu_getrows_args;
 cudaError_t mf_cu_getrows(const mf_cu_getrows_args *a, cudaStream_t s);
 
@@ -301,6 +332,7 @@ typedef struct mf_cu_kv_args {
     const int32_t *pos0_dev; /* non-NULL: pos0 is read from here (CUDA graph replay) */
     const float *src; /* store */
     float *dst;       /* load */
+    int32_t pdl;    /* launched with programmatic dependent launch (tune pdl; pdl.cuh) */
 } mf_cu_kv_args;
 cudaError_t mf_cu_kv_store(const mf_cu_kv_args *a, cudaStream_t s);
 cudaError_t mf_cu_kv_load(const mf_cu_kv_args *a, cudaStream_t s);
@@ -342,9 +374,11 @@ typedef struct mf_cu_attn_args {
                       kernel. NULL: the combine kernel */
     void *q8out;   /* with cnt: also the int8 quantization of out (mf_cu_q8_bytes(n_head *
                       head_dim, nt) layout, bitwise the quantize kernel's); NULL: none */
+    int32_t short_warps; /* tune short_warps: the short-context kernel's warps a block, 12 (0) or 4 */
     int32_t no_pf; /* tune attn_pf=0: the short-context kernels do not ask L2 for the cache rows
                       of earlier forwards before their PDL wait (0: they do, the default; the
                       same bits either way) */
+    int32_t pdl;    /* launched with programmatic dependent launch (tune pdl; pdl.cuh) */
 } mf_cu_attn_args;
 cudaError_t mf_cu_attn(const mf_cu_attn_args *a, cudaStream_t s);
 /* Whether the flash-prefill kernel takes this shape: head_dim <= 128, nt > 8. */
@@ -363,11 +397,12 @@ cudaError_t mf_cu_attn_decode(const mf_cu_attn_args *a, cudaStream_t s);
  * head_dim 64 or 128, <= 8 query heads per KV head, f32/f16 cache, q/out/k/v
  * 16-byte aligned; a->part and a->cnt are ignored, a->q8out (if set) gets
  * the int8 quantization of out (mf_cu_q8_bytes layout, bitwise the quantize
- * kernel's). Correct at any depth, meant for <= 384 rows. warps: a block's
- * warps, 12 (0: the default; rows 32 a warp, so 384 in one pass) or 4 (the
- * suggested design; 128 rows a pass). _ok: whether it takes a's shape. */
+ * kernel's). Correct at any depth, meant for <= 384 rows: a->short_warps
+ * warps a block, 12 (0: the default; 32 rows a warp, so 384 in one pass) or
+ * 4 (128 rows a pass); another value: cudaErrorInvalidValue. _ok: whether
+ * it takes a's shape. */
 int mf_cu_attn_short_ok(const mf_cu_attn_args *a);
-cudaError_t mf_cu_attn_short(const mf_cu_attn_args *a, int warps, cudaStream_t s);
+cudaError_t mf_cu_attn_short(const mf_cu_attn_args *a, cudaStream_t s);
 /* tune short_rope (attn_short.cu): mf_cu_attn_short (12 warps) with
  * the rope-store r of the token folded in, one token: the kernel reads the
  * raw q (r->rq.x; a->q is not read), QkNorms (r->q_norm / k_norm) and ropes
@@ -386,85 +421,37 @@ int mf_cu_attn_mma_ok(const mf_cu_attn_args *a);
 cudaError_t mf_cu_attn_mma(const mf_cu_attn_args *a, cudaStream_t s);
 cudaError_t mf_cu_attn_mma_setup(const char **bad);
 
-/* Programmatic dependent launch for the kernels launched through
- * mf_launch (pdl.cuh); set once at backend creation (tune pdl). */
-void mf_cu_set_pdl(int on);
 /* Built with MINFER_CUDA_KTIME (MF_KTIME) only: prints the kernel timeline
  * recorded in mf_pdl_wait (pdl.cuh) to f and empties it; cu_free calls it
  * with the device idle. Not defined without the option. */
 void mf_cu_ktime_dump(FILE *f);
-/* tune pdl's default: on (H200, docs/PERF.md: qwen2-0.5B
- * tg128 1,006 -> 1,170 t/s, 7B Q4_K_M 260 -> 270). */
-#define MF_CU_PDL_DEFAULT 1
 /* Whether the v3 GEMV takes a launch of `rows` output rows of n_in inputs of
  * wtype under the auto rule (docs/PERF.md: with PDL on, v3 wins on
  * the layer matmuls; v1 on the vocab-wide lm_head and on Q6_K). */
 int mf_cu_gemv_v3_wanted(uint32_t wtype, int64_t n_in, int64_t rows);
 /* Slices in flight for a one-token GEMV over `rows` weight rows of n_in
- * (gate and up both counted for SwiGLU) of wtype under mode (the args'
- * gemv_v4: -1 the auto rule, 0 off, 1 / 2 forced); 0: not v4
- * (gemv_q8v4.cu). */
-int mf_cu_q8v4_u(int mode, uint32_t wtype, int64_t rows, int64_t n_in);
-/* Warps per row (ks) of the single-run, non-SwiGLU v4 launch of u slices
- * over `rows` rows (0: no v4 instance): MINFER_CUDA_LOGITS_CHUNKS chunks the
- * lm_head only where every chunk's ks and u equal the whole's (same bits;
- * gemv_q8v4.cu). */
-int mf_cu_q8v4_ks(uint32_t wtype, int u, int64_t rows, int64_t n_in);
+ * (gate and up both counted for SwiGLU) of wtype under g (g->v4: -1 the
+ * auto rule, 0 off, 1 / 2 forced); 0: not v4 (gemv_q8v4.cu). */
+int mf_cu_q8v4_u(const mf_cu_gemv_tune *g, uint32_t wtype, int64_t rows, int64_t n_in);
 /* tune zc: whether a single-weight, non-SwiGLU v4 launch of
  * u slices over `rows` rows of wtype has a ZC instance (the epilogue that
  * also stores the rows into mapped host memory) with the plain launch's
  * plan: u 1, ks 1, an instance of ZC_FOR_EACH_INST (gemv_q8v4.cu). _count:
  * ZC launches so far (host count; a captured launch counts once). */
-int mf_cu_q8v4_zc_ok(uint32_t wtype, int u, int64_t rows, int64_t n_in);
+int mf_cu_q8v4_zc_ok(const mf_cu_gemv_tune *g, uint32_t wtype, int u, int64_t rows, int64_t n_in);
 int64_t mf_cu_q8v4_zc_count(void);
 /* Launches of the mixed-type v4 GEMV so far (tune qkv_mix; host
  * count, for tests: a captured launch counts once, its replays not). */
 int64_t mf_cu_q8v4_mix_count(void);
 /* The FFN_Q8B kernel's rule for a SwiGLU GEMV of n_out outputs over n_in
  * with u slices in flight (gemv_q8v4.cu, see mf_cu_gemv_q8_ffn_q8b_ok). */
-int mf_cu_q8v4_swq8_ok(uint32_t wtype, int u, int64_t n_out, int64_t n_in);
+int mf_cu_q8v4_swq8_ok(const mf_cu_gemv_tune *g, uint32_t wtype, int u, int64_t n_out, int64_t n_in);
 
-/* The wide decode kernels, set once at backend creation (tests flip them):
- * norm: RMSNorm of up to 64 rows and the q8 norm-quant on many blocks per
- * row (MINFER_CUDA_NO_WIDE_NORM=1 clears it); rope: the rope-store on one
- * block per (token, head) (MINFER_CUDA_NO_WIDE_ROPE=1 clears it). Both are
- * bitwise equal to the kernels they replace. */
-void mf_cu_set_wide(int norm, int rope);
-/* The decode row kernels without serial load chains (RMSNorm, q8
- * norm-quant, per-head rope-store, split-KV combine), bitwise equal to the
- * ones they replace: on by default, MINFER_CUDA_LAT=0 runs exactly the old
- * kernels. Set once at backend creation (tests flip it). */
-void mf_cu_set_lat(int on);
-/* The v4 GEMV's pre-wait L2 prefetch (tune v4_pf, default 3;
- * gemv_q8v4.cu): 0 off, 1 each block's first weight batch into L2 before the
- * PDL wait, 2 every batch of the block's first row group, 3 auto (2 for a
- * launch of <= 4 MiB of weights, else 1) */
-void mf_cu_set_gemv_v4_pf(int on);
-/* u = 1 or 2: Q6_K one-token GEMVs on the v4 slice decoder (under the auto
- * rule with u slices in flight at every row count, the lm_head included;
- * a forced tune v4=U keeps its U) instead of the unit decoder /
- * v1; 3: the slice decoder with two slices for rows of >= 4096 in a weight
- * of <= 4 MiB, else one; 0: the old rule and decoder
- * (tune v4_q6k=u, default 3; gemv_q8v4.cu). Process-wide, set at
- * backend creation (tests flip it). */
-void mf_cu_set_gemv_v4_q6k(int u);
-/* The auto rule's Q4_K threshold: weights of at least mib MiB take two
- * slices in flight, smaller ones one (tune v4_big, default 32;
- * 0: two everywhere, the session-3 rule). Process-wide, like the above. */
-void mf_cu_set_gemv_v4_big(int mib);
-/* The v4 GEMV's early-load instances (E) for plain (no SwiGLU) launches of
- * the unit decoders (Q4_0 / Q5_0 / Q8_0, their plane copies, Q6_K's unit
- * decoder) on the one-batch loop: a batch's activation loaded with its
- * weight bytes before anything waits, each row's bias and residual when its
- * group starts. 0 off, 1 on, 2 auto (launches of <= 4 MiB of weights);
- * tune v4_early, default 2, gemv_q8v4.cu. Same bits every way.
- * Process-wide, set at backend creation (tests flip it). */
-void mf_cu_set_gemv_v4_early(int mode);
 /* Test entry: the int8 GEMV's activation quantization alone, nt rows of n_in
  * (n_in % 32 == 0) into q8 (mf_cu_q8_bytes layout), RMSNorm'ed by w (NULL:
- * none) and eps first when norm. */
+ * none) and eps first when norm; pdl as the args' pdl fields. */
 cudaError_t mf_cu_q8_quant_rows(const float *x, const float *w, float eps, int norm, int64_t n_in, int64_t nt,
-                                void *q8, cudaStream_t s);
+                                void *q8, int pdl, cudaStream_t s);
 
 /* Weight types with a matmul / getrows kernel. */
 int mf_cu_type_supported(uint32_t wtype);

@@ -179,15 +179,6 @@ int mf_cuda_end_forward(mf_backend *b, const mf_graph *g, const mf_cuda_args *a,
     return mf_cub_end_forward(b, g, a, err);
 }
 
-/* The kernel files' launch-wide choices (pdl.cuh, gemv_q8v4.cu) as the
- * tuning says; -1 (the rule) is the kernels' auto. */
-static void apply_kernel_tune(const mf_cuda_tune *t) {
-    mf_cu_set_pdl(t->pdl);
-    mf_cu_set_gemv_v4_pf(t->v4_pf < 0 ? 3 : t->v4_pf);
-    mf_cu_set_gemv_v4_q6k(t->v4_q6k < 0 ? 3 : t->v4_q6k);
-    mf_cu_set_gemv_v4_big(t->v4_big_mib);
-    mf_cu_set_gemv_v4_early(t->v4_early < 0 ? 2 : t->v4_early);
-}
 
 int mf_backend_cuda_create(const mf_weights *w, const mf_backend_options *opt, mf_backend **out, mf_error *err) {
     *out = NULL;
@@ -214,7 +205,6 @@ int mf_backend_cuda_create(const mf_weights *w, const mf_backend_options *opt, m
         mf_cuda_tune_no_fusions(&c->t);
     if (mf_cuda_tune_parse(&c->t, opt->tune, err))
         goto fail;
-    apply_kernel_tune(&c->t);
     if (opt->profile &&
         cudaEventCreate(&c->ht.ev[0]) == cudaSuccess && cudaEventCreate(&c->ht.ev[1]) == cudaSuccess)
         c->ht.on = true;
@@ -262,7 +252,6 @@ int mf_cuda_retune(mf_backend *b, const char *tune, mf_error *err) {
     cu_ctx *c = CX(b);
     if (mf_cuda_tune_parse(&c->t, tune, err))
         return -1;
-    apply_kernel_tune(&c->t);
     c->fruitless = 0;
     c->d2h_bytes = 0;
     return 0;
@@ -275,7 +264,6 @@ const mf_cuda_tune *mf_cuda_tuning(const mf_backend *b) {
 void mf_cuda_set_tuning(mf_backend *b, const mf_cuda_tune *t) {
     cu_ctx *c = CX(b);
     c->t = *t;
-    apply_kernel_tune(&c->t);
     c->fruitless = 0;
     c->d2h_bytes = 0;
 }

@@ -172,6 +172,7 @@ typedef struct cu_ctx {
     long timeout_ms;
     int trace;             /* mf_cuda_options.trace: every launch printed as it is made */
     mf_cuda_tune t;        /* every kernel choice (cuda_tune.h) */
+    mf_cu_gemv_occ occ;    /* the int8 GEMVs' resident blocks per SM, measured at start */
     int64_t n_q8_ready; /* int8 GEMVs that read an input a kernel before wrote (q8_produced; tests) */
     const mf_graph *rs_g;
     int32_t rs_node;
@@ -217,20 +218,15 @@ typedef struct cu_ctx {
 
 #define CX(b) ((cu_ctx *)(b)->ctx)
 
-/* The decode FUSED_FFN's SwiGLU GEMV block form when tune ffn_q8b is on:
- * 8 warps x 4 outputs at <= 80 registers, two of a warp's outputs loaded at
- * a time (docs/PERF.md, "FFN_Q8B block forms") */
-#define FFN_Q8B_FORM 4
-
 /* Whether the decode GEMVs take the int8 tier (else f32 activations). */
 static inline bool q8_tier(const cu_ctx *c) {
     return mf_cuda_sel_matmul(&c->t, 1, true) == MF_CU_MM_GEMV_Q8;
 }
 
-/* The v4 GEMV's slices in flight as the kernels take it: -1 its rule, 0
- * off (one-token GEMVs then follow tune gemv too), 1 / 2 forced. */
-static inline int v4_rule(const mf_cuda_tune *t) {
-    return t->v4;
+/* The int8 GEMV's launch choices (cuda_args.h) from the tuning and the
+ * device numbers read at start. */
+static inline mf_cu_gemv_tune gemv_tune(const cu_ctx *c) {
+    return mf_cu_gemv_tune_of(&c->t, &c->occ);
 }
 
 /* ---- errors ------------------------------------------------------------------------ */

@@ -255,7 +255,7 @@ int mf_cub_slot_issue(cu_ctx *c, mf_error *err) {
         return 0;
     c->slot_live = true;
     if (c->slot_dev) {
-        mf_cu_slot_args a = {.src = c->slot_dev, .used = c->slot_used, .n = c->n_slotw};
+        mf_cu_slot_args a = {.src = c->slot_dev, .used = c->slot_used, .n = c->n_slotw, .pdl = c->t.pdl};
         for (int32_t i = 0; i < c->n_slotw; i++) {
             a.dst[i] = c->slotw[i].dst;
             a.off[i] = c->slotw[i].off;
@@ -462,5 +462,7 @@ int mf_cub_open_device(cu_ctx *c, int dev, mf_error *err) {
                              bad, p.name, p.major, p.minor, c->smem_per_block, cudaGetErrorName(e));
         }
     }
+    mf_cu_gemv_occupancy(&c->occ);
+    cudaGetLastError();
     return 0;
 }

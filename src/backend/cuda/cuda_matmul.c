@@ -148,7 +148,7 @@ int mf_cub_run_matmul(exec *x, const mf_matmul_meta *m, const float *in, float *
                            .x = in, .bias = bias, .y = y, .n_in = m->n_in, .n_out = m->n_out,
                            .nt = nt, .force_gemm = x->c->t.force, .no_tc = x->c->t.mm_prefill == MF_CU_MM_SIMT,
                            .gemv_v1 = x->c->t.gemv == MF_CU_GEMV_V1, .gemv_auto = x->c->t.gemv < 0,
-                           .gemv_v4 = v4_rule(&x->c->t)};
+                           .gt = gemv_tune(x->c), .sms = x->c->t.sm_count};
     const bool q8 = mf_cu_q8_supported(m->wtype, m->n_in) && nt <= 8 &&
                     q8_tier(x->c);
     if (x->c->t.force == MF_CU_FORCE_GEMV_Q8 && !q8)
@@ -160,7 +160,6 @@ int mf_cub_run_matmul(exec *x, const mf_matmul_meta *m, const float *in, float *
     a.mma_min_nt = x->c->t.mma_min_nt;
     a.wchunk_bytes = x->c->t.mma_chunk;
     a.no_split = !x->c->t.mma_split;
-    a.mma_cfg = MF_CU_MMA_CFG_DEFAULT;
     if (!q8 && mf_cu_mma_wanted(&a)) {
         size_t wb, xb;
         mf_cu_mma_scratch(&a, &wb, &xb);
@@ -189,7 +188,7 @@ int mf_cub_run_mma_multi(exec *x, const mf_matmul_meta *const *mm, int n, bool s
     if (!x->c->t.mma_fuse || x->norm || nt <= 8 || (x->c->t.force != MF_CU_FORCE_NONE && x->c->t.force != MF_CU_FORCE_MMA))
         return 1;
     mf_cu_mma_multi_args a = {.n_w = n, .swiglu = swiglu, .x = in, .n_in = mm[0]->n_in, .nt = nt,
-                              .wchunk_bytes = x->c->t.mma_chunk, .mma_cfg = MF_CU_MMA_CFG_DEFAULT};
+                              .wchunk_bytes = x->c->t.mma_chunk, .sms = x->c->t.sm_count};
     for (int i = 0; i < n; i++) {
         const mf_matmul_meta *m = mm[i];
         mf_cu_matmul_args t = {.wtype = m->wtype, .n_in = m->n_in, .n_out = m->n_out, .nt = nt,
@@ -242,7 +241,7 @@ int mf_cub_run_multi(exec *x, const mf_matmul_meta *const *mm, int n, bool swigl
     mf_cu_q8_multi_args a = {.n_w = n, .swiglu = swiglu, .x = x->norm ? x->norm_x : in, .n_in = mm[0]->n_in,
                              .nt = nt, .norm = x->norm, .norm_w = x->norm_w, .norm_eps = x->norm_eps,
                              .gemv_v1 = x->c->t.gemv == MF_CU_GEMV_V1, .gemv_auto = x->c->t.gemv < 0,
-                             .gemv_v4 = v4_rule(&x->c->t), .qkv_mix = x->c->t.qkv_mix};
+                             .gt = gemv_tune(x->c), .qkv_mix = x->c->t.qkv_mix};
     for (int i = 0; i < n; i++) {
         const mf_matmul_meta *m = mm[i];
         if (!(a.w[i] = mf_cub_weight_ptr(x, m->weight, m->wtype, m->n_in, m->n_out)))
@@ -269,7 +268,6 @@ int mf_cub_run_multi(exec *x, const mf_matmul_meta *const *mm, int n, bool swigl
     if (x->q8b && swiglu && !a.x_q8_ready && mf_cu_gemv_q8_ffn_q8b_ok(&a)) {
         if (!(a.q8out = mf_cub_scratch(x, Q8OUT_SLOT, mf_cu_q8_bytes(a.n_out[0], nt))))
             return -1;
-        a.q8b_form = FFN_Q8B_FORM;
         if (mf_cub_launched(x, "gemv_q8_multi(swiglu, q8 out)", a.n_out[0] * n, nt, mf_cu_gemv_q8_multi(&a, x->c->stream)))
             return -1;
         mf_cub_q8_produced(x, y[0], a.n_out[0], nt, a.q8out);
@@ -345,8 +343,9 @@ float *mf_cub_zc_head(cu_ctx *c, const mf_graph *g, int32_t node, int32_t in, in
         c->bufs[out].size < ea->out_bytes || !mf_cub_mm_ok(m) || !mf_cu_q8_supported(m->wtype, m->n_in) ||
         !q8_tier(c))
         return NULL;
-    const int u = mf_cu_q8v4_u(v4_rule(&c->t), m->wtype, m->n_out, m->n_in);
-    if (u <= 0 || !mf_cu_q8v4_zc_ok(m->wtype, u, m->n_out, m->n_in))
+    const mf_cu_gemv_tune gt = gemv_tune(c);
+    const int u = mf_cu_q8v4_u(&gt, m->wtype, m->n_out, m->n_in);
+    if (u <= 0 || !mf_cu_q8v4_zc_ok(&gt, m->wtype, u, m->n_out, m->n_in))
         return NULL;
     return mf_cub_zc_alias(c, ea->out_host, ea->out_bytes);
 }
@@ -371,13 +370,13 @@ int mf_cub_run_head_zc(exec *x, const mf_matmul_meta *m, const float *in, float 
 
 int mf_cub_run_ew(exec *x, int op, const float *a, const float *b, float *y, int64_t n, int64_t b_n,
                   float s) {
-    mf_cu_ew_args e = {.op = op, .a = a, .b = b, .y = y, .n = n, .b_n = b_n, .s = s};
+    mf_cu_ew_args e = {.op = op, .a = a, .b = b, .y = y, .n = n, .b_n = b_n, .s = s, .pdl = x->c->t.pdl};
     return mf_cub_launched(x, "elementwise", n, op, mf_cu_elementwise(&e, x->c->stream));
 }
 
 int mf_cub_run_norm(exec *x, const float *in, const float *w, float *y, int64_t n, int64_t rows,
                     float eps) {
-    mf_cu_norm_args a = {.x = in, .w = w, .y = y, .n = n, .nrows = rows, .eps = eps};
+    mf_cu_norm_args a = {.x = in, .w = w, .y = y, .n = n, .nrows = rows, .eps = eps, .pdl = x->c->t.pdl};
     return mf_cub_launched(x, "rmsnorm", rows, n, mf_cu_rmsnorm(&a, x->c->stream));
 }
 
@@ -388,6 +387,6 @@ int mf_cub_run_rope(exec *x, const mf_rope_meta *r, const float *in, float *y, c
     mf_cu_rope_args a = {.x = in, .y = y, .pos = pos, .pos0 = pos0, .pos0_dev = pos ? NULL : x->npast_dev,
                          .nt = nt, .n_head = r->n_head,
                          .head_dim = r->head_dim, .n_rot = r->n_rot, .mode = r->mode,
-                         .theta = r->theta, .freq_scale = r->freq_scale};
+                         .theta = r->theta, .freq_scale = r->freq_scale, .pdl = x->c->t.pdl};
     return mf_cub_launched(x, "rope", nt, r->n_head, mf_cu_rope(&a, x->c->stream));
 }

@@ -31,7 +31,7 @@ static void *kv_region(exec *x, int32_t id, const mf_exec_args *ea, int64_t rows
 static int run_store(exec *x, void *kc, void *vc, const mf_exec_args *ea, const float *k,
                      const float *v, int64_t nt) {
     mf_cu_kv_args a = {.kv_type = ea->kv_type, .cache = kc, .kv_dim = x->g->kv_dim,
-                       .pos0 = ea->n_past, .pos0_dev = x->npast_dev, .nt = nt, .src = k};
+                       .pos0 = ea->n_past, .pos0_dev = x->npast_dev, .nt = nt, .src = k, .pdl = x->c->t.pdl};
     if (mf_cub_launched(x, "kv_store(k)", nt, x->g->kv_dim, mf_cu_kv_store(&a, x->c->stream)))
         return -1;
     a.cache = vc;
@@ -62,9 +62,10 @@ static int run_rope_store(exec *x, const mf_qkv_meta *m, float *sq, float *sk, c
                                    .pos0_dev = pos ? NULL : x->npast_dev, .nt = nt,
                                    .n_head = r[i]->n_head, .head_dim = r[i]->head_dim,
                                    .n_rot = r[i]->n_rot, .mode = r[i]->mode, .theta = r[i]->theta,
-                                   .freq_scale = r[i]->freq_scale};
+                                   .freq_scale = r[i]->freq_scale, .pdl = x->c->t.pdl};
     a.ks = (mf_cu_kv_args){.kv_type = ea->kv_type, .cache = kc, .kv_dim = x->g->kv_dim,
-                           .pos0 = ea->n_past, .pos0_dev = x->npast_dev, .nt = nt, .src = sk};
+                           .pos0 = ea->n_past, .pos0_dev = x->npast_dev, .nt = nt, .src = sk,
+                           .pdl = x->c->t.pdl};
     a.vs = a.ks;
     a.vs.cache = vc;
     a.vs.src = sv;
@@ -271,7 +272,8 @@ int mf_cub_op_kv_load(const op_call *oc) {
     float *y = r ? mf_cub_buf_ptr(x, out, mf_cub_f32b(ne), "output") : NULL;
     if (!y)
         return -1;
-    mf_cu_kv_args a = {.kv_type = ea->kv_type, .cache = r, .kv_dim = g->kv_dim, .nt = nt, .dst = y};
+    mf_cu_kv_args a = {.kv_type = ea->kv_type, .cache = r, .kv_dim = g->kv_dim, .nt = nt, .dst = y,
+                       .pdl = x->c->t.pdl};
     return mf_cub_launched(x, "kv_load", nt, g->kv_dim, mf_cu_kv_load(&a, st));
 }
 
@@ -308,7 +310,8 @@ int mf_cub_op_attn(const op_call *oc) {
                          .n_head = m->n_head, .n_head_kv = m->n_head_kv,
                          .head_dim = m->head_dim, .scale = m->scale,
                          .flash = c->t.attn_prefill >= MF_CU_AP_FLASH && mf_cu_attn_flash_ok(m->head_dim, nt),
-                         .n_ctx = ea->n_ctx, .tc = c->t.attn_prefill == MF_CU_AP_MMA, .no_pf = !c->t.attn_pf};
+                         .n_ctx = ea->n_ctx, .tc = c->t.attn_prefill == MF_CU_AP_MMA, .no_pf = !c->t.attn_pf,
+                         .short_warps = c->t.short_w4 ? 4 : 12, .pdl = c->t.pdl};
     /* split-KV decode: its scratch size depends on n_ctx, never n_past */
     const size_t pb = c->t.attn_decode != MF_CU_AD_BLOCK && !a.flash ? mf_cu_attn_decode_bytes(&a) : 0;
     /* short contexts: one kernel that also quantizes for the o GEMV, the
@@ -341,7 +344,7 @@ int mf_cub_op_attn(const op_call *oc) {
                        : a.part                       ? "attn(decode)"
                                                       : "attn";
     const cudaError_t ae = srope ? mf_cu_attn_short_rope(&a, &c->rs_args, st)
-                           : shrt ? mf_cu_attn_short(&a, 0, st)
+                           : shrt ? mf_cu_attn_short(&a, st)
                                   : mf_cu_attn(&a, st);
     if (mf_cub_launched(x, kind, nt, m->n_head, ae))
         return -1;

@@ -83,7 +83,7 @@ int mf_cub_op_softmax(const op_call *oc) {
     if (!y)
         return -1;
     mf_cu_softmax_args sa = {.x = a, .y = y, .n = n->ne[0], .nrows = ne / n->ne[0],
-                             .scale = n->meta.softmax.scale};
+                             .scale = n->meta.softmax.scale, .pdl = x->c->t.pdl};
     return mf_cub_launched(x, "softmax", sa.nrows, sa.n, mf_cu_softmax(&sa, st));
 }
 
@@ -96,7 +96,7 @@ int mf_cub_op_copy(const op_call *oc) {
     const int64_t ne = mf_node_nelem(n);
     const mf_node *s0 = n->n_src > 0 ? &x->g->nodes[n->src[0]] : NULL;
     cudaStream_t st = x->c->stream;
-    mf_cu_copy_args a = {.ne = {n->ne[0], n->ne[1], n->ne[2], n->ne[3]}};
+    mf_cu_copy_args a = {.ne = {n->ne[0], n->ne[1], n->ne[2], n->ne[3]}, .pdl = x->c->t.pdl};
     const int64_t srows = s0->ne[1] * s0->ne[2] * s0->ne[3];
     int64_t base = 0;
     if (n->op == MF_OP_VIEW) {

@@ -78,7 +78,8 @@ int mf_cub_op_getrows(const op_call *oc) {
         const mf_weight *wt = mf_weights_find(c->w, n->meta.getrows.weight);
         mf_cu_getrows_args a = {.wtype = wtype, .w = wp, .row_bytes = mf_cub_row_bytes(wtype, w),
                                 .n = w, .n_rows = wt->ne[1] > 0 ? wt->ne[1] : 1, .ids = ids,
-                                .nt = nt, .y = y, .fault = c->fault, .node = node};
+                                .nt = nt, .y = y, .fault = c->fault, .node = node,
+                                .pdl = c->t.pdl};
         return mf_cub_launched(x, "getrows", nt, w, mf_cu_getrows(&a, st));
     }
     const int64_t first = n->meta.getrows.first;

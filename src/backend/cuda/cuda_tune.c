@@ -90,6 +90,7 @@ static const tkey keys[] = {
      "longest context for attn_decode one / short"},
     {"short_rope", OFF(short_rope), 4, 0, 1, NULL, 0, "one-token rope-store folded into the short attention"},
     {"attn_pf", OFF(attn_pf), 4, 0, 1, NULL, 0, "short attention prefetches old K/V rows"},
+    {"short_warps", OFF(short_w4), 4, 1, 0, "12|4", 0, "warps a block of the short attention"},
     {"pdl", OFF(pdl), 4, 0, 1, NULL, 0, "programmatic dependent launch"},
     {"zc", OFF(zc), 4, 0, 1, NULL, 0, "the lm_head writes the logits to the host block itself"},
     {"slots", OFF(slots), 4, 0, 1, NULL, 0, "a recorded forward's small inputs through pinned slots"},

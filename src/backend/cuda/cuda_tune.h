@@ -93,6 +93,7 @@ typedef struct mf_cuda_tune {
     int64_t attn_one_max; /* ONE / SHORT only while n_past + nt <= this (then SPLIT) */
     int short_rope;       /* one-token rope-store folded into the short attention */
     int attn_pf;          /* short attention prefetches old K/V rows before its PDL wait */
+    int short_w4;         /* the short attention with 4 warps a block instead of 12 */
 
     /* launches and copies */
     int pdl;   /* programmatic dependent launch */

@@ -34,7 +34,7 @@ static unsigned ew_blocks(int64_t n) {
 extern "C" cudaError_t mf_cu_elementwise(const mf_cu_ew_args *a, cudaStream_t s) {
     if (a->n <= 0)
         return cudaSuccess;
-    return mf_launch(ew_kernel, dim3(ew_blocks(a->n)), dim3(256), 0, s, *a);
+    return mf_launch(ew_kernel, dim3(ew_blocks(a->n)), dim3(256), 0, s, a->pdl, *a);
 }
 
 /* Block-wide reduction (sum or max) of one float per thread; every thread
@@ -81,7 +81,8 @@ static __global__ void softmax_kernel(const float *x, float *y, int64_t n, float
 extern "C" cudaError_t mf_cu_softmax(const mf_cu_softmax_args *a, cudaStream_t s) {
     if (a->nrows <= 0 || a->n <= 0)
         return cudaSuccess;
-    return mf_launch(softmax_kernel, dim3((unsigned)a->nrows), dim3(256), 0, s, a->x, a->y, a->n, a->scale);
+    return mf_launch(softmax_kernel, dim3((unsigned)a->nrows), dim3(256), 0, s, a->pdl, a->x, a->y, a->n,
+                     a->scale);
 }
 
 static __global__ void copy4d_kernel(mf_cu_copy_args a, int64_t total) {
@@ -106,7 +107,7 @@ extern "C" cudaError_t mf_cu_copy4d(const mf_cu_copy_args *a, cudaStream_t s) {
     const int64_t total = a->ne[0] * a->ne[1] * a->ne[2] * a->ne[3];
     if (total <= 0)
         return cudaSuccess;
-    return mf_launch(copy4d_kernel, dim3(ew_blocks(total)), dim3(256), 0, s, *a, total);
+    return mf_launch(copy4d_kernel, dim3(ew_blocks(total)), dim3(256), 0, s, a->pdl, *a, total);
 }
 
 #include "backend/cuda/probe.cuh"

@@ -25,17 +25,14 @@
  *      (n_out 128 .. 4864 at nt 512) still spread over the SMs. blockIdx.x
  *      walks the token tiles, so the blocks that share a weight tile (the
  *      big operand) are scheduled together.
- *      Tile configs 1..3 (the backend takes 2, MF_CU_MMA_CFG_DEFAULT; 0 is
- *      the above exactly; the op tests reach the others): mma_gemm64_kernel, warp
- *      tile 64x64 (8 ldmatrix per 32 mma instead of 6 per 16), copy roles
- *      and their bounds fixed before the k loop (the 64x32 kernel spends
- *      ~500 instructions of 64-bit address math per 32 mma), fragments
- *      double-buffered in registers; it replaces the 128x128 tile where
- *      plan_gemm takes it: 1 = 128x128 / 4 warps / BK 32 / 4 stages, 2 =
- *      the same with BK 64 / 3 stages (half the barriers), 3 = 256x128 / 8
- *      warps / BK 64 / 3 stages where that grid alone fills 3/4 of a wave
- *      (1 block per SM; 3/4 of the L2 traffic per FLOP), else as 2. Same
- *      epilogues.
+ *      The big tile is mma_gemm64_kernel where the device gives it its
+ *      shared memory (108 KiB; else the 128x128 tile above): warp tile
+ *      64x64 (8 ldmatrix per 32 mma instead of 6 per 16), copy roles and
+ *      their bounds fixed before the k loop (the 64x32 kernel spends ~500
+ *      instructions of 64-bit address math per 32 mma), fragments
+ *      double-buffered in registers, 128x128 / 4 warps / BK 64 / 3 stages.
+ *      Same epilogues. (The other tile configs measured slower, docs/PERF.md
+ *      "MMA tile configs".)
  *      Split-K (EPI_PLAIN, i.e. single matmuls): when the chosen config's
  *      grid fills at most half a wave, blockIdx.z takes a k range and the
  *      f32 partials (in the weight scratch, after the f16 chunk) are summed
@@ -71,9 +68,8 @@
 #define MMA_MAX_SPLIT 4
 #define MMA_MAX_CHUNK_ROWS ((int64_t)1 << 21) /* keeps gridDim.y <= 32768 */
 
-static int g_mma_ok = -1; /* set by mf_cu_mma_probe: 1 usable, 0 not (cc < 8.0, smem) */
-static int g_cfg_ok[MF_CU_MMA_N_CFG] = {1}; /* per MINFER_CUDA_MMA_CFG: its opt-in smem fits */
-static int g_sms = 132;
+static int g_mma_ok = -1; /* set by mf_cu_probe_mma: 1 usable, 0 not (cc < 8.0, smem) */
+static int g_c2_ok;        /* set by mf_cu_probe_mma: the 64x64-warp big tile's shared memory fits */
 
 template <int BM, int BN, int WM = 0, int WN = 0> static constexpr size_t mma_smem_bytes() {
     return (size_t)MMA_STAGES * (BM + BN) * MMA_LDS * sizeof(half);
@@ -405,8 +401,7 @@ mma_gemm_kernel(const half *__restrict__ w, const half *__restrict__ x, int64_t 
     mma_epilogue<EPI, MI, NI>(acc, o0 + wm0, t0 + wn0, n_out, nt, ep, lane);
 }
 
-/* Contract as mma_gemm_kernel (k_len % BK == 0), for the session-3 configs
- * (MINFER_CUDA_MMA_CFG, opt-in): every warp owns a 64x64 sub-tile (4 x 8
+/* Contract as mma_gemm_kernel (k_len % BK == 0), the big tile: every warp owns a 64x64 sub-tile (4 x 8
  * m16n8 accumulators: 8 ldmatrix.x4 feed 32 mma per k16 step, against 6 for
  * 16 in the 64x32 warp tile, so the shared-memory traffic per mma drops by a
  * third), the (BM / 64) x (BN / 64) warps of a block cover BM outputs x BN
@@ -554,15 +549,9 @@ splitk_reduce_kernel(const float *__restrict__ part, int split, const float *__r
 
 #define MMA_BIG 128, 128, 64, 32
 #define MMA_SMALL 64, 64, 32, 32
-/* MINFER_CUDA_MMA_CFG 1..3 (mma_gemm64_kernel: BM, BN, BK, STAGES, MINB),
- * each replacing MMA_BIG where plan_gemm takes a big tile:
- *   1: 128x128, 4 warps of 64x64, BK 32, 4 stages,  80 KiB, 2 blocks/SM
- *   2: 128x128, 4 warps of 64x64, BK 64, 3 stages, 108 KiB, 2 blocks/SM
- *   3: 256x128, 8 warps of 64x64, BK 64, 3 stages, 162 KiB, 1 block/SM
- *      (where that grid fills 3/4 of a wave; elsewhere cfg 2's tiles) */
-#define MMA_C1 128, 128, 32, 4, 2
+/* The big tile on mma_gemm64_kernel (BM, BN, BK, STAGES, MINB): 128x128, 4
+ * warps of 64x64, BK 64, 3 stages, 108 KiB, 2 blocks/SM. */
 #define MMA_C2 128, 128, 64, 3, 2
-#define MMA_C3 256, 128, 64, 3, 1
 
 template <int BM, int BN, int BK, int STAGES, int MINB> static constexpr size_t mma64_smem() {
     return (size_t)STAGES * (BM + BN) * (BK + 8) * sizeof(half);
@@ -594,49 +583,41 @@ static int64_t chunk_rows(const mf_cu_matmul_args *a) {
     return rows < a->n_out ? rows : a->n_out;
 }
 
-/* The GEMM tile of a (rows x nt x n_in) product under config cfg: 128x128
- * (MMA_BIG, or cfg 1 / 2's 64x64-warp form of it; cfg 3: cfg 2's) when it
- * gives at least 3/4 of a wave of blocks, else 64x64; cfg 3 takes 256x128
- * where that alone gives 3/4 of a wave (1 block per SM). Split-K
- * (may_split) when the grid fills at most half a wave (blocks per SM: 2
- * big, 5 small, 1 for 256x128): enough splits to fill about one wave, at
- * most MMA_MAX_SPLIT, each at least MMA_SPLIT_MIN_K deep (the partials'
- * traffic stays small next to the GEMM). cfg 0 (or one the device cannot
- * run) is exactly the session-2 choice. */
-enum { MMA_K_SMALL, MMA_K_BIG, MMA_K_C1, MMA_K_C2, MMA_K_C3 };
+/* The GEMM tile of a (rows x nt x n_in) product on sms SMs: 128x128
+ * (MMA_C2, or MMA_BIG where the device cannot run it) when it gives at
+ * least 3/4 of a wave of blocks, else 64x64. Split-K (may_split) when the
+ * grid fills at most half a wave (blocks per SM: 2 big, 5 small): enough
+ * splits to fill about one wave, at most MMA_MAX_SPLIT, each at least
+ * MMA_SPLIT_MIN_K deep (the partials' traffic stays small next to the
+ * GEMM). */
+enum { MMA_K_SMALL, MMA_K_BIG, MMA_K_C2 };
 struct gemm_plan {
     int kind; /* MMA_K_* */
     int split;
 };
 
 static int plan_bm(int kind) {
-    return kind == MMA_K_SMALL ? 64 : kind == MMA_K_C3 ? 256 : 128;
+    return kind == MMA_K_SMALL ? 64 : 128;
 }
 static int plan_bn(int kind) {
     return kind == MMA_K_SMALL ? 64 : 128;
 }
 static int plan_bk(int kind) {
-    return kind == MMA_K_C2 || kind == MMA_K_C3 ? 64 : MMA_BK;
+    return kind == MMA_K_C2 ? 64 : MMA_BK;
 }
 static int plan_per_sm(int kind) {
-    return kind == MMA_K_SMALL ? 5 : kind == MMA_K_C3 ? 1 : 2;
+    return kind == MMA_K_SMALL ? 5 : 2;
 }
 
-static int cfg_valid(int cfg) {
-    return cfg > 0 && cfg < MF_CU_MMA_N_CFG && g_cfg_ok[cfg] ? cfg : 0;
-}
-
-static gemm_plan plan_gemm(int64_t rows, int64_t nt, int64_t n_in, bool may_split, int cfg) {
+static gemm_plan plan_gemm(int64_t rows, int64_t nt, int64_t n_in, bool may_split, int sms) {
     gemm_plan p;
-    cfg = cfg_valid(cfg);
+    sms = sms > 0 ? sms : 1;
     const int64_t big_blocks = ((rows + 127) / 128) * ((nt + 127) / 128);
-    const bool big = 4 * big_blocks >= 3 * (int64_t)g_sms;
-    p.kind = big ? (cfg == 1 ? MMA_K_C1 : cfg >= 2 ? MMA_K_C2 : MMA_K_BIG) : MMA_K_SMALL;
-    if (cfg == 3 && 4 * (((rows + 255) / 256) * ((nt + 127) / 128)) >= 3 * (int64_t)g_sms)
-        p.kind = MMA_K_C3;
+    const bool big = 4 * big_blocks >= 3 * (int64_t)sms;
+    p.kind = big ? (g_c2_ok ? MMA_K_C2 : MMA_K_BIG) : MMA_K_SMALL;
     const int64_t bm = plan_bm(p.kind), bn = plan_bn(p.kind);
     const int64_t blocks = ((rows + bm - 1) / bm) * ((nt + bn - 1) / bn);
-    const int64_t wave = (int64_t)g_sms * plan_per_sm(p.kind);
+    const int64_t wave = (int64_t)sms * plan_per_sm(p.kind);
     p.split = 1;
     if (may_split && 2 * blocks <= wave) {
         int64_t sp = wave / blocks;
@@ -666,7 +647,7 @@ static size_t partial_bytes(const mf_cu_matmul_args *a, int64_t crows) {
     const int64_t last = a->n_out - (a->n_out - 1) / crows * crows;
     const int64_t cand[2] = {crows, last};
     for (int i = 0; i < 2; i++) {
-        const gemm_plan p = plan_gemm(cand[i], a->nt, a->n_in, true, a->mma_cfg);
+        const gemm_plan p = plan_gemm(cand[i], a->nt, a->n_in, true, a->sms);
         const size_t b = p.split > 1 ? (size_t)p.split * (size_t)cand[i] * (size_t)a->nt * 4 : 0;
         most = b > most ? b : most;
     }
@@ -699,7 +680,7 @@ extern "C" void mf_cu_mma_scratch(const mf_cu_matmul_args *a, size_t *w_bytes, s
  * rows), then reduced into ep.y[0] (ld ep.ld[0], + ep.bias[0]). */
 template <int EPI>
 static cudaError_t gemm_run(const half *w, const half *x, int64_t n_in, int64_t rows, int64_t nt, mma_epi ep,
-                            gemm_plan p, float *part, cudaStream_t s) {
+                            gemm_plan p, float *part, int sms, cudaStream_t s) {
     mma_epi e = ep;
     if (p.split > 1) {
         if (EPI != EPI_PLAIN || !part)
@@ -720,16 +701,8 @@ static cudaError_t gemm_run(const half *w, const half *x, int64_t n_in, int64_t 
         mma_gemm_kernel<MMA_SMALL, EPI><<<grid, 128, mma_smem_bytes<MMA_SMALL>(), s>>>(w, x, n_in, k_len, rows, nt,
                                                                                        e);
         break;
-    case MMA_K_C1:
-        mma_gemm64_kernel<MMA_C1, EPI><<<grid, mma64_threads<MMA_C1>(), mma64_smem<MMA_C1>(), s>>>(
-            w, x, n_in, k_len, rows, nt, e);
-        break;
     case MMA_K_C2:
         mma_gemm64_kernel<MMA_C2, EPI><<<grid, mma64_threads<MMA_C2>(), mma64_smem<MMA_C2>(), s>>>(
-            w, x, n_in, k_len, rows, nt, e);
-        break;
-    case MMA_K_C3:
-        mma_gemm64_kernel<MMA_C3, EPI><<<grid, mma64_threads<MMA_C3>(), mma64_smem<MMA_C3>(), s>>>(
             w, x, n_in, k_len, rows, nt, e);
         break;
     default:
@@ -739,7 +712,7 @@ static cudaError_t gemm_run(const half *w, const half *x, int64_t n_in, int64_t 
     if (err != cudaSuccess || p.split <= 1)
         return err;
     int64_t blocks = (rows * nt + MMA_X_THREADS - 1) / MMA_X_THREADS;
-    blocks = blocks > 8 * g_sms ? 8 * g_sms : blocks;
+    blocks = blocks > 8 * (int64_t)sms ? 8 * (int64_t)sms : blocks;
     splitk_reduce_kernel<<<(unsigned)blocks, MMA_X_THREADS, 0, s>>>(part, p.split, ep.bias[0], ep.y[0], rows, nt,
                                                                     ep.ld[0]);
     return cudaGetLastError();
@@ -776,10 +749,11 @@ extern "C" cudaError_t mf_cu_mma_dequant(uint32_t wtype, const void *w, uint64_t
     return dequant_any(wtype, w, row_bytes, (half *)dst, n_in, rows, 0, 0, s);
 }
 
-static cudaError_t x_convert(const float *x, void *xf16, int64_t nt, int64_t n_in, cudaStream_t s) {
+static cudaError_t x_convert(const float *x, void *xf16, int64_t nt, int64_t n_in, int sms, cudaStream_t s) {
     const int64_t n8 = nt * n_in / 8;
     int64_t blocks = (n8 + MMA_X_THREADS - 1) / MMA_X_THREADS;
-    blocks = blocks > 8 * g_sms ? 8 * g_sms : blocks;
+    sms = sms > 0 ? sms : 1;
+    blocks = blocks > 8 * (int64_t)sms ? 8 * (int64_t)sms : blocks;
     x_f16_kernel<<<(unsigned)blocks, MMA_X_THREADS, 0, s>>>(x, (half *)xf16, n8, (((uintptr_t)x) & 15) == 0);
     return cudaGetLastError();
 }
@@ -789,7 +763,7 @@ extern "C" cudaError_t mf_cu_gemm_mma(const mf_cu_matmul_args *a, cudaStream_t s
     if (!a->xf16 || (!in_place && !a->wf16) || !mf_cu_mma_wanted(a))
         return cudaErrorInvalidValue;
     if (!a->x_ready) {
-        cudaError_t e = x_convert(a->x, a->xf16, a->nt, a->n_in, s);
+        cudaError_t e = x_convert(a->x, a->xf16, a->nt, a->n_in, a->sms, s);
         if (e != cudaSuccess)
             return e;
     }
@@ -815,8 +789,8 @@ extern "C" cudaError_t mf_cu_gemm_mma(const mf_cu_matmul_args *a, cudaStream_t s
         ep.y[0] = a->y + r0;
         ep.bias[0] = a->bias ? a->bias + r0 : NULL;
         ep.ld[0] = a->n_out;
-        const gemm_plan p = plan_gemm(rows, a->nt, a->n_in, !a->no_split, a->mma_cfg);
-        cudaError_t e = gemm_run<EPI_PLAIN>(w, (const half *)a->xf16, a->n_in, rows, a->nt, ep, p, part, s);
+        const gemm_plan p = plan_gemm(rows, a->nt, a->n_in, !a->no_split, a->sms);
+        cudaError_t e = gemm_run<EPI_PLAIN>(w, (const half *)a->xf16, a->n_in, rows, a->nt, ep, p, part, a->sms, s);
         if (e != cudaSuccess)
             return e;
     }
@@ -866,7 +840,7 @@ extern "C" cudaError_t mf_cu_gemm_mma_multi(const mf_cu_mma_multi_args *a, cudaS
     if (!mf_cu_mma_multi_ok(a) || !a->wf16 || !a->xf16)
         return cudaErrorInvalidValue;
     cudaError_t e = cudaSuccess;
-    if (!a->x_ready && (e = x_convert(a->x, a->xf16, a->nt, a->n_in, s)) != cudaSuccess)
+    if (!a->x_ready && (e = x_convert(a->x, a->xf16, a->nt, a->n_in, a->sms, s)) != cudaSuccess)
         return e;
     half *wf = (half *)a->wf16;
     const half *xh = (const half *)a->xf16;
@@ -885,7 +859,7 @@ extern "C" cudaError_t mf_cu_gemm_mma_multi(const mf_cu_mma_multi_args *a, cudaS
                 ep.end[i] = off;
         }
         return gemm_run<EPI_ROUTE>(wf, xh, a->n_in, off, a->nt, ep,
-                                   plan_gemm(off, a->nt, a->n_in, false, a->mma_cfg), NULL, s);
+                                   plan_gemm(off, a->nt, a->n_in, false, a->sms), NULL, a->sms, s);
     }
     const int64_t nf = a->n_out[0], fc = ffn_chunk(a);
     for (int64_t f0 = 0; f0 < nf; f0 += fc) {
@@ -899,8 +873,8 @@ extern "C" cudaError_t mf_cu_gemm_mma_multi(const mf_cu_mma_multi_args *a, cudaS
         ep.ld[0] = nf;
         ep.bias[0] = a->bias[0] ? a->bias[0] + f0 : NULL;
         ep.bias[1] = a->bias[1] ? a->bias[1] + f0 : NULL;
-        const gemm_plan p = plan_gemm(2 * fr, a->nt, a->n_in, false, a->mma_cfg);
-        if ((e = gemm_run<EPI_SWIGLU>(wf, xh, a->n_in, 2 * fr, a->nt, ep, p, NULL, s)) != cudaSuccess)
+        const gemm_plan p = plan_gemm(2 * fr, a->nt, a->n_in, false, a->sms);
+        if ((e = gemm_run<EPI_SWIGLU>(wf, xh, a->n_in, 2 * fr, a->nt, ep, p, NULL, a->sms, s)) != cudaSuccess)
             return e;
     }
     return cudaSuccess;
@@ -908,13 +882,12 @@ extern "C" cudaError_t mf_cu_gemm_mma_multi(const mf_cu_mma_multi_args *a, cudaS
 
 #include "backend/cuda/probe.cuh"
 
-/* One opt-in config (MINFER_CUDA_MMA_CFG n): its three epilogue instances
- * must resolve (an error, as for every kernel); whether the device gives
- * them their shared memory (and the max-shared carveout, for 2 blocks per
- * SM) decides g_cfg_ok[n]: a config it cannot run falls back to cfg 0 in
- * plan_gemm, never an error. */
+/* The 64x64-warp big tile: its three epilogue instances must resolve (an
+ * error, as for every kernel); whether the device gives them their shared
+ * memory (and the max-shared carveout, for 2 blocks per SM) decides
+ * g_c2_ok: without it plan_gemm takes the 128x128 tile, never an error. */
 template <int BM, int BN, int BK, int STAGES, int MINB>
-static cudaError_t cfg_setup(int optin, int n, size_t smem_limit, const char **bad) {
+static cudaError_t cfg_setup(int optin, size_t smem_limit, const char **bad) {
     const void *fn[3] = {(const void *)mma_gemm64_kernel<BM, BN, BK, STAGES, MINB, EPI_PLAIN>,
                          (const void *)mma_gemm64_kernel<BM, BN, BK, STAGES, MINB, EPI_ROUTE>,
                          (const void *)mma_gemm64_kernel<BM, BN, BK, STAGES, MINB, EPI_SWIGLU>};
@@ -930,7 +903,7 @@ static cudaError_t cfg_setup(int optin, int n, size_t smem_limit, const char **b
                                   (int)cudaSharedmemCarveoutMaxShared) == cudaSuccess;
     }
     cudaGetLastError();
-    g_cfg_ok[n] = ok;
+    g_c2_ok = ok;
     return cudaSuccess;
 }
 
@@ -939,16 +912,14 @@ static cudaError_t cfg_setup(int optin, int n, size_t smem_limit, const char **b
  * cp.async, ldmatrix and m16n8k16 need sm_80; opt-in shared memory for the
  * big config). A device without it keeps the wmma tier: not an error. */
 extern "C" cudaError_t mf_cu_probe_mma(size_t smem_limit, const char **bad) {
-    int dev = 0, major = 0, optin = 0, sms = 0;
+    int dev = 0, major = 0, optin = 0;
     if (cudaGetDevice(&dev) != cudaSuccess ||
         cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev) != cudaSuccess ||
-        cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev) != cudaSuccess ||
-        cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev) != cudaSuccess) {
+        cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev) != cudaSuccess) {
         cudaGetLastError();
         g_mma_ok = 0;
         return cudaSuccess;
     }
-    g_sms = sms > 0 ? sms : 132;
     if (major < 8 || (size_t)optin < mma_smem_bytes<MMA_BIG>()) {
         g_mma_ok = 0;
         return cudaSuccess;
@@ -977,14 +948,11 @@ extern "C" cudaError_t mf_cu_probe_mma(size_t smem_limit, const char **bad) {
         *bad = "mma_gemm_kernel (dynamic shared memory)";
         return e;
     }
-    /* the opt-in configs: one the device cannot give its shared memory (or
-     * carveout) to falls back to cfg 0 in plan_gemm, never an error */
-    cudaError_t ce = cudaSuccess;
-    if ((ce = cfg_setup<MMA_C1>(optin, 1, smem_limit, bad)) != cudaSuccess ||
-        (ce = cfg_setup<MMA_C2>(optin, 2, smem_limit, bad)) != cudaSuccess ||
-        (ce = cfg_setup<MMA_C3>(optin, 3, smem_limit, bad)) != cudaSuccess)
+    /* the 64x64-warp big tile: a device that cannot give it its shared
+     * memory (or carveout) keeps the 128x128 tile, never an error */
+    const cudaError_t ce = cfg_setup<MMA_C2>(optin, smem_limit, bad);
+    if (ce != cudaSuccess)
         return ce;
-    g_cfg_ok[3] = g_cfg_ok[3] && g_cfg_ok[2]; /* cfg 3 takes cfg 2's tiles below 3/4 of a wave */
     g_mma_ok = 1;
     return cudaSuccess;
 }

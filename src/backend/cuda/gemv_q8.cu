@@ -23,10 +23,6 @@
  * the vocab-wide lm_head and Q6_K (mf_cu_gemv_v3_wanted, the rule measured
  * on the H200; tune gemv=v1=1 / _V3=1 pick one everywhere), for the
  * single GEMV and the multi-weight launches alike.
- * Step 1 can also run inside step 2 (q8_prologue, opt-in with
- * MINFER_CUDA_GEMV_PROLOGUE=1, then under mf_cu_q8_prologue_rule): each GEMV
- * block quantizes (and RMSNorms) its tokens' rows into shared memory with
- * the same arithmetic, so the separate launch disappears.
  *
  * Accuracy: the only error beyond f32 accumulation is the activation
  * rounding, |x - d q| <= d / 2 = amax_unit / 254 per element, so
@@ -65,42 +61,16 @@ q8_quant_kernel(const float *__restrict__ x, int8_t *__restrict__ xq, float *__r
 }
 
 /* The RMSNorm of each activation row (as norm.cu: sum of squares in double,
- * y = x * sc * w) folded into the quantization above: one block per token
- * row, then each warp quantizes whole units of the normed row. */
-static __global__ void __launch_bounds__(256)
-q8_norm_quant_kernel(const float *__restrict__ x, const float *__restrict__ w, float eps, int64_t n_in,
-                     int8_t *__restrict__ xq, float *__restrict__ xd, int32_t *__restrict__ xs) {
-    mf_pdl_wait();
-    mf_pdl_trigger();
-    __shared__ double part[8];
-    const int64_t t = blockIdx.x;
-    const float *xr = x + t * n_in;
-    const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
-    double ss = 0.0;
-    for (int64_t i = threadIdx.x; i < n_in; i += blockDim.x)
-        ss += (double)xr[i] * (double)xr[i];
-    const float sc = mf_rms_scale(ss, part, 8, n_in, eps);
-    const int64_t n_units = n_in / 32;
-    for (int64_t u = warp; u < n_units; u += 8) { /* whole warps: the shuffles need every lane */
-        const int64_t i = u * 32 + lane;
-        const float v = w ? xr[i] * sc * w[i] : xr[i] * sc;
-        const int64_t gu = t * n_units + u;
-        q8_unit(v, lane, true, xq + gu * 32, xd + gu, xs + gu);
-    }
-}
-
-/* The wide form of q8_norm_quant_kernel (MINFER_CUDA_NO_WIDE_NORM=1 turns it
- * off): grid (n_units / 8, nt), warp w of block b quantizes unit 8 b + w.
- * Every block recomputes its row's sum of squares exactly as the one-block
- * kernel does (256 threads, the same per-thread order, the same shuffle and
+ * y = x * sc * w) folded into the quantization: grid (n_units / 8, nt),
+ * warp w of block b quantizes unit 8 b + w. Every block recomputes its
+ * row's sum of squares exactly as a one-block-per-row kernel does (256 threads, the same per-thread order, the same shuffle and
  * part[] order), so the scale and every output byte are bitwise the same;
  * each thread keeps its own element from that pass (element 256 b + tid is
  * its pass-b read), so the row is read once per block and the weight before
  * the PDL wait. Launch latency for a one-token row drops from ~4 serial unit
- * rounds to one. LAT (MINFER_CUDA_LAT, bitwise equal): the row pass issues a
- * thread's loads together (mf_row_ss) and the own element is picked from
- * those registers after the reduction (which keeps the loads one batch). */
-template <bool LAT>
+ * rounds to one. The row pass issues a thread's loads together (mf_row_ss)
+ * and the own element is picked from those registers after the reduction
+ * (which keeps the loads one batch). */
 static __global__ void __launch_bounds__(256)
 q8_norm_quant_wide_kernel(const float *__restrict__ x, const float *__restrict__ w, float eps, int64_t n_in,
                           int8_t *__restrict__ xq, float *__restrict__ xd, int32_t *__restrict__ xs) {
@@ -113,22 +83,22 @@ q8_norm_quant_wide_kernel(const float *__restrict__ x, const float *__restrict__
     const float *xr = x + t * n_in;
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
     float mine = 0.0f, v[MF_LAT_E];
-    const double ss = mf_wide_row_ss<LAT>(xr, n_in, me, 256, v, &mine);
+    const double ss = mf_row_ss<MF_LAT_E>(xr, n_in, threadIdx.x, 256, v);
     const float sc = mf_rms_scale(ss, part, 8, n_in, eps);
     const int64_t n_units = n_in / 32, u = (int64_t)blockIdx.x * 8 + warp;
     if (u >= n_units) /* a whole warp: no shuffle is left short */
         return;
-    if constexpr (LAT) /* element me is this thread's pass-blockIdx.x element */
-        mine = blockIdx.x < MF_LAT_E ? mf_lat_pick(v, (int)blockIdx.x, 0.0f) : xr[me];
+    /* element me is this thread's pass-blockIdx.x element */
+    mine = blockIdx.x < MF_LAT_E ? mf_lat_pick(v, (int)blockIdx.x, 0.0f) : xr[me];
     const float y = w ? mine * sc * wv : mine * sc;
     const int64_t gu = t * n_units + u;
     q8_unit(y, lane, true, xq + gu * 32, xd + gu, xs + gu);
 }
 
-/* The MINFER_CUDA_LAT form of q8_norm_quant_kernel, bitwise equal to it:
- * the same 256 threads and per-thread element order (mf_row_ss), so the
- * same scale, but a thread's row loads are issued MF_LAT_E at once instead
- * of one dependent round trip per element (14 at n_in 3584). In the
+/* The one-block-per-row form of the norm-quant (for nt > 65535 rows, past
+ * the wide form's grid), bitwise equal to it: the same 256 threads and
+ * per-thread element order (mf_row_ss), so the same scale; a thread's row
+ * loads are issued MF_LAT_E at once. In the
  * one-block form element tid + 256 k is unit warp + 8 k's lane element, so
  * the quantization runs from the registers. Weights are read before the PDL
  * wait. */
@@ -168,9 +138,6 @@ q8_norm_quant_lat_kernel(const float *__restrict__ x, const float *__restrict__ 
     }
 }
 
-extern int mf_cu_wide_norm; /* norm.cu */
-extern int mf_cu_lat;
-
 static int64_t q8_quant_launches; /* mf_cu_q8_quant_count */
 
 extern "C" int64_t mf_cu_q8_quant_count(void) {
@@ -178,230 +145,55 @@ extern "C" int64_t mf_cu_q8_quant_count(void) {
 }
 
 /* The activation quantization of `total` units (q8_quant_kernel). */
-static cudaError_t launch_quant(const float *x, int8_t *xq, float *xd, int32_t *xs, int64_t total,
+static cudaError_t launch_quant(const float *x, int8_t *xq, float *xd, int32_t *xs, int64_t total, bool pdl,
                                 cudaStream_t s) {
     q8_quant_launches++;
-    return mf_launch(q8_quant_kernel, dim3((unsigned)((total + 7) / 8)), dim3(256), 0, s, x, xq, xd, xs,
+    return mf_launch(q8_quant_kernel, dim3((unsigned)((total + 7) / 8)), dim3(256), 0, s, pdl, x, xq, xd, xs,
                      total);
 }
 
-/* The RMSNorm'ed quantization of nt rows of n_in, by the kernel the switch
- * picks (wide unless MINFER_CUDA_NO_WIDE_NORM). */
+/* The RMSNorm'ed quantization of nt rows of n_in (the wide kernel while
+ * the rows fit its grid). */
 static cudaError_t launch_norm_quant(const float *x, const float *w, float eps, int64_t n_in, int64_t nt,
-                                     int8_t *xq, float *xd, int32_t *xs, cudaStream_t s) {
-    if (mf_cu_wide_norm && nt <= 65535)
-        return mf_launch(mf_cu_lat ? q8_norm_quant_wide_kernel<true> : q8_norm_quant_wide_kernel<false>,
-                         dim3((unsigned)((n_in / 32 + 7) / 8), (unsigned)nt), dim3(256), 0, s, x, w, eps, n_in, xq,
+                                     int8_t *xq, float *xd, int32_t *xs, bool pdl, cudaStream_t s) {
+    if (nt <= 65535)
+        return mf_launch(q8_norm_quant_wide_kernel, dim3((unsigned)((n_in / 32 + 7) / 8), (unsigned)nt), dim3(256), 0, s, pdl, x, w, eps, n_in, xq,
                          xd, xs);
-    return mf_launch(mf_cu_lat ? q8_norm_quant_lat_kernel : q8_norm_quant_kernel, dim3((unsigned)nt), dim3(256), 0,
-                     s, x, w, eps, n_in, xq, xd, xs);
+    return mf_launch(q8_norm_quant_lat_kernel, dim3((unsigned)nt), dim3(256), 0, s, pdl, x, w, eps, n_in, xq, xd, xs);
 }
 
 extern "C" cudaError_t mf_cu_q8_quant_rows(const float *x, const float *w, float eps, int norm, int64_t n_in,
-                                           int64_t nt, void *q8, cudaStream_t s) {
+                                           int64_t nt, void *q8, int pdl, cudaStream_t s) {
     if (nt <= 0 || n_in <= 0 || n_in % 32 != 0)
         return cudaErrorInvalidValue;
     int8_t *xq = (int8_t *)q8;
     float *xd = (float *)(xq + nt * n_in);
     int32_t *xs = (int32_t *)(xd + nt * (n_in / 32));
-    return norm ? launch_norm_quant(x, w, eps, n_in, nt, xq, xd, xs, s)
-                : launch_quant(x, xq, xd, xs, nt * (n_in / 32), s);
-}
-
-/* ---- the quantizing prologue (opt-in: MINFER_CUDA_GEMV_PROLOGUE=1) ---------------------- */
-
-/* Why. At 0.5B widths a decode GEMV is latency, not bytes (~3 us), and the
- * separate q8_quant / q8_norm_quant launch before it costs as much again
- * (>= 2.5 us even nearly empty). So a GEMV block can quantize its own
- * tokens' activation rows into shared memory (and RMSNorm them first), one
- * barrier, then run the usual dp4a over shared memory. The price is
- * redundant work: every block reads the rows (blocks x ntb x n_in x 4 bytes
- * of L2 reads in all); mf_cu_q8_prologue_rule bounds it per SM.
- *
- * Exactness: the int8 values, d and the half sums are bitwise those of
- * q8_quant_kernel / q8_norm_quant_kernel. A unit is 8 lanes x 4 elements
- * here instead of 32 x 1, but amax (a max) and the half sums (integers) do
- * not depend on the order, and d = amax / 127, id = 1 / d, q = rint(v * id)
- * are the same expressions. The norm's double sum of squares replays the
- * 256-thread kernel exactly: thread tid of the 128 plays threads tid and
- * tid + 128 (the same per-thread element order, the same 32-lane shuffle
- * tree, part[0..7] summed in the same order), so the float scale is equal.
- *
- * Shared layout (dynamic, q8p_bytes): part[8][8] doubles, 8 float scales,
- * then ntok rows of n_in int8, ntok * n_in / 32 floats d, as many int32 half
- * sums (the global scratch layout for ntok tokens). */
-typedef struct q8_pro {
-    const float *x; /* the f32 rows (token t0 + t at x + (t0 + t) * n_in); NULL: no prologue */
-    const float *w; /* RMSNorm weight, NULL: none (or no norm) */
-    float eps;
-    int32_t norm;
-} q8_pro;
-
-#define Q8P_HDR 576
-#define Q8P_SMEM_MAX (47 * 1024) /* under the 48 KiB a launch gets without opting in, with the static part[] */
-#define Q8P_SM_BYTES (128 * 1024)
-
-extern __shared__ __align__(16) uint8_t q8p_buf[];
-
-static size_t q8p_bytes(int64_t n_in, int64_t ntb) {
-    return Q8P_HDR + (size_t)ntb * (size_t)n_in + (size_t)ntb * (size_t)(n_in / 32) * 8;
-}
-
-static int q8_sms = 132; /* set by mf_cu_probe_gemv_q8 */
-static int64_t q8p_launches;
-
-extern "C" int mf_cu_q8_prologue_rule(int64_t blocks, int64_t ntb, int64_t n_in) {
-    if (blocks <= 0 || ntb <= 0 || n_in <= 0 || q8p_bytes(n_in, ntb) > Q8P_SMEM_MAX)
-        return 0;
-    return (blocks + q8_sms - 1) / q8_sms * ntb * n_in * 4 <= Q8P_SM_BYTES;
-}
-
-extern "C" int64_t mf_cu_gemv_prologue_count(void) {
-    return q8p_launches;
-}
-
-/* Fills the shared layout above with tokens t0 .. t0 + ntok - 1 of p.x; every
- * thread of the 128 calls it (two barriers, or one without the norm), after
- * mf_pdl_wait. Returns the shared activation pointers through xq / xd / xs
- * (indexed from token 0 = t0). */
-static __device__ __forceinline__ void q8_prologue(const q8_pro &p, int64_t n_in, int64_t t0, int ntok) {
-    double (*part)[8] = (double (*)[8])q8p_buf;
-    float *scs = (float *)(q8p_buf + 512);
-    int8_t *sq = (int8_t *)(q8p_buf + Q8P_HDR);
-    const int64_t n_units = n_in / 32;
-    float *sd = (float *)(sq + ntok * n_in);
-    int32_t *ssum = (int32_t *)(sd + ntok * n_units);
-    const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
-    if (p.norm) {
-        for (int t = 0; t < ntok; t++) {
-            const float *xr = p.x + (t0 + t) * n_in;
-            double a = 0.0, b = 0.0; /* threads tid and tid + 128 of the 256-thread kernel */
-            for (int64_t i = tid; i < n_in; i += 256)
-                a += (double)xr[i] * (double)xr[i];
-            for (int64_t i = tid + 128; i < n_in; i += 256)
-                b += (double)xr[i] * (double)xr[i];
-#pragma unroll
-            for (int off = 16; off > 0; off >>= 1) {
-                a += __shfl_xor_sync(0xffffffffu, a, off);
-                b += __shfl_xor_sync(0xffffffffu, b, off);
-            }
-            if (lane == 0) {
-                part[t][warp] = a;
-                part[t][warp + 4] = b;
-            }
-        }
-        __syncthreads();
-        if (tid < ntok) {
-            double tot = 0.0;
-            for (int i = 0; i < 8; i++)
-                tot += part[tid][i];
-            scs[tid] = (float)(1.0 / sqrt(tot / (double)n_in + (double)p.eps));
-        }
-        __syncthreads();
-    }
-    /* 8 lanes x 4 elements per unit, 16 units per round; warp-uniform trip
-     * count (the shuffles need every lane) */
-    const int total = ntok * (int)n_units, nu = (int)n_units; /* 32-bit: at most 8 x 1184 units (47 KiB) */
-    const int j = lane & 7;
-#pragma unroll 1
-    for (int base = 4 * warp; base < total; base += 16) {
-        const int uu = base + (lane >> 3);
-        const bool ok = uu < total;
-        const int t = ok ? uu / nu : 0;
-        const int64_t i = (int64_t)(ok ? uu - t * nu : 0) * 32 + 4 * j;
-        float4 v = *(const float4 *)(p.x + (t0 + t) * n_in + i);
-        if (p.norm) {
-            const float sc = scs[t];
-            if (p.w) {
-                const float4 wv = *(const float4 *)(p.w + i);
-                v = make_float4(v.x * sc * wv.x, v.y * sc * wv.y, v.z * sc * wv.z, v.w * sc * wv.w);
-            } else {
-                v = make_float4(v.x * sc, v.y * sc, v.z * sc, v.w * sc);
-            }
-        }
-        float amax = fmaxf(fmaxf(fabsf(v.x), fabsf(v.y)), fmaxf(fabsf(v.z), fabsf(v.w)));
-#pragma unroll
-        for (int off = 1; off < 8; off <<= 1)
-            amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, off));
-        const float d = amax / 127.0f;
-        const float id = d != 0.0f ? 1.0f / d : 0.0f;
-        const int q0 = __float2int_rn(v.x * id), q1 = __float2int_rn(v.y * id);
-        const int q2 = __float2int_rn(v.z * id), q3 = __float2int_rn(v.w * id);
-        int s = q0 + q1 + q2 + q3;
-        s += __shfl_xor_sync(0xffffffffu, s, 1); /* lanes 0-3 of the unit: elements 0-15 */
-        s += __shfl_xor_sync(0xffffffffu, s, 2);
-        const int s_hi = __shfl_sync(0xffffffffu, s, (lane & ~7) + 4);
-        if (ok) {
-            ((uint32_t *)sq)[uu * 8 + j] = (uint32_t)(uint8_t)q0 | (uint32_t)(uint8_t)q1 << 8 |
-                                           (uint32_t)(uint8_t)q2 << 16 | (uint32_t)(uint8_t)q3 << 24;
-            if (j == 0) {
-                sd[uu] = d;
-                ssum[uu] = (int32_t)(((uint32_t)s & 0xffffu) | ((uint32_t)s_hi << 16));
-            }
-        }
-    }
-    __syncthreads();
-}
-
-/* The shared activation copy of q8_prologue for ntok tokens. */
-static __device__ __forceinline__ void q8p_ptrs(int64_t n_in, int ntok, const int8_t **xq, const float **xd,
-                                                const int32_t **xs) {
-    const int8_t *sq = (const int8_t *)(q8p_buf + Q8P_HDR);
-    *xq = sq;
-    *xd = (const float *)(sq + ntok * n_in);
-    *xs = (const int32_t *)(*xd + ntok * (n_in / 32));
-}
-
-/* L2 prefetch of a weight row's first 32 lines (4 KiB) by the warp's lanes,
- * before mf_pdl_wait (weights are never written by a kernel). */
-static __device__ __forceinline__ void q8p_warm(const uint8_t *row, uint64_t row_bytes, int kp, int lane) {
-    const uint64_t off = 128 * (uint64_t)(32 * kp + lane);
-    if (off < row_bytes)
-        asm volatile("prefetch.global.L2 [%0];" ::"l"(__cvta_generic_to_global(row + off)));
+    return norm ? launch_norm_quant(x, w, eps, n_in, nt, xq, xd, xs, pdl != 0, s)
+                : launch_quant(x, xq, xd, xs, nt * (n_in / 32), pdl != 0, s);
 }
 
 /* The activation input of one int8 GEMV call: the f32 rows, the global
- * scratch, and whether the separate quantization has been launched yet.
- * q8_src_for decides per launch (each launch of a multi-weight call may
- * decide differently) and launches the separate quantization before the
- * first launch that does not take the prologue. */
+ * scratch, and whether the quantization has been launched yet (q8_src_ready
+ * launches it before the call's first GEMV launch). */
 typedef struct q8_src {
     const float *x, *nw;
     float eps;
-    int norm, mode; /* mode: the args' prologue field */
-    bool alias_free; /* no output overlaps x (other blocks still read it) */
+    int norm;
     bool quantized;
+    bool pdl;
     int8_t *xq;
     float *xd;
     int32_t *xs;
     int64_t n_in, nt;
 } q8_src;
 
-static cudaError_t launch_quant(const float *x, int8_t *xq, float *xd, int32_t *xs, int64_t total,
-                                cudaStream_t s);
-static cudaError_t launch_norm_quant(const float *x, const float *w, float eps, int64_t n_in, int64_t nt,
-                                     int8_t *xq, float *xd, int32_t *xs, cudaStream_t s);
-
-static cudaError_t q8_src_for(q8_src *in, int64_t blocks, int64_t ntb, q8_pro *pro, size_t *smem,
-                              cudaStream_t s) {
-    memset(pro, 0, sizeof *pro);
-    *smem = 0;
-    const bool fits = in->mode && in->alias_free && (((uintptr_t)in->x | (uintptr_t)in->nw) & 15) == 0 &&
-                      q8p_bytes(in->n_in, ntb) <= Q8P_SMEM_MAX;
-    if (fits && (in->mode == 2 || mf_cu_q8_prologue_rule(blocks, ntb, in->n_in))) {
-        pro->x = in->x;
-        pro->w = in->norm ? in->nw : NULL;
-        pro->eps = in->eps;
-        pro->norm = in->norm;
-        *smem = q8p_bytes(in->n_in, ntb);
-        q8p_launches++;
-        return cudaSuccess;
-    }
+static cudaError_t q8_src_ready(q8_src *in, cudaStream_t s) {
     if (in->quantized)
         return cudaSuccess;
     in->quantized = true;
-    return in->norm ? launch_norm_quant(in->x, in->nw, in->eps, in->n_in, in->nt, in->xq, in->xd, in->xs, s)
-                    : launch_quant(in->x, in->xq, in->xd, in->xs, in->nt * (in->n_in / 32), s);
+    return in->norm ? launch_norm_quant(in->x, in->nw, in->eps, in->n_in, in->nt, in->xq, in->xd, in->xs, in->pdl, s)
+                    : launch_quant(in->x, in->xq, in->xd, in->xs, in->nt * (in->n_in / 32), in->pdl, s);
 }
 
 static bool q8_overlap(const void *a, size_t an, const void *b, size_t bn) {
@@ -463,7 +255,7 @@ static __global__ void __launch_bounds__(32 * Q8_WARPS)
 gemv_q8_kernel(const uint8_t *__restrict__ w, uint64_t row_bytes, const int8_t *__restrict__ xq,
                const float *__restrict__ xd, const int32_t *__restrict__ xs,
                const float *__restrict__ bias, float *__restrict__ y, int64_t n_in, int64_t n_out,
-               int64_t nt, int ks, q8_pro pro) {
+               int64_t nt, int ks) {
     __shared__ float part[Q8_WARPS][NT];
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
     const int rpb = Q8_WARPS / ks;
@@ -482,19 +274,7 @@ gemv_q8_kernel(const uint8_t *__restrict__ w, uint64_t row_bytes, const int8_t *
 
     /* an invalid warp computes on row 0, stores nothing, and still reaches
      * the __syncthreads in q8_reduce */
-    if (pro.x) { /* launched through mf_launch: the quantizing prologue */
-        q8p_warm(row, row_bytes, kp, lane);
-        mf_pdl_wait();
-        mf_pdl_trigger();
-        q8_prologue(pro, n_in, t0, ntok);
-        const int8_t *sq;
-        const float *sd;
-        const int32_t *ss;
-        q8p_ptrs(n_in, ntok, &sq, &sd, &ss);
-        q8_row_dot<T, NT>(row, sq, sd, ss, n_units, 0, ntok, kp, ks, lane, acc);
-    } else {
-        q8_row_dot<T, NT>(row, xq, xd, xs, n_units, t0, ntok, kp, ks, lane, acc);
-    }
+    q8_row_dot<T, NT>(row, xq, xd, xs, n_units, t0, ntok, kp, ks, lane, acc);
     q8_reduce<NT>(acc, part, lane, warp, ks);
     if (kp != 0)
         return;
@@ -522,102 +302,22 @@ template <int T> static cudaError_t launch_q8(const mf_cu_matmul_args *a, q8_src
     const uint8_t *w = (const uint8_t *)a->w;
     if (a->nt > 1)
         grid.y = (unsigned)((a->nt + 7) / 8);
-    q8_pro pro;
-    size_t smem;
-    if (const cudaError_t qe = q8_src_for(in, (int64_t)grid.x * grid.y, a->nt < 8 ? a->nt : 8, &pro, &smem, s))
+    if (const cudaError_t qe = q8_src_ready(in, s))
         return qe;
     void (*k)(const uint8_t *, uint64_t, const int8_t *, const float *, const int32_t *, const float *, float *,
-              int64_t, int64_t, int64_t, int, q8_pro) = a->nt == 1 ? gemv_q8_kernel<T, 1> : gemv_q8_kernel<T, 8>;
-    if (pro.x) /* PDL-aware with the prologue; else exactly the old launch */
-        return mf_launch(k, grid, dim3(32 * Q8_WARPS), smem, s, w, a->row_bytes, (const int8_t *)xq,
-                         (const float *)xd, (const int32_t *)xs, a->bias, a->y, a->n_in, a->n_out, a->nt, ks, pro);
-    k<<<grid, 32 * Q8_WARPS, 0, s>>>(w, a->row_bytes, xq, xd, xs, a->bias, a->y, a->n_in, a->n_out, a->nt, ks,
-                                     pro);
+              int64_t, int64_t, int64_t, int) = a->nt == 1 ? gemv_q8_kernel<T, 1> : gemv_q8_kernel<T, 8>;
+    k<<<grid, 32 * Q8_WARPS, 0, s>>>(w, a->row_bytes, xq, xd, xs, a->bias, a->y, a->n_in, a->n_out, a->nt, ks);
     return cudaGetLastError();
 }
 
-/* ---- the fused multi-weight GEMV (tune fuse_gemv) ------------------------------ */
-
-
-/* Q4_K, paired (MINFER_CUDA_GEMV_V2): units 2p and 2p+1 of a super-block
- * are the low and high nibbles of the same 32 qs bytes, so each lane takes
- * pair p, loads the 32 bytes once (two 16-byte loads) and runs both units'
- * dp4a from them: half the weight loads and scale decodes of q8_row_dot,
- * and two pairs (four units) in flight per lane. Same arithmetic per unit. */
-template <int NT>
-static __device__ __forceinline__ void q4k_pair_dot(const uint8_t *row, const int8_t *__restrict__ xq,
-                                                    const float *__restrict__ xd,
-                                                    const int32_t *__restrict__ xs, int64_t n_units,
-                                                    int64_t t0, int ntok, int kp, int ks, int lane,
-                                                    float *acc) {
-    const int64_t n_pairs = n_units / 2; /* n_in % 256 == 0: whole super-blocks */
-    const int64_t step = 32 * (int64_t)ks;
-    for (int64_t p0 = 32 * (int64_t)kp + lane; p0 < n_pairs; p0 += step * 2) {
-        uint32_t w[2][8];
-        float2 dm[2][2]; /* [pair in flight][unit of the pair] */
-#pragma unroll
-        for (int k = 0; k < 2; k++) {
-            int64_t pp = p0 + k * step;
-            pp = pp < n_pairs ? pp : p0; /* decoded again and skipped below */
-            const mf_block_q4_K *b = (const mf_block_q4_K *)row + pp / 4;
-            const int jp = (int)(pp % 4);
-            ld16<8>(b->qs + 32 * jp, w[k]);
-            const float d = mf_h2f(b->d), dmin = mf_h2f(b->dmin);
-#pragma unroll
-            for (int h = 0; h < 2; h++) {
-                int sc, m;
-                mf_k4_scale_min(b->scales, 2 * jp + h, &sc, &m);
-                dm[k][h] = make_float2(d * (float)sc, -dmin * (float)m);
-            }
-        }
-#pragma unroll
-        for (int k = 0; k < 2; k++) {
-            const int64_t pp = p0 + k * step;
-            if (pp >= n_pairs)
-                break;
-#pragma unroll
-            for (int t = 0; t < NT; t++) {
-                if (t < ntok) {
-#pragma unroll
-                    for (int h = 0; h < 2; h++) {
-                        const int64_t xu = (t0 + t) * n_units + 2 * pp + h;
-                        const int4 *xp = (const int4 *)(xq + xu * 32);
-                        const int4 a = xp[0], c = xp[1];
-                        const int sh = 4 * h;
-                        int s = __dp4a((int)((w[k][0] >> sh) & 0x0f0f0f0fu), a.x, 0);
-                        s = __dp4a((int)((w[k][1] >> sh) & 0x0f0f0f0fu), a.y, s);
-                        s = __dp4a((int)((w[k][2] >> sh) & 0x0f0f0f0fu), a.z, s);
-                        s = __dp4a((int)((w[k][3] >> sh) & 0x0f0f0f0fu), a.w, s);
-                        s = __dp4a((int)((w[k][4] >> sh) & 0x0f0f0f0fu), c.x, s);
-                        s = __dp4a((int)((w[k][5] >> sh) & 0x0f0f0f0fu), c.y, s);
-                        s = __dp4a((int)((w[k][6] >> sh) & 0x0f0f0f0fu), c.z, s);
-                        s = __dp4a((int)((w[k][7] >> sh) & 0x0f0f0f0fu), c.w, s);
-                        const int32_t hs = xs[xu];
-                        const float sx = (float)(int16_t)(hs & 0xffff) + (float)(int16_t)(hs >> 16);
-                        acc[t] += xd[xu] * (dm[k][h].x * (float)s + dm[k][h].y * sx);
-                    }
-                }
-            }
-        }
-    }
-}
+/* ---- the multi-weight v1 GEMV ---------------------------------------------------------- */
 
 /* Grid: x = groups of (Q8_WARPS / ks) rows of the joint row space (SWIGLU:
  * of weight 0), y = token groups of NT. */
-template <int T, int NT, bool V2>
-static __device__ __forceinline__ void q8_dot_any(const uint8_t *row, const int8_t *xq, const float *xd,
-                                                  const int32_t *xs, int64_t n_units, int64_t t0, int ntok,
-                                                  int kp, int ks, int lane, float *acc) {
-    if constexpr (V2)
-        q4k_pair_dot<NT>(row, xq, xd, xs, n_units, t0, ntok, kp, ks, lane, acc);
-    else
-        q8_row_dot<T, NT>(row, xq, xd, xs, n_units, t0, ntok, kp, ks, lane, acc);
-}
-
-template <int T, int NT, bool SWIGLU, bool V2>
+template <int T, int NT, bool SWIGLU>
 static __global__ void __launch_bounds__(32 * Q8_WARPS)
 gemv_q8_multi_kernel(q8_multi p, const int8_t *__restrict__ xq, const float *__restrict__ xd,
-                     const int32_t *__restrict__ xs, int64_t n_in, int64_t nt, int ks, q8_pro pro) {
+                     const int32_t *__restrict__ xs, int64_t n_in, int64_t nt, int ks) {
     __shared__ float part[2][Q8_WARPS][NT];
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
     const int rpb = Q8_WARPS / ks;
@@ -638,27 +338,10 @@ gemv_q8_multi_kernel(q8_multi p, const int8_t *__restrict__ xq, const float *__r
         acc[t] = acc2[t] = 0.0f;
     const uint8_t *row0 = p.w[wi] + (uint64_t)o * p.row_bytes[wi];
     const uint8_t *row1 = p.w[SWIGLU ? 1 : wi] + (uint64_t)o * p.row_bytes[SWIGLU ? 1 : wi];
-    if (pro.x) { /* launched through mf_launch: the quantizing prologue (every warp: it has barriers) */
-        q8p_warm(row0, p.row_bytes[wi], kp, lane);
-        if (SWIGLU)
-            q8p_warm(row1, p.row_bytes[1], kp, lane);
-        mf_pdl_wait();
-        mf_pdl_trigger();
-        q8_prologue(pro, n_in, t0, ntok);
-        const int8_t *sq;
-        const float *sd;
-        const int32_t *ss;
-        q8p_ptrs(n_in, ntok, &sq, &sd, &ss);
-        if (valid)
-            q8_dot_any<T, NT, V2>(row0, sq, sd, ss, n_units, 0, ntok, kp, ks, lane, acc);
-        if (SWIGLU && valid)
-            q8_dot_any<T, NT, V2>(row1, sq, sd, ss, n_units, 0, ntok, kp, ks, lane, acc2);
-    } else {
-        if (valid) /* an invalid warp still reaches the __syncthreads in q8_reduce */
-            q8_dot_any<T, NT, V2>(row0, xq, xd, xs, n_units, t0, ntok, kp, ks, lane, acc);
-        if (SWIGLU && valid)
-            q8_dot_any<T, NT, V2>(row1, xq, xd, xs, n_units, t0, ntok, kp, ks, lane, acc2);
-    }
+    if (valid) /* an invalid warp still reaches the __syncthreads in q8_reduce */
+        q8_row_dot<T, NT>(row0, xq, xd, xs, n_units, t0, ntok, kp, ks, lane, acc);
+    if (SWIGLU && valid)
+        q8_row_dot<T, NT>(row1, xq, xd, xs, n_units, t0, ntok, kp, ks, lane, acc2);
     q8_reduce<NT>(acc, part[0], lane, warp, ks);
     if (SWIGLU)
         q8_reduce<NT>(acc2, part[1], lane, warp, ks);
@@ -670,7 +353,7 @@ gemv_q8_multi_kernel(q8_multi p, const int8_t *__restrict__ xq, const float *__r
         q8_row_store<NT>(p, wi, o, acc, t0, ntok);
 }
 
-template <int T, bool SWIGLU, bool V2>
+template <int T, bool SWIGLU>
 static cudaError_t launch_q8_multi(const q8_multi *p, q8_src *in, int64_t n_in, int64_t nt, cudaStream_t s) {
     const int8_t *xq = in->xq;
     const float *xd = in->xd;
@@ -684,15 +367,11 @@ static cudaError_t launch_q8_multi(const q8_multi *p, q8_src *in, int64_t n_in, 
     dim3 grid((unsigned)((rows + rpb - 1) / rpb), 1);
     if (nt > 1)
         grid.y = (unsigned)((nt + 7) / 8);
-    q8_pro pro;
-    size_t smem;
-    if (const cudaError_t qe = q8_src_for(in, (int64_t)grid.x * grid.y, nt < 8 ? nt : 8, &pro, &smem, s))
+    if (const cudaError_t qe = q8_src_ready(in, s))
         return qe;
-    void (*k)(q8_multi, const int8_t *, const float *, const int32_t *, int64_t, int64_t, int, q8_pro) =
-        nt == 1 ? gemv_q8_multi_kernel<T, 1, SWIGLU, V2> : gemv_q8_multi_kernel<T, 8, SWIGLU, V2>;
-    if (pro.x) /* PDL-aware with the prologue; else exactly the old launch */
-        return mf_launch(k, grid, dim3(32 * Q8_WARPS), smem, s, *p, xq, xd, xs, n_in, nt, ks, pro);
-    k<<<grid, 32 * Q8_WARPS, 0, s>>>(*p, xq, xd, xs, n_in, nt, ks, pro);
+    void (*k)(q8_multi, const int8_t *, const float *, const int32_t *, int64_t, int64_t, int) =
+        nt == 1 ? gemv_q8_multi_kernel<T, 1, SWIGLU> : gemv_q8_multi_kernel<T, 8, SWIGLU>;
+    k<<<grid, 32 * Q8_WARPS, 0, s>>>(*p, xq, xd, xs, n_in, nt, ks);
     return cudaGetLastError();
 }
 
@@ -706,18 +385,14 @@ static cudaError_t launch_q8_multi(const q8_multi *p, q8_src *in, int64_t n_in, 
  * activation unit (32 int8 + d + sums = 40 bytes), more than the weight
  * unit itself (18 bytes for Q4_K, 26 for Q6_K).
  *
- * So v3 (1) puts the weight stream in flight without registers: every
- * iteration a warp consumes one 32-unit group (1024 elements) of each of
- * its rows, and lanes 0..R-1 issue a TMA bulk L2 prefetch
- * (cp.async.bulk.prefetch.L2, sm_90) of the group `pf` iterations ahead,
- * so the demand loads mostly hit L2 and DRAM sees pf x R groups per warp in
- * flight (pf = MINFER_CUDA_GEMV_PF; default 0, off: on the H200 every
- * distance measured slower than none, docs/PERF.md); (2) gives
- * a warp R = 2 rows (two consecutive rows of the joint row space, or the
- * gate and up rows of one SwiGLU output) so every activation load feeds
- * both; (3) with PDL, prefetches its first pf + 1 groups before
- * mf_pdl_wait() (weights are never written by a kernel), so they stream in
- * while the kernel before still runs; (4) at nt == 1 issues the activation
+ * So v3 (1) consumes one 32-unit group (1024 elements) of each of its rows
+ * an iteration; (2) gives a warp R = 2 rows (two consecutive rows of the
+ * joint row space, or the gate and up rows of one SwiGLU output) so every
+ * activation load feeds both; (3) with PDL, lanes 0..R-1 ask L2 for the
+ * first group (TMA bulk prefetch, cp.async.bulk.prefetch.L2, sm_90) before
+ * mf_pdl_wait() (weights are never written by a kernel), so it streams in
+ * while the kernel before still runs (prefetching groups further ahead
+ * measured slower, docs/PERF.md); (4) at nt == 1 issues the activation
  * loads before the weight loads, so the two latencies overlap. The
  * arithmetic per unit is v1's exactly (8 dp4a, the half sums, one fma per
  * unit and token); only the f32 summation order across warps can differ.
@@ -725,13 +400,6 @@ static cudaError_t launch_q8_multi(const q8_multi *p, q8_src *in, int64_t n_in, 
  * ks warps split a row pair's 32-unit groups (warp kp takes groups kp,
  * kp + ks, ...) when there are few row pairs. */
 #define Q8V3_R Q8_PAIR_R
-
-/* The kernel's pf argument: a prefetch distance in 32-unit groups | Q8V3_PF_LINES
- * (per-lane prefetch.global.L2 of 128-byte lines instead of one TMA bulk
- * prefetch). Every distance measured slower than none (docs/PERF.md), so the
- * launcher passes Q8V3_PF_NONE. */
-#define Q8V3_PF_LINES 256
-#define Q8V3_PF_NONE 0
 
 /* bytes [s, e) of a weight into L2, widened to 16-byte bounds (a weight's
  * upload is 256-byte aligned and padded, so the widening stays inside it) */
@@ -746,21 +414,13 @@ static __device__ __forceinline__ void q8v3_prefetch(const uint8_t *s, const uin
 #endif
 }
 
-/* The same range as 128-byte lines, line k by lane k (ranges here are at
- * most 1088 bytes + alignment: 10 lines of the 16 lanes given to a row). */
-static __device__ __forceinline__ void q8v3_prefetch_line(const uint8_t *s, const uint8_t *e, int k) {
-    const uint8_t *l = (const uint8_t *)((uintptr_t)s & ~(uintptr_t)127) + 128 * k;
-    if (l < e)
-        asm volatile("prefetch.global.L2 [%0];" ::"l"(__cvta_generic_to_global(l)));
-}
-
 /* Registers: at 64 (8 blocks per SM) the K-quants from Q3_K on spill at
  * nt 1 (two rows of raw words for their funnel-shift decode), so they get
  * 80 (6 blocks); nt 8 keeps 8 accumulators per row (4 blocks). */
 template <int T, int NT, bool SWIGLU>
 static __global__ void __launch_bounds__(32 * Q8_WARPS, NT == 1 ? (T >= MF_TYPE_Q3_K && T <= MF_TYPE_Q6_K ? 6 : 8) : 4)
 gemv_q8v3_kernel(q8_multi p, const int8_t *__restrict__ xq, const float *__restrict__ xd,
-                 const int32_t *__restrict__ xs, int64_t n_in, int64_t nt, int ks, int pfm, q8_pro pro) {
+                 const int32_t *__restrict__ xs, int64_t n_in, int64_t nt, int ks) {
     constexpr int R = Q8V3_R;
     __shared__ float part[Q8_WARPS][R * NT];
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
@@ -782,27 +442,17 @@ gemv_q8v3_kernel(q8_multi p, const int8_t *__restrict__ xq, const float *__restr
         /* a 32-unit group is 1024 elements: row_bytes * 32 / n_units bytes, exact for every type */
         gb[r] = (uint32_t)(p.row_bytes[w] * 32 / (uint64_t)n_units);
     }
-    /* row r's group of iteration i: by lane r (TMA bulk), or by lanes
-     * 16r .. 16r + 15 a line each (Q8V3_PF_LINES) */
-    const int pf = pfm & (Q8V3_PF_LINES - 1);
-    const bool lines = (pfm & Q8V3_PF_LINES) != 0;
-    auto prefetch = [&](int64_t i) {
-        const int64_t gi = kp + i * ks;
-        if (gi >= n_grp)
-            return;
+    /* row r's first group, by lane r (TMA bulk): weights only, allowed
+     * before the wait */
+    if (kp < n_grp) {
 #pragma unroll
         for (int r = 0; r < R; r++)
-            if (lines ? (lane >> 4) == r : lane == r) {
-                const uint8_t *s = row[r] + (uint64_t)gi * gb[r];
+            if (lane == r) {
+                const uint8_t *s = row[r] + (uint64_t)kp * gb[r];
                 const uint8_t *e = s + gb[r] < end[r] ? s + gb[r] : end[r];
-                if (lines)
-                    q8v3_prefetch_line(s, e, lane & 15);
-                else
-                    q8v3_prefetch(s, e);
+                q8v3_prefetch(s, e);
             }
-    };
-    for (int i = 0; i <= pf; i++) /* weights only: allowed before the wait */
-        prefetch(i);
+    }
     mf_pdl_wait();
     mf_pdl_trigger();
 
@@ -810,14 +460,11 @@ gemv_q8v3_kernel(q8_multi p, const int8_t *__restrict__ xq, const float *__restr
 #pragma unroll
     for (int i = 0; i < R * NT; i++)
         acc[i] = 0.0f;
-    /* the dot loop over activations xq / xd / xs whose token 0 is tx: the
-     * global scratch (tx = t0) or the prologue's shared copy (tx = 0) */
+    /* the dot loop over activations xq / xd / xs whose token 0 is tx */
     auto dots = [&](const int8_t *__restrict__ qx, const float *__restrict__ qd, const int32_t *__restrict__ qs,
                     int64_t tx) {
         int64_t u = 32 * (int64_t)kp + lane;
         for (int64_t i = 0; kp + i * ks < n_grp; i++, u += 32 * (int64_t)ks) { /* warp-uniform */
-            if (pf > 0) /* groups up to i + pf + 1 requested while group i is read */
-                prefetch(i + pf + 1);
             if (u >= n_units)
                 continue;
             int4 a0 = {}, c0 = {};
@@ -858,37 +505,26 @@ gemv_q8v3_kernel(q8_multi p, const int8_t *__restrict__ xq, const float *__restr
             }
         }
     };
-    if (pro.x) { /* the quantizing prologue (after the wait: x is the previous kernel's) */
-        q8_prologue(pro, n_in, t0, ntok);
-        const int8_t *sq;
-        const float *sd;
-        const int32_t *ss;
-        q8p_ptrs(n_in, ntok, &sq, &sd, &ss);
-        dots(sq, sd, ss, 0);
-    } else {
-        dots(xq, xd, xs, t0);
-    }
+    dots(xq, xd, xs, t0);
     q8_reduce<R * NT>(acc, part, lane, warp, ks);
     if (lane != 0 || kp != 0)
         return;
     q8_pair_store<SWIGLU, NT>(p, g, total, acc, t0, ntok);
 }
 
-/* Blocks per SM of each v3 kernel and the SM count, from the start-up probe
- * (mf_cu_probe_gemv_q8; 0: not probed, the launcher assumes 6). */
-static int q8v3_sms = 132;
-static int q8v3_bps[MF_TYPE_Q6_K + 1][2][2]; /* [type][nt > 1][swiglu] */
+static_assert(MF_TYPE_Q6_K < MF_CU_OCC_INST, "mf_cu_gemv_occ.v3 holds every v3 type");
 
-template <int T> static void q8v3_occupancy() {
+/* Blocks per SM of each v3 kernel into o->v3 (mf_cu_gemv_occupancy). */
+template <int T> static void q8v3_occupancy(mf_cu_gemv_occ *o) {
     int n = 0;
     if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&n, gemv_q8v3_kernel<T, 1, false>, 32 * Q8_WARPS, 0) == cudaSuccess)
-        q8v3_bps[T][0][0] = n;
+        o->v3[T][0][0] = n;
     if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&n, gemv_q8v3_kernel<T, 8, false>, 32 * Q8_WARPS, 0) == cudaSuccess)
-        q8v3_bps[T][1][0] = n;
+        o->v3[T][1][0] = n;
     if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&n, gemv_q8v3_kernel<T, 1, true>, 32 * Q8_WARPS, 0) == cudaSuccess)
-        q8v3_bps[T][0][1] = n;
+        o->v3[T][0][1] = n;
     if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&n, gemv_q8v3_kernel<T, 8, true>, 32 * Q8_WARPS, 0) == cudaSuccess)
-        q8v3_bps[T][1][1] = n;
+        o->v3[T][1][1] = n;
 }
 
 /* ks (warps per row pair, each taking every ks-th 32-unit group): doubled
@@ -899,15 +535,16 @@ template <int T> static void q8v3_occupancy() {
  * projections) get more warps per row, wide ones (FFN, lm_head: many
  * waves anyway) one. */
 template <int T, bool SWIGLU>
-static cudaError_t launch_q8v3(const q8_multi *p, q8_src *in, int64_t n_in, int64_t nt, cudaStream_t s) {
+static cudaError_t launch_q8v3(const mf_cu_gemv_tune *g, const q8_multi *p, q8_src *in, int64_t n_in, int64_t nt,
+                               cudaStream_t s) {
     const int8_t *xq = in->xq;
     const float *xd = in->xd;
     const int32_t *xs = in->xs;
     const int64_t n_units = n_in / 32, n_grp = (n_units + 31) / 32;
     const int64_t rows = SWIGLU ? p->n_out[0] : p->start[p->n_w];
     const int64_t pairs = SWIGLU ? rows : (rows + Q8V3_R - 1) / Q8V3_R;
-    const int bps = q8v3_bps[T][nt > 1][SWIGLU];
-    const int64_t wave = (int64_t)q8v3_sms * (bps > 0 ? bps : 6);
+    const int bps = g->occ ? g->occ->v3[T][nt > 1][SWIGLU] : 0;
+    const int64_t wave = (int64_t)(g->sms > 0 ? g->sms : 1) * (bps > 0 ? bps : 6);
     int ks = 1;
     while (ks < Q8_WARPS && n_grp >= 2 * ks && (pairs * 2 * ks + Q8_WARPS - 1) / Q8_WARPS <= wave)
         ks *= 2;
@@ -915,23 +552,18 @@ static cudaError_t launch_q8v3(const q8_multi *p, q8_src *in, int64_t n_in, int6
     dim3 grid((unsigned)((pairs + ppb - 1) / ppb), 1);
     if (nt > 1)
         grid.y = (unsigned)((nt + 7) / 8);
-    q8_pro pro;
-    size_t smem;
-    if (const cudaError_t qe = q8_src_for(in, (int64_t)grid.x * grid.y, nt < 8 ? nt : 8, &pro, &smem, s))
+    if (const cudaError_t qe = q8_src_ready(in, s))
         return qe;
     if (nt == 1)
-        return mf_launch(gemv_q8v3_kernel<T, 1, SWIGLU>, grid, dim3(32 * Q8_WARPS), smem, s, *p, xq, xd, xs, n_in,
-                         nt, ks, Q8V3_PF_NONE, pro);
-    return mf_launch(gemv_q8v3_kernel<T, 8, SWIGLU>, grid, dim3(32 * Q8_WARPS), smem, s, *p, xq, xd, xs, n_in, nt,
-                     ks, Q8V3_PF_NONE, pro);
+        return mf_launch(gemv_q8v3_kernel<T, 1, SWIGLU>, grid, dim3(32 * Q8_WARPS), 0, s, g->pdl, *p, xq, xd, xs,
+                         n_in, nt, ks);
+    return mf_launch(gemv_q8v3_kernel<T, 8, SWIGLU>, grid, dim3(32 * Q8_WARPS), 0, s, g->pdl, *p, xq, xd, xs, n_in,
+                     nt, ks);
 }
 
 #define MF_CU_FOR_EACH_Q8_WTYPE(X) \
     X(MF_TYPE_Q4_0) X(MF_TYPE_Q4_1) X(MF_TYPE_Q5_0) X(MF_TYPE_Q5_1) X(MF_TYPE_Q8_0) \
     X(MF_TYPE_Q2_K) X(MF_TYPE_Q3_K) X(MF_TYPE_Q4_K) X(MF_TYPE_Q5_K) X(MF_TYPE_Q6_K)
-#define MF_CU_FOR_EACH_Q8_WTYPE_BUT_Q4_K(X) \
-    X(MF_TYPE_Q4_0) X(MF_TYPE_Q4_1) X(MF_TYPE_Q5_0) X(MF_TYPE_Q5_1) X(MF_TYPE_Q8_0) \
-    X(MF_TYPE_Q2_K) X(MF_TYPE_Q3_K) X(MF_TYPE_Q5_K) X(MF_TYPE_Q6_K)
 
 extern "C" int mf_cu_q8_supported(uint32_t wtype, int64_t n_in) {
     if (n_in <= 0 || n_in % 32 != 0)
@@ -960,7 +592,7 @@ extern "C" int mf_cu_gemv_v3_wanted(uint32_t wtype, int64_t n_in, int64_t rows) 
 extern "C" cudaError_t mf_cu_gemv_q8(const mf_cu_matmul_args *a, cudaStream_t s) {
     if (!a->q8 || a->nt <= 0 || a->nt > 8 || !mf_cu_q8_supported(a->wtype, a->n_in))
         return cudaErrorInvalidValue;
-    const bool v4 = a->nt == 1 && !a->prologue && mf_cu_q8v4_u(a->gemv_v4, a->wtype, a->n_out, a->n_in) > 0;
+    const bool v4 = a->nt == 1 && mf_cu_q8v4_u(&a->gt, a->wtype, a->n_out, a->n_in) > 0;
     if (v4 || (!a->gemv_v1 && (!a->gemv_auto || mf_cu_gemv_v3_wanted(a->wtype, a->n_in, a->n_out)))) {
         /* v3: one weight through the multi launcher (same quantization) */
         mf_cu_q8_multi_args m;
@@ -977,15 +609,13 @@ extern "C" cudaError_t mf_cu_gemv_q8(const mf_cu_matmul_args *a, cudaStream_t s)
         m.y[0] = a->y;
         m.n_out[0] = a->n_out;
         m.gemv_auto = a->gemv_auto;
-        m.gemv_v4 = a->gemv_v4;
-        m.prologue = a->prologue;
+        m.gt = a->gt;
         return mf_cu_gemv_q8_multi(&m, s);
     }
     q8_src in;
     memset(&in, 0, sizeof in);
     in.x = a->x;
-    in.mode = a->prologue;
-    in.alias_free = !q8_overlap(a->x, (size_t)(a->nt * a->n_in) * 4, a->y, (size_t)(a->nt * a->n_out) * 4);
+    in.pdl = a->gt.pdl != 0;
     in.n_in = a->n_in;
     in.nt = a->nt;
     in.xq = (int8_t *)a->q8;
@@ -1025,7 +655,7 @@ static void q8_run(const mf_cu_q8_multi_args *a, int first, int end, q8_multi *p
  * not apply. */
 static cudaError_t q8_mix_launch(const mf_cu_q8_multi_args *a, q8_src *in, bool *done, cudaStream_t s) {
     *done = false;
-    if (!a->qkv_mix || a->swiglu || a->nt != 1 || a->prologue || a->n_w < 2)
+    if (!a->qkv_mix || a->swiglu || a->nt != 1 || a->n_w < 2)
         return cudaSuccess;
     int cut = 1;
     while (cut < a->n_w && a->wtype[cut] == a->wtype[0])
@@ -1040,16 +670,15 @@ static cudaError_t q8_mix_launch(const mf_cu_q8_multi_args *a, q8_src *in, bool 
     memset(&pb, 0, sizeof pb);
     q8_run(a, 0, cut, &pa);
     q8_run(a, cut, a->n_w, &pb);
-    const int ua = mf_cu_q8v4_u(a->gemv_v4, a->wtype[0], pa.start[pa.n_w], a->n_in);
-    const int ub = mf_cu_q8v4_u(a->gemv_v4, a->wtype[cut], pb.start[pb.n_w], a->n_in);
-    if (!mf_cu_q8v4_mix_supported(a->wtype[0], ua, a->wtype[cut], ub))
+    const int ua = mf_cu_q8v4_u(&a->gt, a->wtype[0], pa.start[pa.n_w], a->n_in);
+    const int ub = mf_cu_q8v4_u(&a->gt, a->wtype[cut], pb.start[pb.n_w], a->n_in);
+    if (!mf_cu_q8v4_mix_supported(&a->gt, a->wtype[0], ua, a->wtype[cut], ub))
         return cudaSuccess;
     *done = true;
-    q8_pro pro;
-    size_t smem;
-    cudaError_t e = q8_src_for(in, 1, 1, &pro, &smem, s);
+    cudaError_t e = q8_src_ready(in, s);
     if (e == cudaSuccess)
-        e = mf_cu_q8v4_launch_mix(&pa, a->wtype[0], ua, &pb, a->wtype[cut], ub, in->xq, in->xd, in->xs, a->n_in, s);
+        e = mf_cu_q8v4_launch_mix(&a->gt, &pa, a->wtype[0], ua, &pb, a->wtype[cut], ub, in->xq, in->xd, in->xs,
+                                  a->n_in, s);
     return e;
 }
 
@@ -1058,11 +687,11 @@ static cudaError_t q8_mix_launch(const mf_cu_q8_multi_args *a, q8_src *in, bool 
  * block-local kernel reproduces bit for bit (mf_cu_q8v4_swq8_ok adds the
  * types and the size rule). */
 extern "C" int mf_cu_gemv_q8_ffn_q8b_ok(const mf_cu_q8_multi_args *a) {
-    if (!a->swiglu || a->n_w != 2 || a->nt != 1 || a->prologue || a->wtype[1] != a->wtype[0] ||
+    if (!a->swiglu || a->n_w != 2 || a->nt != 1 || a->wtype[1] != a->wtype[0] ||
         a->n_out[1] != a->n_out[0] || a->res[0] || a->res[1] || !mf_cu_q8_supported(a->wtype[0], a->n_in))
         return 0;
-    const int u = mf_cu_q8v4_u(a->gemv_v4, a->wtype[0], 2 * a->n_out[0], a->n_in);
-    return u > 0 && mf_cu_q8v4_swq8_ok(a->wtype[0], u, a->n_out[0], a->n_in);
+    const int u = mf_cu_q8v4_u(&a->gt, a->wtype[0], 2 * a->n_out[0], a->n_in);
+    return u > 0 && mf_cu_q8v4_swq8_ok(&a->gt, a->wtype[0], u, a->n_out[0], a->n_in);
 }
 
 /* tune zc's rule: the launch mf_cu_gemv_q8_multi would make
@@ -1070,23 +699,21 @@ extern "C" int mf_cu_gemv_q8_ffn_q8b_ok(const mf_cu_q8_multi_args *a) {
  * warp per row pair, which the ZC instance runs with the same plan (so the
  * same bits); mf_cu_q8v4_zc_ok adds the types. */
 extern "C" int mf_cu_gemv_q8_zc_ok(const mf_cu_q8_multi_args *a) {
-    if (a->swiglu || a->n_w != 1 || a->nt != 1 || a->prologue || a->res[0] || a->q8out ||
+    if (a->swiglu || a->n_w != 1 || a->nt != 1 || a->res[0] || a->q8out ||
         !mf_cu_q8_supported(a->wtype[0], a->n_in)) /* no ZC form of FFN_Q8B */
         return 0;
-    const int u = mf_cu_q8v4_u(a->gemv_v4, a->wtype[0], a->n_out[0], a->n_in);
-    return u > 0 && mf_cu_q8v4_zc_ok(a->wtype[0], u, a->n_out[0], a->n_in);
+    const int u = mf_cu_q8v4_u(&a->gt, a->wtype[0], a->n_out[0], a->n_in);
+    return u > 0 && mf_cu_q8v4_zc_ok(&a->gt, a->wtype[0], u, a->n_out[0], a->n_in);
 }
 
 /* The one-run v4 launches beside the plain path (FFN_Q8B's block-local
  * gate/up, the ZC lm_head): p = weights [0, nw) of a as one run, and x
  * quantized the way the plain v4 launch has it (the quantize kernel if x is
- * not ready; no prologue). */
+ * not ready). */
 static cudaError_t q8_v4_one_run(const mf_cu_q8_multi_args *a, q8_src *in, int nw, q8_multi *p, cudaStream_t s) {
     memset(p, 0, sizeof *p);
     q8_run(a, 0, nw, p);
-    q8_pro pro;
-    size_t smem;
-    return q8_src_for(in, 1, 1, &pro, &smem, s);
+    return q8_src_ready(in, s);
 }
 
 /* The fused path: one quantization of x, then one launch over every weight
@@ -1103,31 +730,27 @@ extern "C" cudaError_t mf_cu_gemv_q8_multi(const mf_cu_q8_multi_args *a, cudaStr
     }
     if (a->swiglu && (!same || a->n_out[1] != a->n_out[0] || a->res[0] || a->res[1]))
         return cudaErrorInvalidValue;
-    q8_src in; /* quantized by the first launch without the prologue, or never */
+    q8_src in; /* quantized before the first launch (or already, x_q8_ready) */
     memset(&in, 0, sizeof in);
     in.x = a->x;
     in.nw = a->norm ? a->norm_w : NULL;
     in.eps = a->norm_eps;
     in.norm = a->norm;
-    in.mode = a->x_q8_ready ? 0 : a->prologue;
     in.quantized = a->x_q8_ready != 0;
-    in.alias_free = true;
-    for (int i = 0; i < (a->swiglu ? 1 : a->n_w); i++) /* swiglu writes y[0] only */
-        if (q8_overlap(a->x, (size_t)(a->nt * a->n_in) * 4, a->y[i], (size_t)(a->nt * a->n_out[i]) * 4))
-            in.alias_free = false;
+    in.pdl = a->gt.pdl != 0;
     in.n_in = a->n_in;
     in.nt = a->nt;
     in.xq = (int8_t *)a->q8;
     in.xd = (float *)(in.xq + a->nt * a->n_in);
     in.xs = (int32_t *)(in.xd + a->nt * (a->n_in / 32));
     if (a->q8out) { /* tune ffn_q8b: the SwiGLU GEMV that also writes the down GEMV's int8 input */
-        if (!mf_cu_gemv_q8_ffn_q8b_ok(a) || a->q8b_form < 0 || a->q8b_form > MF_CU_Q8B_FORMS || a->y_host ||
+        if (!mf_cu_gemv_q8_ffn_q8b_ok(a) || a->y_host ||
             q8_overlap(a->q8out, mf_cu_q8_bytes(a->n_out[0], 1), a->q8, mf_cu_q8_bytes(a->n_in, 1)))
             return cudaErrorInvalidValue;
         q8_multi p;
         cudaError_t e = q8_v4_one_run(a, &in, 2, &p, s);
         if (e == cudaSuccess)
-            e = mf_cu_q8v4_swq8_launch(&p, a->wtype[0], a->q8b_form, in.xq, in.xd, in.xs, a->n_in, a->q8out, s);
+            e = mf_cu_q8v4_swq8_launch(&a->gt, &p, a->wtype[0], in.xq, in.xd, in.xs, a->n_in, a->q8out, s);
         return e != cudaSuccess ? e : cudaGetLastError();
     }
     if (a->y_host) { /* tune zc: y also into mapped host memory, by the v4 epilogue */
@@ -1136,7 +759,7 @@ extern "C" cudaError_t mf_cu_gemv_q8_multi(const mf_cu_q8_multi_args *a, cudaStr
         q8_multi p;
         cudaError_t e = q8_v4_one_run(a, &in, 1, &p, s);
         if (e == cudaSuccess)
-            e = mf_cu_q8v4_launch_zc(&p, a->wtype[0], in.xq, in.xd, in.xs, a->n_in, a->y_host, s);
+            e = mf_cu_q8v4_launch_zc(&a->gt, &p, a->wtype[0], in.xq, in.xd, in.xs, a->n_in, a->y_host, s);
         return e != cudaSuccess ? e : cudaGetLastError();
     }
     bool mixed;
@@ -1153,27 +776,24 @@ extern "C" cudaError_t mf_cu_gemv_q8_multi(const mf_cu_q8_multi_args *a, cudaStr
             continue;
         q8_run(a, first, i, &p);
         cudaError_t e = cudaErrorInvalidValue;
-        const int u4 = a->nt == 1 && !a->prologue
-                           ? mf_cu_q8v4_u(a->gemv_v4, a->wtype[first], a->swiglu ? 2 * p.n_out[0] : p.start[p.n_w],
-                                          a->n_in)
-                           : 0;
+        const int u4 = a->nt == 1 ? mf_cu_q8v4_u(&a->gt, a->wtype[first],
+                                                 a->swiglu ? 2 * p.n_out[0] : p.start[p.n_w], a->n_in)
+                                  : 0;
         if (u4 > 0) { /* the v4 GEMV */
-            q8_pro pro;
-            size_t smem;
-            if ((e = q8_src_for(&in, 1, 1, &pro, &smem, s)) != cudaSuccess ||
-                (e = mf_cu_q8v4_launch(&p, a->wtype[first], a->swiglu != 0, u4, in.xq, in.xd, in.xs, a->n_in,
+            if ((e = q8_src_ready(&in, s)) != cudaSuccess ||
+                (e = mf_cu_q8v4_launch(&a->gt, &p, a->wtype[first], a->swiglu != 0, u4, in.xq, in.xd, in.xs, a->n_in,
                                        s)) != cudaSuccess)
                 return e;
             first = i;
             continue;
         }
-        const bool v3 = !a->gemv_v1 && !(a->v2 && a->wtype[first] == MF_TYPE_Q4_K) &&
+        const bool v3 = !a->gemv_v1 &&
                         (!a->gemv_auto || mf_cu_gemv_v3_wanted(a->wtype[first], a->n_in, p.start[p.n_w]));
         switch (v3 ? a->wtype[first] : 0xffffffffu) { /* the v3 row-pair GEMV */
 #define MF_CASE(T)                                                                          \
     case T:                                                                                 \
-        e = a->swiglu ? launch_q8v3<T, true>(&p, &in, a->n_in, a->nt, s)             \
-                      : launch_q8v3<T, false>(&p, &in, a->n_in, a->nt, s);           \
+        e = a->swiglu ? launch_q8v3<T, true>(&a->gt, &p, &in, a->n_in, a->nt, s)     \
+                      : launch_q8v3<T, false>(&a->gt, &p, &in, a->n_in, a->nt, s);   \
         break;
             MF_CU_FOR_EACH_Q8_WTYPE(MF_CASE)
 #undef MF_CASE
@@ -1183,18 +803,10 @@ extern "C" cudaError_t mf_cu_gemv_q8_multi(const mf_cu_q8_multi_args *a, cudaStr
         switch (v3 ? 0xffffffffu : a->wtype[first]) {
 #define MF_CASE(T)                                                                          \
     case T:                                                                                 \
-        e = a->swiglu ? launch_q8_multi<T, true, false>(&p, &in, a->n_in, a->nt, s)  \
-                      : launch_q8_multi<T, false, false>(&p, &in, a->n_in, a->nt, s); \
+        e = a->swiglu ? launch_q8_multi<T, true>(&p, &in, a->n_in, a->nt, s)         \
+                      : launch_q8_multi<T, false>(&p, &in, a->n_in, a->nt, s);       \
         break;
-        case MF_TYPE_Q4_K: /* the paired-unit GEMV when asked (MINFER_CUDA_GEMV_V2) */
-            if (a->v2)
-                e = a->swiglu ? launch_q8_multi<MF_TYPE_Q4_K, true, true>(&p, &in, a->n_in, a->nt, s)
-                              : launch_q8_multi<MF_TYPE_Q4_K, false, true>(&p, &in, a->n_in, a->nt, s);
-            else
-                e = a->swiglu ? launch_q8_multi<MF_TYPE_Q4_K, true, false>(&p, &in, a->n_in, a->nt, s)
-                              : launch_q8_multi<MF_TYPE_Q4_K, false, false>(&p, &in, a->n_in, a->nt, s);
-            break;
-            MF_CU_FOR_EACH_Q8_WTYPE_BUT_Q4_K(MF_CASE)
+            MF_CU_FOR_EACH_Q8_WTYPE(MF_CASE)
 #undef MF_CASE
         default:
             break;
@@ -1210,35 +822,28 @@ extern "C" cudaError_t mf_cu_gemv_q8_multi(const mf_cu_q8_multi_args *a, cudaStr
 
 extern "C" cudaError_t mf_cu_probe_gemv_q8(size_t smem_limit, const char **bad) {
     MF_PROBE(q8_quant_kernel, 256);
-    MF_PROBE(q8_norm_quant_kernel, 256);
-    MF_PROBE(q8_norm_quant_wide_kernel<false>, 256);
     MF_PROBE(q8_norm_quant_lat_kernel, 256);
-    MF_PROBE(q8_norm_quant_wide_kernel<true>, 256);
-#define MF_CASE(T)                                     \
-    MF_PROBE((gemv_q8_kernel<T, 1>), 32 * Q8_WARPS);   \
-    MF_PROBE((gemv_q8_kernel<T, 8>), 32 * Q8_WARPS);             \
-    MF_PROBE((gemv_q8_multi_kernel<T, 1, false, false>), 32 * Q8_WARPS); \
-    MF_PROBE((gemv_q8_multi_kernel<T, 8, false, false>), 32 * Q8_WARPS); \
-    MF_PROBE((gemv_q8_multi_kernel<T, 1, true, false>), 32 * Q8_WARPS);  \
-    MF_PROBE((gemv_q8_multi_kernel<T, 8, true, false>), 32 * Q8_WARPS);
-    MF_CU_FOR_EACH_Q8_WTYPE(MF_CASE)
-#undef MF_CASE
-    MF_PROBE((gemv_q8_multi_kernel<MF_TYPE_Q4_K, 1, false, true>), 32 * Q8_WARPS);
-    MF_PROBE((gemv_q8_multi_kernel<MF_TYPE_Q4_K, 8, false, true>), 32 * Q8_WARPS);
-    MF_PROBE((gemv_q8_multi_kernel<MF_TYPE_Q4_K, 1, true, true>), 32 * Q8_WARPS);
-    MF_PROBE((gemv_q8_multi_kernel<MF_TYPE_Q4_K, 8, true, true>), 32 * Q8_WARPS);
+    MF_PROBE(q8_norm_quant_wide_kernel, 256);
 #define MF_CASE(T)                                                 \
-    MF_PROBE((gemv_q8v3_kernel<T, 1, false>), 32 * Q8_WARPS);       \
-    MF_PROBE((gemv_q8v3_kernel<T, 8, false>), 32 * Q8_WARPS);       \
-    MF_PROBE((gemv_q8v3_kernel<T, 1, true>), 32 * Q8_WARPS);        \
-    MF_PROBE((gemv_q8v3_kernel<T, 8, true>), 32 * Q8_WARPS);        \
-    q8v3_occupancy<T>();
+    MF_PROBE((gemv_q8_kernel<T, 1>), 32 * Q8_WARPS);               \
+    MF_PROBE((gemv_q8_kernel<T, 8>), 32 * Q8_WARPS);               \
+    MF_PROBE((gemv_q8_multi_kernel<T, 1, false>), 32 * Q8_WARPS);  \
+    MF_PROBE((gemv_q8_multi_kernel<T, 8, false>), 32 * Q8_WARPS);  \
+    MF_PROBE((gemv_q8_multi_kernel<T, 1, true>), 32 * Q8_WARPS);   \
+    MF_PROBE((gemv_q8_multi_kernel<T, 8, true>), 32 * Q8_WARPS);   \
+    MF_PROBE((gemv_q8v3_kernel<T, 1, false>), 32 * Q8_WARPS);      \
+    MF_PROBE((gemv_q8v3_kernel<T, 8, false>), 32 * Q8_WARPS);      \
+    MF_PROBE((gemv_q8v3_kernel<T, 1, true>), 32 * Q8_WARPS);       \
+    MF_PROBE((gemv_q8v3_kernel<T, 8, true>), 32 * Q8_WARPS);
     MF_CU_FOR_EACH_Q8_WTYPE(MF_CASE)
 #undef MF_CASE
-    int dev = 0, sms = 0; /* the v3 launcher's wave size */
-    if (cudaGetDevice(&dev) == cudaSuccess &&
-        cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev) == cudaSuccess && sms > 0)
-        q8v3_sms = q8_sms = sms;
-    mf_cu_q8v4_probe(sms);
     return cudaSuccess;
+}
+
+extern "C" void mf_cu_gemv_occupancy(mf_cu_gemv_occ *o) {
+    memset(o, 0, sizeof *o);
+#define MF_CASE(T) q8v3_occupancy<T>(o);
+    MF_CU_FOR_EACH_Q8_WTYPE(MF_CASE)
+#undef MF_CASE
+    mf_cu_q8v4_occupancy(o);
 }

@@ -192,10 +192,11 @@ static __device__ __forceinline__ void q8_pair_store(const q8_multi &p, int64_t 
 
 /* The v4 GEMV (gemv_q8v4.cu) of one token: p's weights (all of type wtype)
  * against the quantized activation (xq, xd, xs of n_in), u weight slices per
- * lane in flight (1 or 2). cudaErrorNotSupported when wtype or u has no
- * v4 kernel (the caller then takes v3). */
-cudaError_t mf_cu_q8v4_launch(const q8_multi *p, uint32_t wtype, bool swiglu, int u, const int8_t *xq,
-                              const float *xd, const int32_t *xs, int64_t n_in, cudaStream_t s);
+ * lane in flight (1 or 2), planned with g's device numbers.
+ * cudaErrorNotSupported when wtype or u has no v4 kernel (the caller then
+ * takes v3). */
+cudaError_t mf_cu_q8v4_launch(const mf_cu_gemv_tune *g, const q8_multi *p, uint32_t wtype, bool swiglu, int u,
+                              const int8_t *xq, const float *xd, const int32_t *xs, int64_t n_in, cudaStream_t s);
 /* The v4 GEMV of two runs of weights of different types (pa: ta with u
  * slices ua, pb: tb, ub; each run's weights of one type) against the same
  * quantized activation, in one launch (tune qkv_mix): every output
@@ -203,32 +204,28 @@ cudaError_t mf_cu_q8v4_launch(const q8_multi *p, uint32_t wtype, bool swiglu, in
  * mf_cu_q8v4_mix_supported says whether the pair has a kernel (ua == ub ==
  * 1, a type pair of the K-quant mixes, see V4_FOR_EACH_MIX); the launch
  * returns cudaErrorNotSupported otherwise. No SwiGLU. */
-int mf_cu_q8v4_mix_supported(uint32_t ta, int ua, uint32_t tb, int ub);
-cudaError_t mf_cu_q8v4_launch_mix(const q8_multi *pa, uint32_t ta, int ua, const q8_multi *pb, uint32_t tb, int ub,
-                                  const int8_t *xq, const float *xd, const int32_t *xs, int64_t n_in,
-                                  cudaStream_t s);
+int mf_cu_q8v4_mix_supported(const mf_cu_gemv_tune *g, uint32_t ta, int ua, uint32_t tb, int ub);
+cudaError_t mf_cu_q8v4_launch_mix(const mf_cu_gemv_tune *g, const q8_multi *pa, uint32_t ta, int ua,
+                                  const q8_multi *pb, uint32_t tb, int ub, const int8_t *xq, const float *xd,
+                                  const int32_t *xs, int64_t n_in, cudaStream_t s);
 /* tune zc: the v4 GEMV of p (one weight of wtype, one token,
  * one slice in flight, no residual) whose epilogue also stores every row
  * into yh, a device alias of mapped pinned host memory (32-byte aligned),
  * in whole 32-byte lines; y bitwise what mf_cu_q8v4_launch(p, wtype, false,
  * 1) writes, and yh the same floats once the launch has completed.
  * cudaErrorNotSupported where mf_cu_q8v4_zc_ok (cuda_args.h) says no. */
-cudaError_t mf_cu_q8v4_launch_zc(const q8_multi *p, uint32_t wtype, const int8_t *xq, const float *xd,
-                                 const int32_t *xs, int64_t n_in, float *yh, cudaStream_t s);
-/* Fills the v4 occupancy table (from mf_cu_probe_gemv_q8). */
-void mf_cu_q8v4_probe(int sms);
+cudaError_t mf_cu_q8v4_launch_zc(const mf_cu_gemv_tune *g, const q8_multi *p, uint32_t wtype, const int8_t *xq,
+                                 const float *xd, const int32_t *xs, int64_t n_in, float *yh, cudaStream_t s);
+/* Fills the v4 part of the occupancy table (mf_cu_gemv_occupancy). */
+void mf_cu_q8v4_occupancy(mf_cu_gemv_occ *o);
 int mf_cu_q8v4_supported(uint32_t wtype);
 /* tune ffn_q8b: the v4 SwiGLU GEMV of p (gate, up of n_out rows, one
  * type wtype) with one slice in flight, a block per 32 consecutive outputs,
  * writing y[0] bitwise as mf_cu_q8v4_launch(p, wtype, true, 1) does and its
  * int8 quantization into q8out (mf_cu_q8_bytes(n_out, 1) layout, bitwise
- * q8_quant_kernel's). form: the block form (0 or 1: 8 warps x 4 outputs;
- * 2: 16 x 2; 3: 8 x 4 with a lower register cap; 4: 3 with two outputs a
- * warp in flight at a time; 5: 1 with the PDL trigger after the stores;
- * same bits every form).
- * cudaErrorNotSupported where mf_cu_q8v4_swq8_ok (cuda_args.h) says no or
- * form is none of those. */
-cudaError_t mf_cu_q8v4_swq8_launch(const q8_multi *p, uint32_t wtype, int form, const int8_t *xq, const float *xd,
-                                   const int32_t *xs, int64_t n_in, void *q8out, cudaStream_t s);
+ * q8_quant_kernel's). cudaErrorNotSupported where mf_cu_q8v4_swq8_ok
+ * (cuda_args.h) says no. */
+cudaError_t mf_cu_q8v4_swq8_launch(const mf_cu_gemv_tune *g, const q8_multi *p, uint32_t wtype, const int8_t *xq,
+                                   const float *xd, const int32_t *xs, int64_t n_in, void *q8out, cudaStream_t s);
 
 #endif

@@ -561,13 +561,14 @@ gemv_q8v4_mix_kernel(q8_multi pa, q8_multi pb, const int8_t *__restrict__ xq, co
 
 #define V4_FOR_EACH_TYPE(X) X(MF_TYPE_Q4_0) X(MF_TYPE_Q5_0) X(MF_TYPE_Q8_0) X(MF_TYPE_Q4_K) X(MF_TYPE_Q6_K)
 
-/* Resident blocks per SM of each instance (mf_cu_q8v4_probe), [type][U
- * index][swiglu]; v4_ebps: the E instances (plain), [type][U index]. */
-static int v4_bps[V4_N_INST][2][2];
-static int v4_ebps[V4_N_INST][2];
-static int v4_sms = 132;
-static int v4_pf = 1; /* mf_cu_set_gemv_v4_pf (tune v4_pf): 0 off, 1 first batch, 2 every batch, 3 auto */
-static int v4_early = 2; /* mf_cu_set_gemv_v4_early (tune v4_early): 0 off, 1 on, 2 auto */
+static_assert(V4_N_INST <= MF_CU_OCC_INST, "mf_cu_gemv_occ holds every v4 instance");
+
+/* A wave of resident blocks: the device's SMs x the measured blocks per SM
+ * (bps, 0: not measured, then `dflt`). */
+static int64_t v4_wave(const mf_cu_gemv_tune *g, int bps, int dflt) {
+    return (int64_t)(g->sms > 0 ? g->sms : 1) * (bps > 0 ? bps : dflt);
+}
+#define V4_OCC(g, f) ((g)->occ ? (g)->occ->f : 0)
 #define V4_PF_ALL_BYTES ((uint64_t)4 << 20)
 
 static uint64_t v4_bytes(const q8_multi *p, bool sw) {
@@ -581,19 +582,17 @@ static uint64_t v4_bytes(const q8_multi *p, bool sw) {
  * first row group (2) when the launch's weights are at most 4 MiB (the 0.5B
  * down GEMV: +1.9 % tg on the 0.5B Q4_0), else the first batch (1): the 7B
  * GEMVs lost 7 % with every batch (H200). */
-static int v4_pf_of(const q8_multi *p, bool sw) {
-    if (v4_pf != 3)
-        return v4_pf;
+static int v4_pf_of(const mf_cu_gemv_tune *g, const q8_multi *p, bool sw) {
+    if (g->v4_pf != 3)
+        return g->v4_pf;
     return v4_bytes(p, sw) <= V4_PF_ALL_BYTES ? 2 : 1;
 }
 
 /* Whether a plain launch of b weight bytes takes its E instance: under 2
  * (auto) the latency-bound launches of <= 4 MiB (the 0.5B's) */
-static bool v4_early_of(uint64_t b) {
-    return v4_early == 1 || (v4_early == 2 && b <= V4_PF_ALL_BYTES);
+static bool v4_early_of(const mf_cu_gemv_tune *g, uint64_t b) {
+    return g->v4_early == 1 || (g->v4_early == 2 && b <= V4_PF_ALL_BYTES);
 }
-static int v4_big_mib = 32; /* mf_cu_set_gemv_v4_big (tune v4_big): Q4_K weights from this many MiB take U 2 */
-static int v4_q6k = 3; /* mf_cu_set_gemv_v4_q6k (tune v4_q6k): Q6_K on v4s<V4_Q6K_SLICE>, the rule's U (3: auto) */
 /* tune v4_q6k=3 (auto, the default): two slices in flight for
  * a Q6_K weight of <= 4 MiB with rows of >= 4096 (the 0.5B down GEMV, 896 x
  * 4864: 5.5 -> 5.4 us a layer; H200, docs/PERF.md: 0.5B Q4_K_M tg128
@@ -612,16 +611,15 @@ static int v4_ui(int u) {
  * mixed-type launch plans each run with it too: ks fixes a row's summation
  * order, so both launch forms must take the same. */
 template <int T, int U, bool SW, bool E = false>
-static int64_t v4_plan(const q8_multi *p, int64_t n_in, int *ks_out, int64_t *n_grp) {
+static int64_t v4_plan(const mf_cu_gemv_tune *g, const q8_multi *p, int64_t n_in, int *ks_out, int64_t *n_grp) {
     const int64_t n_units = n_in / 32;
     const int64_t rows = SW ? p->n_out[0] : p->start[p->n_w];
     const int64_t pairs = SW ? rows : (rows + V4_R - 1) / V4_R;
-    const int bps = E ? v4_ebps[T][v4_ui(U)] : v4_bps[T][v4_ui(U)][SW];
-    const int64_t wave = (int64_t)v4_sms * (bps > 0 ? bps : 4);
+    const int bps = E ? V4_OCC(g, v4e[T][v4_ui(U)]) : V4_OCC(g, v4[T][v4_ui(U)][SW]);
+    const int64_t wave = v4_wave(g, bps, 4);
     /* ks by the plain instance's wave: an E one (maybe more blocks a SM)
      * sums a row in the same order */
-    const int kbps = v4_bps[T][v4_ui(U)][SW];
-    const int64_t kwave = (int64_t)v4_sms * (kbps > 0 ? kbps : 4);
+    const int64_t kwave = v4_wave(g, V4_OCC(g, v4[T][v4_ui(U)][SW]), 4);
     /* more warps per row pair while each still gets a batch of 32 U slices
      * and the blocks still fit one wave */
     int ks = 1;
@@ -634,16 +632,16 @@ static int64_t v4_plan(const q8_multi *p, int64_t n_in, int *ks_out, int64_t *n_
 }
 
 template <int T, int U, bool SW, bool E = false>
-static cudaError_t v4_go(const q8_multi *p, const int8_t *xq, const float *xd, const int32_t *xs, int64_t n_in,
-                         cudaStream_t s) {
+static cudaError_t v4_go(const mf_cu_gemv_tune *g, const q8_multi *p, const int8_t *xq, const float *xd,
+                         const int32_t *xs, int64_t n_in, cudaStream_t s) {
     if constexpr (!E && !SW && V4_HAS_E(T, U))
-        if (v4_early_of(v4_bytes(p, false)))
-            return v4_go<T, U, SW, true>(p, xq, xd, xs, n_in, s);
+        if (v4_early_of(g, v4_bytes(p, false)))
+            return v4_go<T, U, SW, true>(g, p, xq, xd, xs, n_in, s);
     int ks;
     int64_t n_grp;
-    const int64_t blocks = v4_plan<T, U, SW, E>(p, n_in, &ks, &n_grp);
-    return mf_launch(gemv_q8v4_kernel<T, U, SW, E>, dim3((unsigned)blocks), dim3(32 * Q8_WARPS), 0, s, *p, xq, xd,
-                     xs, n_in, ks, n_grp, v4_pf_of(p, SW));
+    const int64_t blocks = v4_plan<T, U, SW, E>(g, p, n_in, &ks, &n_grp);
+    return mf_launch(gemv_q8v4_kernel<T, U, SW, E>, dim3((unsigned)blocks), dim3(32 * Q8_WARPS), 0, s, g->pdl, *p,
+                     xq, xd, xs, n_in, ks, n_grp, v4_pf_of(g, p, SW));
 }
 
 /* The type pairs with a mixed-type kernel (instance ids: V4_Q6K_SLICE for
@@ -657,7 +655,7 @@ static cudaError_t v4_go(const q8_multi *p, const int8_t *xq, const float *xd, c
 #define V4_FOR_EACH_MIX(X) \
     X(0, MF_TYPE_Q4_K, V4_Q6K_SLICE) X(1, MF_TYPE_Q5_0, MF_TYPE_Q8_0) X(2, MF_TYPE_Q4_0, MF_TYPE_Q5_0)
 #define V4_N_MIX 3
-static int v4_mix_bps[V4_N_MIX][2]; /* resident blocks per SM of each mixed instance, [E] (mf_cu_q8v4_probe) */
+static_assert(V4_N_MIX <= 4, "mf_cu_gemv_occ.mix holds every mixed instance");
 static int64_t v4_mix_launches;  /* mf_cu_q8v4_mix_count */
 
 /* Run a (pa, instance ia) and run b in one launch: each run's grid as its
@@ -665,23 +663,23 @@ static int64_t v4_mix_launches;  /* mf_cu_q8v4_mix_count */
  * instance (each keeps at least one block; a block loops over its run's
  * groups, so the cut changes no result). */
 template <int TA, int TB, bool E = false>
-static cudaError_t v4_go_mix(const q8_multi *pa, const q8_multi *pb, int mi, const int8_t *xq, const float *xd,
-                             const int32_t *xs, int64_t n_in, cudaStream_t s) {
+static cudaError_t v4_go_mix(const mf_cu_gemv_tune *g, const q8_multi *pa, const q8_multi *pb, int mi,
+                             const int8_t *xq, const float *xd, const int32_t *xs, int64_t n_in, cudaStream_t s) {
     if constexpr (!E && V4_HAS_E(TA, 1) && V4_HAS_E(TB, 1)) /* the E form by the two runs' bytes together */
-        if (v4_early_of(v4_bytes(pa, false) + v4_bytes(pb, false)))
-            return v4_go_mix<TA, TB, true>(pa, pb, mi, xq, xd, xs, n_in, s);
+        if (v4_early_of(g, v4_bytes(pa, false) + v4_bytes(pb, false)))
+            return v4_go_mix<TA, TB, true>(g, pa, pb, mi, xq, xd, xs, n_in, s);
     int ksa, ksb;
     int64_t ga, gb;
-    int64_t ba = v4_plan<TA, 1, false, E>(pa, n_in, &ksa, &ga), bb = v4_plan<TB, 1, false, E>(pb, n_in, &ksb, &gb);
-    const int bps = v4_mix_bps[mi][E];
-    const int64_t wave = (int64_t)v4_sms * (bps > 0 ? bps : 4);
+    int64_t ba = v4_plan<TA, 1, false, E>(g, pa, n_in, &ksa, &ga);
+    int64_t bb = v4_plan<TB, 1, false, E>(g, pb, n_in, &ksb, &gb);
+    const int64_t wave = v4_wave(g, V4_OCC(g, mix[mi][E]), 4);
     if (ba + bb > wave && wave >= 2) {
         const int64_t a = wave * ba / (ba + bb);
         ba = a < 1 ? 1 : a > wave - 1 ? wave - 1 : a;
         bb = wave - ba;
     }
     const cudaError_t e = mf_launch(gemv_q8v4_mix_kernel<TA, TB, E>, dim3((unsigned)(ba + bb)), dim3(32 * Q8_WARPS), 0,
-                                    s, *pa, *pb, xq, xd, xs, n_in, ksa, ksb, ga, gb, (unsigned)ba, v4_pf_of(pa, false));
+                                    s, g->pdl, *pa, *pb, xq, xd, xs, n_in, ksa, ksb, ga, gb, (unsigned)ba, v4_pf_of(g, pa, false));
     v4_mix_launches += e == cudaSuccess;
     return e;
 }
@@ -691,13 +689,13 @@ int64_t mf_cu_q8v4_mix_count(void) {
 }
 
 template <int T>
-static cudaError_t v4_type(const q8_multi *p, bool sw, int u, const int8_t *xq, const float *xd, const int32_t *xs,
-                           int64_t n_in, cudaStream_t s) {
+static cudaError_t v4_type(const mf_cu_gemv_tune *g, const q8_multi *p, bool sw, int u, const int8_t *xq,
+                           const float *xd, const int32_t *xs, int64_t n_in, cudaStream_t s) {
     switch (u) {
     case 1:
-        return sw ? v4_go<T, 1, true>(p, xq, xd, xs, n_in, s) : v4_go<T, 1, false>(p, xq, xd, xs, n_in, s);
+        return sw ? v4_go<T, 1, true>(g, p, xq, xd, xs, n_in, s) : v4_go<T, 1, false>(g, p, xq, xd, xs, n_in, s);
     case 2:
-        return sw ? v4_go<T, 2, true>(p, xq, xd, xs, n_in, s) : v4_go<T, 2, false>(p, xq, xd, xs, n_in, s);
+        return sw ? v4_go<T, 2, true>(g, p, xq, xd, xs, n_in, s) : v4_go<T, 2, false>(g, p, xq, xd, xs, n_in, s);
     default:
         return cudaErrorNotSupported;
     }
@@ -713,28 +711,28 @@ static cudaError_t v4_type(const q8_multi *p, bool sw, int u, const int8_t *xq, 
  * (=2: two; =0: the generic decoder and the v1 lm_head): H200, PERF.md entry
  * 14: lm_head 175 (v1) -> 161 us, 7B down 26.2 -> 25.1 us, qwen2-7B Q4_K_M
  * tg128 378.3 -> 381.2. */
-int mf_cu_q8v4_u(int mode, uint32_t wtype, int64_t rows, int64_t n_in) {
-    if (mode == 0 || !mf_cu_q8v4_supported(wtype))
+int mf_cu_q8v4_u(const mf_cu_gemv_tune *g, uint32_t wtype, int64_t rows, int64_t n_in) {
+    if (g->v4 == 0 || !mf_cu_q8v4_supported(wtype))
         return 0;
-    if (mode > 0)
-        return mode;
-    if (wtype == MF_TYPE_Q6_K && v4_q6k == 3) /* auto: two slices for long rows of a small weight */
+    if (g->v4 > 0)
+        return g->v4;
+    if (wtype == MF_TYPE_Q6_K && g->v4_q6k == 3) /* auto: two slices for long rows of a small weight */
         return n_in >= V4_Q6K_U2_MIN_IN && (double)rows * (double)(n_in / 256) * 210.0 <= (double)V4_Q6K_U2_BYTES
                    ? 2
                    : 1;
-    if (wtype == MF_TYPE_Q6_K && v4_q6k)
-        return v4_q6k;
+    if (wtype == MF_TYPE_Q6_K && g->v4_q6k)
+        return g->v4_q6k;
     if (wtype == MF_TYPE_Q6_K && rows > 65536)
         return 0;
     if (wtype != MF_TYPE_Q4_K)
         return 1;
     /* Q4_K: two slices (the pipelined 116-register loop) only for a weight
-     * of >= v4_big_mib MiB (32; tune v4_big, 0: always); smaller ones keep more blocks resident with one (H200,
+     * of >= g->v4_big_mib MiB (32; tune v4_big, 0: always); smaller ones keep more blocks resident with one (H200,
      * docs/PERF.md: 7B gate+up 76 MB 34.9 (u2) vs 36.6 us, down 38 MB
      * 18.0 vs 21.4; 7B q+k+v 9 MB 10.0 vs 8.5, 4B gate+up 28 MB 20.7 vs
      * 17.6, 4B down 14 MB 10.6 vs 9.9) */
     const double bytes = (double)rows * (double)(n_in / 256) * 144.0;
-    return bytes >= (double)v4_big_mib * 1024 * 1024 ? 2 : 1;
+    return bytes >= (double)g->v4_big_mib * 1024 * 1024 ? 2 : 1;
 }
 
 int mf_cu_q8v4_supported(uint32_t wtype) {
@@ -748,14 +746,14 @@ int mf_cu_q8v4_supported(uint32_t wtype) {
     }
 }
 
-cudaError_t mf_cu_q8v4_launch(const q8_multi *p, uint32_t wtype, bool swiglu, int u, const int8_t *xq,
-                              const float *xd, const int32_t *xs, int64_t n_in, cudaStream_t s) {
-    if (wtype == MF_TYPE_Q6_K && v4_q6k)
-        return v4_type<V4_Q6K_SLICE>(p, swiglu, u, xq, xd, xs, n_in, s);
+cudaError_t mf_cu_q8v4_launch(const mf_cu_gemv_tune *g, const q8_multi *p, uint32_t wtype, bool swiglu, int u,
+                              const int8_t *xq, const float *xd, const int32_t *xs, int64_t n_in, cudaStream_t s) {
+    if (wtype == MF_TYPE_Q6_K && g->v4_q6k)
+        return v4_type<V4_Q6K_SLICE>(g, p, swiglu, u, xq, xd, xs, n_in, s);
     switch (wtype) {
 #define MF_CASE(T) \
     case T:        \
-        return v4_type<T>(p, swiglu, u, xq, xd, xs, n_in, s);
+        return v4_type<T>(g, p, swiglu, u, xq, xd, xs, n_in, s);
         V4_FOR_EACH_TYPE(MF_CASE)
 #undef MF_CASE
     default:
@@ -765,15 +763,15 @@ cudaError_t mf_cu_q8v4_launch(const q8_multi *p, uint32_t wtype, bool swiglu, in
 
 /* The instance id weight type wtype runs on (Q6_K: the slice decoder while
  * tune v4_q6k is on). */
-static int v4_inst(uint32_t wtype) {
-    return wtype == MF_TYPE_Q6_K && v4_q6k ? V4_Q6K_SLICE : (int)wtype;
+static int v4_inst(const mf_cu_gemv_tune *g, uint32_t wtype) {
+    return wtype == MF_TYPE_Q6_K && g->v4_q6k ? V4_Q6K_SLICE : (int)wtype;
 }
 
 /* The warps per row pair (ks) v4_plan gives a launch of u slices on
  * instance inst over `rows` rows of one weight (swiglu false) or `rows`
  * outputs of a gate/up pair (swiglu true); 0: no v4 instance. A row's
  * summation order is fixed by (u, ks) alone. */
-static int v4_plan_ks(int inst, int u, bool swiglu, int64_t rows, int64_t n_in) {
+static int v4_plan_ks(const mf_cu_gemv_tune *g, int inst, int u, bool swiglu, int64_t rows, int64_t n_in) {
     q8_multi p = {};
     p.n_w = swiglu ? 2 : 1;
     p.n_out[0] = rows;
@@ -788,11 +786,11 @@ static int v4_plan_ks(int inst, int u, bool swiglu, int64_t rows, int64_t n_in) 
 #define MF_CASE(I)                                                                         \
     case I:                                                                                \
         if (u == 1)                                                                        \
-            swiglu ? (void)v4_plan<I, 1, true>(&p, n_in, &ks, &n_grp)                      \
-                   : (void)v4_plan<I, 1, false>(&p, n_in, &ks, &n_grp);                    \
+            swiglu ? (void)v4_plan<I, 1, true>(g, &p, n_in, &ks, &n_grp)                   \
+                   : (void)v4_plan<I, 1, false>(g, &p, n_in, &ks, &n_grp);                 \
         else                                                                               \
-            swiglu ? (void)v4_plan<I, 2, true>(&p, n_in, &ks, &n_grp)                      \
-                   : (void)v4_plan<I, 2, false>(&p, n_in, &ks, &n_grp);                    \
+            swiglu ? (void)v4_plan<I, 2, true>(g, &p, n_in, &ks, &n_grp)                   \
+                   : (void)v4_plan<I, 2, false>(g, &p, n_in, &ks, &n_grp);                 \
         break;
         V4_FOR_EACH_TYPE(MF_CASE)
         MF_CASE(V4_Q6K_SLICE)
@@ -803,16 +801,6 @@ static int v4_plan_ks(int inst, int u, bool swiglu, int64_t rows, int64_t n_in) 
     return ks;
 }
 
-/* MINFER_CUDA_LOGITS_CHUNKS: the ks of a single-run, non-SwiGLU launch of
- * u slices over `rows` rows of wtype, the instance mf_cu_q8v4_launch would
- * take. Row chunks of a launch whose ks and u equal the whole
- * launch's give every row the same bits. */
-int mf_cu_q8v4_ks(uint32_t wtype, int u, int64_t rows, int64_t n_in) {
-    if (rows <= 0 || n_in <= 0 || (u != 1 && u != 2))
-        return 0;
-    return v4_plan_ks(v4_inst(wtype), u, false, rows, n_in);
-}
-
 /* ---- tune zc: the lm_head GEMV also writes the logits into host memory ---- */
 
 /* The instances with a ZC kernel: the block decoders of the
@@ -821,7 +809,6 @@ int mf_cu_q8v4_ks(uint32_t wtype, int u, int64_t rows, int64_t n_in) {
  * from 32 MiB) or Q6_K on the unit decoder keeps the copy. */
 #define ZC_FOR_EACH_INST(X) X(MF_TYPE_Q4_0) X(MF_TYPE_Q5_0) X(MF_TYPE_Q8_0) X(V4_Q6K_SLICE)
 
-static int v4_zc_bps[V4_N_INST]; /* resident blocks per SM of each ZC instance (mf_cu_q8v4_probe) */
 static int64_t v4_zc_launches;   /* mf_cu_q8v4_zc_count */
 
 static bool v4_zc_inst(int i) {
@@ -835,8 +822,9 @@ static bool v4_zc_inst(int i) {
     }
 }
 
-int mf_cu_q8v4_zc_ok(uint32_t wtype, int u, int64_t rows, int64_t n_in) {
-    return u == 1 && v4_zc_inst(v4_inst(wtype)) && mf_cu_q8v4_ks(wtype, 1, rows, n_in) == 1;
+int mf_cu_q8v4_zc_ok(const mf_cu_gemv_tune *g, uint32_t wtype, int u, int64_t rows, int64_t n_in) {
+    return u == 1 && rows > 0 && n_in > 0 && v4_zc_inst(v4_inst(g, wtype)) &&
+           v4_plan_ks(g, v4_inst(g, wtype), 1, false, rows, n_in) == 1;
 }
 
 int64_t mf_cu_q8v4_zc_count(void) {
@@ -847,29 +835,29 @@ int64_t mf_cu_q8v4_zc_count(void) {
  * one-slice launch (ks 1, the same row groups; only the wave is the ZC
  * instance's own). */
 template <int T>
-static cudaError_t v4_go_zc(const q8_multi *p, const int8_t *xq, const float *xd, const int32_t *xs, int64_t n_in,
-                            float *yh, cudaStream_t s) {
+static cudaError_t v4_go_zc(const mf_cu_gemv_tune *g, const q8_multi *p, const int8_t *xq, const float *xd,
+                            const int32_t *xs, int64_t n_in, float *yh, cudaStream_t s) {
     int ks;
     int64_t n_grp;
-    int64_t blocks = v4_plan<T, 1, false>(p, n_in, &ks, &n_grp);
+    int64_t blocks = v4_plan<T, 1, false>(g, p, n_in, &ks, &n_grp);
     if (ks != 1)
         return cudaErrorNotSupported;
-    const int64_t wave = (int64_t)v4_sms * (v4_zc_bps[T] > 0 ? v4_zc_bps[T] : 4);
+    const int64_t wave = v4_wave(g, V4_OCC(g, zc[T]), 4);
     blocks = n_grp < wave ? n_grp : wave;
-    return mf_launch(gemv_q8v4_zc_kernel<T>, dim3((unsigned)blocks), dim3(32 * Q8_WARPS), 0, s, *p, xq, xd, xs, n_in,
-                     ks, n_grp, v4_pf_of(p, false), yh);
+    return mf_launch(gemv_q8v4_zc_kernel<T>, dim3((unsigned)blocks), dim3(32 * Q8_WARPS), 0, s, g->pdl, *p, xq, xd, xs,
+                     n_in, ks, n_grp, v4_pf_of(g, p, false), yh);
 }
 
-cudaError_t mf_cu_q8v4_launch_zc(const q8_multi *p, uint32_t wtype, const int8_t *xq, const float *xd,
-                                 const int32_t *xs, int64_t n_in, float *yh, cudaStream_t s) {
+cudaError_t mf_cu_q8v4_launch_zc(const mf_cu_gemv_tune *g, const q8_multi *p, uint32_t wtype, const int8_t *xq,
+                                 const float *xd, const int32_t *xs, int64_t n_in, float *yh, cudaStream_t s) {
     const int64_t rows = p->start[1];
-    if (p->n_w != 1 || p->res[0] || !yh || ((uintptr_t)yh & 31) || !mf_cu_q8v4_zc_ok(wtype, 1, rows, n_in))
+    if (p->n_w != 1 || p->res[0] || !yh || ((uintptr_t)yh & 31) || !mf_cu_q8v4_zc_ok(g, wtype, 1, rows, n_in))
         return cudaErrorNotSupported;
     cudaError_t e = cudaErrorNotSupported;
-    switch (v4_inst(wtype)) {
-#define MF_CASE(I)                                      \
-    case I:                                             \
-        e = v4_go_zc<I>(p, xq, xd, xs, n_in, yh, s);    \
+    switch (v4_inst(g, wtype)) {
+#define MF_CASE(I)                                        \
+    case I:                                               \
+        e = v4_go_zc<I>(g, p, xq, xd, xs, n_in, yh, s);   \
         break;
         ZC_FOR_EACH_INST(MF_CASE)
 #undef MF_CASE
@@ -897,18 +885,18 @@ static int v4_mix_find(int ia, int ib, bool *swap) {
     return -1;
 }
 
-int mf_cu_q8v4_mix_supported(uint32_t ta, int ua, uint32_t tb, int ub) {
+int mf_cu_q8v4_mix_supported(const mf_cu_gemv_tune *g, uint32_t ta, int ua, uint32_t tb, int ub) {
     bool swap;
-    return ua == 1 && ub == 1 && v4_mix_find(v4_inst(ta), v4_inst(tb), &swap) >= 0;
+    return ua == 1 && ub == 1 && v4_mix_find(v4_inst(g, ta), v4_inst(g, tb), &swap) >= 0;
 }
 
-cudaError_t mf_cu_q8v4_launch_mix(const q8_multi *pa, uint32_t ta, int ua, const q8_multi *pb, uint32_t tb, int ub,
-                                  const int8_t *xq, const float *xd, const int32_t *xs, int64_t n_in,
-                                  cudaStream_t s) {
+cudaError_t mf_cu_q8v4_launch_mix(const mf_cu_gemv_tune *g, const q8_multi *pa, uint32_t ta, int ua,
+                                  const q8_multi *pb, uint32_t tb, int ub, const int8_t *xq, const float *xd,
+                                  const int32_t *xs, int64_t n_in, cudaStream_t s) {
     bool swap = false;
     int mi = -1;
     if (ua == 1 && ub == 1)
-        mi = v4_mix_find(v4_inst(ta), v4_inst(tb), &swap);
+        mi = v4_mix_find(v4_inst(g, ta), v4_inst(g, tb), &swap);
     if (swap) { /* the instance's first type is run b's */
         const q8_multi *t = pa;
         pa = pb;
@@ -918,7 +906,7 @@ cudaError_t mf_cu_q8v4_launch_mix(const q8_multi *pa, uint32_t ta, int ua, const
     switch (mi) {
 #define MF_CASE(I, A, B) \
     case I:              \
-        e = v4_go_mix<A, B>(pa, pb, I, xq, xd, xs, n_in, s); \
+        e = v4_go_mix<A, B>(g, pa, pb, I, xq, xd, xs, n_in, s); \
         break;
         V4_FOR_EACH_MIX(MF_CASE)
 #undef MF_CASE
@@ -928,40 +916,22 @@ cudaError_t mf_cu_q8v4_launch_mix(const q8_multi *pa, uint32_t ta, int ua, const
     return e;
 }
 
-template <int T, int U> static void v4_occ() {
+template <int T, int U> static void v4_occ(mf_cu_gemv_occ *o) {
     int n = 0;
     if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&n, gemv_q8v4_kernel<T, U, false>, 32 * Q8_WARPS, 0) ==
         cudaSuccess)
-        v4_bps[T][v4_ui(U)][0] = n;
+        o->v4[T][v4_ui(U)][0] = n;
     if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&n, gemv_q8v4_kernel<T, U, true>, 32 * Q8_WARPS, 0) ==
         cudaSuccess)
-        v4_bps[T][v4_ui(U)][1] = n;
+        o->v4[T][v4_ui(U)][1] = n;
     if constexpr (V4_HAS_E(T, U))
         if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&n, gemv_q8v4_kernel<T, U, false, true>, 32 * Q8_WARPS,
                                                           0) == cudaSuccess)
-            v4_ebps[T][v4_ui(U)] = n;
+            o->v4e[T][v4_ui(U)] = n;
 }
 
-void mf_cu_set_gemv_v4_pf(int on) {
-    v4_pf = on < 0 ? 0 : on > 3 ? 3 : on;
-}
-
-void mf_cu_set_gemv_v4_big(int mib) {
-    v4_big_mib = mib < 0 ? 32 : mib;
-}
-
-void mf_cu_set_gemv_v4_early(int mode) {
-    v4_early = mode >= 0 && mode <= 2 ? mode : 2;
-}
-
-void mf_cu_set_gemv_v4_q6k(int u) {
-    v4_q6k = u == 2 || u == 3 ? u : u != 0;
-}
-
-void mf_cu_q8v4_probe(int sms) {
-    if (sms > 0)
-        v4_sms = sms;
-#define MF_CASE(T) v4_occ<T, 1>(); v4_occ<T, 2>();
+void mf_cu_q8v4_occupancy(mf_cu_gemv_occ *o) {
+#define MF_CASE(T) v4_occ<T, 1>(o); v4_occ<T, 2>(o);
     V4_FOR_EACH_TYPE(MF_CASE)
     MF_CASE(V4_Q6K_SLICE)
 #undef MF_CASE
@@ -969,17 +939,17 @@ void mf_cu_q8v4_probe(int sms) {
 #define MF_CASE(I, A, B)                                                                                 \
     if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&n, gemv_q8v4_mix_kernel<A, B>, 32 * Q8_WARPS, 0) == \
         cudaSuccess)                                                                                     \
-        v4_mix_bps[I][0] = n;                                                                            \
+        o->mix[I][0] = n;                                                                                \
     if (V4_HAS_E(A, 1) && V4_HAS_E(B, 1) &&                                                              \
         cudaOccupancyMaxActiveBlocksPerMultiprocessor(                                                   \
             &n, gemv_q8v4_mix_kernel<A, B, V4_HAS_E(A, 1) && V4_HAS_E(B, 1)>, 32 * Q8_WARPS, 0) ==       \
             cudaSuccess)                                                                                 \
-        v4_mix_bps[I][1] = n;
+        o->mix[I][1] = n;
     V4_FOR_EACH_MIX(MF_CASE)
 #undef MF_CASE
 #define MF_CASE(I)                                                                                          \
     if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&n, gemv_q8v4_zc_kernel<I>, 32 * Q8_WARPS, 0) == cudaSuccess) \
-        v4_zc_bps[I] = n;
+        o->zc[I] = n;
     ZC_FOR_EACH_INST(MF_CASE)
 #undef MF_CASE
 }
@@ -1010,36 +980,22 @@ void mf_cu_q8v4_probe(int sms) {
  * 0.5B's 4864, one wave on 132 SMs at 2 blocks a SM. */
 #define SWQ_MAX_IN 2048  /* the size rule: n_in up to this (0.5B / 1.5B gate/up: latency-bound) */
 
-/* The block forms (tune ffn_q8b=1 .. 5, args field q8b_form;
- * default 4, H200, docs/PERF.md). Form 1 made the down GEMV
- * after it slower in the H200 timeline (docs/PERF.md), likeliest
- * through residency: the down GEMV's blocks are launched (PDL) while this
- * kernel runs and become resident, and issue their pre-wait L2 prefetch,
- * only in the registers it leaves free. The other forms keep a block per int8 unit and each
- * output's arithmetic (so every bit) and change only the footprint
- * (registers a thread from ptxas -v, nvcc 13.0 sm_90, Q4_0 / Q5_0 / Q4_K /
- * Q6_K slice; a block's registers = threads x that rounded up to 8):
- *   1: 8 warps x 4 outputs, 8 rows in flight a warp, (256, 2): 96 / 95 /
- *      100 / 128 (the first form);
- *   2: 16 warps x 2 outputs, 4 rows in flight, (512, 2): 56 / 64 / 63 / 64;
- *      lighter a thread but not a block (512 x 56 = 28672 > 256 x 96);
- *   3: form 1 under (256, 3): 80 everywhere (65536 / 768 down to the
- *      allocation unit); Q4_K spills 56 bytes; 3 blocks a SM, so the 1.5B's
- *      280 blocks are one wave on 132 SMs (form 1: 264 + a 16-block tail);
- *   4: form 3 with a warp's 4 outputs in two rounds of 2 (4 rows in flight,
- *      one more load round): 64 / 76 / 68 / 80, the lightest block;
- *   5: form 1 triggering the next kernel after its stores, not at its top
- *      (a diagnostic: the down GEMV's blocks then land on a GPU this kernel
- *      is leaving, as they did after the 19-block quantize kernel, at the
- *      price of their pre-wait prefetch's head start).
- * The measurements: docs/PERF.md. */
+/* The block form (H200, docs/PERF.md, "FFN_Q8B forms"): 8 warps x 4
+ * consecutive outputs, a warp's 4 outputs in two rounds of 2 (4 rows in
+ * flight), under (256, 3): 64 / 76 / 68 / 80 registers a thread (Q4_0 /
+ * Q5_0 / Q4_K / Q6_K slice, ptxas -v, nvcc 13.0 sm_90), 3 blocks a SM, so
+ * the 1.5B's 280 blocks are one wave on 132 SMs. The form with all 4
+ * outputs in flight made the down GEMV after it slower (its PDL-launched
+ * blocks become resident only in the registers this kernel leaves free). */
 #define SWQ_WARPS 8
-#define SWQ_OPW 4        /* form 1: consecutive outputs a warp: SWQ_WARPS * SWQ_OPW = 32, one int8 unit */
+#define SWQ_OPW 4 /* consecutive outputs a warp: SWQ_WARPS * SWQ_OPW = 32, one int8 unit */
+#define SWQ_G 2   /* of them loaded before any is computed */
+#define SWQ_MINB 3
 
 /* NW warps x OPW consecutive outputs (NW * OPW = 32: the block's int8
  * unit), G of them (2 G rows) loaded before any is computed (OPW / G
- * rounds a warp); LATE: mf_pdl_trigger() after the stores. */
-template <int T, int NW, int OPW, int G, bool LATE>
+ * rounds a warp). */
+template <int T, int NW, int OPW, int G>
 static __device__ __forceinline__ void swq8_body(const q8_multi &p, const int8_t *__restrict__ xq,
                                                  const float *__restrict__ xd, const int32_t *__restrict__ xs,
                                                  int64_t n_in, int pf, int8_t *__restrict__ oq,
@@ -1063,8 +1019,7 @@ static __device__ __forceinline__ void swq8_body(const q8_multi &p, const int8_t
                 asm volatile("prefetch.global.L2 [%0];" ::"l"(
                     __cvta_generic_to_global(row[i][r] + v4_pf_off<T>(p.row_bytes[r], lane, n_units))));
     mf_pdl_wait();
-    if (!LATE)
-        mf_pdl_trigger();
+    mf_pdl_trigger();
     float acc[OPW][2] = {};
 #pragma unroll
     for (int g0 = 0; g0 < OPW; g0 += G) /* an output's sum runs over its slices in the same order every form */
@@ -1113,17 +1068,15 @@ static __device__ __forceinline__ void swq8_body(const q8_multi &p, const int8_t
     __syncthreads();
     if (warp == 0) /* q8_quant_kernel's unit blockIdx.x of h */
         q8_unit(hs[lane], lane, true, oq + (int64_t)blockIdx.x * 32, od + blockIdx.x, os + blockIdx.x);
-    if (LATE)
-        mf_pdl_trigger();
 }
 
-template <int T, int NW, int OPW, int G, int MINB, bool LATE>
+template <int T, int NW, int OPW, int G, int MINB>
 static __global__ void __launch_bounds__(32 * NW, MINB)
 gemv_q8v4_swq8_kernel(q8_multi p, const int8_t *__restrict__ xq, const float *__restrict__ xd,
                       const int32_t *__restrict__ xs, int64_t n_in, int pf, int8_t *__restrict__ oq,
                       float *__restrict__ od, int32_t *__restrict__ os) {
     __shared__ float hs[32];
-    swq8_body<T, NW, OPW, G, LATE>(p, xq, xd, xs, n_in, pf, oq, od, os, hs);
+    swq8_body<T, NW, OPW, G>(p, xq, xd, xs, n_in, pf, oq, od, os, hs);
 }
 
 #define SWQ_FOR_EACH_INST(X) \
@@ -1131,56 +1084,31 @@ gemv_q8v4_swq8_kernel(q8_multi p, const int8_t *__restrict__ xq, const float *__
 
 static int64_t v4_swq8_launches; /* mf_cu_q8v4_swq8_count */
 
-int mf_cu_q8v4_swq8_ok(uint32_t wtype, int u, int64_t n_out, int64_t n_in) {
+int mf_cu_q8v4_swq8_ok(const mf_cu_gemv_tune *g, uint32_t wtype, int u, int64_t n_out, int64_t n_in) {
     if (u != 1 || n_out <= 0 || n_out % 32 != 0 || n_out / 32 > 0x7fffffff || n_in <= 0 || n_in % 32 != 0 ||
         n_in > SWQ_MAX_IN)
         return 0;
     /* the v4 SwiGLU launch's plan of these rows: one warp per output (ks 1) */
-    return v4_plan_ks(v4_inst(wtype), 1, true, n_out, n_in) == 1;
+    return v4_plan_ks(g, v4_inst(g, wtype), 1, true, n_out, n_in) == 1;
 }
 
-/* Instance I of block form f (1 .. MF_CU_Q8B_FORMS) over nb blocks. */
-template <int I>
-static cudaError_t swq8_go(int form, const q8_multi &p, const int8_t *xq, const float *xd, const int32_t *xs,
-                           int64_t n_in, int8_t *oq, float *od, int32_t *os, int64_t nb, cudaStream_t s) {
-    switch (form) {
-    case 1:
-        return mf_launch(gemv_q8v4_swq8_kernel<I, SWQ_WARPS, SWQ_OPW, SWQ_OPW, 2, false>, dim3((unsigned)nb),
-                         dim3(32 * SWQ_WARPS), 0, s, p, xq, xd, xs, n_in, v4_pf, oq, od, os);
-    case 2:
-        return mf_launch(gemv_q8v4_swq8_kernel<I, 16, 2, 2, 2, false>, dim3((unsigned)nb), dim3(32 * 16), 0, s, p, xq,
-                         xd, xs, n_in, v4_pf, oq, od, os);
-    case 3:
-        return mf_launch(gemv_q8v4_swq8_kernel<I, SWQ_WARPS, SWQ_OPW, SWQ_OPW, 3, false>, dim3((unsigned)nb),
-                         dim3(32 * SWQ_WARPS), 0, s, p, xq, xd, xs, n_in, v4_pf, oq, od, os);
-    case 4:
-        return mf_launch(gemv_q8v4_swq8_kernel<I, SWQ_WARPS, SWQ_OPW, 2, 3, false>, dim3((unsigned)nb),
-                         dim3(32 * SWQ_WARPS), 0, s, p, xq, xd, xs, n_in, v4_pf, oq, od, os);
-    case 5:
-        return mf_launch(gemv_q8v4_swq8_kernel<I, SWQ_WARPS, SWQ_OPW, SWQ_OPW, 2, true>, dim3((unsigned)nb),
-                         dim3(32 * SWQ_WARPS), 0, s, p, xq, xd, xs, n_in, v4_pf, oq, od, os);
-    default:
-        return cudaErrorNotSupported;
-    }
-}
+#define SWQ_KERNEL(I) gemv_q8v4_swq8_kernel<I, SWQ_WARPS, SWQ_OPW, SWQ_G, SWQ_MINB>
 
-static int64_t v4_swq8_form_launches[MF_CU_Q8B_FORMS + 1]; /* mf_cu_q8v4_swq8_form_count */
-
-cudaError_t mf_cu_q8v4_swq8_launch(const q8_multi *p, uint32_t wtype, int form, const int8_t *xq, const float *xd,
-                                   const int32_t *xs, int64_t n_in, void *q8out, cudaStream_t s) {
+cudaError_t mf_cu_q8v4_swq8_launch(const mf_cu_gemv_tune *g, const q8_multi *p, uint32_t wtype, const int8_t *xq,
+                                   const float *xd, const int32_t *xs, int64_t n_in, void *q8out, cudaStream_t s) {
     const int64_t n_out = p->n_out[0], nb = n_out / 32;
-    form = form == 0 ? 1 : form;
-    if (form < 1 || form > MF_CU_Q8B_FORMS || p->n_w != 2 || p->n_out[1] != n_out || !q8out ||
-        !mf_cu_q8v4_swq8_ok(wtype, 1, n_out, n_in))
+    if (p->n_w != 2 || p->n_out[1] != n_out || !q8out ||
+        !mf_cu_q8v4_swq8_ok(g, wtype, 1, n_out, n_in))
         return cudaErrorNotSupported;
     int8_t *oq = (int8_t *)q8out; /* mf_cu_q8_bytes(n_out, 1) layout */
     float *od = (float *)(oq + n_out);
     int32_t *os = (int32_t *)(od + nb);
     cudaError_t e = cudaErrorNotSupported;
-    switch (v4_inst(wtype)) {
+    switch (v4_inst(g, wtype)) {
 #define MF_CASE(I)                                                          \
     case I:                                                                 \
-        e = swq8_go<I>(form, *p, xq, xd, xs, n_in, oq, od, os, nb, s);      \
+        e = mf_launch(SWQ_KERNEL(I), dim3((unsigned)nb), dim3(32 * SWQ_WARPS), 0, s, g->pdl, *p, xq, xd, xs, n_in, \
+                      g->v4_pf, oq, od, os);                                \
         break;
         SWQ_FOR_EACH_INST(MF_CASE)
 #undef MF_CASE
@@ -1188,14 +1116,9 @@ cudaError_t mf_cu_q8v4_swq8_launch(const q8_multi *p, uint32_t wtype, int form, 
         break;
     }
     v4_swq8_launches += e == cudaSuccess;
-    v4_swq8_form_launches[form] += e == cudaSuccess;
     return e;
 }
 
 int64_t mf_cu_q8v4_swq8_count(void) {
     return v4_swq8_launches;
-}
-
-int64_t mf_cu_q8v4_swq8_form_count(int form) {
-    return form >= 1 && form <= MF_CU_Q8B_FORMS ? v4_swq8_form_launches[form] : 0;
 }

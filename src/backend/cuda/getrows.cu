@@ -50,7 +50,7 @@ extern "C" cudaError_t mf_cu_getrows(const mf_cu_getrows_args *a, cudaStream_t s
     switch (a->wtype) {
 #define MF_CASE(T)                                                                               \
     case T:                                                                                      \
-        return mf_launch(getrows_kernel<T>, dim3((unsigned)a->nt), dim3(128), 0, s, w, a->row_bytes, a->n, \
+        return mf_launch(getrows_kernel<T>, dim3((unsigned)a->nt), dim3(128), 0, s, a->pdl, w, a->row_bytes, a->n, \
                          a->n_rows, a->ids, a->y, a->fault, a->node);
         MF_CU_FOR_EACH_WTYPE(MF_CASE)
 #undef MF_CASE

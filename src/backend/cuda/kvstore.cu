@@ -34,7 +34,7 @@ extern "C" cudaError_t mf_cu_kv_store(const mf_cu_kv_args *a, cudaStream_t s) {
         return cudaSuccess;
     const int64_t per = a->kv_type == MF_TYPE_Q8_0 ? (a->kv_dim / MF_QK8_0) * 32 : a->kv_dim;
     dim3 grid((unsigned)((per + 255) / 256), (unsigned)a->nt);
-    return mf_launch(kv_store_kernel, grid, dim3(256), 0, s, *a);
+    return mf_launch(kv_store_kernel, grid, dim3(256), 0, s, a->pdl, *a);
 }
 
 static __global__ void kv_load_kernel(mf_cu_kv_args a) {
@@ -50,7 +50,7 @@ static __global__ void kv_load_kernel(mf_cu_kv_args a) {
 extern "C" cudaError_t mf_cu_kv_load(const mf_cu_kv_args *a, cudaStream_t s) {
     if (a->nt <= 0)
         return cudaSuccess;
-    return mf_launch(kv_load_kernel, dim3((unsigned)a->nt), dim3(256), 0, s, *a);
+    return mf_launch(kv_load_kernel, dim3((unsigned)a->nt), dim3(256), 0, s, a->pdl, *a);
 }
 
 #include "backend/cuda/probe.cuh"

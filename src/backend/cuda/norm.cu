@@ -5,7 +5,7 @@
  * the CPU does the same) and reduced by warp shuffles then shared memory;
  * each thread rereads and writes only its own elements, so y may equal x.
  *
- * Wide path (decode; MINFER_CUDA_NO_WIDE_NORM=1 turns it off): with few rows
+ * Wide path (decode): with few rows
  * one block per row leaves the GPU idle and the kernel is one long latency
  * chain. rmsnorm_wide_kernel runs grid (n / threads, rows): every block
  * recomputes its row's sum of squares with the same thread count and the
@@ -18,47 +18,16 @@
 #include "backend/cuda/norm.cuh"
 #include "backend/cuda/pdl.cuh"
 
-/* the kill switches of the wide decode kernels (mf_cu_set_wide) */
-int mf_cu_wide_norm = 1;
-int mf_cu_wide_rope = 1;
-
-extern "C" void mf_cu_set_wide(int norm, int rope) {
-    mf_cu_wide_norm = norm != 0;
-    mf_cu_wide_rope = rope != 0;
-}
-
-/* The decode row kernels without serial load chains (the *_lat kernels in
- * norm.cu, gemv_q8.cu, ropestore.cu, attn_decode.cu; bitwise the older
- * ones, which only the op tests still select, through mf_cu_set_lat). */
-int mf_cu_lat = 1;
-
-extern "C" void mf_cu_set_lat(int on) {
-    mf_cu_lat = on != 0;
-}
-
-static __global__ void rmsnorm_kernel(const float *x, const float *__restrict__ w, float *y, int64_t n,
-                               float eps) {
-    mf_pdl_wait();
-    mf_pdl_trigger();
-    __shared__ double part[32];
-    const int64_t r = blockIdx.x;
-    const float *xr = x + r * n;
-    float *yr = y + r * n;
-    double ss = 0.0;
-    for (int64_t i = threadIdx.x; i < n; i += blockDim.x)
-        ss += (double)xr[i] * (double)xr[i];
-    const float sc = mf_rms_scale(ss, part, (blockDim.x + 31) >> 5, n, eps);
-    for (int64_t i = threadIdx.x; i < n; i += blockDim.x)
-        yr[i] = w ? xr[i] * sc * w[i] : xr[i] * sc;
-}
+/* A thread's row loads are issued MF_LAT_E at once (mf_row_ss) instead of
+ * one dependent round trip per element; the older strided-loop kernels
+ * gave bitwise the same outputs and were slower (docs/PERF.md,
+ * "Row-kernel generations"). */
 
 /* Block (c, r): elements [c * blockDim.x, (c + 1) * blockDim.x) of row r.
- * The weight is read before the PDL wait (no kernel writes it). LAT (the
- * MINFER_CUDA_LAT form, bitwise equal): the row pass issues a thread's loads
- * together (mf_row_ss) instead of one dependent round trip per element, and
- * the thread's own element is picked from those registers after the
- * reduction (that keeps them live, so the loads stay one batch). */
-template <bool LAT>
+ * The weight is read before the PDL wait (no kernel writes it). The row
+ * pass issues a thread's loads together (mf_row_ss), and the thread's own
+ * element is picked from those registers after the reduction (that keeps
+ * them live, so the loads stay one batch). */
 static __global__ void rmsnorm_wide_kernel(const float *__restrict__ x, const float *__restrict__ w,
                                            float *__restrict__ y, int64_t n, float eps) {
     const int64_t me = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
@@ -69,18 +38,15 @@ static __global__ void rmsnorm_wide_kernel(const float *__restrict__ x, const fl
     const int64_t r = blockIdx.y;
     const float *xr = x + r * n;
     float mine = 0.0f, v[MF_LAT_E];
-    const double ss = mf_wide_row_ss<LAT>(xr, n, me, blockDim.x, v, &mine);
+    const double ss = mf_row_ss<MF_LAT_E>(xr, n, threadIdx.x, blockDim.x, v);
     const float sc = mf_rms_scale(ss, part, (blockDim.x + 31) >> 5, n, eps);
-    if constexpr (LAT) /* element me is this thread's pass-blockIdx.x element */
-        mine = blockIdx.x < MF_LAT_E ? mf_lat_pick(v, (int)blockIdx.x, 0.0f) : me < n ? xr[me] : 0.0f;
+    /* element me is this thread's pass-blockIdx.x element */
+    mine = blockIdx.x < MF_LAT_E ? mf_lat_pick(v, (int)blockIdx.x, 0.0f) : me < n ? xr[me] : 0.0f;
     if (me < n)
         y[r * n + me] = w ? mine * sc * wv : mine * sc;
 }
 
-/* The MINFER_CUDA_LAT form of rmsnorm_kernel, bitwise equal to it
- * (same threads, same per-thread element order through mf_row_ss, same
- * mf_rms_scale): the row's loads are issued MF_LAT_E per thread at once
- * instead of one dependent round trip per element. The one-block form keeps
+/* One block per row (many rows, or y overlapping x). The one-block form keeps
  * its first MF_LAT_E elements in registers for the second pass, so x is
  * read once up to MF_LAT_E * blockDim.x (4096 at 256 threads) and each
  * thread writes only elements it read itself: y may equal x (the in-place
@@ -123,21 +89,18 @@ extern "C" cudaError_t mf_cu_rmsnorm(const mf_cu_norm_args *a, cudaStream_t s) {
     const int threads = a->n >= 1024 ? 256 : a->n >= 256 ? 128 : 32;
     const int64_t total = a->n * a->nrows;
     const bool apart = a->y + total <= a->x || a->x + total <= a->y;
-    if (mf_cu_wide_norm && a->nrows <= WIDE_MAX_ROWS && apart && a->n > threads) {
+    if (a->nrows <= WIDE_MAX_ROWS && apart && a->n > threads) {
         const dim3 grid((unsigned)((a->n + threads - 1) / threads), (unsigned)a->nrows);
-        return mf_launch(mf_cu_lat ? rmsnorm_wide_kernel<true> : rmsnorm_wide_kernel<false>, grid, dim3(threads), 0, s,
-                         a->x, a->w, a->y, a->n, a->eps);
+        return mf_launch(rmsnorm_wide_kernel, grid, dim3(threads), 0, s, a->pdl, a->x, a->w, a->y, a->n, a->eps);
     }
-    return mf_launch(mf_cu_lat ? rmsnorm_lat_kernel : rmsnorm_kernel, dim3((unsigned)a->nrows), dim3(threads), 0,
-                     s, a->x, a->w, a->y, a->n, a->eps);
+    return mf_launch(rmsnorm_lat_kernel, dim3((unsigned)a->nrows), dim3(threads), 0, s, a->pdl, a->x, a->w, a->y,
+                     a->n, a->eps);
 }
 
 #include "backend/cuda/probe.cuh"
 
 extern "C" cudaError_t mf_cu_probe_norm(size_t smem_limit, const char **bad) {
-    MF_PROBE(rmsnorm_kernel, 256);
-    MF_PROBE(rmsnorm_wide_kernel<false>, 256);
     MF_PROBE(rmsnorm_lat_kernel, 256);
-    MF_PROBE(rmsnorm_wide_kernel<true>, 256);
+    MF_PROBE(rmsnorm_wide_kernel, 256);
     return cudaSuccess;
 }

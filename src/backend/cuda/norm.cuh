@@ -52,11 +52,11 @@ static __device__ __forceinline__ float mf_head_rms_scale_lanes(const float (&xs
     return mf_head_rms_scale(ss, hd, eps);
 }
 
-/* Elements a thread keeps in registers in the MINFER_CUDA_LAT norm kernels:
+/* Elements a thread keeps in registers in the row kernels' first pass:
  * 16 x 256 threads covers a 4096-wide row (3584 for the 7B) in one pass. */
 #define MF_LAT_E 16
 
-/* MINFER_CUDA_LAT's row pass: this thread's partial sum of squares of
+/* The row kernels' first pass: this thread's partial sum of squares of
  * xr[tid + k * nthr], k = 0, 1, ... in increasing k -- the order of the
  * strided loops `for (i = tid; i < n; i += nthr) ss += x_i * x_i` -- so the
  * result is bitwise theirs (a lane past n adds (+0) * (+0), which leaves a
@@ -85,26 +85,6 @@ static __device__ __forceinline__ double mf_row_ss(const float *xr, int64_t n, i
 #pragma unroll
         for (int k = 0; k < E; k++)
             ss += (double)u[k] * (double)u[k];
-    }
-    return ss;
-}
-
-/* The wide kernels' row pass over row xr (n elements, the block's threads;
- * nthr = blockDim.x): this thread's partial sum of squares; LAT through
- * mf_row_ss (the loads a batch, v filled for mf_lat_pick after the
- * reduction), else the strided loop, which also keeps the thread's own
- * element me in *mine. */
-template <bool LAT>
-static __device__ __forceinline__ double mf_wide_row_ss(const float *xr, int64_t n, int64_t me, int nthr,
-                                                        float (&v)[MF_LAT_E], float *mine) {
-    if constexpr (LAT)
-        return mf_row_ss<MF_LAT_E>(xr, n, threadIdx.x, nthr, v);
-    double ss = 0.0;
-    for (int64_t i = threadIdx.x; i < n; i += blockDim.x) {
-        const float xv = xr[i];
-        if (i == me)
-            *mine = xv;
-        ss += (double)xv * (double)xv;
     }
     return ss;
 }

@@ -13,17 +13,15 @@
  *     the top is safe because the next kernel still waits for this one to
  *     complete (and its writes to be visible) in its own mf_pdl_wait().
  * Kernels launched with <<<>>> are unaffected (plain stream order), and on
- * architectures before sm_90 both calls compile to nothing. The switch is
- * mf_cu_set_pdl() (tune pdl, read once at backend creation, before
- * any graph is captured). */
+ * architectures before sm_90 both calls compile to nothing. Whether a
+ * launch asks for it is its argument struct's pdl field, which the backend
+ * fills from its tuning (tune pdl). */
 #ifndef MF_CUDA_PDL_CUH
 #define MF_CUDA_PDL_CUH
 
 #include <utility>
 
 #include <cuda_runtime.h>
-
-extern int mf_cu_pdl_on;
 
 static __device__ __forceinline__ void mf_pdl_wait() {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
@@ -42,9 +40,9 @@ static __device__ __forceinline__ void mf_pdl_trigger() {
 #endif
 
 /* kernel<<<grid, block, smem, stream>>>(args...), with the PDL attribute
- * when mf_cu_pdl_on. Returns the launch status. */
+ * when pdl. Returns the launch status. */
 template <typename... P, typename... A>
-static cudaError_t mf_launch(void (*kernel)(P...), dim3 grid, dim3 block, size_t smem, cudaStream_t s,
+static cudaError_t mf_launch(void (*kernel)(P...), dim3 grid, dim3 block, size_t smem, cudaStream_t s, bool pdl,
                              A &&...args) {
     cudaLaunchConfig_t cfg = {};
     cfg.gridDim = grid;
@@ -55,7 +53,7 @@ static cudaError_t mf_launch(void (*kernel)(P...), dim3 grid, dim3 block, size_t
     at[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
     at[0].val.programmaticStreamSerializationAllowed = 1;
     cfg.attrs = at;
-    cfg.numAttrs = mf_cu_pdl_on ? 1 : 0;
+    cfg.numAttrs = pdl ? 1 : 0;
     return cudaLaunchKernelEx(&cfg, kernel, std::forward<A>(args)...);
 }
 

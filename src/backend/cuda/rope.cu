@@ -18,7 +18,7 @@ extern "C" cudaError_t mf_cu_rope(const mf_cu_rope_args *a, cudaStream_t s) {
     const int64_t blocks = a->nt * a->n_head;
     if (blocks <= 0)
         return cudaSuccess;
-    return mf_launch(rope_kernel, dim3((unsigned)blocks), dim3(64), 0, s, *a);
+    return mf_launch(rope_kernel, dim3((unsigned)blocks), dim3(64), 0, s, a->pdl, *a);
 }
 
 #include "backend/cuda/probe.cuh"

@@ -9,7 +9,7 @@
  * is rope.cu's and the store is kvstore.cu's (the kv.cuh writers), so the
  * results are bitwise the unfused path's.
  *
- * Wide path (MINFER_CUDA_NO_WIDE_ROPE=1 turns it off): grid (n_head + 2
+ * Wide path: grid (n_head + 2
  * n_head_kv, nt) of 64 threads, block (h, t): Q head h (h < n_head), K head
  * h - n_head (rotated in place, a barrier, then that head's slice of the K
  * row stored), or V head h - n_head - n_head_kv (its slice stored). With one
@@ -148,7 +148,7 @@ static __global__ void __launch_bounds__(RSH_THREADS) rope_store_head_kernel(mf_
     }
 }
 
-/* ---- MINFER_CUDA_LAT: the per-head kernel without serial round trips ---- */
+/* ---- the per-head kernel without serial round trips ---- */
 
 /* rope_store_head_kernel reads its head from global memory up to three
  * times, each after a store and a barrier (norm in place, rotation in
@@ -290,9 +290,6 @@ static __global__ void __launch_bounds__(RSH_THREADS) rope_store_head_lat_kernel
     }
 }
 
-extern int mf_cu_wide_rope; /* norm.cu */
-extern int mf_cu_lat;
-
 extern "C" cudaError_t mf_cu_rope_store(const mf_cu_rope_store_args *a, cudaStream_t s) {
     const int64_t nt = a->rq.nt;
     if (nt <= 0)
@@ -304,21 +301,22 @@ extern "C" cudaError_t mf_cu_rope_store(const mf_cu_rope_store_args *a, cudaStre
     const bool norm = a->q_norm && a->k_norm;
     if ((a->q_norm || a->k_norm) && !norm)
         return cudaErrorInvalidValue;
-    if (mf_cu_wide_rope && nt <= 65535 && hd > 0 && hd % 32 == 0 && a->rq.head_dim == hd &&
+    if (nt <= 65535 && hd > 0 && hd % 32 == 0 && a->rq.head_dim == hd &&
         (int64_t)a->rk.n_head * hd == a->ks.kv_dim && a->vs.kv_dim == a->ks.kv_dim && a->rq.n_head > 0 &&
         a->rk.n_head > 0 && (!norm || hd < 256)) {
-        const bool lat = mf_cu_lat && hd <= RSL_MAX_HD && a->rq.n_rot >= 0 && a->rq.n_rot <= hd &&
+        const bool lat = hd <= RSL_MAX_HD && a->rq.n_rot >= 0 && a->rq.n_rot <= hd &&
                          a->rk.n_rot >= 0 && a->rk.n_rot <= hd;
         return mf_launch(lat ? rope_store_head_lat_kernel : rope_store_head_kernel,
                          dim3((unsigned)(a->rq.n_head + 2 * a->rk.n_head), (unsigned)nt), dim3(RSH_THREADS), 0, s,
-                         *a);
+                         a->rq.pdl, *a);
     }
     mf_cu_rope_store_args b = *a;
     if (norm) { /* the QkNorm as its own launches (the old sequence) */
-        /* x, w, y, n, nrows, eps */
+        /* x, w, y, n, nrows, eps, pdl */
         const mf_cu_norm_args nq = {a->rq.x, a->q_norm, (float *)a->rq.x, a->rq.head_dim, nt * a->rq.n_head,
-                                    a->norm_eps};
-        const mf_cu_norm_args nk = {a->rk.y, a->k_norm, a->rk.y, a->rk.head_dim, nt * a->rk.n_head, a->norm_eps};
+                                    a->norm_eps, a->rq.pdl};
+        const mf_cu_norm_args nk = {a->rk.y, a->k_norm, a->rk.y, a->rk.head_dim, nt * a->rk.n_head, a->norm_eps,
+                                    a->rq.pdl};
         cudaError_t e = mf_cu_rmsnorm(&nq, s);
         if (e == cudaSuccess)
             e = mf_cu_rmsnorm(&nk, s);
@@ -326,7 +324,7 @@ extern "C" cudaError_t mf_cu_rope_store(const mf_cu_rope_store_args *a, cudaStre
             return e;
         b.q_norm = b.k_norm = NULL;
     }
-    return mf_launch(rope_store_kernel, dim3((unsigned)nt, 3), dim3(RS_THREADS), 0, s, b);
+    return mf_launch(rope_store_kernel, dim3((unsigned)nt, 3), dim3(RS_THREADS), 0, s, a->rq.pdl, b);
 }
 
 #include "backend/cuda/probe.cuh"

@@ -34,5 +34,5 @@ extern "C" cudaError_t mf_cu_slot_copy(const mf_cu_slot_args *a, cudaStream_t s)
     for (int i = 0; i < a->n; i++)
         if (a->off[i] > a->used || a->len[i] > a->used - a->off[i])
             return cudaErrorInvalidValue;
-    return mf_launch(slot_copy_kernel, dim3(1), dim3(SLOT_THREADS), 0, s, *a);
+    return mf_launch(slot_copy_kernel, dim3(1), dim3(SLOT_THREADS), 0, s, a->pdl, *a);
 }
