@@ -195,7 +195,7 @@ static cudaError_t pg_attn_launch(const mf_cu_paged_args *a, cudaStream_t s) {
         attr = true;
     }
     return mf_launch(pg_attn_kernel<D>, dim3((unsigned)a->n_items, (unsigned)a->n_head_kv), dim3(PG_WARPS * 32),
-                     smem, s, *a);
+                     smem, s, false, *a);
 }
 
 extern "C" int mf_cu_attn_paged_ok(int32_t head_dim, int32_t gqa) {
@@ -207,7 +207,7 @@ extern "C" cudaError_t mf_cu_attn_paged(const mf_cu_paged_args *a, cudaStream_t 
         return cudaSuccess;
     if (!mf_cu_attn_paged_ok(a->head_dim, a->n_head_kv > 0 ? a->n_head / a->n_head_kv : 0) || a->n_items <= 0)
         return cudaErrorInvalidValue;
-    cudaError_t e = mf_launch(pg_store_kernel, dim3((unsigned)a->nt, 2), dim3(256), 0, s, *a);
+    cudaError_t e = mf_launch(pg_store_kernel, dim3((unsigned)a->nt, 2), dim3(256), 0, s, false, *a);
     if (e != cudaSuccess)
         return e;
     e = a->head_dim == 64 ? pg_attn_launch<64>(a, s) : a->head_dim == 128 ? pg_attn_launch<128>(a, s)
@@ -215,5 +215,5 @@ extern "C" cudaError_t mf_cu_attn_paged(const mf_cu_paged_args *a, cudaStream_t 
     if (e != cudaSuccess || !a->part)
         return e;
     return mf_launch(pg_combine_kernel, dim3((unsigned)a->nt, (unsigned)((a->n_head + 3) / 4)), dim3(128), 0, s,
-                     *a);
+                     false, *a);
 }
