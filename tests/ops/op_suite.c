@@ -23,6 +23,7 @@
 
 #include "backend/registry.h"
 #include "quant/quant.h"
+#include "runtime/levers.h"
 
 /* ---- random data -------------------------------------------------------------------- */
 
@@ -268,6 +269,25 @@ static double max_abs(const double *x, int64_t n) {
     return m;
 }
 
+/* The options every case's backend is made with: the runtime's levers as a
+ * model load passes them (MINFER_GPU_TIMEOUT_MS, the registry line's device
+ * and tuning levers: MINFER_CUDA_TUNE drives the kernel choices), two CPU
+ * threads. */
+static const mf_backend_options *suite_options(const mf_backend_entry *be) {
+    static mf_backend_options o;
+    static bool made;
+    if (!made) {
+        mf_levers_backend_options(&o);
+        o.n_threads = 2;
+        if (be->device_lever)
+            o.device = (int32_t)mf_lever_int(be->device_lever);
+        if (be->tune_lever)
+            o.tune = mf_lever_str(be->tune_lever);
+        made = true;
+    }
+    return &o;
+}
+
 /* Runs c; 1 pass, 0 fail (message printed), -1 not run by this backend. */
 static int run_case(const mf_backend_entry *be, const ocase *c, char *label, size_t cap) {
     run r = {0};
@@ -450,8 +470,7 @@ static int run_case(const mf_backend_entry *be, const ocase *c, char *label, siz
         rc = 0;
         goto done;
     }
-    MF_ASSERT(!be->create(r.w, &(mf_backend_options){.n_threads = 2, .gpu_timeout_ms = 10000, .graphs = true,
-                                                      .fusion = true}, &r.b, &r.err));
+    MF_ASSERT(!be->create(r.w, suite_options(be), &r.b, &r.err));
     /* nodes before `node` that run (the KV store of K_KV / K_ATTN) */
     bool refused = false;
     for (int32_t i = 0; i < g->n_nodes; i++)
@@ -781,9 +800,7 @@ int main(int argc, char **argv) {
         mf_weights *w = mf_weights_new();
         mf_backend *b = NULL;
         mf_error err;
-        mf_backend_options o;
-        mf_backend_options_default(&o);
-        if (be->create(w, &o, &b, &err)) {
+        if (be->create(w, suite_options(be), &b, &err)) {
             printf("test_ops %s: no usable device (%s)\n", be->name, err.msg);
             mf_weights_free(w);
             return 77;
