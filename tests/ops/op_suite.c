@@ -398,6 +398,9 @@ static double max_abs(const double *x, int64_t n) {
     return m;
 }
 
+/* The graph ops some passing case ran (the coverage check in main). */
+static bool op_passed[MF_OP_COUNT];
+
 /* The options every case's backend is made with: the runtime's levers as a
  * model load passes them (MINFER_GPU_TIMEOUT_MS, the registry line's device
  * and tuning levers: MINFER_CUDA_TUNE drives the kernel choices), two CPU
@@ -901,6 +904,8 @@ static int run_case(const mf_backend_entry *be, const ocase *c, char *label, siz
     }
     const double tol = tolerance(c, be);
     rc = err <= tol * wm && wm > 0;
+    for (int32_t i = 0; rc && i < g->n_nodes; i++)
+        op_passed[g->nodes[i].op] = true;
     if (!rc)
         printf("FAIL %s: max |got - want| %.3g at %lld (got %.6g, want %.6g), max |want| %.3g, tolerance %.1g\n",
                label, err, (long long)worst, got[worst], want[worst], wm, tol);
@@ -1117,6 +1122,15 @@ int main(int argc, char **argv) {
         else
             fail++;
     }
+    /* every graph op has a case: a backend that runs every op passed one of
+     * each (INPUT and RESHAPE run nowhere; ATTN_PAGED needs the batch path's
+     * block tables: test_engine_paged) */
+    if (!filter && be->runs_every_op)
+        for (int op = 0; op < MF_OP_COUNT; op++)
+            if (!op_passed[op] && op != MF_OP_INPUT && op != MF_OP_RESHAPE && op != MF_OP_ATTN_PAGED) {
+                printf("FAIL op %s: no case of the suite ran it\n", mf_op_name((mf_op)op));
+                fail++;
+            }
     for (int k = 0; k < K_COUNT; k++)
         printf("  %-20s %d run\n", kind_names[k], per_kind_run[k]);
     printf("  %-20s %d run\n", "bad input", err_run);
