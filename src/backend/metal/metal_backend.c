@@ -763,6 +763,17 @@ static int op_getrows(xc *x) {
         const wreg *w = weight(x, n->meta.getrows.weight, n->meta.getrows.wtype, d, -1);
         if (!w)
             return -1;
+        /* ids from a graph input sit in shared memory, written before the
+         * split: checked here, so a bad one is an error naming it, not a row
+         * the kernel leaves unwritten */
+        const pbuf *ip = pb(x->m, x->in[0]);
+        if (ip && x->g->nodes[n->src[0]].op == MF_OP_INPUT && ip->bytes >= (size_t)nr * sizeof(int32_t)) {
+            const int32_t *ids = ip->host;
+            for (int64_t t = 0; t < nr; t++)
+                if (ids[t] < 0 || ids[t] >= w->ne[1])
+                    return XERR(x, "token id %d at row %lld outside [0, %lld) of '%s'", ids[t], (long long)t,
+                                (long long)w->ne[1], n->meta.getrows.weight);
+        }
         mf_mtl_getrows_args a = {.row_bytes = (int64_t)mf_type_row_size(w->type, d), .n_rows = w->ne[1],
                                  .d = (int32_t)d, .nt = (int32_t)nr};
         mf_mtl_bind bufs[3] = {B(w->buf, w->offset), BID(x, x->in[0]), dst};
