@@ -12,29 +12,6 @@
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 
-static void write_value(mf_sbuf *b, const mf_json *v) {
-    switch (v->type) {
-    case MF_JSON_NULL: mf_sbuf_puts(b, "null"); break;
-    case MF_JSON_BOOL: mf_sbuf_puts(b, v->boolean ? "true" : "false"); break;
-    case MF_JSON_NUMBER: mf_sbuf_printf(b, "%.17g", v->number); break;
-    case MF_JSON_STRING: mf_json_add_string(b, v->str, v->len); break;
-    case MF_JSON_ARRAY:
-    case MF_JSON_OBJECT:
-        mf_sbuf_puts(b, v->type == MF_JSON_ARRAY ? "[" : "{");
-        for (size_t i = 0; i < v->n; i++) {
-            if (i)
-                mf_sbuf_puts(b, ",");
-            if (v->type == MF_JSON_OBJECT) {
-                mf_json_add_string(b, v->kids[i].key, v->kids[i].key_len);
-                mf_sbuf_puts(b, ":");
-            }
-            write_value(b, &v->kids[i]);
-        }
-        mf_sbuf_puts(b, v->type == MF_JSON_ARRAY ? "]" : "}");
-        break;
-    }
-}
-
 /* Same types and child counts all the way down. */
 static bool same_shape(const mf_json *a, const mf_json *b) {
     if (a->type != b->type || a->n != b->n)
@@ -71,7 +48,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     }
     walk(v);
     mf_sbuf b = {0};
-    write_value(&b, v);
+    mf_json_write(&b, v);
     mf_json *w = mf_json_parse(b.p ? b.p : "", b.n, &err);
     if (!w || !same_shape(v, w))
         abort(); /* the writer's text must parse back to the same tree shape */

@@ -76,6 +76,8 @@ typedef enum minfer_log_level {
 /* Messages below level are not printed; the session's KV-size line is shown at
  * WARN and below. */
 void minfer_log_set_level(minfer_log_level level);
+/* The level in force: the one set above, else MINFER_LOG's, else WARN. */
+minfer_log_level minfer_log_get_level(void);
 
 /* ---- tokens -------------------------------------------------------------------------- */
 

@@ -543,8 +543,7 @@ static void pick_seed(run_opts *o) {
 /* Said once the model and session exist (an error before that stays the
  * only stderr line), and only where sampling is random. */
 static void print_seed(const run_opts *o) {
-    const char *lv = getenv("MINFER_LOG"); /* at error level only errors print */
-    if (lv && !strcasecmp(lv, "error"))
+    if (minfer_log_get_level() >= MINFER_LOG_ERROR) /* at error level only errors print */
         return;
     if (o->seed_random && !o->log_disable && o->so.temp > 0)
         fprintf(stderr, "seed: %llu\n", (unsigned long long)o->so.seed);

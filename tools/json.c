@@ -97,6 +97,40 @@ void mf_sbuf_free(mf_sbuf *b) {
     memset(b, 0, sizeof *b);
 }
 
+void mf_json_write(mf_sbuf *b, const mf_json *v) {
+    switch (v->type) {
+    case MF_JSON_NULL:
+        mf_sbuf_puts(b, "null");
+        break;
+    case MF_JSON_BOOL:
+        mf_sbuf_puts(b, v->boolean ? "true" : "false");
+        break;
+    case MF_JSON_NUMBER:
+        if (v->integral && v->number >= -9007199254740992.0 && v->number <= 9007199254740992.0)
+            mf_sbuf_printf(b, "%lld", (long long)v->number);
+        else
+            mf_sbuf_printf(b, "%.17g", v->number);
+        break;
+    case MF_JSON_STRING:
+        mf_json_add_string(b, v->str, v->len);
+        break;
+    case MF_JSON_ARRAY:
+    case MF_JSON_OBJECT:
+        mf_sbuf_puts(b, v->type == MF_JSON_ARRAY ? "[" : "{");
+        for (size_t i = 0; i < v->n; i++) {
+            if (i)
+                mf_sbuf_puts(b, ",");
+            if (v->type == MF_JSON_OBJECT) {
+                mf_json_add_string(b, v->kids[i].key, v->kids[i].key_len);
+                mf_sbuf_puts(b, ":");
+            }
+            mf_json_write(b, &v->kids[i]);
+        }
+        mf_sbuf_puts(b, v->type == MF_JSON_ARRAY ? "]" : "}");
+        break;
+    }
+}
+
 void mf_json_add_string(mf_sbuf *b, const char *s, size_t n) {
     const unsigned char *u = (const unsigned char *)s;
     mf_sbuf_add(b, "\"", 1);

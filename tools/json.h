@@ -72,6 +72,11 @@ void mf_sbuf_free(mf_sbuf *b);
  * characters as \n, \t, ... or \u00XX, invalid UTF-8 bytes as U+FFFD. */
 void mf_json_add_string(mf_sbuf *b, const char *s, size_t n);
 
+/* Appends v as compact JSON text (integral numbers up to 2^53 without an
+ * exponent, others as %.17g): what mf_json_parse reads back to the same
+ * tree. */
+void mf_json_write(mf_sbuf *b, const mf_json *v);
+
 /* Length of the longest prefix of s[0..n) that is whole, valid UTF-8. */
 size_t mf_utf8_valid_prefix(const char *s, size_t n);
 

@@ -3,6 +3,7 @@
 #include <string.h>
 
 #include "minfer.h"
+#include "runtime/levers.h"
 #include "tools.h"
 
 static const struct {
@@ -30,6 +31,7 @@ static void usage(FILE *f) {
 }
 
 int main(int argc, char **argv) {
+    mf_levers_init(); /* MINFER_LOG for commands that load no model (quantize, synth...) */
     if (argc < 2) {
         usage(stderr);
         return 2;

@@ -28,8 +28,10 @@ typedef struct sv_constraint {
 int sv_constraint_parse(const mf_json *root, bool chat, sv_constraint *c, char *err, size_t errlen);
 void sv_constraint_free(sv_constraint *c);
 
-/* JSON text of v (numbers as written when integral, else %.17g). */
-void sv_json_write(mf_sbuf *b, const mf_json *v);
+/* JSON text of v: the writer of tools/json.c, under the server's prefix. */
+static inline void sv_json_write(mf_sbuf *b, const mf_json *v) {
+    mf_json_write(b, v);
+}
 
 /* When text is exactly one JSON object {"name": N, "arguments": {...}} with N
  * one of the tools: writes [{"id", "type": "function", "function": {"name",

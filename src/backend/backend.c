@@ -17,6 +17,8 @@ void mf_backend_options_default(mf_backend_options *o) {
     o->graphs = true;
     o->fusion = true;
     o->cache_type = MF_TYPE_F32;
+    o->metal.gemm = 2;
+    o->metal.fuse_qkv = o->metal.fuse_ffn = o->metal.fuse_qkv_norm = true;
 }
 
 bool mf_backend_supports_op(const mf_backend *b, const mf_node *n) {

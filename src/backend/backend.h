@@ -206,6 +206,17 @@ typedef struct mf_backend_options {
     bool profile;             /* per-kernel host timings at free */
     const char *tune;         /* kernel-choice experiments, "key=value,..." (NULL / "": defaults);
                                  parsed by the backend, an unknown key is its error */
+    const char *cpu_isa;      /* cpu: cap the kernel ISA ("scalar", "avx2", ...; NULL: the best) */
+    /* metal: the seed's levers (defaults from mf_backend_options_default) */
+    struct {
+        bool disable;         /* refuse to start (MINFER_DISABLE_METAL / _MPS) */
+        const char *metallib; /* a precompiled .metallib instead of the embedded source */
+        bool weight_copy;     /* copy the weights instead of wrapping the mapping */
+        bool capture;         /* a GPU capture of the first command buffers */
+        int32_t gemm;         /* matmul tier: 0 GEMV only, 1 GEMM from 2 tokens, 2 by shape */
+        int32_t attn_chunk;   /* KV positions per split of the split-KV attention (0: auto) */
+        bool fuse_qkv, fuse_ffn, fuse_qkv_norm; /* the fused decode dispatches */
+    } metal;
     /* weight upload progress: bytes done of total (may be NULL) */
     void (*progress)(void *user, uint64_t done, uint64_t total);
     void *progress_user;

@@ -4,6 +4,8 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "backend/cpu/kernels.h"
+
 #ifdef MINFER_HAVE_CUDA
 #include "backend/cuda/cuda_backend.h"
 #endif
@@ -12,6 +14,7 @@
 #endif
 
 static int create_cpu(const mf_weights *w, const mf_backend_options *o, mf_backend **out, mf_error *err) {
+    mf_cpu_isa_set_cap(o->cpu_isa); /* process-wide: the kernels dispatch on it */
     return mf_backend_cpu_new(w, o->n_threads > 0 ? o->n_threads : 1, out, err);
 }
 
@@ -35,8 +38,8 @@ static int create_metal(const mf_weights *w, const mf_backend_options *o, mf_bac
 
 static const mf_backend_entry entries[] = {
 #ifdef MINFER_HAVE_METAL
-    /* above CUDA (seed §2.7); its own levers (MINFER_DISABLE_METAL ...) are
-     * read by the backend until they join the lever table */
+    /* above CUDA (seed §2.7); its levers (MINFER_DISABLE_METAL ...) reach
+     * it as mf_backend_options.metal */
     {"metal", MF_BACKEND_METAL, true, 30, false, NULL, NULL, NULL, create_metal, mf_metal_auto_cache_type},
 #endif
 #ifdef MINFER_HAVE_CUDA

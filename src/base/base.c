@@ -1,11 +1,9 @@
-/* base.c - errors, allocation, logging, fp16/bf16, environment, time. */
+/* base.c - errors, allocation, logging, fp16/bf16, time. */
 #include "base/base.h"
 
-#include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <strings.h>
 #include <time.h>
 
 /* ---- errors --------------------------------------------------------------- */
@@ -151,28 +149,16 @@ char *mf_strdup(const char *s) {
 
 /* ---- logging ----------------------------------------------------------------- */
 
-static int log_level = -1;
-
-static mf_log_level log_level_from_env(void) {
-    const char *v = getenv("MINFER_LOG");
-    if (!v || !*v)
-        return MF_LOG_WARN;
-    if (!strcasecmp(v, "debug"))
-        return MF_LOG_DEBUG;
-    if (!strcasecmp(v, "info"))
-        return MF_LOG_INFO;
-    if (!strcasecmp(v, "error"))
-        return MF_LOG_ERROR;
-    return MF_LOG_WARN;
-}
+static int log_level = -1;          /* set by mf_log_set_level: wins */
+static int log_default = MF_LOG_WARN; /* the runtime's MINFER_LOG, until then warn */
 
 mf_log_level mf_log_get_level(void) {
-    if (log_level < 0)
-        log_level = (int)log_level_from_env();
-    return (mf_log_level)log_level;
+    return (mf_log_level)(log_level >= 0 ? log_level : log_default);
 }
 
 void mf_log_set_level(mf_log_level level) { log_level = (int)level; }
+
+void mf_log_set_default_level(mf_log_level level) { log_default = (int)level; }
 
 void mf_log(mf_log_level level, const char *fmt, ...) {
     static const char *const tag[] = {"debug", "info", "warning", "error"};
@@ -248,34 +234,6 @@ mf_bf16 mf_fp32_to_bf16(float f) {
         return (mf_bf16)((x >> 16) | 64);
     x += 0x7fff + ((x >> 16) & 1);
     return (mf_bf16)(x >> 16);
-}
-
-/* ---- environment ---------------------------------------------------------------- */
-
-long mf_env_int(const char *name, long def) {
-    const char *v = getenv(name);
-    if (!v || !*v)
-        return def;
-    char *end;
-    errno = 0;
-    long x = strtol(v, &end, 10);
-    if (errno || *end) {
-        mf_log(MF_LOG_WARN, "%s=%s is not an integer; using %ld", name, v, def);
-        return def;
-    }
-    return x;
-}
-
-bool mf_env_flag(const char *name) {
-    const char *v = getenv(name);
-    if (!v || !*v)
-        return false;
-    return strcmp(v, "0") && strcasecmp(v, "false") && strcasecmp(v, "off") && strcasecmp(v, "no");
-}
-
-const char *mf_env_str(const char *name, const char *def) {
-    const char *v = getenv(name);
-    return (v && *v) ? v : def;
 }
 
 /* ---- time ---------------------------------------------------------------------- */

@@ -75,10 +75,12 @@ static inline bool mf_add_u64(uint64_t a, uint64_t b, uint64_t *out) {
 
 typedef enum { MF_LOG_DEBUG, MF_LOG_INFO, MF_LOG_WARN, MF_LOG_ERROR } mf_log_level;
 
-/* Writes one line to stderr when level >= the current level (MINFER_LOG:
- * debug|info|warn|error; default warn). */
+/* Writes one line to stderr when level >= the current level: the one set
+ * with mf_log_set_level, else the default (warn; the runtime sets it from
+ * MINFER_LOG once at start). Base reads no environment. */
 void mf_log(mf_log_level level, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 void mf_log_set_level(mf_log_level level);
+void mf_log_set_default_level(mf_log_level level);
 mf_log_level mf_log_get_level(void);
 
 /* ---- fp16 / bf16 -------------------------------------------------------- */
@@ -93,15 +95,6 @@ static inline float mf_bf16_to_fp32(mf_bf16 h) {
     return v.f;
 }
 mf_bf16 mf_fp32_to_bf16(float f); /* round to nearest even; NaN stays NaN */
-
-/* ---- environment levers (docs/ENV.md lists every MINFER_* name) -------- */
-
-/* Integer value of an environment variable, or def when unset/empty. A value
- * that is not an integer is reported once on stderr and def is used. */
-long mf_env_int(const char *name, long def);
-/* True when set to anything other than "", "0", "false", "off", "no". */
-bool mf_env_flag(const char *name);
-const char *mf_env_str(const char *name, const char *def);
 
 /* ---- memory --------------------------------------------------------------- */
 
@@ -142,6 +135,9 @@ typedef struct mf_pool mf_pool;
 typedef void (*mf_pool_fn)(void *ctx, int ith, int nth);
 
 mf_pool *mf_pool_new(int n_threads); /* n_threads <= 0: number of cores */
+/* How long a worker spins for the next job before it sleeps, for pools made
+ * from now on (default 50 us; <= 0: sleep at once). */
+void mf_pool_set_spin_us(long us);
 void mf_pool_free(mf_pool *pool);
 int mf_pool_size(const mf_pool *pool);
 /* Runs fn on all threads (the caller is thread 0) and returns when all are done. */

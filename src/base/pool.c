@@ -2,8 +2,8 @@
  *
  * One parallel-for at a time: mf_pool_run publishes (fn, ctx) under a new
  * generation number, the caller runs as thread 0, workers run 1..n-1. A worker
- * that finished a job spins for a short while (MINFER_POOL_SPIN_US, default
- * 50 us) watching the generation counter, because the next matmul of a forward
+ * that finished a job spins for a short while (mf_pool_set_spin_us: the
+ * runtime's MINFER_POOL_SPIN_US, default 50 us) watching the generation counter, because the next matmul of a forward
  * pass usually follows within microseconds; after that it sleeps on a condition
  * variable, so an idle engine burns no CPU. The caller waits for the workers the
  * same way: spin briefly, then sleep.
@@ -105,6 +105,12 @@ static void *worker_main(void *arg) {
     }
 }
 
+static _Atomic long pool_spin_us = 50;
+
+void mf_pool_set_spin_us(long us) {
+    atomic_store_explicit(&pool_spin_us, us, memory_order_relaxed);
+}
+
 /* Creates n_threads - 1 workers (n_threads <= 0: one per core). Returns NULL
  * only if the OS refuses threads, after logging why. */
 mf_pool *mf_pool_new(int n_threads) {
@@ -112,7 +118,7 @@ mf_pool *mf_pool_new(int n_threads) {
         n_threads = mf_cpu_count();
     mf_pool *p = mf_calloc(1, sizeof *p);
     p->n = n_threads;
-    long spin_us = mf_env_int("MINFER_POOL_SPIN_US", 50);
+    const long spin_us = atomic_load_explicit(&pool_spin_us, memory_order_relaxed);
     p->spin_ns = spin_us > 0 ? (uint64_t)spin_us * 1000u : 0;
     pthread_mutex_init(&p->mu, NULL);
     pthread_cond_init(&p->cv_work, NULL);

@@ -217,6 +217,7 @@ static void warn_threads(int32_t n_threads) {
 }
 
 minfer_model *minfer_model_load(const minfer_model_options *o, char *err, size_t errlen) {
+    mf_levers_init();
     mf_error e = {{0}};
     minfer_model_options def;
     if (!o) {
@@ -307,7 +308,13 @@ const char *minfer_build_commit(void) {
 
 void minfer_log_set_level(minfer_log_level level) {
     _Static_assert((int)MINFER_LOG_ERROR == (int)MF_LOG_ERROR, "log levels line up");
+    mf_levers_init();
     mf_log_set_level((mf_log_level)level);
+}
+
+minfer_log_level minfer_log_get_level(void) {
+    mf_levers_init();
+    return (minfer_log_level)mf_log_get_level();
 }
 
 /* ---- tokens ------------------------------------------------------------------------ */

@@ -1,12 +1,13 @@
 /* levers.h - every MINFER_* environment lever of the library, in one table.
  *
- * The runtime reads them and turns them into session settings, engine
- * options and mf_backend_options. Three rows are read where they act, at
- * first use, because the layers below the runtime need them before or
- * without a model: MINFER_LOG (base.c), MINFER_POOL_SPIN_US (pool.c) and
- * MINFER_CPU_ISA (the CPU kernels' dispatch). docs/ENV.md documents
- * each row; test_runtime_levers checks the two against each other. Reading
- * a name that is not in the table is a programming error (MF_ASSERT). */
+ * The runtime reads them (levers.c holds the library's only getenv calls)
+ * and turns them into session settings, engine options and
+ * mf_backend_options; the two process-wide ones the layers below need
+ * before any model, MINFER_LOG and MINFER_POOL_SPIN_US, go to base's
+ * setters in mf_levers_init. docs/ENV.md documents each row;
+ * test_runtime_levers checks the two against each other and that no other
+ * file of src/ reads the environment. Reading a name that is not in the
+ * table is a programming error (MF_ASSERT). */
 #ifndef MF_LEVERS_H
 #define MF_LEVERS_H
 
@@ -38,5 +39,13 @@ const char *mf_lever_str(const char *name); /* NULL when unset and no default */
 
 /* mf_backend_options from the levers (threads stay at their default). */
 void mf_levers_backend_options(mf_backend_options *o);
+
+/* MINFER_LOG as a level (an unknown value: warn). */
+mf_log_level mf_levers_log_level(void);
+
+/* Hands base its process-wide levers, once: MINFER_LOG as the default log
+ * level (mf_log_set_level still wins) and MINFER_POOL_SPIN_US. The public
+ * API's entry points and the CLI's main call it; later calls do nothing. */
+void mf_levers_init(void);
 
 #endif

@@ -50,6 +50,13 @@
 
 /* ---- harness ----------------------------------------------------------------------- */
 
+/* A test switch of this program's own (the library reads none outside the
+ * runtime's lever table): set and not "", "0", "false", "off", "no". */
+static bool mf_env_flag(const char *name) {
+    const char *v = getenv(name);
+    return v && *v && strcmp(v, "0") && strcmp(v, "false") && strcmp(v, "off") && strcmp(v, "no");
+}
+
 static int n_pass, n_fail;
 static bool small;
 static mf_backend *be;

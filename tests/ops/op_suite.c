@@ -1,7 +1,13 @@
 /* op_suite.c - one table of op cases, run on any registered backend against
  * a float64 reference.
  *
- *   test_ops BACKEND [FILTER]     e.g. test_ops cpu, test_ops ref matmul
+ *   test_ops BACKEND [FILTER] [--sweep] [--count]
+ *            e.g. test_ops cpu, test_ops ref matmul, test_ops cuda --sweep
+ *
+ * --sweep adds the dense grid of small shapes (make_sweep_cases; the GPU
+ * runs it), --count prints how many cases the table holds and runs none;
+ * every run ends with its totals ("N cases: P passed, F failed, R not run").
+ * Bad input (the error_* cases) must fail naming the problem.
  *
  * Each case is one graph node with random inputs (and random weights,
  * quantized to the case's type) run straight through the backend contract:
@@ -23,6 +29,7 @@
 
 #include "backend/registry.h"
 #include "quant/quant.h"
+#include "runtime/levers.h"
 
 /* ---- random data -------------------------------------------------------------------- */
 
@@ -60,16 +67,25 @@ typedef struct ocase {
     uint32_t kvtype;   /* K_QKV / K_EPI: the cache they store into */
     bool bias, inplace, norm; /* norm: FUSED_QKV_NORM / the epilogue's Q/K norms */
     int32_t n_head, n_head_kv, head_dim, n_past, mode;
+    /* RoPE beyond the defaults (0: n_rot = head_dim, freq_scale 1, theta
+     * 1e6; the attention-input block NEOX unless rope_normal) */
+    int32_t n_rot;
+    float freq_scale, theta;
+    bool rope_normal;
 } ocase;
 
-static ocase cases[4096];
-static int n_cases;
+static ocase *cases;
+static int n_cases, cap_cases;
 static void add_case(ocase c) {
     /* a weight type whose blocks do not divide the row (K-quants at 896) is no case */
-    if ((c.k == K_MATMUL || c.k == K_EMBED || c.k == K_FFN) && mf_type_row_size(c.wtype, c.w) == 0)
+    if ((c.k == K_MATMUL || c.k == K_EMBED || c.k == K_FFN || c.k == K_QKV) && mf_type_row_size(c.wtype, c.w) == 0)
         return;
-    if (n_cases < (int)(sizeof cases / sizeof cases[0]))
-        cases[n_cases++] = c;
+    if (n_cases == cap_cases) {
+        cap_cases = cap_cases ? 2 * cap_cases : 1024;
+        cases = realloc(cases, (size_t)cap_cases * sizeof *cases);
+        MF_ASSERT(cases);
+    }
+    cases[n_cases++] = c;
 }
 
 static const uint32_t wtypes[] = {MF_TYPE_F32, MF_TYPE_F16, MF_TYPE_BF16, MF_TYPE_Q4_0, MF_TYPE_Q4_1,
@@ -152,6 +168,113 @@ static void make_cases(void) {
         add_case((ocase){.k = K_FFN, .w = i < 2 ? 896 : 1536, .n_out = 1216, .nt = i % 2 ? 7 : 1, .wtype = big[i]});
 }
 
+/* The cases the engine-level op test had beyond make_cases' (partial
+ * rotary, frequency scale, other theta, the llama rope order in the
+ * attention-input block), and the real shapes by size class: every real
+ * width and every odd token count, the tokens a shape runs with bounded so
+ * the float64 reference stays within CI time (nt * width * rows <= 2^26
+ * multiply-adds: the big shapes run with few tokens). */
+static void make_shape_cases(void) {
+    const int64_t widths[] = {896, 1536, 2560, 3584, 4864, 18944};
+    const int64_t toks[] = {1, 7, 64, 513};
+    for (int m = 0; m <= 2; m += 2)
+        for (int t = 0; t < 3; t++)
+            add_case((ocase){.k = K_ROPE, .w = 256, .nt = toks[t], .n_head = 4, .head_dim = 64, .mode = m,
+                             .n_past = 5, .n_rot = 48, .freq_scale = 0.5f, .theta = 1e4f});
+    for (int i = 0; i < 3; i++)
+        add_case((ocase){.k = K_EPI, .w = 896, .nt = 7, .kvtype = kvtypes[i], .norm = i == 1, .n_head = 14,
+                         .n_head_kv = 2, .head_dim = 64, .n_past = 4, .mode = i == 2, .rope_normal = true,
+                         .n_rot = 48, .theta = 1e4f});
+    add_case((ocase){.k = K_QKV, .w = 896, .nt = 7, .wtype = MF_TYPE_F32, .kvtype = MF_TYPE_F16, .n_head = 14,
+                     .n_head_kv = 2, .head_dim = 64, .n_past = 3, .rope_normal = true, .n_rot = 32, .freq_scale = 0.25f});
+    for (int wi = 0; wi < 6; wi++)
+        for (int t = 0; t < 4; t++) {
+            const int64_t rows = 128;
+            if (toks[t] * widths[wi] * rows > (1 << 26))
+                continue;
+            add_case((ocase){.k = K_MATMUL, .w = widths[wi], .n_out = rows, .nt = toks[t],
+                             .wtype = wtypes[(wi * 4 + t) % N_WTYPES], .bias = t % 2});
+            add_case((ocase){.k = K_RMSNORM, .w = widths[wi], .nt = toks[t], .wtype = MF_TYPE_F32});
+            add_case((ocase){.k = K_SWIGLU, .w = widths[wi], .nt = toks[t], .inplace = wi % 2});
+        }
+    /* the vocabulary at 7 tokens, the lm_head's K-quant */
+    add_case((ocase){.k = K_MATMUL, .w = 256, .n_out = 151936, .nt = 7, .wtype = MF_TYPE_Q6_K});
+    /* every weight type in the fused FFN and the attention-input block */
+    for (int i = 0; i < N_WTYPES; i++) {
+        add_case((ocase){.k = K_FFN, .w = 1536, .n_out = 512, .nt = i % 2 ? 7 : 1, .wtype = wtypes[i]});
+        const bool kq = mf_type_row_size(wtypes[i], 896) == 0;
+        add_case((ocase){.k = K_QKV, .w = kq ? 1536 : 896, .nt = i % 3 == 0 ? 7 : 1, .wtype = wtypes[i],
+                         .kvtype = kvtypes[i % 3], .norm = i % 2, .n_head = kq ? 12 : 14, .n_head_kv = 2,
+                         .head_dim = kq ? 128 : 64, .n_past = 6});
+    }
+    /* attention and the cache at 513 tokens; the 1.5B heads (12 x 128 over 2) */
+    for (int i = 0; i < 3; i++) {
+        add_case((ocase){.k = K_KV, .w = 128, .nt = 513, .wtype = kvtypes[i], .n_past = 9});
+        add_case((ocase){.k = K_ATTN, .nt = i ? 64 : 513, .wtype = kvtypes[i], .n_head = 14, .n_head_kv = 2,
+                         .head_dim = 64, .n_past = 37});
+        for (int t = 0; t < 3; t++)
+            add_case((ocase){.k = K_ATTN, .nt = toks[t], .wtype = kvtypes[i], .n_head = 12, .n_head_kv = 2,
+                             .head_dim = 128, .n_past = 300});
+    }
+}
+
+/* The dense sweep (test_ops BACKEND --sweep): small shapes over every
+ * weight type, token counts 1..9 and beyond, GQA layouts, history lengths.
+ * Cheap on a GPU, where it runs (tests/CMakeLists.txt); minutes on the CPU. */
+static void make_sweep_cases(void) {
+    static const int64_t nts[] = {1, 2, 3, 4, 5, 6, 7, 8, 9, 12, 16, 24, 33, 48, 64, 100};
+    enum { N_NT = sizeof nts / sizeof nts[0] };
+    /* (width, rows): the real widths and odd ones, rows odd and even */
+    static const int64_t shapes[][2] = {{256, 32},   {256, 257},  {512, 96},   {512, 1},    {768, 64},
+                                        {896, 136},  {1024, 257}, {1024, 8},   {1280, 72},  {1536, 64},
+                                        {1536, 200}, {1792, 40},  {2048, 40},  {2048, 129}, {2304, 48},
+                                        {2560, 96},  {2560, 17},  {2816, 32},  {3072, 24},  {3584, 33},
+                                        {3584, 64},  {4096, 16},  {4352, 24},  {4864, 24},  {4864, 7},
+                                        {5120, 12},  {6144, 9},   {8192, 5},   {256, 65},   {1024, 33},
+                                        {3072, 96},  {4096, 3}};
+    enum { N_SHAPES = sizeof shapes / sizeof shapes[0] };
+    for (int i = 0; i < N_WTYPES; i++)
+        for (int s = 0; s < N_SHAPES; s++)
+            for (int t = 0; t < N_NT; t++)
+                add_case((ocase){.k = K_MATMUL, .w = shapes[s][0], .n_out = shapes[s][1], .nt = nts[t],
+                                 .wtype = wtypes[i], .bias = (s + t) % 3 == 0});
+    static const int32_t heads[][3] = {{14, 2, 64}, {12, 2, 128}, {16, 8, 64}, {28, 4, 128}, {8, 8, 64}, {32, 8, 128}};
+    static const int32_t pasts[] = {0, 1, 5, 31, 37, 100, 300, 383};
+    for (int k = 0; k < 3; k++)
+        for (int h = 0; h < 6; h++)
+            for (int p = 0; p < 8; p++)
+                for (int t = 0; t < N_NT - 1; t++)
+                    add_case((ocase){.k = K_ATTN, .nt = nts[t], .wtype = kvtypes[k], .n_head = heads[h][0],
+                                     .n_head_kv = heads[h][1], .head_dim = heads[h][2], .n_past = pasts[p]});
+    for (int i = 0; i < N_WTYPES; i++)
+        for (int t = 0; t < N_NT; t++) {
+            add_case((ocase){.k = K_FFN, .w = 512, .n_out = 96, .nt = nts[t], .wtype = wtypes[i]});
+            const bool kq = mf_type_row_size(wtypes[i], 896) == 0;
+            add_case((ocase){.k = K_QKV, .w = kq ? 512 : 896, .nt = nts[t], .wtype = wtypes[i],
+                             .kvtype = kvtypes[t % 3], .norm = t % 2, .n_head = kq ? 4 : 14, .n_head_kv = 2,
+                             .head_dim = kq ? 128 : 64, .n_past = 3 + t});
+            for (int e = 0; e < 3; e++)
+                add_case((ocase){.k = K_EMBED, .w = (int64_t[]){256, 1536, 3584}[e], .n_out = 300, .nt = nts[t],
+                                 .wtype = wtypes[i]});
+        }
+    static const int64_t ew[] = {64, 896, 1536, 2560, 4864, 18944};
+    for (int k = K_ADD; k <= K_SWIGLU; k++)
+        for (int t = 0; t < N_NT; t++)
+            for (int wi = 0; wi < 6; wi++)
+                add_case((ocase){.k = (kind)k, .w = ew[wi], .nt = nts[t], .inplace = (t + wi) % 2});
+    for (int t = 0; t < N_NT; t++)
+        for (int i = 0; i < 3; i++) {
+            add_case((ocase){.k = K_RMSNORM, .w = ew[2 * i + 1], .nt = nts[t], .wtype = MF_TYPE_F32});
+            add_case((ocase){.k = K_SOFTMAX, .w = ew[2 * i + 1], .nt = nts[t]});
+            add_case((ocase){.k = K_QKNORM, .w = 896, .nt = nts[t], .head_dim = 64, .inplace = i == 1});
+            add_case((ocase){.k = K_ROPE, .w = 896, .nt = nts[t], .n_head = 14, .head_dim = 64, .mode = i ? 2 : 0,
+                             .n_past = 3 * t, .n_rot = i == 2 ? 32 : 0});
+            add_case((ocase){.k = K_EPI, .w = 896, .nt = nts[t], .kvtype = kvtypes[i], .norm = t % 2, .n_head = 14,
+                             .n_head_kv = 2, .head_dim = 64, .n_past = t, .mode = i == 1});
+            add_case((ocase){.k = K_KV, .w = 128, .nt = nts[t], .wtype = kvtypes[i], .n_past = t});
+        }
+}
+
 /* ---- tolerance per path ---------------------------------------------------------------- */
 
 /* max |got - want| <= tol * max |want|. */
@@ -187,18 +310,25 @@ static double tolerance(const ocase *c, const mf_backend_entry *be) {
     }
 }
 
+/* The case's RoPE, its zero fields meaning the defaults. */
+static int32_t rope_n_rot(const ocase *c) { return c->n_rot ? c->n_rot : c->head_dim; }
+static float rope_theta(const ocase *c) { return c->theta > 0 ? c->theta : 1e6f; }
+static float rope_fs(const ocase *c) { return c->freq_scale > 0 ? c->freq_scale : 1.0f; }
+static int rope_mode(const ocase *c) { return c->rope_normal ? MF_ROPE_NORMAL : MF_ROPE_NEOX; }
+
 /* ---- float64 references ---------------------------------------------------------------- */
 
 static double silu(double x) {
     return x / (1.0 + exp(-x));
 }
 
-static void rope_f64(double *x, int64_t nt, int n_head, int hd, int n_rot, int32_t p0, int mode, double theta) {
+static void rope_f64(double *x, int64_t nt, int n_head, int hd, int n_rot, int32_t p0, int mode, double theta,
+                     double fs) {
     for (int64_t t = 0; t < nt; t++)
         for (int h = 0; h < n_head; h++) {
             double *v = x + (t * n_head + h) * hd;
             for (int i = 0; i < n_rot / 2; i++) {
-                double ang = (double)(p0 + t) * pow(theta, -2.0 * i / n_rot);
+                double ang = (double)(p0 + t) * fs * pow(theta, -2.0 * i / n_rot);
                 int i0 = mode == MF_ROPE_NEOX ? i : 2 * i, i1 = mode == MF_ROPE_NEOX ? i + n_rot / 2 : 2 * i + 1;
                 double a = v[i0], b = v[i1];
                 v[i0] = a * cos(ang) - b * sin(ang);
@@ -268,6 +398,28 @@ static double max_abs(const double *x, int64_t n) {
     return m;
 }
 
+/* The graph ops some passing case ran (the coverage check in main). */
+static bool op_passed[MF_OP_COUNT];
+
+/* The options every case's backend is made with: the runtime's levers as a
+ * model load passes them (MINFER_GPU_TIMEOUT_MS, the registry line's device
+ * and tuning levers: MINFER_CUDA_TUNE drives the kernel choices), two CPU
+ * threads. */
+static const mf_backend_options *suite_options(const mf_backend_entry *be) {
+    static mf_backend_options o;
+    static bool made;
+    if (!made) {
+        mf_levers_backend_options(&o);
+        o.n_threads = 2;
+        if (be->device_lever)
+            o.device = (int32_t)mf_lever_int(be->device_lever);
+        if (be->tune_lever)
+            o.tune = mf_lever_str(be->tune_lever);
+        made = true;
+    }
+    return &o;
+}
+
 /* Runs c; 1 pass, 0 fail (message printed), -1 not run by this backend. */
 static int run_case(const mf_backend_entry *be, const ocase *c, char *label, size_t cap) {
     run r = {0};
@@ -304,6 +456,11 @@ static int run_case(const mf_backend_entry *be, const ocase *c, char *label, siz
     if (c->inplace) {
         size_t l = strlen(label);
         snprintf(label + l, cap - l, " in-place");
+    }
+    if (c->n_rot || c->freq_scale > 0 || c->theta > 0 || c->rope_normal) {
+        size_t l = strlen(label);
+        snprintf(label + l, cap - l, " rope n_rot %d fs %g theta %g%s", rope_n_rot(c), rope_fs(c), rope_theta(c),
+                 c->rope_normal ? " normal" : "");
     }
     if (c->k == K_QKV || c->k == K_EPI) {
         size_t l = strlen(label);
@@ -357,8 +514,8 @@ static int run_case(const mf_backend_entry *be, const ocase *c, char *label, siz
     case K_ROWS: node = mf_g_rows(g, x, 1, nt - 2); break;
     case K_ROPE: {
         int32_t pos = mf_g_input(g, MF_INPUT_POSITIONS, MF_DTYPE_I32, nt, 1);
-        mf_rope_meta m = {.n_head = c->n_head, .head_dim = c->head_dim, .n_rot = c->head_dim, .mode = c->mode,
-                          .theta = 1e6f, .freq_scale = 1.0f};
+        mf_rope_meta m = {.n_head = c->n_head, .head_dim = c->head_dim, .n_rot = rope_n_rot(c), .mode = c->mode,
+                          .theta = rope_theta(c), .freq_scale = rope_fs(c)};
         node = mf_g_rope(g, x, pos, &m);
         break;
     }
@@ -418,8 +575,8 @@ static int run_case(const mf_backend_entry *be, const ocase *c, char *label, siz
         m.q = (mf_matmul_meta){"wq", wt, "bq", c->w, qd};
         m.k = (mf_matmul_meta){"wk", wt, "bk", c->w, kv_dim};
         m.v = (mf_matmul_meta){"wv", wt, c->k == K_EPI ? "bv" : NULL, c->w, kv_dim};
-        m.rope_q = (mf_rope_meta){.n_head = c->n_head, .head_dim = c->head_dim, .n_rot = c->head_dim,
-                                  .mode = MF_ROPE_NEOX, .theta = 1e6f, .freq_scale = 1.0f};
+        m.rope_q = (mf_rope_meta){.n_head = c->n_head, .head_dim = c->head_dim, .n_rot = rope_n_rot(c),
+                                  .mode = rope_mode(c), .theta = rope_theta(c), .freq_scale = rope_fs(c)};
         m.rope_k = m.rope_q;
         m.rope_k.n_head = c->n_head_kv;
         if (c->k == K_QKV) {
@@ -450,8 +607,7 @@ static int run_case(const mf_backend_entry *be, const ocase *c, char *label, siz
         rc = 0;
         goto done;
     }
-    MF_ASSERT(!be->create(r.w, &(mf_backend_options){.n_threads = 2, .gpu_timeout_ms = 10000, .graphs = true,
-                                                      .fusion = true}, &r.b, &r.err));
+    MF_ASSERT(!be->create(r.w, suite_options(be), &r.b, &r.err));
     /* nodes before `node` that run (the KV store of K_KV / K_ATTN) */
     bool refused = false;
     for (int32_t i = 0; i < g->n_nodes; i++)
@@ -589,7 +745,7 @@ static int run_case(const mf_backend_entry *be, const ocase *c, char *label, siz
     case K_ROPE:
         for (int64_t i = 0; i < out_n; i++)
             want[i] = a[i];
-        rope_f64(want, nt, c->n_head, c->head_dim, c->head_dim, c->n_past, c->mode, 1e6);
+        rope_f64(want, nt, c->n_head, c->head_dim, rope_n_rot(c), c->n_past, c->mode, rope_theta(c), rope_fs(c));
         break;
     case K_SOFTMAX:
         for (int64_t r0 = 0; r0 < nt; r0++) {
@@ -687,8 +843,9 @@ static int run_case(const mf_backend_entry *be, const ocase *c, char *label, siz
                         h[i] = h[i] * sc * nw[j][i];
                 }
         }
-        rope_f64(q, nt, c->n_head, c->head_dim, c->head_dim, c->n_past, MF_ROPE_NEOX, 1e6);
-        rope_f64(k, nt, c->n_head_kv, c->head_dim, c->head_dim, c->n_past, MF_ROPE_NEOX, 1e6);
+        rope_f64(q, nt, c->n_head, c->head_dim, rope_n_rot(c), c->n_past, rope_mode(c), rope_theta(c), rope_fs(c));
+        rope_f64(k, nt, c->n_head_kv, c->head_dim, rope_n_rot(c), c->n_past, rope_mode(c), rope_theta(c),
+                 rope_fs(c));
         for (int64_t i = 0; i < out_n; i++)
             want[i] = q[i];
         /* the store: rows n_past.. of the regions hold k and v in the cache type */
@@ -747,6 +904,8 @@ static int run_case(const mf_backend_entry *be, const ocase *c, char *label, siz
     }
     const double tol = tolerance(c, be);
     rc = err <= tol * wm && wm > 0;
+    for (int32_t i = 0; rc && i < g->n_nodes; i++)
+        op_passed[g->nodes[i].op] = true;
     if (!rc)
         printf("FAIL %s: max |got - want| %.3g at %lld (got %.6g, want %.6g), max |want| %.3g, tolerance %.1g\n",
                label, err, (long long)worst, got[worst], want[worst], wm, tol);
@@ -767,9 +926,134 @@ done:
     return rc;
 }
 
+/* ---- bad input: every backend refuses it with an error, never a wrong answer ---------- */
+
+typedef enum ekind { E_TOKEN_RANGE, E_MISSING_WEIGHT, E_WEIGHT_SHAPE, E_ROPE_WIDTH, E_COUNT } ekind;
+static const char *const ekind_names[E_COUNT] = {"error_token_range", "error_missing_weight",
+                                                 "error_weight_shape", "error_rope_width"};
+
+/* Runs error case k: 1 when the node fails naming the problem (need in the
+ * message), 0 when it runs or fails without saying so, -1 when the backend
+ * refuses the node (the engine then places it elsewhere, which is not a
+ * wrong answer either). */
+static int run_error_case(const mf_backend_entry *be, ekind k) {
+    run r = {0};
+    r.w = mf_weights_new();
+    mf_graph_init(&r.g);
+    mf_graph *g = &r.g;
+    const char *need = "";
+    int32_t ids[4] = {7, 0, 19, 7}, x = -1, node = -1, pos_in = -1;
+    float *wf = NULL, *in[3] = {0};
+    switch (k) {
+    case E_TOKEN_RANGE: { /* a token id past the vocabulary of 20 */
+        wf = add_weight(&r, "emb", MF_TYPE_F32, 256, 20, 1.0f);
+        ids[1] = 20;
+        x = mf_g_input(g, MF_INPUT_TOKENS, MF_DTYPE_I32, 4, 1);
+        node = mf_g_embed(g, x, "emb", MF_TYPE_F32, 256);
+        need = "token id";
+        break;
+    }
+    case E_MISSING_WEIGHT: case E_WEIGHT_SHAPE: /* no such weight; a [64, 9] weight used as [64, 8] */
+        wf = add_weight(&r, "mm64x9", MF_TYPE_F32, 64, 9, 1.0f);
+        x = mf_g_input(g, MF_INPUT_EXTERNAL, MF_DTYPE_F32, 64, 2);
+        in[0] = rand_vec(128, 1.0f);
+        node = mf_g_matmul(g, x, k == E_MISSING_WEIGHT ? "nope.weight" : "mm64x9", MF_TYPE_F32, NULL, 64, 8);
+        need = k == E_MISSING_WEIGHT ? "nope.weight" : "64";
+        break;
+    case E_ROPE_WIDTH: { /* an attention-input rope over 3 heads of a 4-head q */
+        for (int i = 0; i < 3; i++)
+            in[i] = rand_vec(i ? 32 : 64, 1.0f);
+        free(add_weight(&r, "bq", MF_TYPE_F32, 64, 1, 1.0f));
+        free(add_weight(&r, "bk", MF_TYPE_F32, 32, 1, 1.0f));
+        x = mf_g_input(g, MF_INPUT_EXTERNAL, MF_DTYPE_F32, 64, 1);
+        int32_t kk = mf_g_input(g, MF_INPUT_EXTERNAL, MF_DTYPE_F32, 32, 1);
+        int32_t vv = mf_g_input(g, MF_INPUT_EXTERNAL, MF_DTYPE_F32, 32, 1);
+        pos_in = mf_g_input(g, MF_INPUT_POSITIONS, MF_DTYPE_I32, 1, 1);
+        node = mf_g_node(g, MF_OP_QKV_BIAS_ROPE_STORE, MF_DTYPE_F32, 64, 1, (int32_t[]){x, kk, vv, pos_in}, 4);
+        mf_qkv_meta m = {.layer = 0, .n_head = 4, .n_head_kv = 2, .head_dim = 16, .norm_eps = 1e-6f};
+        m.q = (mf_matmul_meta){"wq", MF_TYPE_F32, "bq", 64, 64};
+        m.k = (mf_matmul_meta){"wk", MF_TYPE_F32, "bk", 64, 32};
+        m.v = (mf_matmul_meta){"wv", MF_TYPE_F32, NULL, 64, 32};
+        m.rope_q = (mf_rope_meta){.n_head = 3, .head_dim = 16, .n_rot = 16, .theta = 1e4f, .freq_scale = 1};
+        m.rope_k = m.rope_q;
+        m.rope_k.n_head = 2;
+        g->nodes[node].meta.qkv = m;
+        g->nodes[node].layer = 0;
+        g->kv_dim = 32;
+        need = "rope q";
+        break;
+    }
+    default: break;
+    }
+    g->n_layers = 1;
+    if (!g->kv_dim)
+        g->kv_dim = 32;
+    g->nodes[node].flags |= MF_NODE_OUTPUT;
+    mf_g_set_name(g, node, "out");
+    int rc = 0;
+    if (mf_graph_validate(g, &r.err)) { /* caught before any backend: said, and named */
+        rc = strstr(r.err.msg, need) != NULL;
+        if (!rc)
+            printf("FAIL %s: the graph check says '%s', not naming '%s'\n", ekind_names[k], r.err.msg, need);
+        goto done;
+    }
+    MF_ASSERT(!be->create(r.w, suite_options(be), &r.b, &r.err));
+    if (!mf_backend_supports_op(r.b, &g->nodes[node])) {
+        rc = -1;
+        goto done;
+    }
+    mf_node_call call = {.node = node, .in = {-1, -1, -1, -1}, .out = -1, .kv = {-1, -1}};
+    int n_ext = 0;
+    for (int j = 0; j < g->nodes[node].n_src; j++) {
+        const mf_node *q = &g->nodes[g->nodes[node].src[j]];
+        const void *data = q->meta.input.kind == MF_INPUT_TOKENS ? (const void *)ids
+                           : q->meta.input.kind == MF_INPUT_POSITIONS ? (const void *)(int32_t[]){0}
+                                                                      : (const void *)in[n_ext++];
+        call.in[j] = buf_with(&r, data, mf_node_nbytes(q));
+    }
+    call.out = poisoned(&r, mf_node_nbytes(&g->nodes[node]));
+    if (mf_node_kv_layer(&g->nodes[node]) >= 0) {
+        call.kv.k = r.b->ops->alloc_fresh(r.b, 32 * 4 * 4, &r.err);
+        call.kv.v = r.b->ops->alloc_fresh(r.b, 32 * 4 * 4, &r.err);
+    }
+    mf_exec_args args = {.n_past = 0, .n_tokens = (int32_t)g->nodes[node].ne[1], .n_ctx = 4, .kv_type = MF_TYPE_F32};
+    r.err.msg[0] = 0;
+    int bad = mf_backend_execute_node(r.b, g, &call, &args, &r.err);
+    if (!bad)
+        bad = r.b->ops->synchronize(r.b, &r.err);
+    rc = bad && strstr(r.err.msg, need) != NULL;
+    if (!rc)
+        printf("FAIL %s: %s\n", ekind_names[k],
+               bad ? r.err.msg : "ran without an error");
+    if (!rc && bad)
+        printf("  (the message does not name '%s')\n", need);
+done:
+    free(wf);
+    for (int i = 0; i < 3; i++)
+        free(in[i]);
+    mf_backend_free(r.b);
+    mf_graph_free(&r.g);
+    mf_weights_free(r.w);
+    return rc;
+}
+
 int main(int argc, char **argv) {
-    if (argc < 2) {
-        fprintf(stderr, "usage: test_ops BACKEND [FILTER]   (this build: %s)\n", mf_registry_names());
+    const char *filter = NULL;
+    bool sweep = false, count_only = false;
+    for (int i = 2; i < argc; i++) {
+        if (!strcmp(argv[i], "--sweep"))
+            sweep = true;
+        else if (!strcmp(argv[i], "--count"))
+            count_only = true;
+        else if (argv[i][0] == '-') {
+            fprintf(stderr, "test_ops: unknown option '%s' (--sweep, --count)\n", argv[i]);
+            return 2;
+        } else
+            filter = argv[i];
+    }
+    if (argc < 2 || argv[1][0] == '-') {
+        fprintf(stderr, "usage: test_ops BACKEND [FILTER] [--sweep] [--count]   (this build: %s)\n",
+                mf_registry_names());
         return 2;
     }
     const mf_backend_entry *be = mf_registry_find(argv[1], strlen(argv[1]));
@@ -777,13 +1061,24 @@ int main(int argc, char **argv) {
         fprintf(stderr, "test_ops: unknown backend '%s' (this build: %s)\n", argv[1], mf_registry_names());
         return 2;
     }
+    make_cases();
+    make_shape_cases();
+    if (sweep)
+        make_sweep_cases();
+    int in_table = 0;
+    for (int i = 0; i < n_cases; i++)
+        in_table += !filter || strstr(kind_names[cases[i].k], filter) != NULL;
+    for (int k = 0; k < E_COUNT; k++)
+        in_table += !filter || strstr(ekind_names[k], filter) != NULL;
+    if (count_only) { /* the table's size, nothing run (a backend may refuse some) */
+        printf("test_ops %s%s: %d cases\n", be->name, sweep ? " --sweep" : "", in_table);
+        return 0;
+    }
     if (be->is_gpu) { /* skipped (77) without a usable device */
         mf_weights *w = mf_weights_new();
         mf_backend *b = NULL;
         mf_error err;
-        mf_backend_options o;
-        mf_backend_options_default(&o);
-        if (be->create(w, &o, &b, &err)) {
+        if (be->create(w, suite_options(be), &b, &err)) {
             printf("test_ops %s: no usable device (%s)\n", be->name, err.msg);
             mf_weights_free(w);
             return 77;
@@ -791,12 +1086,11 @@ int main(int argc, char **argv) {
         mf_backend_free(b);
         mf_weights_free(w);
     }
-    make_cases();
     int pass = 0, fail = 0, not_run = 0;
     int per_kind_run[K_COUNT] = {0};
-    char label[160];
+    char label[192];
     for (int i = 0; i < n_cases; i++) {
-        if (argc > 2 && !strstr(kind_names[cases[i].k], argv[2]))
+        if (filter && !strstr(kind_names[cases[i].k], filter))
             continue;
         int rc = run_case(be, &cases[i], label, sizeof label);
         if (rc < 0) {
@@ -813,8 +1107,35 @@ int main(int argc, char **argv) {
         else
             fail++;
     }
+    int err_run = 0;
+    for (int k = 0; k < E_COUNT; k++) {
+        if (filter && !strstr(ekind_names[k], filter))
+            continue;
+        int rc = run_error_case(be, (ekind)k);
+        if (rc < 0) {
+            not_run++;
+            continue;
+        }
+        err_run++;
+        if (rc)
+            pass++;
+        else
+            fail++;
+    }
+    /* every graph op has a case: a backend that runs every op passed one of
+     * each (INPUT and RESHAPE run nowhere; ATTN_PAGED needs the batch path's
+     * block tables: test_engine_paged) */
+    if (!filter && be->runs_every_op)
+        for (int op = 0; op < MF_OP_COUNT; op++)
+            if (!op_passed[op] && op != MF_OP_INPUT && op != MF_OP_RESHAPE && op != MF_OP_ATTN_PAGED) {
+                printf("FAIL op %s: no case of the suite ran it\n", mf_op_name((mf_op)op));
+                fail++;
+            }
     for (int k = 0; k < K_COUNT; k++)
-        printf("  %-14s %d run\n", kind_names[k], per_kind_run[k]);
-    printf("test_ops %s: %d passed, %d failed, %d not run by this backend\n", be->name, pass, fail, not_run);
+        printf("  %-20s %d run\n", kind_names[k], per_kind_run[k]);
+    printf("  %-20s %d run\n", "bad input", err_run);
+    printf("test_ops %s%s: %d cases: %d passed, %d failed, %d not run by this backend\n", be->name,
+           sweep ? " --sweep" : "", pass + fail + not_run, pass, fail, not_run);
+    free(cases);
     return fail || pass == 0 ? 1 : 0;
 }

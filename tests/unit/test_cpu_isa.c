@@ -42,7 +42,7 @@ static int native_isas(mf_cpu_isa out[MF_ISA_COUNT]) {
 MF_TEST(isa_detection_and_clamp) {
     const mf_cpu_isa hw = mf_cpu_isa_clamp(MF_ISA_COUNT);
     const char *expect = getenv("MINFER_TEST_EXPECT_ISA");
-    unsetenv("MINFER_CPU_ISA");
+    mf_cpu_isa_set_cap(NULL);
     CHECK_EQ_INT(mf_cpu_isa_best(), hw);
     CHECK_EQ_INT(mf_cpu_isa_clamp(MF_ISA_SCALAR), MF_ISA_SCALAR);
     if (expect && *expect)
@@ -64,11 +64,19 @@ MF_TEST(isa_detection_and_clamp) {
         CHECK(mf_cpu_dot_get(MF_TYPE_Q4_0, hw) != mf_cpu_dot_scalar(MF_TYPE_Q4_0));
         CHECK(mf_cpu_dot_get(MF_TYPE_Q4_0, MF_ISA_SCALAR) == mf_cpu_dot_scalar(MF_TYPE_Q4_0));
     }
-    setenv("MINFER_CPU_ISA", "scalar", 1);
+    /* the cap (the options' cpu_isa, MINFER_CPU_ISA) lowers, never raises */
+    mf_cpu_isa_set_cap("scalar");
     CHECK_EQ_INT(mf_cpu_isa_best(), MF_ISA_SCALAR);
-    setenv("MINFER_CPU_ISA", mf_cpu_isa_name(hw), 1);
+    CHECK_EQ_INT(mf_cpu_isa_default(), MF_ISA_SCALAR);
+    mf_cpu_isa_set_cap(mf_cpu_isa_name(hw));
     CHECK_EQ_INT(mf_cpu_isa_best(), hw);
-    unsetenv("MINFER_CPU_ISA");
+    mf_cpu_isa_set_cap("avx512");
+    CHECK(mf_cpu_isa_best() <= hw);
+    mf_cpu_isa_set_cap("scalar");
+    mf_cpu_isa_set_cap("quantum"); /* unknown: warns, no cap */
+    CHECK_EQ_INT(mf_cpu_isa_best(), hw);
+    CHECK_EQ_INT(mf_cpu_isa_default(), hw);
+    mf_cpu_isa_set_cap(NULL);
     printf("  detected %s\n", mf_cpu_isa_name(hw));
 }
 

@@ -2,8 +2,9 @@
  * documented, every documented library lever a row), the registry's lines
  * (order, names, levers, op tables) and the layering rules the seam keeps:
  * no per-backend #ifdef in runtime/model/tools, no backend contract in the
- * model module. */
+ * model module, no environment read in src/ outside the lever table's file. */
 #include <dirent.h>
+#include <sys/stat.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -108,6 +109,33 @@ MF_TEST(lever_values_and_defaults) {
     CHECK(mf_lever_str("MINFER_CUDA_TUNE") && !strcmp(mf_lever_str("MINFER_CUDA_TUNE"), "gemv=v3"));
     unsetenv("MINFER_CUDA_TUNE");
     CHECK(mf_lever_str("MINFER_CUDA_TUNE") == NULL);
+    /* the Metal backend's levers reach it as options.metal */
+    mf_levers_backend_options(&o);
+    CHECK(!o.metal.disable && o.metal.gemm == 2 && o.metal.attn_chunk == 0 && o.metal.fuse_qkv &&
+          o.metal.fuse_ffn && o.metal.fuse_qkv_norm && !o.metal.metallib && !o.cpu_isa);
+    setenv("MINFER_DISABLE_MPS", "yes", 1);
+    setenv("MINFER_METAL_GEMM", "0", 1);
+    setenv("MINFER_ATTN_CHUNK", "2", 1);
+    setenv("MINFER_METAL_NO_FUSED_FFN", "1", 1);
+    setenv("MINFER_METALLIB_FILE", "/x.metallib", 1);
+    setenv("MINFER_CPU_ISA", "scalar", 1);
+    mf_levers_backend_options(&o);
+    CHECK(o.metal.disable && o.metal.gemm == 0 && o.metal.attn_chunk == 2 && o.metal.fuse_qkv &&
+          !o.metal.fuse_ffn && o.metal.metallib && !strcmp(o.metal.metallib, "/x.metallib"));
+    CHECK(o.cpu_isa && !strcmp(o.cpu_isa, "scalar"));
+    const char *set[] = {"MINFER_DISABLE_MPS", "MINFER_METAL_GEMM", "MINFER_ATTN_CHUNK", "MINFER_METAL_NO_FUSED_FFN",
+                         "MINFER_METALLIB_FILE", "MINFER_CPU_ISA"};
+    for (size_t i = 0; i < sizeof set / sizeof set[0]; i++)
+        unsetenv(set[i]);
+    /* MINFER_LOG as a level; an unknown value is warn */
+    setenv("MINFER_LOG", "ERROR", 1);
+    CHECK_EQ_INT(mf_levers_log_level(), MF_LOG_ERROR);
+    setenv("MINFER_LOG", "loud", 1);
+    CHECK_EQ_INT(mf_levers_log_level(), MF_LOG_WARN);
+    setenv("MINFER_LOG", "debug", 1);
+    CHECK_EQ_INT(mf_levers_log_level(), MF_LOG_DEBUG);
+    unsetenv("MINFER_LOG");
+    CHECK_EQ_INT(mf_levers_log_level(), MF_LOG_WARN);
 }
 
 MF_TEST(registry_lines) {
@@ -189,5 +217,60 @@ MF_TEST(layers_name_no_backend) {
     CHECK_MSG(grep_dir("src/ir", "#include \"backend/", hit, sizeof hit) == 0, "%s (IR) includes a backend header", hit);
 }
 
+/* The source files under dir (recursive) that contain needle, except the
+ * one named `allowed`; the first few go to hits. Returns how many, -1 when
+ * dir cannot be opened. */
+static int grep_tree(const char *dir, const char *needle, const char *allowed, char *hits, size_t cap) {
+    DIR *d = opendir(src_path(dir));
+    if (!d)
+        return -1;
+    int found = 0;
+    struct dirent *de;
+    while ((de = readdir(d))) {
+        if (de->d_name[0] == '.')
+            continue;
+        char rel[1024];
+        snprintf(rel, sizeof rel, "%s/%s", dir, de->d_name);
+        struct stat st;
+        if (stat(src_path(rel), &st))
+            continue;
+        if (S_ISDIR(st.st_mode)) {
+            int n = grep_tree(rel, needle, allowed, hits, cap);
+            found += n > 0 ? n : 0;
+            continue;
+        }
+        const char *dot = strrchr(de->d_name, '.');
+        if (!dot || (strcmp(dot, ".c") && strcmp(dot, ".h") && strcmp(dot, ".m") && strcmp(dot, ".cu") &&
+                     strcmp(dot, ".cuh")))
+            continue;
+        if (!strcmp(rel, allowed))
+            continue;
+        char *s = slurp(src_path(rel));
+        if (s && strstr(s, needle)) {
+            size_t l = strlen(hits);
+            snprintf(hits + l, cap - l, "%s%s", l ? ", " : "", rel);
+            found++;
+        }
+        free(s);
+    }
+    closedir(d);
+    return found;
+}
+
+MF_TEST(only_the_lever_table_reads_the_environment) {
+    char hits[2048] = "";
+    const char *needles[] = {"getenv(", "secure_getenv", "environ["};
+    for (size_t i = 0; i < sizeof needles / sizeof needles[0]; i++) {
+        hits[0] = 0;
+        int n = grep_tree("src", needles[i], "src/runtime/levers.c", hits, sizeof hits);
+        CHECK_MSG(n == 0, "%d file(s) of src/ call %s outside src/runtime/levers.c: %s", n, needles[i], hits);
+    }
+    /* the table's file is where the reads are (the grep looks at the right tree) */
+    char *lv = slurp(src_path("src/runtime/levers.c"));
+    CHECK_MSG(lv && strstr(lv, "getenv("), "src/runtime/levers.c reads no environment, or is not at %s",
+              src_path("src/runtime/levers.c"));
+    free(lv);
+}
+
 MF_TEST_MAIN(MF_T(lever_table_matches_env_md), MF_T(lever_values_and_defaults), MF_T(registry_lines),
-             MF_T(layers_name_no_backend))
+             MF_T(layers_name_no_backend), MF_T(only_the_lever_table_reads_the_environment))

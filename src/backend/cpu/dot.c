@@ -35,7 +35,7 @@ static inline float h2f(uint16_t h) { return mf_fp16_to_fp32(h); }
 
 /* ==== ISA detection ====================================================== */
 
-/* What the hardware runs, ignoring MINFER_CPU_ISA: the ceiling for any
+/* What the hardware runs, ignoring the cap (MINFER_CPU_ISA): the ceiling for any
  * request, so no caller can reach an instruction the CPU lacks. */
 static mf_cpu_isa isa_hw(void) {
 #if MF_CPU_X86
@@ -90,25 +90,38 @@ const char *mf_cpu_isa_name(mf_cpu_isa isa) {
     }
 }
 
+/* The cap set from the options (MF_ISA_COUNT: none) and the default it
+ * gives, recomputed after every change of the cap. */
+static _Atomic int isa_cap = MF_ISA_COUNT;
+static _Atomic int isa_cached = -1; /* every thread computes the same value */
+
+void mf_cpu_isa_set_cap(const char *want) {
+    int cap = MF_ISA_COUNT;
+    if (want && *want) {
+        for (int i = 0; i < MF_ISA_COUNT && cap == MF_ISA_COUNT; i++)
+            if (strcmp(want, mf_cpu_isa_name((mf_cpu_isa)i)) == 0)
+                cap = i;
+        if (cap == MF_ISA_COUNT)
+            mf_log(MF_LOG_WARN, "MINFER_CPU_ISA='%s' is not one of scalar|avx2|avx512|neon; using %s", want,
+                   mf_cpu_isa_name(mf_cpu_isa_clamp(MF_ISA_COUNT)));
+    }
+    atomic_store_explicit(&isa_cap, cap, memory_order_relaxed);
+    atomic_store_explicit(&isa_cached, -1, memory_order_relaxed);
+}
+
 mf_cpu_isa mf_cpu_isa_best(void) {
     mf_cpu_isa best = mf_cpu_isa_clamp(MF_ISA_COUNT);
-    const char *want = mf_env_str("MINFER_CPU_ISA", NULL);
-    if (want) {
-        for (int i = 0; i < MF_ISA_COUNT; i++)
-            if (strcmp(want, mf_cpu_isa_name((mf_cpu_isa)i)) == 0)
-                return mf_cpu_isa_clamp((mf_cpu_isa)i < best ? (mf_cpu_isa)i : best);
-        mf_log(MF_LOG_WARN, "MINFER_CPU_ISA='%s' is not one of scalar|avx2|avx512|neon; using %s", want,
-               mf_cpu_isa_name(best));
-    }
+    const int cap = atomic_load_explicit(&isa_cap, memory_order_relaxed);
+    if (cap < MF_ISA_COUNT)
+        return mf_cpu_isa_clamp((mf_cpu_isa)cap < best ? (mf_cpu_isa)cap : best);
     return best;
 }
 
 mf_cpu_isa mf_cpu_isa_default(void) {
-    static _Atomic int cached = -1; /* every thread computes the same value */
-    int v = atomic_load_explicit(&cached, memory_order_relaxed);
+    int v = atomic_load_explicit(&isa_cached, memory_order_relaxed);
     if (v < 0) {
         v = (int)mf_cpu_isa_best();
-        atomic_store_explicit(&cached, v, memory_order_relaxed);
+        atomic_store_explicit(&isa_cached, v, memory_order_relaxed);
     }
     return (mf_cpu_isa)v;
 }

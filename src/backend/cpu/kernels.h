@@ -24,8 +24,12 @@ typedef enum mf_cpu_isa {
     MF_ISA_COUNT
 } mf_cpu_isa;
 
-/* The best ISA this CPU runs (MINFER_CPU_ISA=scalar|avx2|avx512|neon lowers it). */
+/* The best ISA this CPU runs, lowered by the cap. */
 mf_cpu_isa mf_cpu_isa_best(void);
+/* Caps the ISA at the one named (scalar|avx2|avx512|neon: the options'
+ * cpu_isa, MINFER_CPU_ISA); NULL or "": no cap; an unknown name warns and
+ * leaves no cap. Never raises it past what the hardware runs. */
+void mf_cpu_isa_set_cap(const char *name);
 const char *mf_cpu_isa_name(mf_cpu_isa isa);
 
 /* s = dot(weight row of wtype, activation row of act_type), n elements. */

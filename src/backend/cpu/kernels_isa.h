@@ -25,7 +25,7 @@
 #define MF_CPU_ARM 0
 #endif
 
-/* isa lowered to what the hardware runs (ignores MINFER_CPU_ISA). */
+/* isa lowered to what the hardware runs (ignores the cap). */
 mf_cpu_isa mf_cpu_isa_clamp(mf_cpu_isa isa);
 
 /* The activation format each weight type's dot product consumes. */
@@ -97,8 +97,8 @@ const mf_cpu_dot *mf_cpu_dot_neon(uint32_t wtype);
 bool mf_cpu_quantize_act_neon(uint32_t act_type, const float *x, void *y, int64_t n);
 #endif
 
-/* The best ISA of this CPU under MINFER_CPU_ISA, read once (for the ops
- * that take no context). */
+/* The best ISA of this CPU under the cap, kept until the cap changes (for
+ * the ops that take no context). */
 mf_cpu_isa mf_cpu_isa_default(void);
 
 /* Context scratch for attention: n_floats, 64-byte aligned, valid until the

@@ -86,35 +86,30 @@ static int wtype_index(uint32_t t, bool *kq) {
     return -1;
 }
 
-/* ---- levers: every environment read of the backend, in one place ---------------------- */
+/* ---- levers: the options this backend acts on ------------------------------------------ */
 
 typedef struct levers {
-    bool disable;         /* MINFER_DISABLE_METAL / MINFER_DISABLE_MPS */
-    const char *metallib; /* MINFER_METALLIB_FILE */
-    bool weight_copy;     /* MINFER_WEIGHT_COPY */
-    int timeout_ms;       /* MINFER_GPU_TIMEOUT_MS */
-    bool timeout_set;     /* ... set in the environment (wins over the options) */
-    bool trace;           /* MINFER_TRACE */
-    bool capture;         /* MINFER_METAL_CAPTURE */
-    int gemm;             /* MINFER_METAL_GEMM: 0 never, 1 always (nt >= 2), else auto */
-    bool fuse_qkv, fuse_ffn, fuse_qkv_norm; /* MINFER_METAL_NO_FUSED_QKV / _FFN / _QKV_NORM */
-    int attn_chunk;       /* MINFER_ATTN_CHUNK: KV positions per split (0 auto) */
+    const char *metallib; /* a precompiled library instead of the embedded source */
+    bool weight_copy;
+    int timeout_ms;
+    bool trace, capture;
+    int gemm;             /* 0 never, 1 always (nt >= 2), else auto */
+    bool fuse_qkv, fuse_ffn, fuse_qkv_norm;
+    int attn_chunk;       /* KV positions per split (0 auto) */
 } levers;
 
-static void read_levers(levers *l) {
-    l->disable = mf_env_flag("MINFER_DISABLE_METAL") || mf_env_flag("MINFER_DISABLE_MPS");
-    l->metallib = mf_env_str("MINFER_METALLIB_FILE", NULL);
-    l->weight_copy = mf_env_flag("MINFER_WEIGHT_COPY");
-    l->timeout_ms = (int)mf_env_int("MINFER_GPU_TIMEOUT_MS", 10000);
-    const char *t = mf_env_str("MINFER_GPU_TIMEOUT_MS", NULL);
-    l->timeout_set = t && *t;
-    l->trace = mf_env_flag("MINFER_TRACE");
-    l->capture = mf_env_flag("MINFER_METAL_CAPTURE");
-    l->gemm = (int)mf_env_int("MINFER_METAL_GEMM", 2);
-    l->fuse_qkv = !mf_env_flag("MINFER_METAL_NO_FUSED_QKV");
-    l->fuse_ffn = !mf_env_flag("MINFER_METAL_NO_FUSED_FFN");
-    l->fuse_qkv_norm = !mf_env_flag("MINFER_METAL_NO_FUSED_QKV_NORM");
-    l->attn_chunk = (int)mf_env_int("MINFER_ATTN_CHUNK", 0);
+/* From the options (the runtime's levers: MINFER_METAL_GEMM ..., docs/ENV.md). */
+static void read_levers(levers *l, const mf_backend_options *o) {
+    l->metallib = o->metal.metallib && *o->metal.metallib ? o->metal.metallib : NULL;
+    l->weight_copy = o->metal.weight_copy;
+    l->timeout_ms = (int)(o->gpu_timeout_ms <= 0 ? 10000 : o->gpu_timeout_ms > 3600000 ? 3600000 : o->gpu_timeout_ms);
+    l->trace = o->trace;
+    l->capture = o->metal.capture;
+    l->gemm = o->metal.gemm;
+    l->fuse_qkv = o->fusion && o->metal.fuse_qkv;
+    l->fuse_ffn = o->fusion && o->metal.fuse_ffn;
+    l->fuse_qkv_norm = o->fusion && o->metal.fuse_qkv_norm;
+    l->attn_chunk = o->metal.attn_chunk;
 }
 
 /* ---- state -------------------------------------------------------------------------- */
@@ -768,6 +763,17 @@ static int op_getrows(xc *x) {
         const wreg *w = weight(x, n->meta.getrows.weight, n->meta.getrows.wtype, d, -1);
         if (!w)
             return -1;
+        /* ids from a graph input sit in shared memory, written before the
+         * split: checked here, so a bad one is an error naming it, not a row
+         * the kernel leaves unwritten */
+        const pbuf *ip = pb(x->m, x->in[0]);
+        if (ip && x->g->nodes[n->src[0]].op == MF_OP_INPUT && ip->bytes >= (size_t)nr * sizeof(int32_t)) {
+            const int32_t *ids = ip->host;
+            for (int64_t t = 0; t < nr; t++)
+                if (ids[t] < 0 || ids[t] >= w->ne[1])
+                    return XERR(x, "token id %d at row %lld outside [0, %lld) of '%s'", ids[t], (long long)t,
+                                (long long)w->ne[1], n->meta.getrows.weight);
+        }
         mf_mtl_getrows_args a = {.row_bytes = (int64_t)mf_type_row_size(w->type, d), .n_rows = w->ne[1],
                                  .d = (int32_t)d, .nt = (int32_t)nr};
         mf_mtl_bind bufs[3] = {B(w->buf, w->offset), BID(x, x->in[0]), dst};
@@ -1148,21 +1154,13 @@ int mf_backend_metal_new(const mf_weights *w, const mf_metal_opts *o, mf_backend
     *out = NULL;
     if (!w)
         return mf_errorf(err, "metal backend: no weight table");
-    metal_be *m = mf_calloc(1, sizeof *m);
-    read_levers(&m->lv);
-    if (o && o->backend) {
-        /* the options come from the same lever; set explicitly, it wins
-         * (a caller's fixed bound cannot shorten an emulated run's) */
-        if (o->backend->gpu_timeout_ms > 0 && !m->lv.timeout_set)
-            m->lv.timeout_ms = (int)(o->backend->gpu_timeout_ms > 3600000 ? 3600000 : o->backend->gpu_timeout_ms);
-        m->lv.trace = o->backend->trace;
-        if (!o->backend->fusion)
-            m->lv.fuse_qkv = m->lv.fuse_ffn = m->lv.fuse_qkv_norm = false;
-    }
-    if (m->lv.disable) {
-        free(m);
+    mf_backend_options def;
+    mf_backend_options_default(&def);
+    const mf_backend_options *bo = o && o->backend ? o->backend : &def;
+    if (bo->metal.disable)
         return mf_errorf(err, "metal: disabled (MINFER_DISABLE_METAL / MINFER_DISABLE_MPS)");
-    }
+    metal_be *m = mf_calloc(1, sizeof *m);
+    read_levers(&m->lv, bo);
     m->w = w;
     mf_mtl_dev_opts dopt = {.source = mf_metal_source, .metallib_file = m->lv.metallib,
                             .timeout_ms = m->lv.timeout_ms, .trace = m->lv.trace, .capture = m->lv.capture};

@@ -18,16 +18,15 @@ typedef struct mf_metal_opts {
     const mf_metal_region *regions; /* may be NULL: every weight is copied */
     int n_regions;
     const char *withhold;           /* tests: a weight name left unregistered */
-    /* The runtime's lever values (may be NULL: the backend reads its levers
-     * itself, read_levers in metal_backend.c): gpu_timeout_ms, trace and
-     * fusion override MINFER_GPU_TIMEOUT_MS, MINFER_TRACE and the fusion
-     * kill switches. */
+    /* The runtime's lever values: gpu_timeout_ms, trace, fusion and the
+     * .metal block (NULL: mf_backend_options_default's). The backend reads
+     * no environment. */
     const mf_backend_options *backend;
 } mf_metal_opts;
 
 /* Opens the device, resolves every kernel and registers every weight of w.
- * MINFER_DISABLE_METAL=1 or MINFER_DISABLE_MPS=1: an error saying so (the
- * caller runs without Metal). Prints "using Metal on <device> (unified: yes)"
+ * options.metal.disable (MINFER_DISABLE_METAL=1 or MINFER_DISABLE_MPS=1): an
+ * error saying so (the caller runs without Metal). Prints "using Metal on <device> (unified: yes)"
  * at info level. */
 int mf_backend_metal_new(const mf_weights *w, const mf_metal_opts *o, mf_backend **out, mf_error *err);
 

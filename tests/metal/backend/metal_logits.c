@@ -18,6 +18,7 @@
 
 #include "backend/metal/metal_backend.h"
 #include "engine/engine.h"
+#include "runtime/levers.h"
 #include "gguf/gguf.h"
 #include "model/model.h"
 
@@ -84,7 +85,9 @@ int main(int argc, char **argv) {
         if (mf_gguf_part_mapping(m->gguf, p, &base, &size) == 0)
             regs[n_regs++] = (mf_metal_region){base, size};
     }
-    mf_metal_opts mo = {.regions = regs, .n_regions = n_regs, .withhold = withhold};
+    mf_backend_options bo; /* the backend's levers (MINFER_METAL_GEMM ...), as the runtime reads them */
+    mf_levers_backend_options(&bo);
+    mf_metal_opts mo = {.regions = regs, .n_regions = n_regs, .withhold = withhold, .backend = &bo};
     mf_backend *be[2] = {NULL, NULL};
     if (mf_backend_metal_new(m->weights, &mo, &be[0], &err) || mf_backend_cpu_new(m->weights, 2, &be[1], &err)) {
         fprintf(stderr, "metal_logits: %s\n", err.msg);
@@ -106,8 +109,8 @@ int main(int argc, char **argv) {
     mf_engine_opts eo = {.n_layers = m->hp.n_layer, .kv_dim = (int64_t)m->hp.n_head_kv * m->hp.head_dim,
                          .n_ctx = n_ctx, .kv_type = kv_type, .n_vocab = m->hp.n_vocab,
                          /* the engine's levers, as the runtime passes them */
-                         .trace = (int32_t)mf_env_int("MINFER_GRAPH_TRACE", 0),
-                         .profile = mf_env_flag("MINFER_OP_PROFILE")};
+                         .trace = (int32_t)mf_lever_int("MINFER_GRAPH_TRACE"),
+                         .profile = mf_lever_flag("MINFER_OP_PROFILE")};
     mf_engine *e = NULL;
     if (mf_engine_new(&eo, be, 2, &e, &err)) {
         fprintf(stderr, "metal_logits: %s\n", err.msg);

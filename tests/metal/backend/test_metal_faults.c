@@ -1,11 +1,12 @@
 /* test_metal_faults.c - the Metal backend's failure paths, through the
  * stand-in framework's test hooks (emulated build only):
  *  - a kernel missing from the library fails start-up naming it;
- *  - a hang (commits never complete) times out within MINFER_GPU_TIMEOUT_MS
+ *  - a hang (commits never complete) times out within the options' GPU bound
  *    with a message naming the last dispatches, and the device then refuses
  *    further work;
  *  - a launch over the pipeline's thread limit is refused with the numbers;
- *  - MINFER_DISABLE_METAL and a bad MINFER_METALLIB_FILE refuse start-up;
+ *  - options.metal.disable (MINFER_DISABLE_METAL) and a bad metallib file
+ *    (MINFER_METALLIB_FILE) refuse start-up;
  *  - shapes the kernels cannot index are refused (the node goes elsewhere);
  *  - a clean run leaves no validation / race finding in the stand-in. */
 #include <math.h>
@@ -53,9 +54,13 @@ static int forward(mf_engine *e, float *out, mf_error *err) {
     return mf_engine_forward(e, &p, build, NULL, NULL, 0, out, err);
 }
 
+/* engine(): the Metal backend made with these options (the defaults when NULL) */
+static const mf_backend_options *engine_opts;
+
 static mf_engine *engine(mf_error *err) {
     mf_backend *b[2] = {NULL, NULL};
-    if (mf_backend_metal_new(W, NULL, &b[0], err))
+    mf_metal_opts mo = {.backend = engine_opts};
+    if (mf_backend_metal_new(W, &mo, &b[0], err))
         return NULL;
     MF_ASSERT(mf_backend_cpu_new(W, 1, &b[1], err) == 0);
     mf_engine_opts eo = {.n_layers = 1, .kv_dim = 64, .n_ctx = 8, .kv_type = MF_TYPE_F32, .n_vocab = 64 * 3};
@@ -111,17 +116,16 @@ MF_TEST(thread_limit_guard_names_the_numbers) {
 MF_TEST(levers_refuse_startup) {
     mf_backend *b = NULL;
     mf_error err = {{0}};
-    setenv("MINFER_DISABLE_METAL", "1", 1);
-    CHECK(mf_backend_metal_new(W, NULL, &b, &err) != 0);
+    mf_backend_options bo;
+    mf_backend_options_default(&bo);
+    mf_metal_opts mo = {.backend = &bo};
+    bo.metal.disable = true;
+    CHECK(mf_backend_metal_new(W, &mo, &b, &err) != 0);
     CHECK_STR_CONTAINS(err.msg, "MINFER_DISABLE_METAL");
-    unsetenv("MINFER_DISABLE_METAL");
-    setenv("MINFER_DISABLE_MPS", "1", 1);
-    CHECK(mf_backend_metal_new(W, NULL, &b, &err) != 0);
-    unsetenv("MINFER_DISABLE_MPS");
-    setenv("MINFER_METALLIB_FILE", "/nonexistent/minfer.metallib", 1);
-    CHECK(mf_backend_metal_new(W, NULL, &b, &err) != 0);
+    bo.metal.disable = false;
+    bo.metal.metallib = "/nonexistent/minfer.metallib";
+    CHECK(mf_backend_metal_new(W, &mo, &b, &err) != 0);
     CHECK_STR_CONTAINS(err.msg, "/nonexistent/minfer.metallib");
-    unsetenv("MINFER_METALLIB_FILE");
     CHECK(b == NULL);
 }
 
@@ -170,10 +174,13 @@ MF_TEST(unindexable_shapes_are_refused) {
 
 /* Last: the device is failed afterwards. */
 MF_TEST(hang_times_out_names_dispatches_and_fails_device) {
-    setenv("MINFER_GPU_TIMEOUT_MS", "300", 1);
+    mf_backend_options bo;
+    mf_backend_options_default(&bo);
+    bo.gpu_timeout_ms = 300;
+    engine_opts = &bo;
     mf_error err = {{0}};
     mf_engine *e = engine(&err);
-    unsetenv("MINFER_GPU_TIMEOUT_MS");
+    engine_opts = NULL;
     CHECK_MSG(e, "%s", err.msg);
     if (!e)
         return;
