@@ -32,8 +32,9 @@
 # GPU_CHECK_STAGES="build ops ..." runs a subset (build is always needed;
 # GPU_CHECK_PREBUILT=<dir> takes minfer and the test programs from dir instead).
 # GPU_CHECK_STAGES=final: the final check in one device call of <= 560 s on
-# 16 cores (with BASE_TGZ): build ops ops-suite memcheck table, each with a
-# time limit (OPS_TIMEOUT 100, SUITE_TIMEOUT 40, MEMCHECK_LIMIT 30 on
+# 16 cores (with BASE_TGZ): build ops ops-suite memcheck racecheck batched (the
+# 0.5B only) table, each with a time limit (OPS_TIMEOUT 100, SUITE_TIMEOUT 90,
+# RACE_LIMIT 45, MEMCHECK_LIMIT 30 on
 # graph,gemv,attnshort; TABLE_R 10, TABLE_DEPTH_R 1; everything stops by
 # FINAL_BUDGET = 530 s). docs/GPU-TESTS.md has the exact command.
 # GPU_CHECK_END=<epoch seconds>: stages and benches not started by then are
@@ -79,10 +80,12 @@ if [ "$STAGES" = final ]; then
     # lost" table with the base build's rows and the greedy-token comparison
     # on the six synth --fast models. Each stage has its own time limit and
     # GPU_CHECK_END stops what has not started, so the logs always come back.
-    STAGES="build ops ops-suite memcheck table"
+    STAGES="build ops ops-suite memcheck racecheck batched table"
+    BATCHED_MODELS=${BATCHED_MODELS:-"q05:qwen2-0.5b:q4_0:128:1,4,16,64,256"}
+    RACE_LIMIT=${RACE_LIMIT:-45}
     GPU_CHECK_END=${GPU_CHECK_END:-$((T0 + ${FINAL_BUDGET:-530}))}
     OPS_TIMEOUT=${OPS_TIMEOUT:-100}
-    SUITE_TIMEOUT=${SUITE_TIMEOUT:-40}
+    SUITE_TIMEOUT=${SUITE_TIMEOUT:-90}
     MEMCHECK_LIMIT=${MEMCHECK_LIMIT:-30}
     GPU_CHECK_MEMCHECK_ONLY=${GPU_CHECK_MEMCHECK_ONLY:-graph,gemv,attnshort}
     TABLE_R=${TABLE_R:-10}
@@ -152,7 +155,7 @@ if [ -n "${GPU_CHECK_PREBUILT:-}" ] && "$GPU_CHECK_PREBUILT/minfer" --version >/
     note build ok "prebuilt: $BUILD"
 elif cmake -B "$BUILD" -S "$ROOT" -DCMAKE_BUILD_TYPE=Release -DMINFER_CUDA=ON -DMINFER_CUDA_ARCHS=90 \
         -DCMAKE_CUDA_COMPILER="$(command -v nvcc)" >"$LOG/build.log" 2>&1 &&
-   cmake --build "$BUILD" -j"$JOBS" --target test_cuda_ops test_ops >>"$LOG/build.log" 2>&1; then
+   cmake --build "$BUILD" -j"$JOBS" --target test_cuda_ops test_ops test_ops_paged >>"$LOG/build.log" 2>&1; then
     note build ok "test_cuda_ops + test_ops built ($(elapsed))"
 else
     note build FAIL "see build.log"
@@ -198,19 +201,40 @@ if want ops; then
         note ops PARTIAL "time limit after $(( $(date +%s) - t ))s: $(grep -c " PASS" "$LOG/ops.log") passed, 0 failed so far"
     else note ops FAIL "rc $rc: $last"; grep FAIL "$LOG/ops.log" | cut -c1-140 | head -60 >>"$SUMMARY"; fi
 fi
-if want ops-suite; then # the backend-independent op suite (tests/ops) on cuda
-    t=$(date +%s)
-    timeout "$(tmo "${SUITE_TIMEOUT:-300}")" "$SUITE" cuda >"$LOG/ops-suite.log" 2>&1
-    rc=$?
-    last=$(grep -E "passed, .* failed" "$LOG/ops-suite.log" | tail -1)
+if want ops-suite; then # the backend-independent op suite (tests/ops) on cuda, with its sweep
+    # SUITE_SHARDS processes share the GPU (--shard K/N), all under one time limit
+    t=$(date +%s); n=${SUITE_SHARDS:-4}; pids=()
+    for ((k = 0; k < n; k++)); do
+        timeout "$(tmo "${SUITE_TIMEOUT:-300}")" "$SUITE" cuda --sweep --shard "$k/$n" >"$LOG/ops-suite-$k.log" 2>&1 &
+        pids+=($!)
+    done
+    rc=0; pass=0; fail=0
+    for ((k = 0; k < n; k++)); do
+        wait "${pids[$k]}"; r=$?
+        [ $r -ne 0 ] && [ $rc -eq 0 ] && rc=$r
+        l=$(grep -E "passed, .* failed" "$LOG/ops-suite-$k.log" | tail -1)
+        pass=$(( pass + $(grep -oE "[0-9]+ passed" <<<"$l" | grep -oE "[0-9]+" || echo 0) ))
+        fail=$(( fail + $(grep -oE "[0-9]+ failed" <<<"$l" | grep -oE "[0-9]+" || echo 0) ))
+    done
+    cat "$LOG"/ops-suite-*.log >"$LOG/ops-suite.log"
+    last="$pass passed, $fail failed in $n shards"
     if [ $rc -eq 0 ]; then note ops-suite PASS "$last ($(( $(date +%s) - t ))s)";
-    elif [ $rc -eq 77 ]; then note ops-suite SKIP "$(head -1 "$LOG/ops-suite.log")";
+    elif [ $rc -eq 77 ]; then note ops-suite SKIP "$(head -1 "$LOG/ops-suite-0.log")";
+    elif [ $rc -eq 124 ] && [ $fail -eq 0 ]; then note ops-suite PARTIAL "time limit: $last so far";
     else note ops-suite FAIL "rc $rc: $last"; grep FAIL "$LOG/ops-suite.log" | cut -c1-140 | head -30 >>"$SUMMARY"; fi
-    # the GPU case count across both suites (the issue's >= 10,456; tests/cuda
+    # ATTN_PAGED's cases (tests/ops/op_paged.c) on cuda
+    PSUITE=$(find "$BUILD" -name test_ops_paged -type f -perm -u+x | head -1)
+    c=0
+    if [ -n "$PSUITE" ]; then
+        timeout "$(tmo 60)" "$PSUITE" cuda >"$LOG/ops-paged.log" 2>&1; r=$?
+        l=$(grep -E "passed" "$LOG/ops-paged.log" | tail -1)
+        [ $r -eq 0 ] && { note ops-paged PASS "$l"; c=$(grep -oE "[0-9]+ passed" <<<"$l" | grep -oE "[0-9]+" | head -1); } ||
+            { note ops-paged FAIL "rc $r: $l"; grep FAIL "$LOG/ops-paged.log" | head -20 >>"$SUMMARY"; }
+    fi
+    # the GPU case count across the suites (the issue's >= 10,456; tests/cuda
     # prints one PASS line a check, so a run cut by its time limit counts too)
     a=$(grep -c " PASS" "$LOG/ops.log" 2>/dev/null)
-    b=$(grep -oE "[0-9]+ passed" <<<"$last" | grep -oE "[0-9]+")
-    note ops-count info "GPU op cases passed: tests/cuda ${a:-0} + tests/ops on cuda ${b:-0} = $(( ${a:-0} + ${b:-0} ))"
+    note ops-count info "GPU op cases passed: tests/cuda ${a:-0} + tests/ops on cuda $pass + paged ${c:-0} = $(( ${a:-0} + pass + ${c:-0} ))"
 fi
 if want ops-nopdl; then # the decode-path families again with plain launches (PDL is the default)
     t=$(date +%s)

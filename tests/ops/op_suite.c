@@ -1,7 +1,7 @@
 /* op_suite.c - one table of op cases, run on any registered backend against
  * a float64 reference.
  *
- *   test_ops BACKEND [FILTER] [--sweep] [--count]
+ *   test_ops BACKEND [FILTER] [--sweep] [--count] [--shard K/N]
  *            e.g. test_ops cpu, test_ops ref matmul, test_ops cuda --sweep
  *
  * --sweep adds the dense grid of small shapes (make_sweep_cases; the GPU
@@ -1040,13 +1040,21 @@ done:
 int main(int argc, char **argv) {
     const char *filter = NULL;
     bool sweep = false, count_only = false;
+    int shard = 0, n_shards = 1; /* --shard K/N: cases i with i % N == K (parallel processes) */
     for (int i = 2; i < argc; i++) {
         if (!strcmp(argv[i], "--sweep"))
             sweep = true;
+        else if (!strcmp(argv[i], "--shard") && i + 1 < argc) {
+            if (sscanf(argv[++i], "%d/%d", &shard, &n_shards) != 2 || n_shards < 1 || shard < 0 ||
+                shard >= n_shards) {
+                fprintf(stderr, "test_ops: --shard wants K/N with 0 <= K < N, got '%s'\n", argv[i]);
+                return 2;
+            }
+        }
         else if (!strcmp(argv[i], "--count"))
             count_only = true;
         else if (argv[i][0] == '-') {
-            fprintf(stderr, "test_ops: unknown option '%s' (--sweep, --count)\n", argv[i]);
+            fprintf(stderr, "test_ops: unknown option '%s' (--sweep, --count, --shard K/N)\n", argv[i]);
             return 2;
         } else
             filter = argv[i];
@@ -1090,7 +1098,7 @@ int main(int argc, char **argv) {
     int per_kind_run[K_COUNT] = {0};
     char label[192];
     for (int i = 0; i < n_cases; i++) {
-        if (filter && !strstr(kind_names[cases[i].k], filter))
+        if ((filter && !strstr(kind_names[cases[i].k], filter)) || i % n_shards != shard)
             continue;
         int rc = run_case(be, &cases[i], label, sizeof label);
         if (rc < 0) {
@@ -1109,7 +1117,7 @@ int main(int argc, char **argv) {
     }
     int err_run = 0;
     for (int k = 0; k < E_COUNT; k++) {
-        if (filter && !strstr(ekind_names[k], filter))
+        if ((filter && !strstr(ekind_names[k], filter)) || k % n_shards != shard)
             continue;
         int rc = run_error_case(be, (ekind)k);
         if (rc < 0) {
@@ -1125,7 +1133,7 @@ int main(int argc, char **argv) {
     /* every graph op has a case: a backend that runs every op passed one of
      * each (INPUT and RESHAPE run nowhere; ATTN_PAGED needs the batch path's
      * block tables: test_engine_paged) */
-    if (!filter && be->runs_every_op)
+    if (!filter && n_shards == 1 && be->runs_every_op)
         for (int op = 0; op < MF_OP_COUNT; op++)
             if (!op_passed[op] && op != MF_OP_INPUT && op != MF_OP_RESHAPE && op != MF_OP_ATTN_PAGED) {
                 printf("FAIL op %s: no case of the suite ran it\n", mf_op_name((mf_op)op));
