@@ -172,7 +172,7 @@ def main():
     tdir = os.path.join(SRC, "tests", "data", "templates")
     templates = [("smollm2", smol_path)] + [
         (n, os.path.join(tdir, n + ".jinja"))
-        for n in ["qwen2", "qwen3", "llama3", "gemma", "phi3", "mistral", "features"]]
+        for n in ["qwen2", "qwen3", "llama3", "gemma", "phi3", "mistral", "hermes_tools", "call_errors", "features"]]
     env = hf_env()
     total = failures = 0
     for name, path in templates:
