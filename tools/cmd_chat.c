@@ -170,6 +170,10 @@ static int load(chat *c, const char *path) {
             bad = "a role that is not system, user or assistant";
         else if (!t || t->type != MF_JSON_STRING || strlen(t->str) != t->len)
             bad = "a content that is not a string (or holds NUL)";
+        for (size_t kk = 0; !bad && kk < arr->kids[at].n; kk++)
+            if (strcmp(arr->kids[at].kids[kk].key, "role") &&
+                strcmp(arr->kids[at].kids[kk].key, "content"))
+                bad = "a field other than role and content (chat has no tool calls)";
     }
     if (bad) {
         fprintf(stderr, "chat: /load: '%s': message %zu: %s\n", path, at ? at - 1 : 0, bad);

@@ -31,6 +31,7 @@
 #include "http.h"
 #include "json.h"
 #include "minfer.h"
+#include "serve_chat.h"
 #include "serve_constrain.h"
 #include "serve_sched.h"
 #include "tools.h"
@@ -73,11 +74,13 @@ static void usage(FILE *f) {
             "  GET  /v1/models             the model id\n"
             "  POST /tokenize              {content, add_special (false), parse_special (true)}\n"
             "  POST /detokenize            {tokens: [ids]}\n"
+            "  POST /apply-template        {messages, tools}: the chat prompt as text\n"
             "  POST /v1/completions        {prompt (text or token ids), max_tokens (16),\n"
             "                               temperature, top_k, top_p, min_p, seed, stop, stream,\n"
             "                               presence_penalty, frequency_penalty, repeat_penalty,\n"
             "                               logprobs (0..%d)}\n"
-            "  POST /v1/chat/completions   {messages: [{role, content}], max_tokens\n"
+            "  POST /v1/chat/completions   {messages: [{role, content, tool_calls,\n"
+            "                               tool_call_id}], max_tokens\n"
             "                               (--max-tokens-default), logprobs, top_logprobs,\n"
             "                               response_format, tools, tool_choice,\n"
             "                               same sampling fields}\n"
@@ -505,44 +508,6 @@ static int parse_params(const serve_opts *o, const mf_json *root, bool chat, gen
     return 0;
 }
 
-/* The text of a message's content: a string, or an array of {"type":"text",
- * "text":...} parts, concatenated. Returns a malloc'd string or NULL. */
-static char *message_content(const mf_json *c, size_t idx, bad *b) {
-    char what[64];
-    snprintf(what, sizeof what, "'messages[%zu].content'", idx);
-    if (c->type == MF_JSON_STRING) {
-        if (c_string(c, what, b))
-            return NULL;
-        return mf_strdup(c->str);
-    }
-    if (c->type == MF_JSON_NULL)
-        return mf_strdup("");
-    if (c->type != MF_JSON_ARRAY) {
-        badf(b, 400, "%s must be a string or an array of text parts, not %s", what,
-             mf_json_type_name(c->type));
-        return NULL;
-    }
-    mf_sbuf out = {0};
-    mf_sbuf_add(&out, "", 0);
-    for (size_t i = 0; i < c->n; i++) {
-        const mf_json *part = &c->kids[i];
-        const mf_json *type = mf_json_get(part, "type"), *text = mf_json_get(part, "text");
-        if (part->type != MF_JSON_OBJECT || !type || type->type != MF_JSON_STRING ||
-            strcmp(type->str, "text") != 0 || !text) {
-            badf(b, 400, "%s[%zu] must be an object {\"type\": \"text\", \"text\": ...}", what,
-                 i);
-            mf_sbuf_free(&out);
-            return NULL;
-        }
-        if (c_string(text, what, b)) {
-            mf_sbuf_free(&out);
-            return NULL;
-        }
-        mf_sbuf_add(&out, text->str, text->len);
-    }
-    return out.p;
-}
-
 /* ---- prompts as tokens ------------------------------------------------------------------------ */
 
 typedef struct tokvec {
@@ -594,11 +559,21 @@ static int completion_tokens(server *sv, const mf_json *root, tokvec *v, bad *b)
     return tok_append(sv->m, v, p->str, p->len, true, true, b);
 }
 
-/* The chat prompt as tokens. The template is rendered with a marker in place
- * of each message's content; the template's own text is tokenized with
+static bool mem_has(const char *s, size_t n, const char *word) {
+    const size_t w = strlen(word);
+    for (size_t i = 0; i + w <= n; i++)
+        if (!memcmp(s + i, word, w))
+            return true;
+    return false;
+}
+
+/* The chat prompt, rendered with a marker in place of each message's content
+ * (serve_chat.c). As tokens (v): the template's own text is tokenized with
  * special tokens parsed, each content as plain text, so a user who types
- * "<|im_start|>system" gets those characters, not a system turn. */
-static int chat_tokens(server *sv, const mf_json *root, const char *tools_json, tokvec *v, bad *b) {
+ * "<|im_start|>system" gets those characters, not a system turn. As text
+ * (text, for /apply-template): the contents put back in place. */
+static int chat_prompt(server *sv, const mf_json *root, const char *tools_json, tokvec *v,
+                       mf_sbuf *text, bad *b) {
     const mf_json *ms = mf_json_get(root, "messages");
     if (!ms)
         return badf(b, 400, "'messages' is missing");
@@ -608,109 +583,82 @@ static int chat_tokens(server *sv, const mf_json *root, const char *tools_json, 
         return badf(b, 400, "'messages' is empty");
     if (ms->n > SERVE_MAX_MESSAGES)
         return badf(b, 400, "'messages' has %zu entries, more than %d", ms->n, SERVE_MAX_MESSAGES);
-    minfer_chat_message *msgs = mf_calloc(ms->n, sizeof *msgs);
-    char **content = mf_calloc(ms->n, sizeof *content);
-    char (*mark)[48] = mf_calloc(ms->n, sizeof *mark);
-    char *out = NULL;
-    int rc = -1;
     /* a marker no text contains: control bytes around a per-request nonce */
     unsigned long long nonce = (unsigned long long)mf_time_ns() * 0x9E3779B97F4A7C15ull;
-    for (size_t i = 0; i < ms->n; i++) {
-        const mf_json *m = &ms->kids[i];
-        char what[64];
-        if (m->type != MF_JSON_OBJECT) {
-            badf(b, 400, "'messages[%zu]' must be an object, not %s", i, mf_json_type_name(m->type));
-            goto done;
-        }
-        for (size_t k = 0; k < m->n; k++)
-            if (strcmp(m->kids[k].key, "role") && strcmp(m->kids[k].key, "content") &&
-                strcmp(m->kids[k].key, "name")) {
-                badf(b, 400, "'messages[%zu].%.40s' is not supported", i, m->kids[k].key);
-                goto done;
-            }
-        const mf_json *role = mf_json_get(m, "role"), *ct = mf_json_get(m, "content");
-        snprintf(what, sizeof what, "'messages[%zu].role'", i);
-        if (!role) {
-            badf(b, 400, "%s is missing", what);
-            goto done;
-        }
-        if (c_string(role, what, b))
-            goto done;
-        if (strcmp(role->str, "system") && strcmp(role->str, "user") &&
-            strcmp(role->str, "assistant") && strcmp(role->str, "developer")) {
-            badf(b, 400, "%s '%.40s' is not system, user, assistant or developer", what, role->str);
-            goto done;
-        }
-        if (!ct) {
-            badf(b, 400, "'messages[%zu].content' is missing", i);
-            goto done;
-        }
-        /* "developer" is the newer OpenAI name of the system role. */
-        msgs[i].role = strcmp(role->str, "developer") ? role->str : "system";
-        if (!(content[i] = message_content(ct, i, b)))
-            goto done;
-        snprintf(mark[i], sizeof mark[i], "\x01%016llx.%zu\x02", nonce, i);
-        if (strstr(content[i], "\x01")) {
-            badf(b, 400, "'messages[%zu].content' contains the control character U+0001", i);
-            goto done;
-        }
-        msgs[i].content = mark[i];
-    }
     char err[512];
-    if (tools_json) {
-        /* the tools go through the JSON form of the messages (same markers) */
-        mf_sbuf mj = {0};
-        mf_sbuf_puts(&mj, "[");
-        for (size_t i = 0; i < ms->n; i++) {
-            mf_sbuf_puts(&mj, i ? ",{\"role\":" : "{\"role\":");
-            mf_json_add_string(&mj, msgs[i].role, strlen(msgs[i].role));
-            mf_sbuf_puts(&mj, ",\"content\":");
-            mf_json_add_string(&mj, msgs[i].content, strlen(msgs[i].content));
-            mf_sbuf_puts(&mj, "}");
-        }
-        mf_sbuf_puts(&mj, "]");
-        out = minfer_chat_apply_json(sv->m, sv->o->tmpl, mj.p, tools_json, true, err, sizeof err);
-        mf_sbuf_free(&mj);
-    } else {
-        out = minfer_chat_apply(sv->m, sv->o->tmpl, msgs, (int32_t)ms->n, true, err, sizeof err);
-    }
+    sv_chat c;
+    if (sv_chat_read(sv->m, ms, nonce, &c, err, sizeof err))
+        return badf(b, 400, "%s", err);
+    int rc = -1;
+    char *out = minfer_chat_apply_json(sv->m, sv->o->tmpl, c.json, tools_json, true, err, sizeof err);
     if (!out) {
         badf(b, 400, "chat template: %s", err);
         goto done;
     }
+    char hex[20];
+    snprintf(hex, sizeof hex, "%016llx", nonce);
     const char *p = out;
     bool first = true;
     for (;;) {
-        const char *m = strchr(p, '\x01');
-        size_t idx = 0;
-        const char *end = NULL;
+        /* the next marker, as written or as tojson writes it ("\u0001...") */
+        const char *m = p;
+        while ((m = strpbrk(m, "\x01\\")) && *m == '\\' && strncmp(m, "\\u0001", 6))
+            m += m[1] ? 2 : 1;
+        size_t idx = 0, mlen = 0;
+        const bool esc = m && *m == '\\';
         if (m) {
-            for (idx = 0; idx < ms->n; idx++)
-                if (!strncmp(m, mark[idx], strlen(mark[idx])))
+            for (idx = 0; idx < c.n; idx++) {
+                if (!c.content[idx])
+                    continue;
+                const char *mk = c.mark[idx];
+                const size_t body = strlen(mk) - 2; /* between \x01 and \x02 */
+                if (!esc && !strncmp(m, mk, body + 2)) {
+                    mlen = body + 2;
                     break;
-            if (idx == ms->n) {
+                }
+                if (esc && !strncmp(m + 6, mk + 1, body) && !strncmp(m + 6 + body, "\\u0002", 6)) {
+                    mlen = body + 12;
+                    break;
+                }
+            }
+            if (idx == c.n) {
                 badf(b, 500, "chat template: a content marker came out altered");
                 goto done;
             }
-            end = m + strlen(mark[idx]);
         }
         const size_t seg = m ? (size_t)(m - p) : strlen(p);
-        if ((seg || first) && tok_append(sv->m, v, p, seg, first, true, b))
+        if (mem_has(p, seg, hex)) {
+            badf(b, 500, "chat template: a content marker came out altered");
+            goto done;
+        }
+        if (text)
+            mf_sbuf_add(text, p, seg);
+        else if ((seg || first) && tok_append(sv->m, v, p, seg, first, true, b))
             goto done;
         first = false;
         if (!m)
             break;
-        if (tok_append(sv->m, v, content[idx], strlen(content[idx]), false, false, b))
+        /* tojson's form stands for the content as a JSON string's inside */
+        mf_sbuf js = {0};
+        const char *ctext = c.content[idx];
+        size_t clen = strlen(ctext);
+        if (esc) {
+            mf_json_add_string(&js, ctext, clen);
+            ctext = js.p + 1;
+            clen = js.n - 2;
+        }
+        if (text)
+            mf_sbuf_add(text, ctext, clen);
+        else if (tok_append(sv->m, v, ctext, clen, false, false, b)) {
+            mf_sbuf_free(&js);
             goto done;
-        p = end;
+        }
+        mf_sbuf_free(&js);
+        p = m + mlen;
     }
     rc = 0;
 done:
-    for (size_t j = 0; j < ms->n; j++)
-        free(content[j]);
-    free(content);
-    free(mark);
-    free(msgs);
+    sv_chat_free(&c);
     free(out);
     return rc;
 }
@@ -991,7 +939,7 @@ static int handle_completion(server *sv, conn *c, const mf_http_request *req, bo
                       "answered whole)");
         goto fail;
     }
-    if (chat ? chat_tokens(sv, root, cons.tools_json, &tv, &b) : completion_tokens(sv, root, &tv, &b))
+    if (chat ? chat_prompt(sv, root, cons.tools_json, &tv, NULL, &b) : completion_tokens(sv, root, &tv, &b))
         goto fail;
     const int32_t n_ctx = sv_sched_n_ctx(sv->sched);
     if (tv.n == 0) {
@@ -1167,6 +1115,39 @@ static mf_json *json_body(const mf_http_request *req, bad *b) {
     return root;
 }
 
+/* POST /apply-template {messages, tools, tool_choice} -> {prompt}: the text
+ * a chat request would be prompted with (llama.cpp's endpoint). */
+static int handle_apply_template(server *sv, conn *c, const mf_http_request *req) {
+    bad b = {0};
+    mf_json *root = json_body(req, &b);
+    sv_constraint cons = {0};
+    mf_sbuf text = {0};
+    char cerr[400];
+    for (size_t i = 0; root && !b.status && i < root->n; i++)
+        if (strcmp(root->kids[i].key, "messages") && strcmp(root->kids[i].key, "tools") &&
+            strcmp(root->kids[i].key, "tool_choice") && strcmp(root->kids[i].key, "model"))
+            badf(&b, 400, "unknown field '%.60s'", root->kids[i].key);
+    if (root && !b.status && sv_constraint_parse(root, true, &cons, cerr, sizeof cerr))
+        badf(&b, 400, "%s", cerr);
+    mf_sbuf_add(&text, "", 0);
+    if (root && !b.status)
+        (void)chat_prompt(sv, root, cons.tools_json, NULL, &text, &b);
+    if (b.status) {
+        send_error(c, b.status, NULL, b.msg);
+    } else {
+        mf_sbuf r = {0};
+        mf_sbuf_puts(&r, "{\"prompt\":");
+        mf_json_add_string(&r, text.p, text.n);
+        mf_sbuf_puts(&r, "}");
+        send_json(c, 200, &r, NULL);
+        mf_sbuf_free(&r);
+    }
+    mf_sbuf_free(&text);
+    sv_constraint_free(&cons);
+    mf_json_free(root);
+    return b.status ? b.status : 200;
+}
+
 /* POST /tokenize {content, add_special, parse_special} -> {tokens}. */
 static int handle_tokenize(server *sv, conn *c, const mf_http_request *req) {
     bad b = {0};
@@ -1264,7 +1245,7 @@ static int handle_request(server *sv, conn *c, const mf_http_request *req, char 
     char msg[1200];
     static const char *const gets[] = {"/health", "/v1/models", "/metrics", "/props", "/slots", NULL};
     static const char *const posts[] = {"/v1/completions", "/v1/chat/completions", "/tokenize",
-                                        "/detokenize", NULL};
+                                        "/detokenize", "/apply-template", NULL};
     if (listed(gets, p)) {
         if (!get) {
             snprintf(msg, sizeof msg, "method %s is not allowed on %s (use GET)", req->method, p);
@@ -1303,11 +1284,13 @@ static int handle_request(server *sv, conn *c, const mf_http_request *req, char 
             return handle_tokenize(sv, c, req);
         if (!strcmp(p, "/detokenize"))
             return handle_detokenize(sv, c, req);
+        if (!strcmp(p, "/apply-template"))
+            return handle_apply_template(sv, c, req);
         return handle_completion(sv, c, req, !strcmp(p, "/v1/chat/completions"), log, log_cap);
     }
     snprintf(msg, sizeof msg,
              "unknown path '%s' (known: /health, /metrics, /props, /slots, /v1/models, /tokenize, "
-             "/detokenize, /v1/completions, /v1/chat/completions)",
+             "/detokenize, /apply-template, /v1/completions, /v1/chat/completions)",
              p);
     send_error(c, 404, NULL, msg);
     return 404;
@@ -1316,7 +1299,7 @@ static int handle_request(server *sv, conn *c, const mf_http_request *req, char 
 static const char *endpoint_label(const char *path) {
     static const char *const known[] = {"/health", "/v1/models", "/metrics", "/props", "/slots",
                                         "/v1/completions", "/v1/chat/completions", "/tokenize",
-                                        "/detokenize", NULL};
+                                        "/detokenize", "/apply-template", NULL};
     for (size_t i = 0; known[i]; i++)
         if (!strcmp(known[i], path))
             return known[i];

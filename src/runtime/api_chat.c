@@ -12,6 +12,14 @@ static void set_err(char *err, size_t errlen, const mf_error *e) {
         snprintf(err, errlen, "%s", e->msg);
 }
 
+static bool contains(const char *s, size_t n, const char *word) {
+    const size_t w = strlen(word);
+    for (size_t i = 0; i + w <= n; i++)
+        if (!memcmp(s + i, word, w))
+            return true;
+    return false;
+}
+
 static char *token_text(const mf_tokenizer *t, int32_t id) {
     return mf_strdup(id >= 0 ? mf_token_text(t, id) : "");
 }
@@ -173,6 +181,15 @@ char *minfer_chat_apply_json(const minfer_model *m, const char *template_name,
         for (size_t i = 0; i < n; i++) {
             mf_jv mi = msgs.u.l->v[i], r = mf_jv_dict_get(mi, "role", 4),
                   c = mf_jv_dict_get(mi, "content", 7);
+            if (r.t == MF_JV_STR && (!strcmp(r.u.s.p, "tool") ||
+                                     mf_jv_dict_get(mi, "tool_calls", 10).t != MF_JV_UNDEF)) {
+                mf_errorf(&e, "chat: message %zu: tool calls and tool results need the model's "
+                              "own chat template (the built-in '%s' has no tool syntax)",
+                          i, template_name && *template_name ? template_name
+                                                             : mf_chat_template_name(m->tmpl));
+                free(cm);
+                goto done;
+            }
             if (r.t != MF_JV_STR || (c.t != MF_JV_STR && c.t != MF_JV_NONE)) {
                 mf_errorf(&e, "chat: message %zu needs a string role and string content", i);
                 free(cm);
@@ -185,6 +202,17 @@ char *minfer_chat_apply_json(const minfer_model *m, const char *template_name,
         mf_arena_free(a);
         return s;
     }
+    /* A template that never reads tool_calls would drop the calls silently. */
+    mf_str src = {0};
+    if (mf_gguf_get_str(m->m->gguf, "tokenizer.chat_template", &src, NULL) == 0 && src.ptr &&
+        !contains(src.ptr, (size_t)src.len, "tool_calls"))
+        for (size_t i = 0; i < msgs.u.l->n; i++)
+            if (mf_jv_dict_get(msgs.u.l->v[i], "tool_calls", 10).t != MF_JV_UNDEF) {
+                mf_errorf(&e, "chat: message %zu has tool_calls, which the model's chat template "
+                              "never reads",
+                          i);
+                goto done;
+            }
     mf_jv ctx = base_ctx(m, a, add_assistant);
     mf_jv_dict_setc(a, ctx, "messages", msgs);
     if (tools.t == MF_JV_LIST)

@@ -385,13 +385,24 @@ mf_jv mf_jx_arg(const jargs *A, int i, const char *name) {
 
 static int render_body(jctx *X, jnode *const *body, int n, jscope *sc);
 
-static int call_macro(jctx *X, const jnode *at, const mf_jfunc *f, const jargs *A, mf_jv *out) {
+/* caller: the body of a {% call %} block, as the macro's `caller` (or undefined). */
+static int call_macro(jctx *X, const jnode *at, const mf_jfunc *f, const jargs *A, mf_jv caller,
+                      mf_jv *out) {
     const jnode *m = f->macro;
     if (A->n_pos > m->n_kw)
         return mf_jx_fail(X, at, "macro '%s' takes %d arguments, %d given", m->name, m->n_kw, A->n_pos);
+    for (int k = 0; k < A->n_kw; k++) {
+        int i = 0;
+        while (i < m->n_kw && strcmp(m->kwn[i], A->kwn[k]))
+            i++;
+        if (i == m->n_kw)
+            return mf_jx_fail(X, at, "macro '%s' takes no argument '%s'", m->name, A->kwn[k]);
+    }
     if (X->depth > 64)
         return mf_jx_fail(X, at, "macro calls nested deeper than 64");
-    jscope *sc = scope_new(X, X->top);
+    jscope *sc = scope_new(X, f->scope ? f->scope : X->top);
+    if (caller.t != MF_JV_UNDEF)
+        scope_set(X, sc, "caller", caller);
     for (int i = 0; i < m->n_kw; i++) {
         mf_jv v = mf_jx_arg(A, i, m->kwn[i]);
         if (v.t == MF_JV_UNDEF && m->kwv[i] && mf_jx_eval(X, m->kwv[i], &v))
@@ -404,6 +415,37 @@ static int call_macro(jctx *X, const jnode *at, const mf_jfunc *f, const jargs *
     X->depth++;
     jscope *saved_sc = X->cur;
     int rc = render_body(X, m->body, m->n_body, sc);
+    X->cur = saved_sc;
+    X->depth--;
+    mf_jbuf mine = X->out;
+    X->out = saved;
+    if (rc < 0) {
+        free(mine.p);
+        return -1;
+    }
+    *out = mf_jv_str(X->a, mine.p, mine.n);
+    free(mine.p);
+    return 0;
+}
+
+/* The key under which a recursive loop's `loop` holds its callable: no
+ * attribute or subscript a template writes reaches it. */
+#define LOOP_CALL "\x01" "call"
+
+static int run_for(jctx *X, const jnode *n, jscope *sc, mf_jv it, int depth);
+
+/* loop(x): the loop's body over x one level deeper, as a string. */
+static int call_loop(jctx *X, const jnode *at, const mf_jfunc *f, const jargs *A, mf_jv *out) {
+    if (A->n_pos != 1 || A->n_kw)
+        return mf_jx_fail(X, at, "loop() takes one iterable");
+    if (X->depth > 64)
+        return mf_jx_fail(X, at, "recursive loop calls nested deeper than 64");
+    mf_jbuf saved = X->out;
+    X->out = (mf_jbuf){0};
+    mf_jbuf_add(&X->out, "", 0);
+    X->depth++;
+    jscope *saved_sc = X->cur;
+    int rc = run_for(X, f->macro, f->scope, A->pos[0], f->depth + 1);
     X->cur = saved_sc;
     X->depth--;
     mf_jbuf mine = X->out;
@@ -465,6 +507,11 @@ static int eval_call(jctx *X, const jnode *n, mf_jv *out) {
     mf_jv fn;
     if (mf_jx_eval(X, n->a, &fn))
         return -1;
+    if (fn.t == MF_JV_DICT && fn.u.d->is_ns) { /* loop(x) in a recursive for */
+        mf_jv lf = mf_jv_dict_get(fn, LOOP_CALL, strlen(LOOP_CALL));
+        if (lf.t == MF_JV_FUNC)
+            fn = lf;
+    }
     if (fn.t != MF_JV_FUNC) {
         if (n->a->kind == J_NAME)
             return mf_jx_fail(X, n, "'%s' is %s, not a function", n->a->name, mf_jx_type_name(fn));
@@ -476,7 +523,8 @@ static int eval_call(jctx *X, const jnode *n, mf_jv *out) {
     if (mf_jx_eval_args(X, n, &A))
         return -1;
     switch (fn.u.fn->kind) {
-    case JF_MACRO: return call_macro(X, n, fn.u.fn, &A, out);
+    case JF_MACRO: return call_macro(X, n, fn.u.fn, &A, mf_jv_undef(), out);
+    case JF_LOOP: return call_loop(X, n, fn.u.fn, &A, out);
     case JF_GLOBAL: return call_global(X, n, fn.u.fn, &A, out);
     case JF_METHOD: return mf_jx_call_method(X, n, fn.u.fn->self, fn.u.fn->name, &A, out);
     }
@@ -634,10 +682,7 @@ static int assign_targets(jctx *X, const jnode *n, jscope *sc, mf_jv v) {
     return 0;
 }
 
-static int render_for(jctx *X, const jnode *n, jscope *sc) {
-    mf_jv it;
-    if (mf_jx_eval(X, n->b, &it))
-        return -1;
+static int run_for(jctx *X, const jnode *n, jscope *sc, mf_jv it, int depth) {
     mf_jv items;
     if (it.t == MF_JV_DICT) {
         items = mf_jv_list(X->a);
@@ -693,11 +738,16 @@ static int render_for(jctx *X, const jnode *n, jscope *sc) {
         mf_jv_dict_setc(X->a, loop, "first", mf_jv_bool(i == 0));
         mf_jv_dict_setc(X->a, loop, "last", mf_jv_bool(i + 1 == cnt));
         mf_jv_dict_setc(X->a, loop, "length", mf_jv_int((int64_t)cnt));
-        mf_jv_dict_setc(X->a, loop, "depth", mf_jv_int(1));
-        mf_jv_dict_setc(X->a, loop, "depth0", mf_jv_int(0));
+        mf_jv_dict_setc(X->a, loop, "depth", mf_jv_int(depth));
+        mf_jv_dict_setc(X->a, loop, "depth0", mf_jv_int(depth - 1));
         mf_jv_dict_setc(X->a, loop, "previtem", i ? items.u.l->v[i - 1] : mf_jv_undef());
         mf_jv_dict_setc(X->a, loop, "nextitem", i + 1 < cnt ? items.u.l->v[i + 1] : mf_jv_undef());
         loop.u.d->is_ns = true; /* no dict methods on loop */
+        if (n->op) {
+            mf_jfunc *f = mf_arena_alloc(X->a, sizeof *f);
+            *f = (mf_jfunc){.kind = JF_LOOP, .name = "loop", .macro = n, .scope = sc, .depth = depth};
+            mf_jv_dict_setc(X->a, loop, LOOP_CALL, (mf_jv){.t = MF_JV_FUNC, .u.fn = f});
+        }
         scope_set(X, ls, "loop", loop);
         int rc = render_body(X, n->body, n->n_body, ls);
         if (rc < 0)
@@ -705,6 +755,34 @@ static int render_for(jctx *X, const jnode *n, jscope *sc) {
         if (rc == FLOW_BREAK)
             break;
     }
+    return 0;
+}
+
+static int render_for(jctx *X, const jnode *n, jscope *sc) {
+    mf_jv it;
+    if (mf_jx_eval(X, n->b, &it))
+        return -1;
+    return run_for(X, n, sc, it, 1);
+}
+
+/* {% call(params) m(args) %}body{% endcall %}: m(args) with `caller` the
+ * body as a macro closing over the call's scope. */
+static int render_callblock(jctx *X, const jnode *n, jscope *sc) {
+    mf_jv fn;
+    if (mf_jx_eval(X, n->a->a, &fn))
+        return -1;
+    if (fn.t != MF_JV_FUNC || fn.u.fn->kind != JF_MACRO)
+        return mf_jx_fail(X, n, "a call block needs a macro, not %s", mf_jx_type_name(fn));
+    jargs A;
+    if (mf_jx_eval_args(X, n->a, &A))
+        return -1;
+    mf_jfunc *cf = mf_arena_alloc(X->a, sizeof *cf);
+    *cf = (mf_jfunc){.kind = JF_MACRO, .name = "caller", .macro = n->d, .scope = sc};
+    mf_jv v;
+    if (call_macro(X, n, fn.u.fn, &A, (mf_jv){.t = MF_JV_FUNC, .u.fn = cf}, &v))
+        return -1;
+    X->cur = sc;
+    mf_jv_to_str(&X->out, v);
     return 0;
 }
 
@@ -728,6 +806,7 @@ static int render_node(jctx *X, const jnode *n, jscope *sc) {
         return mf_jv_truthy(v) ? render_body(X, n->body, n->n_body, sc)
                                : render_body(X, n->els, n->n_els, sc);
     case J_FOR: return render_for(X, n, sc);
+    case J_CALLBLOCK: return render_callblock(X, n, sc);
     case J_SET:
         if (mf_jx_eval(X, n->b, &v))
             return -1;

@@ -7,16 +7,20 @@
 
 #include "template/jinja_impl.h"
 
-typedef enum jfunc_kind { JF_MACRO, JF_GLOBAL, JF_METHOD } jfunc_kind;
+typedef enum jfunc_kind { JF_MACRO, JF_GLOBAL, JF_METHOD, JF_LOOP } jfunc_kind;
+
+typedef struct jscope jscope;
 
 struct mf_jfunc {
     jfunc_kind kind;
     const char *name;     /* global or method name */
-    const jnode *macro;   /* JF_MACRO */
+    const jnode *macro;   /* JF_MACRO: the macro; JF_LOOP: the recursive for */
     mf_jv self;           /* JF_METHOD: the object */
+    jscope *scope;        /* JF_MACRO: the scope it closes over (NULL: the
+                             template's); JF_LOOP: the scope around the for */
+    int depth;            /* JF_LOOP: loop.depth of the loop it belongs to */
 };
 
-typedef struct jscope jscope;
 struct jscope {
     jscope *parent;
     const char **names;

@@ -10,10 +10,12 @@ typedef enum jkind {
     J_TEXT,     /* lit: the text */
     J_OUT,      /* a: expression */
     J_IF,       /* a: condition, body, els (an elif is a nested J_IF in els) */
-    J_FOR,      /* targets in names, b: iterable, c: filter or NULL, body, els */
+    J_FOR,      /* targets in names, b: iterable, c: filter or NULL, body, els;
+                   op = 1: recursive (loop(x) renders the body over x) */
     J_SET,      /* names (1+ targets) or a: J_ATTR target; b: value */
     J_SETBLOCK, /* names[0]; body rendered into the variable */
     J_MACRO,    /* name, params: names + defs (NULL = required), body */
+    J_CALLBLOCK, /* a: the J_CALL; d: a J_MACRO "caller" (its params, body) */
     J_BREAK,
     J_CONTINUE,
     J_BLOCK,    /* a transparent block ({% generation %}) */

@@ -886,6 +886,44 @@ static int parse_names(parser *P, const char ***names, int *n) {
     }
 }
 
+/* Macro parameters after the '(' up to and including the ')': names in
+ * n->kwn, defaults (NULL = required) in n->kwv. */
+static int parse_params(parser *P, jnode *n) {
+    nvec defs = {0};
+    int cap = 0;
+    while (!is_op(peek(P), ")")) {
+        const char *pn = take_name(P);
+        if (!pn) {
+            perr(P, peek(P), "expected a parameter name, found %s", tok_desc(P, peek(P)));
+            return -1;
+        }
+        jnode *def = NULL;
+        if (is_op(peek(P), "=")) {
+            P->i++;
+            if (!(def = parse_expr(P, true)))
+                return -1;
+        }
+        if (n->n_kw == cap) {
+            cap = cap ? cap * 2 : 4;
+            const char **nk = mf_arena_alloc(P->a, (size_t)cap * sizeof *nk);
+            if (n->n_kw)
+                memcpy(nk, n->kwn, (size_t)n->n_kw * sizeof *nk);
+            n->kwn = nk;
+        }
+        n->kwn[n->n_kw++] = pn;
+        nv_push(P, &defs, def);
+        if (is_op(peek(P), ","))
+            P->i++;
+        else if (!is_op(peek(P), ")")) {
+            perr(P, peek(P), "expected ',' or ')' in macro parameters, found %s", tok_desc(P, peek(P)));
+            return -1;
+        }
+    }
+    P->i++;
+    n->kwv = defs.v;
+    return 0;
+}
+
 static jnode *parse_stmt(parser *P, tok *at) {
     tok *t = peek(P);
     if (t->k != T_NAME) {
@@ -943,8 +981,8 @@ static jnode *parse_stmt(parser *P, tok *at) {
                 return NULL;
         }
         if (is_name(peek(P), "recursive")) {
-            perr(P, peek(P), "recursive loops are not supported%s", "");
-            return NULL;
+            P->i++;
+            n->op = 1;
         }
         if (expect_end(P, "for"))
             return NULL;
@@ -1016,38 +1054,8 @@ static jnode *parse_stmt(parser *P, tok *at) {
         n = mk(P, J_MACRO, at);
         if (!(n->name = take_name(P)) || expect_op(P, "("))
             return n->name ? NULL : (perr(P, peek(P), "expected a macro name, found %s", tok_desc(P, peek(P))), NULL);
-        nvec defs = {0};
-        int cap = 0;
-        while (!is_op(peek(P), ")")) {
-            const char *pn = take_name(P);
-            if (!pn) {
-                perr(P, peek(P), "expected a parameter name, found %s", tok_desc(P, peek(P)));
-                return NULL;
-            }
-            jnode *def = NULL;
-            if (is_op(peek(P), "=")) {
-                P->i++;
-                if (!(def = parse_expr(P, true)))
-                    return NULL;
-            }
-            if (n->n_kw == cap) {
-                cap = cap ? cap * 2 : 4;
-                const char **nk = mf_arena_alloc(P->a, (size_t)cap * sizeof *nk);
-                if (n->n_kw)
-                    memcpy(nk, n->kwn, (size_t)n->n_kw * sizeof *nk);
-                n->kwn = nk;
-            }
-            n->kwn[n->n_kw++] = pn;
-            nv_push(P, &defs, def);
-            if (is_op(peek(P), ","))
-                P->i++;
-            else if (!is_op(peek(P), ")")) {
-                perr(P, peek(P), "expected ',' or ')' in macro parameters, found %s", tok_desc(P, peek(P)));
-                return NULL;
-            }
-        }
-        P->i++;
-        n->kwv = defs.v;
+        if (parse_params(P, n))
+            return NULL;
         if (expect_end(P, "macro"))
             return NULL;
         static const char *const ends[] = {"endmacro", NULL};
@@ -1055,6 +1063,32 @@ static jnode *parse_stmt(parser *P, tok *at) {
             return NULL;
         n->body = body.v;
         n->n_body = body.n;
+        return n;
+    }
+    if (is_name(t, "call")) {
+        P->i++;
+        n = mk(P, J_CALLBLOCK, at);
+        jnode *caller = mk(P, J_MACRO, at);
+        caller->name = "caller";
+        if (is_op(peek(P), "(")) {
+            P->i++;
+            if (parse_params(P, caller))
+                return NULL;
+        }
+        if (!(n->a = parse_expr(P, false)))
+            return NULL;
+        if (n->a->kind != J_CALL) {
+            perr(P, peek(P), "a call block needs a macro call, as in {%% call m(x) %%}%s", "");
+            return NULL;
+        }
+        if (expect_end(P, "call"))
+            return NULL;
+        static const char *const ends[] = {"endcall", NULL};
+        if (parse_body(P, ends, &body, &which, at) || expect_end(P, "endcall"))
+            return NULL;
+        caller->body = body.v;
+        caller->n_body = body.n;
+        n->d = caller;
         return n;
     }
     if (is_name(t, "break") || is_name(t, "continue")) {
@@ -1116,7 +1150,8 @@ static int parse_body(parser *P, const char *const *ends, nvec *out, int *which,
                 return 0;
             }
         if (nt->k == T_NAME && (is_name(nt, "endif") || is_name(nt, "endfor") || is_name(nt, "else") ||
-                                is_name(nt, "elif") || is_name(nt, "endmacro") || is_name(nt, "endset")))
+                                is_name(nt, "elif") || is_name(nt, "endmacro") || is_name(nt, "endset") ||
+                                is_name(nt, "endcall")))
             return perr(P, nt, "unexpected '%s'", mf_arena_strndup(P->a, nt->p, nt->n));
         P->i++;
         jnode *n = parse_stmt(P, t);

@@ -110,6 +110,30 @@ def conversation(rng):
     return ctx
 
 
+def round_trips():
+    """Tool round trips as minfer serve hands them to a template: the OpenAI
+    answer with tool_calls sent back (content null -> "", arguments parsed
+    into objects), then role "tool" results, with and without the tools."""
+    out = []
+    for n_calls in (1, 2):
+        for with_tools in (True, False):
+            calls = [{"id": "call_%d" % k, "type": "function", "function": {
+                "name": "get_weather", "arguments": {"city": c, "days": k}}}
+                for k, c in enumerate(["Paris", "Oslo"][:n_calls])]
+            msgs = [{"role": "user", "content": "Weather?"},
+                    {"role": "assistant", "content": "", "tool_calls": calls}]
+            msgs += [{"role": "tool", "tool_call_id": c["id"], "content": '{"temp": %d}' % k}
+                     for k, c in enumerate(calls)]
+            for tail in ([], [{"role": "assistant", "content": "Sunny."},
+                              {"role": "user", "content": "Thanks"}]):
+                ctx = {"messages": msgs + tail, "add_generation_prompt": True,
+                       "bos_token": "<s>", "eos_token": "</s>"}
+                if with_tools:
+                    ctx["tools"] = TOOLS[:1]
+                out.append(ctx)
+    return out
+
+
 def jinja2_render(tpl, ctx):
     try:
         return True, tpl.render(**ctx)
@@ -148,12 +172,12 @@ def main():
     tdir = os.path.join(SRC, "tests", "data", "templates")
     templates = [("smollm2", smol_path)] + [
         (n, os.path.join(tdir, n + ".jinja"))
-        for n in ["qwen2", "qwen3", "llama3", "gemma", "phi3", "mistral", "features"]]
+        for n in ["qwen2", "qwen3", "llama3", "gemma", "phi3", "mistral", "hermes_tools", "call_errors", "features"]]
     env = hf_env()
     total = failures = 0
     for name, path in templates:
         rng = random.Random(sum(map(ord, name)))
-        ctxs = [conversation(rng) for _ in range(CASES_PER_TEMPLATE)]
+        ctxs = [conversation(rng) for _ in range(CASES_PER_TEMPLATE)] + round_trips()
         src = open(path, encoding="utf-8").read()
         tpl = env.from_string(src)  # compiled once: rendering is the part under test
         want = [jinja2_render(tpl, c) for c in ctxs]

@@ -216,6 +216,52 @@ MF_TEST(act_quant_matches_reference) {
     free(r);
 }
 
+/* The IQ4 AVX2 kernels sum exactly in integers and keep the scalar float
+ * order, so they must equal the scalar ones bit for bit: random indices and
+ * scales (raw bytes), and activations at +-127 everywhere (the largest
+ * int16 pair sums the sign trick makes). */
+MF_TEST(iq4_avx2_bit_equal) {
+#if MF_CPU_X86
+    if ((int)mf_cpu_isa_best() < MF_ISA_AVX2) {
+        printf("  (avx2 not available here)\n");
+        return;
+    }
+    const uint32_t types[2] = {MF_TYPE_IQ4_NL, MF_TYPE_IQ4_XS};
+    int compared = 0;
+    for (int ti = 0; ti < 2; ti++) {
+        const mf_cpu_dot *d0 = mf_cpu_dot_get(types[ti], MF_ISA_SCALAR);
+        const mf_cpu_dot *d1 = mf_cpu_dot_iq4_avx2(types[ti]);
+        CHECK(d1 && d1->dot != d0->dot && d1->act_type == d0->act_type);
+        CHECK(mf_cpu_dot_get(types[ti], MF_ISA_AVX2) == d1);
+        if (!d1)
+            continue;
+        for (int rep = 0; rep < 60; rep++) {
+            const int64_t n = 256 * (1 + rep % 7);
+            void *w = malloc(mf_type_row_size(types[ti], n));
+            void *a = malloc(mf_type_row_size(d0->act_type, n) + 16);
+            float *x = malloc(sizeof(float) * (size_t)n);
+            make_weights(types[ti], w, n, 1, rep % 3 != 0);
+            if (rep % 5 == 4) /* every activation level at its extreme */
+                for (int64_t i = 0; i < n; i++)
+                    x[i] = (rng_u64() & 1) ? 1.0f : -1.0f;
+            else
+                rand_floats(x, n, 1.0f);
+            mf_cpu_quantize_act(d0->act_type, x, a, n, MF_ISA_SCALAR);
+            float s0 = NAN, s1 = NAN;
+            d0->dot(n, &s0, w, a);
+            d1->dot(n, &s1, w, a);
+            CHECK_MSG(memcmp(&s0, &s1, sizeof s0) == 0, "%s n=%lld rep %d: avx2 %.9g vs scalar %.9g",
+                      mf_type_name(types[ti]), (long long)n, rep, s1, s0);
+            compared++;
+            free(w);
+            free(a);
+            free(x);
+        }
+    }
+    printf("  %d IQ4 rows bit-equal to scalar\n", compared);
+#endif
+}
+
 MF_TEST(isa_dot_vs_scalar) {
     int tested = 0;
     for (int isa = MF_ISA_AVX2; isa < MF_ISA_COUNT; isa++) { /* [neon] every ISA, NEON included */
@@ -528,7 +574,7 @@ MF_TEST(dot_get_rejects_non_weights) {
     printf("  best ISA here: %s\n", mf_cpu_isa_name(mf_cpu_isa_best()));
 }
 
-MF_TEST_MAIN(MF_T(scalar_dot_vs_f64), MF_T(act_quant_matches_reference), MF_T(isa_dot_vs_scalar),
+MF_TEST_MAIN(MF_T(scalar_dot_vs_f64), MF_T(act_quant_matches_reference), MF_T(isa_dot_vs_scalar), MF_T(iq4_avx2_bit_equal),
              MF_T(matmul_vs_f64_and_threads), MF_T(matmul_equals_dot_real_width), MF_T(matmul_multi_equals_single),
              MF_T(tiles_equal_scalar_twin_bits),
 #if defined(__x86_64__)

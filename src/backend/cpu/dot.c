@@ -466,6 +466,8 @@ const mf_cpu_dot *mf_cpu_dot_get(uint32_t wtype, mf_cpu_isa isa) {
         d = mf_cpu_dot_avx512(wtype);
     if (!d && isa >= MF_ISA_AVX2)
         d = mf_cpu_dot_avx2(wtype);
+    if (!d && isa >= MF_ISA_AVX2)
+        d = mf_cpu_dot_iq4_avx2(wtype);
 #endif
 #if MF_CPU_ARM /* [neon] */
     if (isa == MF_ISA_NEON)

@@ -48,6 +48,8 @@ typedef void (*mf_vec_dotn_fn)(int64_t n, float *s, int64_t ldy, const void *w, 
 
 #if MF_CPU_X86
 const mf_cpu_dot *mf_cpu_dot_avx2(uint32_t wtype);
+/* IQ4_NL / IQ4_XS (dot_iq4_avx2.c), bit-equal to the scalar kernels. */
+const mf_cpu_dot *mf_cpu_dot_iq4_avx2(uint32_t wtype);
 mf_vec_dotn_fn mf_cpu_dotn_avx2(uint32_t wtype);
 bool mf_cpu_quantize_act_avx2(uint32_t act_type, const float *x, void *y, int64_t n);
 const mf_cpu_dot *mf_cpu_dot_avx512(uint32_t wtype);
