@@ -228,13 +228,13 @@ static int run_on(const char *backend, tcase *c, const run_opts *ro, float *out,
     else
         MF_ASSERT(mf_backend_cpu_new(W, 2, &b, err) == 0);
     mf_engine_opts eo = {.n_layers = 1, .kv_dim = ro->kv_dim ? ro->kv_dim : 32, .n_ctx = 16,
-                         .kv_type = ro->kv_type, .n_vocab = out_n};
+                         .k_type = ro->kv_type, .v_type = ro->kv_type, .n_vocab = out_n};
     mf_engine *e;
     if (mf_engine_new(&eo, &b, 1, &e, err))
         return -1;
     for (int k = 0; k < ro->n_ext; k++)
         mf_engine_set_external(e, k, ro->ext[k], (size_t)ro->ext_n[k] * 4);
-    mf_graph_params p = {.n_tokens = (int32_t)c->nt, .n_outputs = 1, .kv_type = ro->kv_type,
+    mf_graph_params p = {.n_tokens = (int32_t)c->nt, .n_outputs = 1, .k_type = ro->kv_type, .v_type = ro->kv_type,
                          .fuse_swiglu = ro->fuse_swiglu};
     int rc = 0;
     /* A KV case with n_past > 0: fill the earlier rows first (same inputs). */
@@ -578,7 +578,7 @@ MF_TEST(attention_paged_cpu_vs_f64) {
         mf_backend *b = NULL;
         mf_error err;
         MF_ASSERT(mf_backend_cpu_new(W, 2, &b, &err) == 0);
-        mf_engine_opts eo = {.n_layers = 1, .kv_dim = KVD, .n_ctx = 8 * BS, .kv_type = kts[kt],
+        mf_engine_opts eo = {.n_layers = 1, .kv_dim = KVD, .n_ctx = 8 * BS, .k_type = kts[kt], .v_type = kts[kt],
                              .n_vocab = NT * QD};
         mf_engine *e;
         CHECK_MSG(mf_engine_new(&eo, &b, 1, &e, &err) == 0, "%s", err.msg);
@@ -597,7 +597,7 @@ MF_TEST(attention_paged_cpu_vs_f64) {
                 }
             mf_kv_batch kb = {.n_tokens = NT, .seq = seq[f], .pos = pos[f], .n_seqs = 3,
                               .tables = tables, .block_size = BS};
-            mf_graph_params p = {.n_tokens = NT, .n_outputs = 1, .kv_type = kts[kt], .paged = true};
+            mf_graph_params p = {.n_tokens = NT, .n_outputs = 1, .k_type = kts[kt], .v_type = kts[kt], .paged = true};
             float out[NT * QD];
             CHECK_MSG(mf_engine_forward_batch(e, &p, build_case, &c, NULL, &kb, out, &err) == 0, "%s",
                       err.msg);
@@ -622,7 +622,7 @@ MF_TEST(attention_paged_cpu_vs_f64) {
         const int32_t *const bad[1] = {bad_t};
         mf_kv_batch kb = {.n_tokens = NT, .seq = (int32_t[]){0, 0, 0, 0}, .pos = (int32_t[]){0, 1, 2, 3},
                           .n_seqs = 1, .tables = bad, .block_size = BS};
-        mf_graph_params p = {.n_tokens = NT, .n_outputs = 1, .kv_type = kts[kt], .paged = true};
+        mf_graph_params p = {.n_tokens = NT, .n_outputs = 1, .k_type = kts[kt], .v_type = kts[kt], .paged = true};
         float out[NT * QD];
         CHECK(mf_engine_forward_batch(e, &p, build_case, &c, NULL, &kb, out, &err) != 0);
         CHECK_STR_CONTAINS(err.msg, "outside the pool");
