@@ -49,7 +49,7 @@ int mf_rt_parse_cache_type(const char *name, const char *source, int32_t head_di
     *out = cache_types[found];
     const int64_t bs = mf_type_get(*out)->block_size;
     if (head_dim % bs != 0)
-        return mf_errorf(err, "cache type %s needs head_dim %% %lld == 0, this model's head_dim is %d", name,
+        return mf_errorf(err, "%s %s needs head_dim %% %lld == 0, this model's head_dim is %d", source, name,
                          (long long)bs, head_dim);
     return 0;
 }
