@@ -41,5 +41,18 @@ deep --device cpu >/dev/null 2>"$TMP/metal_cli.err"
 grep -q "KV cache K f32 + V f32" "$TMP/metal_cli.err" || { echo "FAIL deep model on the cpu not f32"; fail=1; }
 deep -ctk f32 >/dev/null 2>"$TMP/metal_cli.err"
 grep -q "KV cache K f32 + V f32" "$TMP/metal_cli.err" || { echo "FAIL -ctk f32 not honoured on metal"; fail=1; }
+# What Metal cannot do is refused at session creation, the error line (the
+# last; info lines come first) naming it: K and V of different types, a
+# 4/5-bit type, -fa off; the CPU runs them.
+for args in "-ctk q8_0 -ctv f16|K q8_0 and V f16 differ" "-ctk q4_0|has no q4_0 KV cache" \
+            "-fa off|only fused attention"; do
+    flags=${args%%|*} want=${args#*|}
+    if run --device metal $flags >/dev/null 2>"$TMP/metal_cli.err"; then
+        echo "FAIL metal accepted $flags"; fail=1
+    elif ! tail -n 1 "$TMP/metal_cli.err" | grep -q "^run: session: metal.*$want"; then
+        echo "FAIL metal $flags: want an error line with '$want':"; cat "$TMP/metal_cli.err"; fail=1
+    fi
+    run --device cpu $flags >/dev/null 2>"$TMP/metal_cli.err" || { echo "FAIL cpu $flags:"; cat "$TMP/metal_cli.err"; fail=1; }
+done
 [ $fail = 0 ] && echo "ok metal cli"
 exit $fail
