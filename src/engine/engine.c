@@ -531,7 +531,8 @@ static int rebuild(mf_engine *e, const mf_graph_params *p, mf_graph_build_fn bui
     for (int32_t i = 0; i < g->n_nodes; i++) {
         const mf_node *n = &g->nodes[i];
         int32_t l = mf_node_kv_layer(n);
-        if (!(n->flags & MF_NODE_DEAD) && l >= 0 && kv_place(e, l, n->backend, (const uint32_t[2]){p->k_type, p->v_type}, err))
+        if (!(n->flags & MF_NODE_DEAD) && l >= 0 &&
+            kv_place(e, l, n->backend, (const uint32_t[2]){p->k_type, p->v_type}, err))
             goto fail;
     }
     if (mf_alloc_plan(g, e->be, e->nb, &e->plan, err))

@@ -5,13 +5,16 @@
  * K and V regions may have different types. For q8_0 a row is kv_dim / 32
  * blocks, quantized with the same Q8_0 rounding as the matmul activations;
  * the 4/5-bit types use the reference quantizer of src/quant. A head of
- * head_dim % 32 == 0 is whole blocks, so a head's slice dequantizes alone. Attention computes, per (token, head), the full
- * score row over positions [0, n_past + t], a max-subtracted softmax in f32 and
- * the weighted sum of V rows; (token, head) pairs are spread over the pool and
- * each is computed by one thread in a fixed order, so the result does not
- * depend on the thread count. On AVX-512 with an f32/f16 cache and head_dim
- * % 16 == 0, a work item is (token, KV head) instead: its query heads share
- * each K/V row load (ops_avx512.c; a few ulps from the portable path). */
+ * head_dim % 32 == 0 is whole blocks, so a head's slice dequantizes alone.
+ *
+ * Attention computes, per (token, head), the full score row over positions
+ * [0, n_past + t], a max-subtracted softmax in f32 and the weighted sum of V
+ * rows; (token, head) pairs are spread over the pool and each is computed by
+ * one thread in a fixed order, so the result does not depend on the thread
+ * count. On AVX-512 with K and V both f32 or both f16 and head_dim % 16 == 0,
+ * a work item is (token, KV head) instead: its query heads share each K/V row
+ * load (ops_avx512.c; a few ulps from the portable path). The unfused form
+ * (-fa off) is attn_unfused.c. */
 #include <math.h>
 #include <stdatomic.h>
 #include <stdlib.h>

@@ -442,7 +442,8 @@ static bool metal_can_run(const mf_backend *b, const mf_node *n) {
     case MF_OP_KVCACHE_LOAD:
         return true;
     case MF_OP_ATTN: /* fused kernel only: unfused attention (-fa off) is the CPU's */
-        return !n->meta.attn.unfused && attn_ok(n->meta.attn.n_head, n->meta.attn.n_head_kv, n->meta.attn.head_dim);
+        return !n->meta.attn.unfused &&
+               attn_ok(n->meta.attn.n_head, n->meta.attn.n_head_kv, n->meta.attn.head_dim);
     case MF_OP_MATMUL:
         return mm_ok(&n->meta.matmul);
     case MF_OP_GETROWS:
