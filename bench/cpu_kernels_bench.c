@@ -65,7 +65,8 @@ static void bench_ops(int nth, int reps) {
             double best = 1e30;
             for (int r = 0; r < reps; r++) {
                 const uint64_t t0 = mf_time_ns();
-                mf_cpu_attn(c, q, cases[ci].nt, n_head, n_kv, hd, k, v, MF_TYPE_F32, cases[ci].n_past, 0.125f, o);
+                mf_cpu_attn(c, q, cases[ci].nt, n_head, n_kv, hd, k, v, MF_TYPE_F32, MF_TYPE_F32,
+                            cases[ci].n_past, 0.125f, false, o);
                 const double dt = (double)(mf_time_ns() - t0);
                 best = dt < best ? dt : best;
             }

@@ -129,8 +129,13 @@ int minfer_chat_template_check(const char *name, char *err, size_t errlen);
 typedef struct minfer_session_options {
     int32_t n_ctx;            /* 0: min(model context, 4096) */
     int32_t n_batch;          /* prefill batch, default 512 */
-    const char *cache_type;   /* "f32" (default), "f16", "q8_0"; MINFER_CACHE_TYPE overrides */
+    const char *cache_type;   /* K cache type, and V's when cache_type_v is unset: "f32" (default),
+                                 "f16", "q8_0", "q4_0", "q4_1", "q5_0", "q5_1" (the block types
+                                 need head_dim % 32 == 0); MINFER_CACHE_TYPE overrides both */
     bool logits_all;          /* keep logits of every position of the last batch */
+    const char *cache_type_v; /* V cache type (same names); NULL or "": cache_type's */
+    bool flash_attn_off;      /* -fa off: attention unfused (scores materialized, softmax, then V);
+                                 the CPU backend only (a GPU session refuses it) */
 } minfer_session_options;
 
 void minfer_session_options_default(minfer_session_options *o);
@@ -174,6 +179,8 @@ typedef struct minfer_multi_options {
     int32_t n_batch;          /* tokens per minfer_multi_decode at most (default 512) */
     const char *cache_type;   /* as in minfer_session_options */
     bool prompt_cache;        /* keep removed sequences for prefix reuse (default true) */
+    const char *cache_type_v; /* as in minfer_session_options */
+    bool flash_attn_off;      /* as in minfer_session_options */
 } minfer_multi_options;
 
 /* A batch: token i is appended to sequence seq_id[i] at position pos[i],

@@ -90,13 +90,15 @@ const char *mf_default_model(void) {
     return MF_DEFAULT_MODEL;
 }
 
-int mf_parse_flash_attn(const char *cmd, const char *v, mf_error *err) {
+int mf_parse_flash_attn(const char *cmd, const char *v, bool *off, mf_error *err) {
     (void)cmd;
-    if (!strcmp(v, "on") || !strcmp(v, "auto") || !strcmp(v, "1") || !strcmp(v, "true"))
+    if (!strcmp(v, "on") || !strcmp(v, "auto") || !strcmp(v, "1") || !strcmp(v, "true")) {
+        *off = false;
         return 0;
-    if (!strcmp(v, "off") || !strcmp(v, "0") || !strcmp(v, "false"))
-        return mf_errorf(err, "-fa %s: minfer's attention is always its fused kernel "
-                              "(one pass over the KV cache); there is no unfused path to select",
-                         v);
+    }
+    if (!strcmp(v, "off") || !strcmp(v, "0") || !strcmp(v, "false")) {
+        *off = true;
+        return 0;
+    }
     return mf_errorf(err, "-fa: '%s' is not on, off or auto", v);
 }

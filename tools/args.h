@@ -28,8 +28,9 @@ int mf_arg_value(int argc, char **argv, int *i, const char *flag, const char **v
                  mf_error *err);
 
 /* -fa / --flash-attn VALUE (llama.cpp: on|off|auto, llama-bench 0|1): on and
- * auto name what minfer always does; off is refused with the reason. */
-int mf_parse_flash_attn(const char *cmd, const char *v, mf_error *err);
+ * auto (= on) the fused attention kernel, off (*off = true) the unfused form
+ * (scores materialized, softmax, then V; CPU only). */
+int mf_parse_flash_attn(const char *cmd, const char *v, bool *off, mf_error *err);
 
 /* True when arg is one of the usual help spellings. */
 bool mf_arg_is_help(const char *arg);

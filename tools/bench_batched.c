@@ -29,7 +29,7 @@ typedef struct bb_list {
 } bb_list;
 
 typedef struct bb_opts {
-    const char *model, *ctk, *device;
+    const char *model, *ctk, *ctv, *device;
     bb_list pp, tg, pl;
     int32_t n_threads, n_batch;
     bool json;
@@ -50,7 +50,9 @@ static void bb_usage(FILE *f) {
             "  -npl LIST                sequences decoded together (default 1,2,4,8,16)\n"
             "  -t, --threads N          CPU threads (default: all cores)\n"
             "  -b, --batch-size N       tokens per prefill forward (default 2048)\n"
-            "  -ctk, --cache-type-k T   KV cache type f32, f16, q8_0 (default f32)\n"
+            "  -ctk, --cache-type-k T   K cache type f32, f16, q8_0, q4_0, q4_1, q5_0, q5_1\n"
+            "                           (default f32; also V's unless -ctv)\n"
+            "  -ctv, --cache-type-v T   V cache type (default: -ctk's)\n"
             "      --device NAME        cpu, cuda, auto (default auto)\n"
             "  -o, --output FMT         md (default) or json\n"
             "  -h, --help               this text\n",
@@ -130,6 +132,9 @@ static int bb_parse(int argc, char **argv, bb_opts *o) {
         } else if (VAL("-ctk") || VAL("--cache-type-k")) {
             OK();
             o->ctk = v;
+        } else if (VAL("-ctv") || VAL("--cache-type-v")) {
+            OK();
+            o->ctv = v;
         } else if (VAL("--device")) {
             OK();
             o->device = v;
@@ -177,6 +182,7 @@ static int bb_case(minfer_model *m, const bb_opts *o, bb_row *row) {
     mo.n_seq_max = B;
     mo.n_batch = o->n_batch > B ? o->n_batch : B;
     mo.cache_type = o->ctk;
+    mo.cache_type_v = o->ctv;
     mo.prompt_cache = false;
     minfer_multi *mm = minfer_multi_new(m, &mo, err, sizeof err);
     if (!mm) {

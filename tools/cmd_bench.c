@@ -46,12 +46,13 @@ typedef struct int_list {
 typedef enum out_fmt { OUT_MD, OUT_CSV, OUT_JSON, OUT_JSONL } out_fmt;
 
 typedef struct bench_opts {
-    const char *model, *ctk, *device;
+    const char *model, *ctk, *ctv, *device;
     int_list p, n, t, d;
     int_list pg_p, pg_n; /* -pg PP,TG pairs */
     int32_t reps, n_batch, n_ubatch, ngl;
     out_fmt fmt;
     bool json, membw;    /* json: any machine format (the md table stays off stdout) */
+    bool fa_off;         /* -fa 0: unfused attention */
 } bench_opts;
 
 static void usage(FILE *f) {
@@ -71,10 +72,12 @@ static void usage(FILE *f) {
             "                           (t/s over PP+TG tokens; repeatable)\n"
             "  -b, --batch-size N       prefill batch (default 512)\n"
             "  -ub, --ubatch-size N     physical batch: tokens per forward (default: -b)\n"
-            "  -ctk, --cache-type-k T   KV cache type f32, f16, q8_0 (K and V; default f32)\n"
-            "  -ctv, --cache-type-v T   must equal -ctk\n"
+            "  -ctk, --cache-type-k T   K cache type f32, f16, q8_0, q4_0, q4_1, q5_0, q5_1\n"
+            "                           (default f32; also V's unless -ctv)\n"
+            "  -ctv, --cache-type-v T   V cache type (default: -ctk's)\n"
             "  -ngl, --n-gpu-layers N   -1 or N >= layers: all on the GPU, 0: none\n"
-            "  -fa, --flash-attn LIST   1, on, auto (fused attention always; 0 is refused)\n",
+            "  -fa, --flash-attn LIST   1/on/auto fused attention, 0/off unfused (cpu);\n"
+            "                           one mode per invocation\n",
             MF_DEFAULT_MODEL);
     fprintf(f, "      --device NAME        %s or auto (default auto)\n", minfer_build_devices());
     fprintf(f,
@@ -123,8 +126,8 @@ static int parse(int argc, char **argv, bench_opts *o) {
     o->n_batch = 512;
     o->ngl = -1;
     o->device = "auto";
-    const char *ctv = NULL;
     mf_error e = {{0}};
+    int fa_seen = 0; /* bit 0: on given, bit 1: off given */
     const char *fmt = "md";
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i], *v = NULL;
@@ -169,8 +172,9 @@ static int parse(int argc, char **argv, bench_opts *o) {
             for (const char *q = v;;) { /* llama-bench takes a list: -fa 0,1 */
                 size_t len = strcspn(q, ",");
                 snprintf(item, sizeof item, "%.*s", (int)(len < 31 ? len : 31), q);
-                if (mf_parse_flash_attn("bench", item, &e))
+                if (mf_parse_flash_attn("bench", item, &o->fa_off, &e))
                     return mf_arg_fail("bench", &e);
+                fa_seen |= o->fa_off ? 2 : 1;
                 if (!q[len])
                     break;
                 q += len + 1;
@@ -192,7 +196,7 @@ static int parse(int argc, char **argv, bench_opts *o) {
         } else if (VAL("-ctv") || VAL("--cache-type-v")) {
             if (r < 0)
                 return mf_arg_fail("bench", &e);
-            ctv = v;
+            o->ctv = v;
         } else if (VAL("-ctk") || VAL("--cache-type-k")) {
             if (r < 0)
                 return mf_arg_fail("bench", &e);
@@ -226,13 +230,10 @@ static int parse(int argc, char **argv, bench_opts *o) {
     o->fmt = !strcmp(fmt, "json") ? OUT_JSON : !strcmp(fmt, "jsonl") ? OUT_JSONL
            : !strcmp(fmt, "csv") ? OUT_CSV : OUT_MD;
     o->json = o->fmt != OUT_MD;
-    if (ctv && o->ctk && strcmp(ctv, o->ctk)) {
-        mf_errorf(&e, "-ctk %s and -ctv %s differ: separate K and V cache types are not "
-                      "supported (one type for both)", o->ctk, ctv);
+    if (fa_seen == 3) {
+        mf_errorf(&e, "-fa: both on and off given; one attention mode per invocation");
         return mf_arg_fail("bench", &e);
     }
-    if (ctv && !o->ctk)
-        o->ctk = ctv;
     bool any = o->pg_p.n > 0;
     for (int i = 0; i < o->p.n; i++)
         any |= o->p.v[i] > 0;
@@ -354,6 +355,8 @@ static int run_test(minfer_model *m, const bench_opts *o, bench_test *t) {
     so.n_ctx = t->depth + t->n_tokens;
     so.n_batch = o->n_ubatch && o->n_ubatch < o->n_batch ? o->n_ubatch : o->n_batch;
     so.cache_type = o->ctk;
+    so.cache_type_v = o->ctv;
+    so.flash_attn_off = o->fa_off;
     minfer_session *s = minfer_session_new(m, &so, err, sizeof err);
     if (!s) {
         fprintf(stderr, "bench: %s: %s\n", t->name, err);
@@ -508,12 +511,12 @@ typedef struct bench_ctx {
 
 static void md_header(const bench_ctx *c) {
     const bench_opts *o = c->o;
-    printf("| model | size | params | backend | threads |%s%s test | t/s | GB/s |%s\n",
-           o->n_batch != 512 ? " n_batch |" : "", o->ctk ? " type_k |" : "",
-           o->membw ? " % of membw |" : "");
-    printf("| --- | ---: | ---: | --- | ---: |%s%s --- | ---: | ---: |%s\n",
-           o->n_batch != 512 ? " ---: |" : "", o->ctk ? " --- |" : "",
-           o->membw ? " ---: |" : "");
+    printf("| model | size | params | backend | threads |%s%s%s%s test | t/s | GB/s |%s\n",
+           o->n_batch != 512 ? " n_batch |" : "", o->ctk ? " type_k |" : "", o->ctv ? " type_v |" : "",
+           o->fa_off ? " fa |" : "", o->membw ? " % of membw |" : "");
+    printf("| --- | ---: | ---: | --- | ---: |%s%s%s%s --- | ---: | ---: |%s\n",
+           o->n_batch != 512 ? " ---: |" : "", o->ctk ? " --- |" : "", o->ctv ? " --- |" : "",
+           o->fa_off ? " ---: |" : "", o->membw ? " ---: |" : "");
 }
 
 static void md_row(const bench_ctx *c, const minfer_model *m, const bench_test *t,
@@ -527,6 +530,10 @@ static void md_row(const bench_ctx *c, const minfer_model *m, const bench_test *
         snprintf(extra, sizeof extra, " %d |", o->n_batch);
     if (o->ctk)
         snprintf(extra + strlen(extra), sizeof extra - strlen(extra), " %s |", o->ctk);
+    if (o->ctv)
+        snprintf(extra + strlen(extra), sizeof extra - strlen(extra), " %s |", o->ctv);
+    if (o->fa_off)
+        snprintf(extra + strlen(extra), sizeof extra - strlen(extra), " 0 |");
     printf("| %s | %s | %s | %s | %d |%s %s | %.2f ± %.2f |", minfer_model_desc(m), size, params,
            be, t->threads, extra, t->name, st->avg_ts, st->sd_ts);
     if (t->tg) {
@@ -600,7 +607,7 @@ static int result_fields(const bench_ctx *c, const minfer_model *m, const bench_
     const bench_opts *o = c->o;
     char be[32];
     upper(be, sizeof be, minfer_model_backend(m));
-    const char *ct = o->ctk ? o->ctk : "f32";
+    const char *ct = o->ctk ? o->ctk : "f32", *cv = o->ctv ? o->ctv : ct;
     char *q;
     int n = 0;
 #define STR(k, s) (q = json_text(s), n = add_field(fs, n, k, "%s", q ? q : "\"\""), free(q))
@@ -618,12 +625,12 @@ static int result_fields(const bench_ctx *c, const minfer_model *m, const bench_
                   o->n_ubatch && o->n_ubatch < o->n_batch ? o->n_ubatch : o->n_batch);
     n = add_field(fs, n, "n_threads", "%d", t->threads);
     STR("type_k", ct);
-    STR("type_v", ct);
+    STR("type_v", cv);
     /* The all-weights gate makes participation all or nothing: the layer
      * count when the GPU runs the model, else 0. */
     n = add_field(fs, n, "n_gpu_layers", "%d",
                   strcmp(minfer_model_backend(m), "cpu") ? minfer_model_n_layers(m) : 0);
-    n = add_field(fs, n, "flash_attn", "true");
+    n = add_field(fs, n, "flash_attn", "%s", o->fa_off ? "false" : "true");
     n = add_field(fs, n, "use_mmap", "%s", mf_lever_flag("MINFER_NO_MMAP") ? "false" : "true");
     n = add_field(fs, n, "embeddings", "false");
     n = add_field(fs, n, "n_prompt", "%d", t->pg_n ? t->pg_p : t->tg ? 0 : t->n_tokens);

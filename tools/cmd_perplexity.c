@@ -34,7 +34,10 @@ static void usage(FILE *f) {
             "  -b, --batch-size N     prefill batch (default: the chunk length)\n"
             "  -t, --threads N        CPU threads (default 0: all cores)\n"
             "      --chunks N         score at most N chunks (default all)\n"
-            "  -ctk, -ctv TYPE        KV cache type f32, f16, q8_0 (default f32)\n"
+            "  -ctk, --cache-type-k T K cache type f32, f16, q8_0, q4_0, q4_1, q5_0, q5_1\n"
+            "                         (default f32; also V's unless -ctv)\n"
+            "  -ctv, --cache-type-v T V cache type (default: -ctk's)\n"
+            "  -fa, --flash-attn MODE on, off, auto (= on); off: unfused attention (cpu)\n"
             "  -ngl, --n-gpu-layers N -1 or >= layers: all on the GPU, 0: none\n"
             "      --kl-divergence-base FILE  save the scored positions' log-probs to FILE\n"
             "                         (or, with --kl-divergence, read them as the base)\n"
@@ -220,7 +223,7 @@ int mf_cmd_perplexity(int argc, char **argv) {
     const char *cmd = "perplexity";
     const char *model = NULL, *file = NULL, *ctk = NULL, *ctv = NULL, *device = "auto";
     const char *kl_file = NULL;
-    bool kl_compare = false;
+    bool kl_compare = false, fa_off = false;
     int32_t n_ctx = 512, n_batch = 0, n_threads = 0, ngl = -1, max_chunks = -1;
     mf_error e = {{0}};
     for (int i = 1; i < argc; i++) {
@@ -268,6 +271,9 @@ int mf_cmd_perplexity(int argc, char **argv) {
         } else if (VAL("-ngl") || VAL("--n-gpu-layers")) {
             if (r < 0 || mf_arg_i32(a, v, -1, INT32_MAX, &ngl, &e))
                 return mf_arg_fail(cmd, &e);
+        } else if (VAL("-fa") || VAL("--flash-attn")) {
+            if (r < 0 || mf_parse_flash_attn(cmd, v, &fa_off, &e))
+                return mf_arg_fail(cmd, &e);
         } else {
             mf_errorf(&e, "unknown option '%s' (see 'minfer perplexity --help')", a);
             return mf_arg_fail(cmd, &e);
@@ -280,10 +286,6 @@ int mf_cmd_perplexity(int argc, char **argv) {
     }
     if (n_ctx < 16) {
         mf_errorf(&e, "-c %d is too small (at least 16)", n_ctx);
-        return mf_arg_fail(cmd, &e);
-    }
-    if (ctk && ctv && strcmp(ctk, ctv)) {
-        mf_errorf(&e, "-ctk %s and -ctv %s differ (one cache type for K and V)", ctk, ctv);
         return mf_arg_fail(cmd, &e);
     }
     if (kl_compare && !kl_file) {
@@ -355,7 +357,9 @@ int mf_cmd_perplexity(int argc, char **argv) {
     minfer_session_options_default(&so);
     so.n_ctx = n_ctx;
     so.n_batch = n_batch > 0 && n_batch < n_ctx ? n_batch : n_ctx;
-    so.cache_type = ctk ? ctk : ctv;
+    so.cache_type = ctk;
+    so.cache_type_v = ctv;
+    so.flash_attn_off = fa_off;
     so.logits_all = true;
     s = minfer_session_new(m, &so, err, sizeof err);
     if (!s) {

@@ -62,10 +62,11 @@ static void usage(FILE *f, bool chat) {
             "  -b, --batch-size N       prefill batch (default 512)\n"
             "  -ub, --ubatch-size N     physical batch: tokens per forward (default: -b)\n"
             "  -t, --threads N          CPU threads (default 0: all cores)\n"
-            "  -ctk, --cache-type-k T   KV cache type f32, f16, q8_0 (default f32)\n"
-            "  -ctv, --cache-type-v T   must equal -ctk (one type for K and V)\n"
+            "  -ctk, --cache-type-k T   K cache type f32, f16, q8_0, q4_0, q4_1, q5_0, q5_1\n"
+            "                           (default f32; also V's unless -ctv)\n"
+            "  -ctv, --cache-type-v T   V cache type (same types; default: -ctk's)\n"
             "  -ngl, --n-gpu-layers N   -1 or N >= layers: all on the GPU, 0: none\n"
-            "  -fa, --flash-attn MODE   on, auto (fused attention; off is refused)\n");
+            "  -fa, --flash-attn MODE   on, off, auto (= on); off: unfused attention (cpu)\n");
     fprintf(f, "      --device NAME        %s or auto (default auto)\n", minfer_build_devices());
     fprintf(f,
             "      --no-mmap            read the model into memory instead of mapping it\n"
@@ -131,10 +132,6 @@ static void process_escapes(char *s) {
         }
     }
     *w = 0;
-}
-
-static bool is_cache_type(const char *t) {
-    return !strcmp(t, "f32") || !strcmp(t, "f16") || !strcmp(t, "q8_0");
 }
 
 /* Returns 0 ok, 1 help printed, 2 bad usage (message printed). */
@@ -271,7 +268,7 @@ static int parse(int argc, char **argv, bool chat, run_opts *o) {
             INT(o->n_gpu_layers, -1, INT32_MAX);
         } else if (VAL("-fa") || VAL("--flash-attn")) {
             CHECK();
-            if (mf_parse_flash_attn(cmd, v, &e))
+            if (mf_parse_flash_attn(cmd, v, &o->fa_off, &e))
                 return mf_arg_fail(cmd, &e);
         } else if (VAL("--device")) {
             CHECK();
@@ -321,15 +318,6 @@ static int parse(int argc, char **argv, bool chat, run_opts *o) {
     }
     if (o->prompt && o->file) {
         mf_errorf(&e, "-p and -f are exclusive");
-        return mf_arg_fail(cmd, &e);
-    }
-    if (o->ctk && o->ctv && strcmp(o->ctk, o->ctv)) {
-        if (is_cache_type(o->ctk) && is_cache_type(o->ctv))
-            mf_errorf(&e, "-ctk %s and -ctv %s differ: separate K and V cache types are not "
-                          "supported (one type for both)", o->ctk, o->ctv);
-        else
-            mf_errorf(&e, "-ctk %s and -ctv %s differ (one cache type for K and V: f32, f16, "
-                          "q8_0)", o->ctk, o->ctv);
         return mf_arg_fail(cmd, &e);
     }
     if (o->conversation && !chat && o->logits_out) {
@@ -489,7 +477,9 @@ int mf_run_open_session(const run_opts *o, const char *cmd, minfer_model *m, con
     int32_t train = minfer_model_n_ctx_train(m);
     so.n_ctx = o->n_ctx ? o->n_ctx : (train < 4096 ? train : 4096);
     so.n_batch = o->n_batch;
-    so.cache_type = o->ctk ? o->ctk : o->ctv;
+    so.cache_type = o->ctk;
+    so.cache_type_v = o->ctv;
+    so.flash_attn_off = o->fa_off;
     *s = NULL;
     int64_t nt = prompt ? minfer_tokenize(m, prompt, strlen(prompt), true, true, NULL, 0) : 0;
     if (nt > so.n_ctx) {

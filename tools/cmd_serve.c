@@ -41,10 +41,11 @@
 #define SERVE_MAX_CONNS 256       /* connection threads at once; more: 503 at accept */
 
 typedef struct serve_opts {
-    const char *model, *host, *alias, *tmpl, *ctk, *device;
+    const char *model, *host, *alias, *tmpl, *ctk, *ctv, *device;
     int32_t port, n_ctx, n_threads, n_batch, n_gpu_layers, parallel, timeout_s, idle_s;
     int32_t queue_max, chunk, kv_blocks, max_tokens_default, max_tokens_max, grace_s;
     bool no_prompt_cache;
+    bool fa_off; /* -fa off */
 } serve_opts;
 
 static volatile sig_atomic_t g_stop;
@@ -107,9 +108,11 @@ static void usage(FILE *f) {
             "      --max-tokens-default N  max_tokens of a chat request without one (512)\n"
             "      --max-tokens-max N   larger max_tokens: 400 (default 4096)\n"
             "  -t, --threads N          CPU threads (default 0: all cores)\n"
-            "  -ctk, --cache-type TYPE  KV cache type f32, f16, q8_0 (default f32)\n"
+            "  -ctk, --cache-type-k T   K cache type f32, f16, q8_0, q4_0, q4_1, q5_0, q5_1\n"
+            "                           (default f32; also V's unless -ctv; alias --cache-type)\n"
+            "  -ctv, --cache-type-v T   V cache type (default: -ctk's)\n"
             "  -ngl, --n-gpu-layers N   -1 or N >= layers: all on the GPU, 0: none\n"
-            "  -fa, --flash-attn MODE   on, auto (fused attention; off is refused)\n",
+            "  -fa, --flash-attn MODE   on, off, auto (= on); off: unfused attention (cpu)\n",
             SV_MAX_TOP > 5 ? 5 : SV_MAX_TOP, MF_DEFAULT_MODEL);
     fprintf(f, "      --device NAME        %s or auto (default auto)\n", minfer_build_devices());
     fprintf(f,
@@ -178,12 +181,14 @@ static int parse(int argc, char **argv, serve_opts *o) {
             INT(o->n_batch, 1, 65536);
         } else if (VAL("-t") || VAL("--threads")) {
             INT(o->n_threads, 0, 4096);
-        } else if (VAL("-ctk") || VAL("--cache-type")) {
+        } else if (VAL("-ctk") || VAL("--cache-type-k") || VAL("--cache-type")) {
             STR(o->ctk);
+        } else if (VAL("-ctv") || VAL("--cache-type-v")) {
+            STR(o->ctv);
         } else if (VAL("-ngl") || VAL("--n-gpu-layers")) {
             INT(o->n_gpu_layers, -1, INT32_MAX);
         } else if (VAL("-fa") || VAL("--flash-attn")) {
-            if (r < 0 || mf_parse_flash_attn(cmd, v, &e))
+            if (r < 0 || mf_parse_flash_attn(cmd, v, &o->fa_off, &e))
                 return mf_arg_fail(cmd, &e);
         } else if (VAL("--device")) {
             STR(o->device);
@@ -1452,6 +1457,8 @@ int mf_cmd_serve(int argc, char **argv) {
                         .queue_max = o.queue_max,
                         .n_blocks = o.kv_blocks,
                         .cache_type = o.ctk,
+                        .cache_type_v = o.ctv,
+                        .flash_attn_off = o.fa_off,
                         .prompt_cache = !o.no_prompt_cache,
                         .grace_ms = o.grace_s * 1000};
     sv.sched = sv_sched_new(sv.m, &so, err, sizeof err);

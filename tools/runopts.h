@@ -16,6 +16,7 @@ typedef struct run_opts {
     int32_t n_predict, n_ctx, n_threads, n_batch, n_ubatch, n_gpu_layers, n_keep;
     bool chat, display_prompt, conversation, escape, ignore_eos, no_mmap, mlock;
     bool verbose, log_disable, verbose_prompt, color, keep_given, seed_random;
+    bool fa_off;                     /* -fa off: unfused attention */
     const char *rev[MF_GEN_MAX_REV];
     int n_rev;
     minfer_sampler_options so;

@@ -559,6 +559,8 @@ sv_sched *sv_sched_new(minfer_model *m, const sv_sched_opts *o, char *err, size_
     mo.n_blocks = o->n_blocks;
     mo.n_batch = o->n_batch;
     mo.cache_type = o->cache_type;
+    mo.cache_type_v = o->cache_type_v;
+    mo.flash_attn_off = o->flash_attn_off;
     mo.prompt_cache = o->prompt_cache;
     s->mm = minfer_multi_new(m, &mo, err, errlen);
     if (!s->mm) {

@@ -80,7 +80,9 @@ typedef struct sv_sched_opts {
     int32_t chunk;           /* prompt tokens per forward and slot */
     int32_t queue_max;       /* jobs waiting for a slot; more: refused */
     int32_t n_blocks;        /* KV pool blocks (0: every slot a full context) */
-    const char *cache_type;
+    const char *cache_type;  /* K (and V when cache_type_v is unset) */
+    const char *cache_type_v;
+    bool flash_attn_off;     /* -fa off */
     bool prompt_cache;
     int32_t grace_ms;        /* at shutdown, running jobs get this long to finish */
 } sv_sched_opts;

@@ -49,7 +49,8 @@ typedef enum mf_fused_kind {
 
 /* A layer's two persistent KV regions (ids in the executing backend's pool),
  * -1 for nodes outside attention. Layout of a region: n_ctx rows of kv_dim
- * elements of kv_type (f32, f16 or q8_0 blocks), row r = position r. */
+ * elements of the region's type (K: k_type, V: v_type; f32, f16 or one of the
+ * 32-element block types q8_0 / q4_0 / q4_1 / q5_0 / q5_1), row r = position r. */
 typedef struct mf_kv_pair {
     int32_t k, v;
 } mf_kv_pair;
@@ -75,7 +76,7 @@ typedef struct mf_exec_args {
     int32_t n_past;   /* position of the first token of the batch */
     int32_t n_tokens; /* tokens in the batch (== graph params n_tokens) */
     int32_t n_ctx;
-    uint32_t kv_type;
+    uint32_t k_type, v_type;  /* the K and V regions' cache types (graph params k_type / v_type) */
     const mf_kv_batch *batch; /* paged forwards only (graph params paged); else NULL */
 } mf_exec_args;
 

@@ -19,7 +19,7 @@
 typedef struct kv_region {
     int32_t backend; /* -1: not allocated yet */
     int32_t k, v;
-    uint32_t type;
+    uint32_t type[2]; /* K, V */
 } kv_region;
 
 typedef struct ext_input {
@@ -86,13 +86,14 @@ int mf_engine_new(const mf_engine_opts *o, mf_backend **backends, int n_backends
     else if (o->n_layers < 0 || o->n_ctx <= 0 || (o->n_layers > 0 && o->kv_dim <= 0) || o->n_vocab < 0)
         rc = mf_errorf(err, "engine: n_layers %d, kv_dim %lld, n_ctx %d, n_vocab %lld", o->n_layers,
                        (long long)o->kv_dim, o->n_ctx, (long long)o->n_vocab);
-    else if (o->kv_type != MF_TYPE_F32 && o->kv_type != MF_TYPE_F16 && o->kv_type != MF_TYPE_Q8_0)
-        rc = mf_errorf(err, "engine: kv cache type %s (%u) is not f32, f16 or q8_0",
-                       mf_type_name(o->kv_type), o->kv_type);
-    else if (o->n_layers > 0 && mf_type_row_size(o->kv_type, o->kv_dim) == 0)
-        rc = mf_errorf(err, "engine: kv cache type %s needs kv_dim %% %lld == 0 (kv_dim %lld)",
-                       mf_type_name(o->kv_type), (long long)mf_type_get(o->kv_type)->block_size,
-                       (long long)o->kv_dim);
+    else if (!mf_kv_type_ok(o->k_type) || !mf_kv_type_ok(o->v_type))
+        rc = mf_errorf(err, "engine: kv cache types K %s (%u), V %s (%u): each must be f32, f16, q8_0, "
+                       "q4_0, q4_1, q5_0 or q5_1", mf_type_name(o->k_type), o->k_type,
+                       mf_type_name(o->v_type), o->v_type);
+    else if (o->n_layers > 0 &&
+             (mf_type_row_size(o->k_type, o->kv_dim) == 0 || mf_type_row_size(o->v_type, o->kv_dim) == 0))
+        rc = mf_errorf(err, "engine: kv cache types K %s / V %s need kv_dim %% 32 == 0 (kv_dim %lld)",
+                       mf_type_name(o->k_type), mf_type_name(o->v_type), (long long)o->kv_dim);
     if (rc) {
         for (int i = 0; i < n_backends; i++)
             mf_backend_free(backends[i]);
@@ -110,7 +111,7 @@ int mf_engine_new(const mf_engine_opts *o, mf_backend **backends, int n_backends
     e->profile = o->profile;
     e->kv = mf_malloc(((size_t)o->n_layers + 1) * sizeof *e->kv);
     for (int32_t l = 0; l < o->n_layers; l++)
-        e->kv[l] = (kv_region){.backend = -1, .k = -1, .v = -1, .type = o->kv_type};
+        e->kv[l] = (kv_region){.backend = -1, .k = -1, .v = -1, .type = {o->k_type, o->v_type}};
     *out = e;
     return 0;
 }
@@ -305,43 +306,49 @@ static int64_t kv_chunk_rows(size_t row_a, size_t row_b, int64_t n_ctx) {
     return r < n_ctx ? r : n_ctx;
 }
 
-/* Puts layer l's regions on backend b in type `type`: allocates (zeroed) on
- * first use; when a rebuild moved the layer's attention or changed the cache
- * type, carries the contents over through the host (converting the rows).
- * Out of memory (host or backend) is an error naming the layer, the bytes
- * and the backend; nothing is changed then. Host memory used: a few MiB. */
-static int kv_place(mf_engine *e, int32_t l, int32_t b, uint32_t type, mf_error *err) {
+/* Puts layer l's regions on backend b in types `types` (K, V): allocates
+ * (zeroed) on first use; when a rebuild moved the layer's attention or
+ * changed a cache type, carries the contents over through the host
+ * (converting the rows). Out of memory (host or backend) is an error naming
+ * the layer, the bytes and the backend; nothing is changed then. Host memory
+ * used: a few MiB. */
+static int kv_place(mf_engine *e, int32_t l, int32_t b, const uint32_t types[2], mf_error *err) {
     kv_region *r = &e->kv[l];
-    if (r->backend == b && r->type == type)
+    if (r->backend == b && r->type[0] == types[0] && r->type[1] == types[1])
         return 0;
     const int64_t n_ctx = e->o.n_ctx, kv_dim = e->o.kv_dim;
-    size_t row = mf_type_row_size(type, kv_dim);
-    if (row == 0)
-        return mf_errorf(err, "engine: kv cache type %s needs kv_dim %% %lld == 0 (kv_dim %lld)",
-                         mf_type_name(type), (long long)mf_type_get(type)->block_size, (long long)kv_dim);
     mf_backend *nbk = e->be[b];
-    if ((uint64_t)n_ctx > SIZE_MAX / row)
-        return mf_errorf(err, "engine: KV region of layer %d (%lld rows of %zu bytes) on %s overflows size_t",
-                         l, (long long)n_ctx, row, nbk->ops->name(nbk));
-    size_t bytes = row * (size_t)n_ctx;
+    size_t rows[2], bytes[2];
+    for (int w = 0; w < 2; w++) {
+        rows[w] = mf_type_row_size(types[w], kv_dim);
+        if (rows[w] == 0)
+            return mf_errorf(err, "engine: kv cache type %s needs kv_dim %% %lld == 0 (kv_dim %lld)",
+                             mf_type_name(types[w]), (long long)mf_type_get(types[w])->block_size,
+                             (long long)kv_dim);
+        if ((uint64_t)n_ctx > SIZE_MAX / rows[w])
+            return mf_errorf(err, "engine: KV region of layer %d (%lld rows of %zu bytes) on %s overflows size_t",
+                             l, (long long)n_ctx, rows[w], nbk->ops->name(nbk));
+        bytes[w] = rows[w] * (size_t)n_ctx;
+    }
     const bool migrate = r->backend >= 0;
     mf_backend *obk = migrate ? e->be[r->backend] : NULL;
-    size_t orow = migrate ? mf_type_row_size(r->type, kv_dim) : 0;
-    int64_t chunk = kv_chunk_rows(row, orow, n_ctx);
     int32_t ids[2] = {-1, -1};
-    void *dst = calloc((size_t)chunk, row);
-    void *src = migrate ? malloc((size_t)chunk * orow) : NULL;
-    float *tmp = migrate && r->type != type ? malloc((size_t)chunk * (size_t)kv_dim * sizeof *tmp) : NULL;
     int rc = 0;
-    if (!dst || (migrate && !src) || (migrate && r->type != type && !tmp))
-        rc = mf_errorf(err, "engine: KV region of layer %d (%zu bytes) on %s: out of host memory for "
-                       "a %lld-row staging chunk", l, bytes, nbk->ops->name(nbk), (long long)chunk);
     for (int w = 0; w < 2 && !rc; w++) {
-        ids[w] = nbk->ops->alloc_fresh(nbk, bytes, err);
-        if (ids[w] < 0) {
-            rc = mf_error_prefix(err, "engine: KV region of layer %d (%zu bytes) on %s", l, bytes,
-                                 nbk->ops->name(nbk));
-            break;
+        const size_t row = rows[w], orow = migrate ? mf_type_row_size(r->type[w], kv_dim) : 0;
+        const bool convert = migrate && r->type[w] != types[w];
+        const int64_t chunk = kv_chunk_rows(row, orow, n_ctx);
+        void *dst = calloc((size_t)chunk, row);
+        void *src = migrate ? malloc((size_t)chunk * orow) : NULL;
+        float *tmp = convert ? malloc((size_t)chunk * (size_t)kv_dim * sizeof *tmp) : NULL;
+        if (!dst || (migrate && !src) || (convert && !tmp))
+            rc = mf_errorf(err, "engine: KV region of layer %d (%zu bytes) on %s: out of host memory for "
+                           "a %lld-row staging chunk", l, bytes[w], nbk->ops->name(nbk), (long long)chunk);
+        if (!rc) {
+            ids[w] = nbk->ops->alloc_fresh(nbk, bytes[w], err);
+            if (ids[w] < 0)
+                rc = mf_error_prefix(err, "engine: KV region of layer %d (%zu bytes) on %s", l, bytes[w],
+                                     nbk->ops->name(nbk));
         }
         for (int64_t r0 = 0; r0 < n_ctx && !rc; r0 += chunk) {
             int64_t nr = n_ctx - r0 < chunk ? n_ctx - r0 : chunk;
@@ -350,21 +357,21 @@ static int kv_place(mf_engine *e, int32_t l, int32_t b, uint32_t type, mf_error 
                     rc = mf_error_prefix(err, "engine: migrating KV of layer %d", l);
                     break;
                 }
-                if (r->type == type) {
+                if (!convert) {
                     memcpy(dst, src, (size_t)nr * row);
                 } else {
-                    mf_dequantize_rows(r->type, src, tmp, nr, kv_dim);
-                    mf_quantize_rows(type, tmp, dst, nr, kv_dim);
+                    mf_dequantize_rows(r->type[w], src, tmp, nr, kv_dim);
+                    mf_quantize_rows(types[w], tmp, dst, nr, kv_dim);
                 }
             }
             if (nbk->ops->write_host(nbk, ids[w], (size_t)r0 * row, dst, (size_t)nr * row, err))
-                rc = mf_error_prefix(err, "engine: KV region of layer %d (%zu bytes) on %s", l, bytes,
+                rc = mf_error_prefix(err, "engine: KV region of layer %d (%zu bytes) on %s", l, bytes[w],
                                      nbk->ops->name(nbk));
         }
+        free(dst);
+        free(tmp);
+        free(src);
     }
-    free(dst);
-    free(tmp);
-    free(src);
     if (rc) {
         for (int w = 0; w < 2; w++)
             if (ids[w] >= 0)
@@ -375,7 +382,7 @@ static int kv_place(mf_engine *e, int32_t l, int32_t b, uint32_t type, mf_error 
         obk->ops->free_buffer(obk, r->k);
         obk->ops->free_buffer(obk, r->v);
     }
-    *r = (kv_region){.backend = b, .k = ids[0], .v = ids[1], .type = type};
+    *r = (kv_region){.backend = b, .k = ids[0], .v = ids[1], .type = {types[0], types[1]}};
     return 0;
 }
 
@@ -524,7 +531,8 @@ static int rebuild(mf_engine *e, const mf_graph_params *p, mf_graph_build_fn bui
     for (int32_t i = 0; i < g->n_nodes; i++) {
         const mf_node *n = &g->nodes[i];
         int32_t l = mf_node_kv_layer(n);
-        if (!(n->flags & MF_NODE_DEAD) && l >= 0 && kv_place(e, l, n->backend, p->kv_type, err))
+        if (!(n->flags & MF_NODE_DEAD) && l >= 0 &&
+            kv_place(e, l, n->backend, (const uint32_t[2]){p->k_type, p->v_type}, err))
             goto fail;
     }
     if (mf_alloc_plan(g, e->be, e->nb, &e->plan, err))
@@ -709,7 +717,7 @@ int mf_engine_reserve(mf_engine *e, mf_graph_params *p, mf_graph_build_fn build,
         return -1;
     /* Every layer's KV regions, also those of layers the graph did not touch. */
     for (int32_t l = 0; l < e->o.n_layers; l++)
-        if (e->kv[l].backend < 0 && kv_place(e, l, kv_home(e, p), p->kv_type, err))
+        if (e->kv[l].backend < 0 && kv_place(e, l, kv_home(e, p), (const uint32_t[2]){p->k_type, p->v_type}, err))
             return -1;
     return 0;
 }
@@ -762,13 +770,14 @@ int mf_engine_kv_copy_rows(mf_engine *e, int64_t dst, int64_t src, int64_t n, mf
         if (r->backend < 0)
             return mf_errorf(err, "engine: KV copy: layer %d has no region yet", l);
         mf_backend *b = e->be[r->backend];
-        const size_t row = mf_type_row_size(r->type, e->o.kv_dim), nb = row * (size_t)n;
-        void *h = host_buf(e, nb);
         const int32_t ids[2] = {r->k, r->v};
-        for (int w = 0; w < 2; w++)
+        for (int w = 0; w < 2; w++) {
+            const size_t row = mf_type_row_size(r->type[w], e->o.kv_dim), nb = row * (size_t)n;
+            void *h = host_buf(e, nb);
             if (b->ops->read_host(b, ids[w], (size_t)src * row, h, nb, err) ||
                 b->ops->write_host(b, ids[w], (size_t)dst * row, h, nb, err))
                 return mf_error_prefix(err, "engine: KV copy of layer %d", l);
+        }
     }
     return 0;
 }
@@ -779,7 +788,8 @@ static int forward_run(mf_engine *e, mf_graph_params *p, mf_graph_build_fn build
     if (prepare(e, p, build, build_ctx, "forward", err))
         return -1;
 
-    mf_exec_args a = {.n_past = n_past, .n_tokens = p->n_tokens, .n_ctx = p->n_ctx, .kv_type = p->kv_type,
+    mf_exec_args a = {.n_past = n_past, .n_tokens = p->n_tokens, .n_ctx = p->n_ctx, .k_type = p->k_type,
+                      .v_type = p->v_type,
                       .batch = batch};
     int32_t out = -1;
     for (int32_t i = 0; logits && i < e->g.n_nodes; i++)

@@ -25,7 +25,7 @@ typedef struct mf_engine_opts {
     int32_t n_layers;   /* KV pairs */
     int64_t kv_dim;     /* K/V row width per layer */
     int32_t n_ctx;
-    uint32_t kv_type;   /* MF_TYPE_F32 / F16 / Q8_0 */
+    uint32_t k_type, v_type; /* K / V cache types: mf_kv_type_ok */
     int64_t n_vocab;    /* logits row width */
     bool alternate;     /* mf_engine_set_alternate at creation (MINFER_ALTERNATE_BACKENDS) */
     int32_t trace;      /* 1: split table and census per build; 2: also every node (MINFER_GRAPH_TRACE) */

@@ -632,14 +632,14 @@ const mf_weight *mf_weights_at(const mf_weights *w, int64_t i) {
 /* ---- graph params -------------------------------------------------------------------- */
 
 /* A new field must be compared below: this assert trips when the struct grows. */
-_Static_assert(sizeof(mf_graph_params) == 28, "new mf_graph_params field: compare it in mf_graph_params_eq");
+_Static_assert(sizeof(mf_graph_params) == 32, "new mf_graph_params field: compare it in mf_graph_params_eq");
 
 bool mf_graph_params_eq(const mf_graph_params *a, const mf_graph_params *b) {
     return a->n_tokens == b->n_tokens && a->n_outputs == b->n_outputs && a->n_ctx == b->n_ctx &&
-           a->kv_type == b->kv_type && a->backends == b->backends && a->gpu == b->gpu &&
+           a->k_type == b->k_type && a->v_type == b->v_type && a->backends == b->backends && a->gpu == b->gpu &&
            a->fuse_qkv == b->fuse_qkv && a->fuse_ffn == b->fuse_ffn &&
            a->fuse_qkv_epilogue == b->fuse_qkv_epilogue && a->fuse_swiglu == b->fuse_swiglu &&
-           a->paged == b->paged;
+           a->paged == b->paged && a->attn_unfused == b->attn_unfused;
 }
 
 /* ---- trace dump ------------------------------------------------------------------------ */

@@ -86,6 +86,8 @@ typedef struct mf_attn_meta {
     int32_t layer;
     int32_t n_head, n_head_kv, head_dim;
     float scale;          /* usually 1/sqrt(head_dim) */
+    bool unfused;         /* flash attention off: the score matrix (tokens x context) is
+                             materialized, softmaxed, then multiplied by V (CPU only) */
 } mf_attn_meta;
 
 /* Fused attention input block: the three projections of one layer. */
@@ -238,7 +240,8 @@ typedef struct mf_graph_params {
     int32_t n_tokens;      /* tokens of this forward */
     int32_t n_outputs;     /* logits rows: 1 (last token) or n_tokens */
     int32_t n_ctx;         /* KV positions per layer */
-    uint32_t kv_type;      /* MF_TYPE_F32, MF_TYPE_F16 or MF_TYPE_Q8_0 */
+    uint32_t k_type;       /* K cache type: f32, f16, q8_0, q4_0, q4_1, q5_0, q5_1 */
+    uint32_t v_type;       /* V cache type (same set; may differ from k_type) */
     uint32_t backends;     /* bit i: backend i of the engine takes part */
     bool gpu;              /* a GPU backend takes part (all-weights-registered gate) */
     bool fuse_qkv;         /* emit FUSED_QKV / FUSED_QKV_NORM */
@@ -247,6 +250,7 @@ typedef struct mf_graph_params {
     bool fuse_swiglu;      /* fusion pass: SILU + MUL -> SWIGLU */
     bool paged;            /* many sequences: ATTN_PAGED over the block-paged KV pool; the
                               logits of the last n_outputs rows (any count 1..n_tokens) */
+    bool attn_unfused;     /* -fa off: ATTN / ATTN_PAGED nodes get meta.attn.unfused */
 } mf_graph_params;
 
 bool mf_graph_params_eq(const mf_graph_params *a, const mf_graph_params *b);

@@ -61,7 +61,8 @@ static int32_t build_attn(mf_graph *g, const mf_model *m, const mf_graph_params 
     int32_t n1 = mf_g_rmsnorm(g, x, L->attn_norm, hp->norm_eps);
     mf_g_set_name(g, n1, "blk.%d.attn_norm", l);
     mf_attn_meta am = {.layer = l, .n_head = hp->n_head, .n_head_kv = hp->n_head_kv,
-                       .head_dim = hp->head_dim, .scale = 1.0f / sqrtf((float)hp->head_dim)};
+                       .head_dim = hp->head_dim, .scale = 1.0f / sqrtf((float)hp->head_dim),
+                       .unfused = p->attn_unfused};
     int32_t q, store, a;
     if (p->paged) {
         /* many sequences: the same per-row ops whatever the batch, so a row's

@@ -884,6 +884,11 @@ size_t mf_type_row_size(uint32_t type, int64_t n) {
     return (size_t)(n / t->block_size) * t->type_size;
 }
 
+int mf_kv_type_ok(uint32_t type) {
+    return type == MF_TYPE_F32 || type == MF_TYPE_F16 || type == MF_TYPE_Q8_0 || type == MF_TYPE_Q4_0 ||
+           type == MF_TYPE_Q4_1 || type == MF_TYPE_Q5_0 || type == MF_TYPE_Q5_1;
+}
+
 int mf_type_is_weight(uint32_t type) {
     switch (type) {
     case MF_TYPE_F32: case MF_TYPE_F16: case MF_TYPE_BF16:

@@ -65,6 +65,9 @@ size_t mf_type_row_size(uint32_t type, int64_t n);
 /* True for the types a model weight may have (F32 F16 BF16 Q4_0 Q4_1 Q5_0
  * Q5_1 Q8_0 Q2_K..Q6_K IQ4_NL IQ4_XS). */
 int mf_type_is_weight(uint32_t type);
+/* True for the KV cache types (F32 F16 Q8_0 Q4_0 Q4_1 Q5_0 Q5_1): the block
+ * ones have 32-element blocks, so a head of head_dim % 32 == 0 is whole blocks. */
+int mf_kv_type_ok(uint32_t type);
 
 /* Name of a llama.cpp file type (GGUF general.file_type: 15 -> "Q4_K_M"), or
  * NULL for a number minfer does not know. */

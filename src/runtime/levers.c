@@ -10,7 +10,7 @@
 static const mf_lever levers[] = {
     {"MINFER_LOG", MF_LEVER_STRING, "warn", "level of log lines on stderr: debug, info, warn, error"},
     {"MINFER_BACKENDS", MF_LEVER_STRING, "", "the engine's backend list in priority order, e.g. ref,cpu"},
-    {"MINFER_CACHE_TYPE", MF_LEVER_STRING, "", "KV cache type f32, f16 or q8_0; overrides the session option"},
+    {"MINFER_CACHE_TYPE", MF_LEVER_STRING, "", "K and V cache type, f32 f16 q8_0 q4_0 q4_1 q5_0 q5_1; overrides the options"},
     {"MINFER_NO_MMAP", MF_LEVER_FLAG, "off", "the GGUF reader reads the model file instead of mapping it"},
     {"MINFER_MLOCK", MF_LEVER_FLAG, "off", "the GGUF reader locks the model's bytes in memory (mlock)"},
     {"MINFER_NO_FUSE_QKV", MF_LEVER_FLAG, "off", "decode graphs keep separate Q/K/V matmuls, norms, RoPE, store"},

@@ -22,8 +22,8 @@ struct minfer_multi {
     mf_engine *eng;
     mf_kvpool pool;
     int32_t n_ctx, n_batch;
-    uint32_t kv_type;
-    bool gpu, prompt_cache, fuse_swiglu;
+    uint32_t kv_type[2];                    /* K, V */
+    bool gpu, prompt_cache, fuse_swiglu, attn_unfused;
     /* per forward, in forward order */
     int32_t *f_tok, *f_seq, *f_pos, *f_src; /* f_src: batch index of forward row */
     int32_t *f_old_len;                     /* per sequence: length before the batch */
@@ -50,8 +50,9 @@ static int copy_rows(void *user, int64_t dst, int64_t src, int64_t n, mf_error *
 }
 
 static void params(const minfer_multi *mm, int32_t nt, int32_t n_out, mf_graph_params *p) {
-    *p = (mf_graph_params){.n_tokens = nt, .n_outputs = n_out, .n_ctx = 0, .kv_type = mm->kv_type,
-                           .gpu = mm->gpu, .fuse_swiglu = mm->fuse_swiglu, .paged = true};
+    *p = (mf_graph_params){.n_tokens = nt, .n_outputs = n_out, .n_ctx = 0, .k_type = mm->kv_type[0],
+                           .v_type = mm->kv_type[1], .gpu = mm->gpu, .fuse_swiglu = mm->fuse_swiglu,
+                           .paged = true, .attn_unfused = mm->attn_unfused};
 }
 
 minfer_multi *minfer_multi_new(minfer_model *model, const minfer_multi_options *o, char *err,
@@ -63,7 +64,6 @@ minfer_multi *minfer_multi_new(minfer_model *model, const minfer_multi_options *
         o = &def;
     }
     const mf_hparams *hp = &model->m->hp;
-    const int64_t kv_dim = (int64_t)hp->n_head_kv * hp->head_dim;
     minfer_multi *mm = mf_calloc(1, sizeof *mm);
     mm->model = model;
     if (o->n_ctx < 0 || o->n_ctx > hp->n_ctx_train || o->n_seq_max <= 0 || o->block_size <= 0 ||
@@ -84,15 +84,11 @@ minfer_multi *minfer_multi_new(minfer_model *model, const minfer_multi_options *
                   o->block_size);
         goto fail;
     }
-    const char *ct = mf_lever_str("MINFER_CACHE_TYPE");
-    const char *src = "MINFER_CACHE_TYPE";
-    if (!ct || !*ct) {
-        ct = o->cache_type && *o->cache_type ? o->cache_type : mf_rt_default_cache_type(model);
-        src = "cache type";
-    }
-    if (mf_rt_parse_cache_type(ct, src, kv_dim, &mm->kv_type, &e))
+    if (mf_rt_cache_types(model, o->cache_type, o->cache_type_v, "multi", mm->kv_type, &e))
         goto fail;
-    if (mf_rt_make_engine(model, (int32_t)rows, mm->kv_type, &mm->eng, &mm->gpu, &e))
+    mm->attn_unfused = o->flash_attn_off;
+    if (mf_rt_make_engine(model, (int32_t)rows, mm->kv_type, &mm->eng, &mm->gpu, &e) ||
+        mf_rt_check_gpu_kv(mm->eng, mm->gpu, mm->kv_type, mm->attn_unfused, "multi", &e))
         goto fail;
     {
         mf_graph_params p;

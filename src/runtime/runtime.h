@@ -35,7 +35,8 @@ struct minfer_session {
     minfer_model *model;
     mf_engine *eng;
     int32_t n_ctx, n_batch, n_past;
-    uint32_t kv_type;
+    uint32_t kv_type[2];        /* K, V cache types */
+    bool attn_unfused;          /* -fa off */
     bool logits_all;
     bool gpu;                   /* a GPU backend passed the all-weights-registered gate */
     bool fuse_off[MF_FUSE_COUNT]; /* MINFER_NO_FUSE_* kill switches */
@@ -54,15 +55,27 @@ void mf_rt_chat_free(minfer_model *mm);
 /* The engine of a session or a minfer_multi: the model's backends (the GPU
  * ones through the all-weights-registered gate, *gpu says whether one passed)
  * over KV regions of n_rows rows. */
-int mf_rt_make_engine(const minfer_model *mm, int32_t n_rows, uint32_t kv_type, mf_engine **out,
+int mf_rt_make_engine(const minfer_model *mm, int32_t n_rows, const uint32_t kv_types[2], mf_engine **out,
                       bool *gpu, mf_error *err);
 /* The cache type of a session that names none: the first backend of the
  * model's list with a policy of its own (Metal: f16 from the 7B class
  * up), else "f32". */
 const char *mf_rt_default_cache_type(const minfer_model *mm);
-/* "f32" / "f16" / "q8_0" -> the type; source names where the name came from. */
-int mf_rt_parse_cache_type(const char *name, const char *source, int64_t kv_dim, uint32_t *out,
+/* "f32" / "f16" / "q8_0" / "q4_0" / "q4_1" / "q5_0" / "q5_1" -> the type;
+ * source names where the name came from; the block types need
+ * head_dim % 32 == 0. */
+int mf_rt_parse_cache_type(const char *name, const char *source, int32_t head_dim, uint32_t *out,
                            mf_error *err);
+/* The K and V types of a session or minfer_multi (out[0] K, out[1] V):
+ * MINFER_CACHE_TYPE for both, else k (and v, when v is NULL or "") else the
+ * model's default. who: "session" / "multi" for the errors. */
+int mf_rt_cache_types(const minfer_model *mm, const char *k, const char *v, const char *who, uint32_t out[2],
+                      mf_error *err);
+/* What a GPU backend that takes part cannot do, refused in one line naming
+ * the backend and the types: K and V of different types, a type other than
+ * f32 / f16 / q8_0, unfused attention (-fa off). */
+int mf_rt_check_gpu_kv(mf_engine *e, bool gpu, const uint32_t kv_types[2], bool unfused, const char *who,
+                       mf_error *err);
 
 /* ---- sampler internals ------------------------------------------------------------ */
 

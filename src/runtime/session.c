@@ -34,22 +34,63 @@ const char *mf_rt_default_cache_type(const minfer_model *mm) {
     return "f32";
 }
 
-int mf_rt_parse_cache_type(const char *name, const char *source, int64_t kv_dim, uint32_t *out,
+static const uint32_t cache_types[] = {MF_TYPE_F32,  MF_TYPE_F16,  MF_TYPE_Q8_0, MF_TYPE_Q4_0,
+                                       MF_TYPE_Q4_1, MF_TYPE_Q5_0, MF_TYPE_Q5_1};
+
+int mf_rt_parse_cache_type(const char *name, const char *source, int32_t head_dim, uint32_t *out,
                            mf_error *err) {
-    if (!strcmp(name, "f32"))
-        *out = MF_TYPE_F32;
-    else if (!strcmp(name, "f16"))
-        *out = MF_TYPE_F16;
-    else if (!strcmp(name, "q8_0"))
-        *out = MF_TYPE_Q8_0;
-    else
-        return mf_errorf(err, "session: %s '%s' is not a cache type (f32, f16, q8_0)", source,
+    int found = -1;
+    for (int i = 0; i < (int)(sizeof cache_types / sizeof cache_types[0]); i++)
+        if (!strcmp(name, mf_type_name(cache_types[i])))
+            found = i;
+    if (found < 0)
+        return mf_errorf(err, "%s '%s' is not a cache type (f32, f16, q8_0, q4_0, q4_1, q5_0, q5_1)", source,
                          name);
-    if (*out == MF_TYPE_Q8_0 && kv_dim % 32 != 0)
-        return mf_errorf(err,
-                         "session: cache type q8_0 needs the KV row width %% 32 == 0, this model's "
-                         "is %lld",
-                         (long long)kv_dim);
+    *out = cache_types[found];
+    const int64_t bs = mf_type_get(*out)->block_size;
+    if (head_dim % bs != 0)
+        return mf_errorf(err, "%s %s needs head_dim %% %lld == 0, this model's head_dim is %d", source, name,
+                         (long long)bs, head_dim);
+    return 0;
+}
+
+int mf_rt_cache_types(const minfer_model *mm, const char *k, const char *v, const char *who, uint32_t out[2],
+                      mf_error *err) {
+    const int32_t hd = mm->m->hp.head_dim;
+    const char *env = mf_lever_str("MINFER_CACHE_TYPE");
+    if (env && *env) {
+        if (mf_rt_parse_cache_type(env, "MINFER_CACHE_TYPE", hd, &out[0], err))
+            return mf_error_prefix(err, "%s", who);
+        out[1] = out[0];
+        return 0;
+    }
+    const bool has_k = k && *k, has_v = v && *v;
+    if (mf_rt_parse_cache_type(has_k ? k : mf_rt_default_cache_type(mm), "K cache type", hd, &out[0], err) ||
+        mf_rt_parse_cache_type(has_v ? v : has_k ? k : mf_rt_default_cache_type(mm), "V cache type", hd, &out[1],
+                               err))
+        return mf_error_prefix(err, "%s", who);
+    return 0;
+}
+
+int mf_rt_check_gpu_kv(mf_engine *e, bool gpu, const uint32_t t[2], bool unfused, const char *who,
+                       mf_error *err) {
+    if (!gpu)
+        return 0;
+    const char *name = "the GPU backend";
+    for (int i = 0; i < mf_engine_n_backends(e); i++)
+        if (mf_engine_backend(e, i)->is_gpu) {
+            name = mf_engine_backend(e, i)->ops->name(mf_engine_backend(e, i));
+            break;
+        }
+    if (t[0] != t[1])
+        return mf_errorf(err, "%s: %s keeps K and V in one cache type, K %s and V %s differ (use the cpu "
+                              "device for mixed types)", who, name, mf_type_name(t[0]), mf_type_name(t[1]));
+    if (t[0] != MF_TYPE_F32 && t[0] != MF_TYPE_F16 && t[0] != MF_TYPE_Q8_0)
+        return mf_errorf(err, "%s: %s has no %s KV cache (f32, f16, q8_0; the cpu device has %s)", who, name,
+                         mf_type_name(t[0]), mf_type_name(t[0]));
+    if (unfused)
+        return mf_errorf(err, "%s: %s has only fused attention; flash attention off runs on the cpu device",
+                         who, name);
     return 0;
 }
 
@@ -66,7 +107,9 @@ static void forward_params(const minfer_session *s, int32_t nt, mf_graph_params 
         .n_tokens = nt,
         .n_outputs = s->logits_all ? nt : 1,
         .n_ctx = s->n_ctx,
-        .kv_type = s->kv_type,
+        .k_type = s->kv_type[0],
+        .v_type = s->kv_type[1],
+        .attn_unfused = s->attn_unfused,
         .gpu = s->gpu, /* the engine derives p.backends from it */
     };
     p->fuse_qkv = decode && !s->fuse_off[qkv] && mf_engine_supports_fused(s->eng, p, qkv);
@@ -109,7 +152,7 @@ static int check_host_memory(const minfer_session *s, uint64_t kv_bytes, mf_erro
 
 /* Makes the engine backends in the model's priority list and decides who
  * takes part: a GPU backend only through the all-weights-registered gate. */
-int mf_rt_make_engine(const minfer_model *mm, int32_t n_rows, uint32_t kv_type, mf_engine **out,
+int mf_rt_make_engine(const minfer_model *mm, int32_t n_rows, const uint32_t kv_types[2], mf_engine **out,
                       bool *gpu, mf_error *err) {
     const mf_model *m = mm->m;
     mf_backend *be[MF_RT_MAX_BACKENDS];
@@ -121,7 +164,7 @@ int mf_rt_make_engine(const minfer_model *mm, int32_t n_rows, uint32_t kv_type, 
             continue;
         }
         mf_backend_options bo = mm->bo;
-        bo.cache_type = kv_type;
+        bo.cache_type = kv_types[0];
         if (mm->be[i]->create(m->weights, &bo, &be[n], err)) {
             while (n > 0)
                 mf_backend_free(be[--n]);
@@ -148,7 +191,8 @@ int mf_rt_make_engine(const minfer_model *mm, int32_t n_rows, uint32_t kv_type, 
     mf_engine_opts eo = {.n_layers = m->hp.n_layer,
                          .kv_dim = (int64_t)m->hp.n_head_kv * m->hp.head_dim,
                          .n_ctx = n_rows,
-                         .kv_type = kv_type,
+                         .k_type = kv_types[0],
+                         .v_type = kv_types[1],
                          .n_vocab = m->hp.n_vocab,
                          .alternate = mf_lever_flag("MINFER_ALTERNATE_BACKENDS"),
                          .trace = (int32_t)mf_lever_int("MINFER_GRAPH_TRACE"),
@@ -191,14 +235,9 @@ minfer_session *minfer_session_new(minfer_model *mm, const minfer_session_option
         s->n_batch = s->n_ctx;
     s->logits_all = o->logits_all;
 
-    const char *ct = mf_lever_str("MINFER_CACHE_TYPE");
-    const char *src = "MINFER_CACHE_TYPE";
-    if (!ct || !*ct) {
-        ct = o->cache_type && *o->cache_type ? o->cache_type : mf_rt_default_cache_type(s->model);
-        src = "cache type";
-    }
-    if (mf_rt_parse_cache_type(ct, src, kv_dim, &s->kv_type, &e))
+    if (mf_rt_cache_types(mm, o->cache_type, o->cache_type_v, "session", s->kv_type, &e))
         goto fail;
+    s->attn_unfused = o->flash_attn_off;
 
     s->fuse_off[MF_FUSE_QKV] = s->fuse_off[MF_FUSE_QKV_NORM] = mf_lever_flag("MINFER_NO_FUSE_QKV");
     s->fuse_off[MF_FUSE_FFN] = mf_lever_flag("MINFER_NO_FUSE_FFN");
@@ -209,10 +248,11 @@ minfer_session *minfer_session_new(minfer_model *mm, const minfer_session_option
     /* Said before allocating, so a context too large for memory is explained. */
     uint64_t kv_bytes = minfer_session_kv_bytes(s);
     if (mf_log_get_level() <= MF_LOG_WARN)
-        fprintf(stderr, "session: n_ctx %d, KV cache %s %.2f MiB (%d layers x 2 x %d x %lld)\n",
-                s->n_ctx, mf_type_name(s->kv_type), (double)kv_bytes / (1024.0 * 1024.0),
-                hp->n_layer, s->n_ctx, (long long)kv_dim);
-    if (mf_rt_make_engine(s->model, s->n_ctx, s->kv_type, &s->eng, &s->gpu, &e))
+        fprintf(stderr, "session: n_ctx %d, KV cache K %s + V %s %.2f MiB (%d layers x %d x %lld)\n",
+                s->n_ctx, mf_type_name(s->kv_type[0]), mf_type_name(s->kv_type[1]),
+                (double)kv_bytes / (1024.0 * 1024.0), hp->n_layer, s->n_ctx, (long long)kv_dim);
+    if (mf_rt_make_engine(s->model, s->n_ctx, s->kv_type, &s->eng, &s->gpu, &e) ||
+        mf_rt_check_gpu_kv(s->eng, s->gpu, s->kv_type, s->attn_unfused, "session", &e))
         goto fail;
     /* pinned by the GPU backend when there is one: each decode step's logits
      * then come back in one DMA with no staging copy */
@@ -255,8 +295,9 @@ int32_t minfer_session_n_past(const minfer_session *s) { return s->n_past; }
 
 uint64_t minfer_session_kv_bytes(const minfer_session *s) {
     const mf_hparams *hp = &s->model->m->hp;
-    return 2ull * (uint64_t)hp->n_layer * (uint64_t)s->n_ctx *
-           mf_type_row_size(s->kv_type, (int64_t)hp->n_head_kv * hp->head_dim);
+    const int64_t kv_dim = (int64_t)hp->n_head_kv * hp->head_dim;
+    return (uint64_t)hp->n_layer * (uint64_t)s->n_ctx *
+           (mf_type_row_size(s->kv_type[0], kv_dim) + mf_type_row_size(s->kv_type[1], kv_dim));
 }
 
 void minfer_session_reset(minfer_session *s) {

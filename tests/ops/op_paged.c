@@ -194,7 +194,7 @@ static int run_case(const mf_backend_entry *be, const pcase *c, const char *labe
     free(poison);
     const mf_kv_batch kb = {.n_tokens = nt, .seq = seq, .pos = pos, .n_seqs = n_seqs,
                             .tables = (const int32_t *const *)tables, .block_size = BS};
-    const mf_exec_args args = {.n_past = 0, .n_tokens = nt, .n_ctx = rows, .kv_type = c->kv, .batch = &kb};
+    const mf_exec_args args = {.n_past = 0, .n_tokens = nt, .n_ctx = rows, .k_type = c->kv, .v_type = c->kv, .batch = &kb};
     const mf_node_call call = {.node = node, .in = {bq, bk, bv, -1}, .out = bo, .kv = kv};
     got = malloc((size_t)(nt * qd) * sizeof *got);
     kb_back = malloc(rb * (size_t)rows);

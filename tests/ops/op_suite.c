@@ -65,6 +65,8 @@ typedef struct ocase {
     int64_t n_out;     /* matmul / ffn rows, embedding vocab */
     uint32_t wtype;    /* weight type, or KV type for K_KV / K_ATTN */
     uint32_t kvtype;   /* K_QKV / K_EPI: the cache they store into */
+    uint32_t vtype;    /* K_KV / K_ATTN: the V cache type (wtype is K's) */
+    bool unfused;      /* K_ATTN: -fa off, the unfused form (meta.attn.unfused) */
     bool bias, inplace, norm; /* norm: FUSED_QKV_NORM / the epilogue's Q/K norms */
     int32_t n_head, n_head_kv, head_dim, n_past, mode;
     /* RoPE beyond the defaults (0: n_rot = head_dim, freq_scale 1, theta
@@ -93,6 +95,46 @@ static const uint32_t wtypes[] = {MF_TYPE_F32, MF_TYPE_F16, MF_TYPE_BF16, MF_TYP
                                   MF_TYPE_Q4_K, MF_TYPE_Q5_K, MF_TYPE_Q6_K};
 enum { N_WTYPES = sizeof wtypes / sizeof wtypes[0] };
 static const uint32_t kvtypes[] = {MF_TYPE_F32, MF_TYPE_F16, MF_TYPE_Q8_0};
+
+/* Every KV cache type (the 4/5-bit block types too) for K and for V, K and
+ * V of different types, and attention in its unfused form (-fa off). K_KV
+ * mode 1 loads K back (mode 0: V). */
+static const uint32_t all_kvtypes[] = {MF_TYPE_F32,  MF_TYPE_F16,  MF_TYPE_Q8_0, MF_TYPE_Q4_0,
+                                       MF_TYPE_Q4_1, MF_TYPE_Q5_0, MF_TYPE_Q5_1};
+enum { N_ALL_KV = sizeof all_kvtypes / sizeof all_kvtypes[0] };
+static void make_kv_type_cases(void) {
+    for (int i = 0; i < N_ALL_KV; i++) {
+        const uint32_t kt = all_kvtypes[i], vt = all_kvtypes[(i + 3) % N_ALL_KV];
+        for (int m = 0; m < 2; m++)
+            add_case((ocase){.k = K_KV, .w = 128, .nt = 7, .wtype = kt, .vtype = vt, .n_past = 9, .mode = m});
+        for (int uf = 0; uf < 2; uf++) {
+            /* same type, then mixed: 0.5B heads (14 x 64 over 2), one decode token and a prefill chunk */
+            add_case((ocase){.k = K_ATTN, .nt = 1, .wtype = kt, .vtype = kt, .n_head = 14, .n_head_kv = 2,
+                             .head_dim = 64, .n_past = 37, .unfused = uf});
+            add_case((ocase){.k = K_ATTN, .nt = 7, .wtype = kt, .vtype = vt, .n_head = 14, .n_head_kv = 2,
+                             .head_dim = 64, .n_past = 37, .unfused = uf});
+        }
+    }
+    /* the unfused form at 1.5B heads (12 x 128 over 2), a longer prefill */
+    add_case((ocase){.k = K_ATTN, .nt = 64, .wtype = MF_TYPE_F32, .vtype = MF_TYPE_F32, .n_head = 12,
+                     .n_head_kv = 2, .head_dim = 128, .n_past = 5, .unfused = true});
+    add_case((ocase){.k = K_ATTN, .nt = 64, .wtype = MF_TYPE_Q8_0, .vtype = MF_TYPE_F16, .n_head = 12,
+                     .n_head_kv = 2, .head_dim = 128, .n_past = 5, .unfused = true});
+}
+
+/* What a KV type costs: one quantization step of a block relative to its
+ * largest element (2^-(bits-1): q8_0 1/128, q5 1/16, q4 1/8) with margin; f16
+ * half an ulp; f32 exact. A backend's own quantizer of the new rows may round
+ * one step away from the reference's. */
+static double kv_type_tol(uint32_t t) {
+    switch (t) {
+    case MF_TYPE_F32: return 0;
+    case MF_TYPE_F16: return 1e-3;
+    case MF_TYPE_Q8_0: return 1e-2;
+    case MF_TYPE_Q5_0: case MF_TYPE_Q5_1: return 7e-2;
+    default: return 1.5e-1; /* q4_0, q4_1 */
+    }
+}
 
 /* Real widths (qwen2 0.5B / 1.5B / 3B / 7B hidden, 0.5B ffn, 7B ffn) and
  * odd token counts; the big shapes only where CI time allows. */
@@ -145,10 +187,11 @@ static void make_cases(void) {
     add_case((ocase){.k = K_PERMUTE, .w = 896, .nt = 7});
     for (int i = 0; i < 3; i++)
         for (int t = 0; t < 3; t++) {
-            add_case((ocase){.k = K_KV, .w = 128, .nt = toks[t], .wtype = kvtypes[i], .n_past = 9});
+            add_case((ocase){.k = K_KV, .w = 128, .nt = toks[t], .wtype = kvtypes[i], .vtype = kvtypes[i],
+                             .n_past = 9});
             /* 0.5B attention: 14 query heads over 2 KV heads of 64 */
-            add_case((ocase){.k = K_ATTN, .nt = toks[t], .wtype = kvtypes[i], .n_head = 14, .n_head_kv = 2,
-                             .head_dim = 64, .n_past = 37});
+            add_case((ocase){.k = K_ATTN, .nt = toks[t], .wtype = kvtypes[i], .vtype = kvtypes[i], .n_head = 14,
+                             .n_head_kv = 2, .head_dim = 64, .n_past = 37});
         }
     /* the attention input block: 0.5B (14 x 64 over 2 KV heads) and 1.5B (12 x 128) */
     const uint32_t qkv_t[] = {MF_TYPE_F32, MF_TYPE_Q8_0, MF_TYPE_Q4_0, MF_TYPE_Q4_K, MF_TYPE_Q6_K};
@@ -166,6 +209,7 @@ static void make_cases(void) {
                              .mode = i == 1 /* 1: no positions src, n_past + t */});
     for (int i = 0; i < 4; i++)
         add_case((ocase){.k = K_FFN, .w = i < 2 ? 896 : 1536, .n_out = 1216, .nt = i % 2 ? 7 : 1, .wtype = big[i]});
+    make_kv_type_cases();
 }
 
 /* The cases the engine-level op test had beyond make_cases' (partial
@@ -286,8 +330,11 @@ static double tolerance(const ocase *c, const mf_backend_entry *be) {
          * rounded to the weight's type; quantized weights: int8 activations */
         return c->wtype == MF_TYPE_F32 ? 1e-4 : c->wtype == MF_TYPE_F16 || c->wtype == MF_TYPE_BF16 ? 1e-2 : 3e-2;
     case K_ATTN:
-        if (c->wtype == MF_TYPE_Q8_0)
-            return 2e-2;
+        /* the history is as stored; a quantized cache leaves the new rows'
+         * rounding (the backend's quantizer): q8_0 2e-2 as before, q4/q5 their step */
+        if (c->wtype == MF_TYPE_Q8_0 || c->vtype == MF_TYPE_Q8_0 || kv_type_tol(c->wtype) > 1e-2 ||
+            kv_type_tol(c->vtype) > 1e-2)
+            return fmax(2e-2, fmax(kv_type_tol(c->wtype), kv_type_tol(c->vtype)));
         /* CUDA prefill (nt > 8, head_dim 64 / 128) is the tensor-core kernel:
          * q, K, V and P rounded to f16, documented at 3e-3 against float64
          * (tests/cuda/test_cuda_ops.c PA_TOL, docs/GPU-TESTS.md preattn) */
@@ -299,7 +346,7 @@ static double tolerance(const ocase *c, const mf_backend_entry *be) {
     case K_EPI:
         return 1e-4;
     case K_KV: /* the load returns what was stored (the backend's own rounding of the new rows) */
-        return c->wtype == MF_TYPE_F32 ? 0 : c->wtype == MF_TYPE_F16 ? 1e-3 : 1e-2;
+        return kv_type_tol(c->mode ? c->wtype : c->vtype);
     case K_EMBED:
     case K_ROWS:
     case K_VIEW:
@@ -430,7 +477,8 @@ static int run_case(const mf_backend_entry *be, const ocase *c, char *label, siz
     const bool qkv = c->k == K_QKV || c->k == K_EPI;
     int64_t kv_dim = (c->k == K_ATTN || qkv) ? (int64_t)c->n_head_kv * c->head_dim : c->w;
     const int64_t qd = (int64_t)c->n_head * c->head_dim;
-    const uint32_t kvt = qkv ? c->kvtype : c->wtype;
+    const uint32_t kvt = qkv ? c->kvtype : c->wtype;             /* K */
+    const uint32_t vvt = qkv ? c->kvtype : c->vtype;             /* V */
     float *wq = NULL, *wk = NULL, *wv = NULL, *bq = NULL, *bk = NULL, *bv = NULL, *qn = NULL, *kn = NULL;
     g->n_layers = 1;
     g->kv_dim = kv_dim;
@@ -461,6 +509,11 @@ static int run_case(const mf_backend_entry *be, const ocase *c, char *label, siz
         size_t l = strlen(label);
         snprintf(label + l, cap - l, " rope n_rot %d fs %g theta %g%s", rope_n_rot(c), rope_fs(c), rope_theta(c),
                  c->rope_normal ? " normal" : "");
+    }
+    if (c->k == K_KV || c->k == K_ATTN) {
+        size_t l = strlen(label);
+        snprintf(label + l, cap - l, " v %s%s%s", mf_type_name(c->vtype), c->k == K_KV && c->mode ? " load K" : "",
+                 c->unfused ? " unfused" : "");
     }
     if (c->k == K_QKV || c->k == K_EPI) {
         size_t l = strlen(label);
@@ -533,7 +586,7 @@ static int run_case(const mf_backend_entry *be, const ocase *c, char *label, siz
         in_n[1] = c->w * nt;
         ins[1] = rand_vec(in_n[1], 1.0f);
         int32_t st = mf_g_kv_store(g, x, v, 0);
-        node = mf_g_kv_load(g, st, 0, 1, c->n_past + nt); /* V rows back */
+        node = mf_g_kv_load(g, st, 0, c->mode ? 0 : 1, c->n_past + nt); /* V (mode 1: K) rows back */
         break;
     }
     case K_ATTN: {
@@ -544,7 +597,7 @@ static int run_case(const mf_backend_entry *be, const ocase *c, char *label, siz
         ins[2] = rand_vec(in_n[2], 1.0f);
         int32_t st = mf_g_kv_store(g, k, v, 0);
         mf_attn_meta m = {.layer = 0, .n_head = c->n_head, .n_head_kv = c->n_head_kv, .head_dim = c->head_dim,
-                          .scale = 1.0f / sqrtf((float)c->head_dim)};
+                          .scale = 1.0f / sqrtf((float)c->head_dim), .unfused = c->unfused};
         node = mf_g_attn(g, x, st, &m);
         break;
     }
@@ -613,6 +666,11 @@ static int run_case(const mf_backend_entry *be, const ocase *c, char *label, siz
     for (int32_t i = 0; i < g->n_nodes; i++)
         if (g->nodes[i].op != MF_OP_INPUT && g->nodes[i].op != MF_OP_RESHAPE && !mf_backend_supports_op(r.b, &g->nodes[i]))
             refused = true;
+    /* the GPU backends keep K and V in one of f32 / f16 / q8_0 (the runtime
+     * refuses the rest for them: mf_rt_check_gpu_kv) */
+    if (be->is_gpu && (c->k == K_KV || c->k == K_ATTN) &&
+        (kvt != vvt || (kvt != MF_TYPE_F32 && kvt != MF_TYPE_F16 && kvt != MF_TYPE_Q8_0)))
+        refused = true;
     if (refused) {
         rc = -1;
         goto done;
@@ -639,34 +697,35 @@ static int run_case(const mf_backend_entry *be, const ocase *c, char *label, siz
         }
     }
     if (c->k == K_KV || c->k == K_ATTN || qkv) {
-        size_t row = mf_type_row_size(kvt, kv_dim);
+        const size_t row = mf_type_row_size(kvt, kv_dim), vrow = mf_type_row_size(vvt, kv_dim);
         kv.k = r.b->ops->alloc_fresh(r.b, row * (size_t)n_ctx, &r.err);
-        kv.v = r.b->ops->alloc_fresh(r.b, row * (size_t)n_ctx, &r.err);
+        kv.v = r.b->ops->alloc_fresh(r.b, vrow * (size_t)n_ctx, &r.err);
         MF_ASSERT(kv.k >= 0 && kv.v >= 0);
         float *k0 = rand_vec(kv_dim * n_ctx, 1.0f), *v0 = rand_vec(kv_dim * n_ctx, 1.0f);
-        void *q = malloc(row * (size_t)n_ctx);
+        void *q = malloc((row > vrow ? row : vrow) * (size_t)n_ctx);
         mf_quantize_rows(kvt, k0, q, n_ctx, kv_dim);
         r.b->ops->write_host(r.b, kv.k, 0, q, row * (size_t)n_ctx, &r.err);
-        mf_quantize_rows(kvt, v0, q, n_ctx, kv_dim);
-        r.b->ops->write_host(r.b, kv.v, 0, q, row * (size_t)n_ctx, &r.err);
+        mf_quantize_rows(vvt, v0, q, n_ctx, kv_dim);
+        r.b->ops->write_host(r.b, kv.v, 0, q, vrow * (size_t)n_ctx, &r.err);
         free(q);
         hk = through(kvt, k0, n_ctx, kv_dim);
-        hv = through(kvt, v0, n_ctx, kv_dim);
+        hv = through(vvt, v0, n_ctx, kv_dim);
         free(k0);
         free(v0);
     }
     if (c->k == K_KV || c->k == K_ATTN) {
         /* the store of this batch: rows n_past.. become the new K / V (as stored) */
         const float *nk = c->k == K_ATTN ? ins[1] : ins[0], *nv = c->k == K_ATTN ? ins[2] : ins[1];
-        float *sk = through(c->wtype, nk, nt, kv_dim), *sv = through(c->wtype, nv, nt, kv_dim);
+        float *sk = through(kvt, nk, nt, kv_dim), *sv = through(vvt, nv, nt, kv_dim);
         memcpy(hk + c->n_past * kv_dim, sk, (size_t)(nt * kv_dim) * sizeof *hk);
         memcpy(hv + c->n_past * kv_dim, sv, (size_t)(nt * kv_dim) * sizeof *hv);
         free(sk);
         free(sv);
     }
-    mf_exec_args args = {.n_past = c->n_past, .n_tokens = (int32_t)nt, .n_ctx = n_ctx, .kv_type = kvt};
+    mf_exec_args args = {.n_past = c->n_past, .n_tokens = (int32_t)nt, .n_ctx = n_ctx, .k_type = kvt,
+                         .v_type = vvt};
     if (c->k != K_KV && c->k != K_ATTN && !qkv)
-        args.kv_type = MF_TYPE_F32;
+        args.k_type = args.v_type = MF_TYPE_F32;
     for (int32_t i = 0; i < g->n_nodes && !rc; i++) {
         const mf_node *q = &g->nodes[i];
         if (q->op == MF_OP_INPUT || q->op == MF_OP_RESHAPE)
@@ -772,7 +831,7 @@ static int run_case(const mf_backend_entry *be, const ocase *c, char *label, siz
                     want[i0 + 14 * (i1 + nt * i2)] = a[i2 + d0 * (i0 + 14 * i1)];
         break;
     }
-    case K_KV: for (int64_t i = 0; i < out_n; i++) want[i] = hv[i]; break;
+    case K_KV: for (int64_t i = 0; i < out_n; i++) want[i] = c->mode ? hk[i] : hv[i]; break;
     case K_ATTN: {
         const int hd = c->head_dim, nh = c->n_head, nkv = c->n_head_kv;
         double *s = malloc((size_t)n_ctx * sizeof *s);
@@ -1016,7 +1075,7 @@ static int run_error_case(const mf_backend_entry *be, ekind k) {
         call.kv.k = r.b->ops->alloc_fresh(r.b, 32 * 4 * 4, &r.err);
         call.kv.v = r.b->ops->alloc_fresh(r.b, 32 * 4 * 4, &r.err);
     }
-    mf_exec_args args = {.n_past = 0, .n_tokens = (int32_t)g->nodes[node].ne[1], .n_ctx = 4, .kv_type = MF_TYPE_F32};
+    mf_exec_args args = {.n_past = 0, .n_tokens = (int32_t)g->nodes[node].ne[1], .n_ctx = 4, .k_type = MF_TYPE_F32, .v_type = MF_TYPE_F32};
     r.err.msg[0] = 0;
     int bad = mf_backend_execute_node(r.b, g, &call, &args, &r.err);
     if (!bad)

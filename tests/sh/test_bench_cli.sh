@@ -131,9 +131,12 @@ PYEOF
 "$BIN" bench -m "$M" -p 0 -n 0 -pg 8,4 -r 1 -t 1 --device cpu >"$TMP/pg.md" 2>"$TMP/err"
 grep -q '| pp8+tg4 |' "$TMP/pg.md" && pass || fail "md -pg row: $(cat "$TMP/pg.md" "$TMP/err")"
 expect_fail 2 "PP,TG" "$BIN" bench -m "$M" -pg 8
-expect_fail 2 "fused" "$BIN" bench -m "$M" -fa 0,1
+expect_fail 2 "one attention mode" "$BIN" bench -m "$M" -fa 0,1
 expect_fail 2 "not md, csv, json or jsonl" "$BIN" bench -m "$M" -o xml
-expect_fail 2 "separate K and V" "$BIN" bench -m "$M" -ctk f16 -ctv q8_0
+# separate K / V types and -fa 0 reach the JSON fields
+"$BIN" bench -m "$M" -p 8 -n 0 -r 1 -t 1 -ctk f16 -ctv q8_0 -fa 0 --device cpu -o json >"$TMP/kv.json" 2>"$TMP/err" &&
+    "$PY" -c 'import json,sys; r=json.load(open(sys.argv[1]))[0]; assert (r["type_k"],r["type_v"],r["flash_attn"])==("f16","q8_0",False), r' \
+        "$TMP/kv.json" && pass || fail "bench -ctk f16 -ctv q8_0 -fa 0: $(cat "$TMP/kv.json" "$TMP/err")"
 expect_fail 1 "partial offload" "$BIN" bench -m "$M" -p 4 -n 0 -r 1 -ngl 1
 
 finish

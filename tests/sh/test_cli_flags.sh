@@ -20,13 +20,16 @@ cmp -s "$TMP/stdin" "$TMP/p" && grep -q Paris "$TMP/p" && pass || fail "-f - dif
 "${R[@]}" -p hi -n 2 -ngl 99 --device cpu >/dev/null 2>"$TMP/err" && pass || fail "-ngl 99: $(cat "$TMP/err")"
 expect_fail 1 "partial offload" "${R[@]}" -p hi -n 2 -ngl 7
 "${R[@]}" -p hi -n 2 -ngl 0 >/dev/null 2>&1 && pass || fail "-ngl 0 failed"
-# -fa on / auto accepted, off refused with the reason, junk refused
-"${R[@]}" -p hi -n 2 -fa on >/dev/null 2>&1 && "${R[@]}" -p hi -n 2 --flash-attn auto >/dev/null 2>&1 &&
+# -fa on / auto accepted, off runs the unfused attention (same greedy text), junk refused
+"${R[@]}" -p "$Q" -n 8 -fa on >"$TMP/fa_on" 2>/dev/null && "${R[@]}" -p "$Q" -n 8 --flash-attn auto >"$TMP/fa_auto" 2>&1 &&
     pass || fail "-fa on/auto refused"
-expect_fail 2 "fused" "${R[@]}" -p hi -fa off
+"${R[@]}" -p "$Q" -n 8 -fa off >"$TMP/fa_off" 2>"$TMP/err" && cmp -s "$TMP/fa_on" "$TMP/fa_off" &&
+    pass || fail "-fa off: $(cat "$TMP/fa_off" "$TMP/err")"
 expect_fail 2 "not on, off or auto" "${R[@]}" -p hi -fa maybe
-# -ctk q8_0 -ctv f16: separate types are refused with that reason
-expect_fail 2 "separate K and V" "${R[@]}" -p hi -ctk q8_0 -ctv f16
+# -ctk q8_0 -ctv f16: separate K and V types, the report names both and the smaller cache
+"${R[@]}" -p "$Q" -n 8 -c 512 -ctk q8_0 -ctv f16 >"$TMP/kv_mixed" 2>"$TMP/err" &&
+    grep -q "KV cache K q8_0 + V f16 8.61 MiB" "$TMP/err" && pass || fail "-ctk q8_0 -ctv f16: $(cat "$TMP/err")"
+expect_fail 1 "V cache type 'q9_0'" "${R[@]}" -p hi -ctk q8_0 -ctv q9_0
 # --ignore-eos: exactly -n tokens even where greedy output ends early
 "${R[@]}" --chat -p "Say OK." -n 60 >/dev/null 2>"$TMP/eos"
 "${R[@]}" --chat -p "Say OK." -n 60 --ignore-eos >/dev/null 2>"$TMP/noeos"

@@ -55,7 +55,6 @@ expect_fail 2 "not an integer" $R -p hi --top-k 1.5
 expect_fail 2 "--top-p" $R -p hi --top-p 1.5
 expect_fail 2 "prompt" $R
 expect_fail 2 "exclusive" $R -p hi -f "$TMP/short.txt"
-expect_fail 2 "differ" $R -p hi -ctk f16 -ctv q8_0
 expect_fail 2 "unknown option" "$BIN" chat -m "$MODEL" -p hi
 expect_fail 2 "-f" "$BIN" perplexity -m "$MODEL"
 expect_fail 2 "unknown option" "$BIN" perplexity -m "$MODEL" -f "$TMP/short.txt" --nope
@@ -73,7 +72,7 @@ expect_fail 1 "head_count_kv 3" "$BIN" run -m "$TMP/heads.gguf" -p hi
 expect_fail 1 "attn_q.bias' not found" "$BIN" run -m "$TMP/qwen2.gguf" -p hi
 expect_fail 1 "context" $R -c 16 -p "$long"
 expect_fail 1 "cannot open" $R -f "$TMP/no-such-prompt.txt"
-expect_fail 1 "cache type" $R -p hi -ctk q4_0
+expect_fail 1 "cache type 'q4_z'" $R -p hi -ctk q4_z
 expect_fail 1 "cuda" $R -p hi --device cuda
 expect_fail 1 "unknown device" $R -p hi --device tpu
 expect_fail 1 "n_gpu_layers" $R -p hi -ngl 5

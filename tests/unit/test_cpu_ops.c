@@ -292,8 +292,8 @@ MF_TEST(attention_vs_f64) {
                         for (size_t i = 0; i < qn; i++)
                             o1[i] = o2[i] = NAN;
                         const float scale = 1.0f / sqrtf((float)hd);
-                        mf_cpu_attn(c1, q, nt, n_head, n_head_kv, hd, kc, vc, types[ki], n_past, scale, o1);
-                        mf_cpu_attn(c2, q, nt, n_head, n_head_kv, hd, kc, vc, types[ki], n_past, scale, o2);
+                        mf_cpu_attn(c1, q, nt, n_head, n_head_kv, hd, kc, vc, types[ki], types[ki], n_past, scale, false, o1);
+                        mf_cpu_attn(c2, q, nt, n_head, n_head_kv, hd, kc, vc, types[ki], types[ki], n_past, scale, false, o2);
                         attn_ref(q, nt, n_head, n_head_kv, hd, kf, vf, n_past, scale, ref);
                         attn_ref(q, nt, n_head, n_head_kv, hd, kl, vl, n_past, scale, ref_l);
                         double e_orig = 0, e_cache = 0;
@@ -325,12 +325,12 @@ MF_TEST(attention_is_causal) {
     rand_floats(k, sizeof k / 4, 1.0f);
     rand_floats(v, sizeof v / 4, 1.0f);
     mf_cpu_ctx *c = mf_cpu_ctx_new(2);
-    mf_cpu_attn(c, q, nt, n_head, n_head_kv, hd, k, v, MF_TYPE_F32, n_past, 0.125f, o1);
+    mf_cpu_attn(c, q, nt, n_head, n_head_kv, hd, k, v, MF_TYPE_F32, MF_TYPE_F32, n_past, 0.125f, false, o1);
     for (int i = 0; i < kv_dim; i++) {
         k[6 * kv_dim + i] += 5.0f; /* row 6: only token 2 sees it */
         v[6 * kv_dim + i] -= 5.0f;
     }
-    mf_cpu_attn(c, q, nt, n_head, n_head_kv, hd, k, v, MF_TYPE_F32, n_past, 0.125f, o2);
+    mf_cpu_attn(c, q, nt, n_head, n_head_kv, hd, k, v, MF_TYPE_F32, MF_TYPE_F32, n_past, 0.125f, false, o2);
     CHECK(memcmp(o1, o2, sizeof(float) * 2 * n_head * hd) == 0);
     CHECK(memcmp(o1 + 2 * n_head * hd, o2 + 2 * n_head * hd, sizeof(float) * n_head * hd) != 0);
     mf_cpu_ctx_free(c);

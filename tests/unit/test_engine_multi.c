@@ -117,7 +117,7 @@ static mf_engine *make(cfg c, uint32_t kv_type) {
     MF_ASSERT(mf_backend_cpu_new(W, 2, &b[nb++], &err) == 0);
     if (c == CFG_CPU_CPU)
         MF_ASSERT(mf_backend_cpu_new(W, 1, &b[nb++], &err) == 0);
-    mf_engine_opts o = {.n_layers = NL, .kv_dim = KVD, .n_ctx = NCTX, .kv_type = kv_type, .n_vocab = NV};
+    mf_engine_opts o = {.n_layers = NL, .kv_dim = KVD, .n_ctx = NCTX, .k_type = kv_type, .v_type = kv_type, .n_vocab = NV};
     mf_engine *e;
     MF_ASSERT(mf_engine_new(&o, b, nb, &e, &err) == 0);
     if (c == CFG_ALT)
@@ -130,7 +130,7 @@ static const int32_t gen[3] = {9, 70, 33};
 
 static int fwd(mf_engine *e, const int32_t *toks, int nt, int n_past, int n_out, uint32_t kv_type, float *logits,
                mf_error *err) {
-    mf_graph_params p = {.n_tokens = nt, .n_outputs = n_out, .kv_type = kv_type, .fuse_swiglu = true};
+    mf_graph_params p = {.n_tokens = nt, .n_outputs = n_out, .k_type = kv_type, .v_type = kv_type, .fuse_swiglu = true};
     return mf_engine_forward(e, &p, build, NULL, toks, n_past, logits, err);
 }
 
@@ -272,7 +272,7 @@ MF_TEST(errors_name_the_problem) {
     static float out[9 * NV];
     mf_error err;
     model_opts bad = {.bad_op = true};
-    mf_graph_params p = {.n_tokens = 2, .n_outputs = 1, .kv_type = MF_TYPE_F32};
+    mf_graph_params p = {.n_tokens = 2, .n_outputs = 1, .k_type = MF_TYPE_F32, .v_type = MF_TYPE_F32};
     CHECK(mf_engine_forward(e, &p, build, &bad, prompt, 0, out, &err) == -1);
     CHECK_STR_CONTAINS(err.msg, "no backend supports node");
     CHECK_STR_CONTAINS(err.msg, "'weird.matmul'");
@@ -281,7 +281,7 @@ MF_TEST(errors_name_the_problem) {
     CHECK_STR_CONTAINS(err.msg, "n_past 30 + n_tokens 6 > n_ctx 32");
     CHECK(fwd(e, prompt, 2, 30, 1, MF_TYPE_F32, out, &err) == 0); /* exactly full is fine */
     /* wrong logits size */
-    mf_graph_params p2 = {.n_tokens = 2, .n_outputs = 3, .kv_type = MF_TYPE_F32};
+    mf_graph_params p2 = {.n_tokens = 2, .n_outputs = 3, .k_type = MF_TYPE_F32, .v_type = MF_TYPE_F32};
     model_opts ok = {0};
     CHECK(mf_engine_forward(e, &p2, build, &ok, prompt, 0, out, &err) == -1);
     CHECK_STR_CONTAINS(err.msg, "output node");
@@ -289,7 +289,7 @@ MF_TEST(errors_name_the_problem) {
     /* q8_0 KV with a width that is not whole blocks */
     mf_backend *b;
     CHECK(mf_backend_cpu_new(W, 1, &b, &err) == 0);
-    mf_engine_opts o = {.n_layers = 2, .kv_dim = 48, .n_ctx = 8, .kv_type = MF_TYPE_Q8_0, .n_vocab = NV};
+    mf_engine_opts o = {.n_layers = 2, .kv_dim = 48, .n_ctx = 8, .k_type = MF_TYPE_Q8_0, .v_type = MF_TYPE_Q8_0, .n_vocab = NV};
     CHECK(mf_engine_new(&o, &b, 1, &e, &err) == -1);
     CHECK_STR_CONTAINS(err.msg, "kv_dim 48");
 }
@@ -333,7 +333,7 @@ static mf_engine *make_dressed(mf_backend_ops *ops, void (*dress)(mf_backend_ops
     *ops = *b->ops;
     dress(ops);
     b->ops = ops;
-    mf_engine_opts o = {.n_layers = NL, .kv_dim = KVD, .n_ctx = NCTX, .kv_type = MF_TYPE_F32, .n_vocab = NV};
+    mf_engine_opts o = {.n_layers = NL, .kv_dim = KVD, .n_ctx = NCTX, .k_type = MF_TYPE_F32, .v_type = MF_TYPE_F32, .n_vocab = NV};
     mf_engine *e;
     MF_ASSERT(mf_engine_new(&o, &b, 1, &e, &err) == 0);
     return e;

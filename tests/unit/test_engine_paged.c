@@ -72,7 +72,7 @@ MF_TEST(paged_attention_three_sequences_vs_f64) {
         mf_backend *b = NULL;
         mf_error err = {{0}};
         MF_ASSERT(mf_backend_cpu_new(w, 2, &b, &err) == 0);
-        mf_engine_opts eo = {.n_layers = 1, .kv_dim = KVD, .n_ctx = 8 * BS, .kv_type = kts[kt], .n_vocab = NT * QD};
+        mf_engine_opts eo = {.n_layers = 1, .kv_dim = KVD, .n_ctx = 8 * BS, .k_type = kts[kt], .v_type = kts[kt], .n_vocab = NT * QD};
         mf_engine *e;
         CHECK_MSG(mf_engine_new(&eo, &b, 1, &e, &err) == 0, "%s", err.msg);
         static float Kf[3][8][KVD], Vf[3][8][KVD]; /* per sequence, per position */
@@ -94,7 +94,7 @@ MF_TEST(paged_attention_three_sequences_vs_f64) {
                 }
             mf_kv_batch kb = {.n_tokens = NT, .seq = seq[f], .pos = pos[f], .n_seqs = 3, .tables = tables,
                               .block_size = BS};
-            mf_graph_params p = {.n_tokens = NT, .n_outputs = 1, .kv_type = kts[kt], .paged = true};
+            mf_graph_params p = {.n_tokens = NT, .n_outputs = 1, .k_type = kts[kt], .v_type = kts[kt], .paged = true};
             float out[NT * QD];
             for (int i = 0; i < NT * QD; i++)
                 out[i] = NAN; /* poisoned: an unwritten row fails */
@@ -117,7 +117,7 @@ MF_TEST(paged_attention_three_sequences_vs_f64) {
         const int32_t *const bad[1] = {bad_t};
         mf_kv_batch kb = {.n_tokens = NT, .seq = (int32_t[]){0, 0, 0, 0}, .pos = (int32_t[]){0, 1, 2, 3},
                           .n_seqs = 1, .tables = bad, .block_size = BS};
-        mf_graph_params p = {.n_tokens = NT, .n_outputs = 1, .kv_type = kts[kt], .paged = true};
+        mf_graph_params p = {.n_tokens = NT, .n_outputs = 1, .k_type = kts[kt], .v_type = kts[kt], .paged = true};
         float out[NT * QD];
         CHECK(mf_engine_forward_batch(e, &p, build, NULL, NULL, &kb, out, &err) != 0);
         CHECK_STR_CONTAINS(err.msg, "outside the pool");

@@ -173,7 +173,7 @@ MF_TEST(op_table_complete) {
 }
 
 MF_TEST(params_equality_covers_every_field) {
-    mf_graph_params a = {.n_tokens = 7, .n_outputs = 1, .n_ctx = 128, .kv_type = MF_TYPE_F16,
+    mf_graph_params a = {.n_tokens = 7, .n_outputs = 1, .n_ctx = 128, .k_type = MF_TYPE_F16, .v_type = MF_TYPE_F16,
                          .backends = 3, .gpu = true, .fuse_qkv = true, .fuse_ffn = false,
                          .fuse_qkv_epilogue = true, .fuse_swiglu = false};
     mf_graph_params b = a;
@@ -190,14 +190,16 @@ MF_TEST(params_equality_covers_every_field) {
     FLIP(n_tokens, 8);
     FLIP(n_outputs, 7);
     FLIP(n_ctx, 256);
-    FLIP(kv_type, MF_TYPE_Q8_0);
+    FLIP(k_type, MF_TYPE_Q8_0);
+    FLIP(v_type, MF_TYPE_Q4_0);
     FLIP(backends, 1);
     FLIP(gpu, false);
     FLIP(fuse_qkv, false);
     FLIP(fuse_ffn, true);
     FLIP(fuse_qkv_epilogue, false);
     FLIP(fuse_swiglu, true);
-    CHECK_EQ_INT(changed, 10); /* graph.c asserts the struct size, so a new field fails there */
+    FLIP(attn_unfused, true);
+    CHECK_EQ_INT(changed, 12); /* graph.c asserts the struct size, so a new field fails there */
 }
 
 MF_TEST(weights_table_hash) {

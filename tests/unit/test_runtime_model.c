@@ -252,7 +252,7 @@ MF_TEST(builder_emits_the_right_ops) {
         CHECK_MSG(m != NULL, "%s", err.msg);
         if (!m)
             continue;
-        mf_graph_params p = {.n_tokens = 5, .n_outputs = 1, .n_ctx = 64, .kv_type = MF_TYPE_F32};
+        mf_graph_params p = {.n_tokens = 5, .n_outputs = 1, .n_ctx = 64, .k_type = MF_TYPE_F32, .v_type = MF_TYPE_F32};
         census(m, &p, c, &g);
         CHECK_EQ_INT(c[MF_OP_MATMUL], 7 * NL + 1);
         CHECK_EQ_INT(c[MF_OP_ROPE], 2 * NL);

@@ -199,7 +199,7 @@ MF_TEST(options_and_sizes) {
     CHECK(minfer_session_new(model, &o, err, sizeof err) == NULL);
     CHECK_STR_CONTAINS(err, "n_ctx");
     o.n_ctx = 64;
-    o.cache_type = "q4_0";
+    o.cache_type = "q4_z";
     CHECK(minfer_session_new(model, &o, err, sizeof err) == NULL);
     CHECK_STR_CONTAINS(err, "cache type");
 

@@ -1,15 +1,20 @@
-/* attn.c - KV cache rows (store/load in f32, f16, q8_0) and causal GQA
- * attention over the cache.
+/* attn.c - KV cache rows (store/load in f32, f16 and the 32-element block
+ * types q8_0, q4_0, q4_1, q5_0, q5_1) and causal GQA attention over the cache.
  *
  * A cache region is n_ctx rows of kv_dim elements; row r holds position r.
- * For q8_0 a row is kv_dim / 32 blocks, quantized with the same Q8_0 rounding
- * as the matmul activations. Attention computes, per (token, head), the full
- * score row over positions [0, n_past + t], a max-subtracted softmax in f32 and
- * the weighted sum of V rows; (token, head) pairs are spread over the pool and
- * each is computed by one thread in a fixed order, so the result does not
- * depend on the thread count. On AVX-512 with an f32/f16 cache and head_dim
- * % 16 == 0, a work item is (token, KV head) instead: its query heads share
- * each K/V row load (ops_avx512.c; a few ulps from the portable path). */
+ * K and V regions may have different types. For q8_0 a row is kv_dim / 32
+ * blocks, quantized with the same Q8_0 rounding as the matmul activations;
+ * the 4/5-bit types use the reference quantizer of src/quant. A head of
+ * head_dim % 32 == 0 is whole blocks, so a head's slice dequantizes alone.
+ *
+ * Attention computes, per (token, head), the full score row over positions
+ * [0, n_past + t], a max-subtracted softmax in f32 and the weighted sum of V
+ * rows; (token, head) pairs are spread over the pool and each is computed by
+ * one thread in a fixed order, so the result does not depend on the thread
+ * count. On AVX-512 with K and V both f32 or both f16 and head_dim % 16 == 0,
+ * a work item is (token, KV head) instead: its query heads share each K/V row
+ * load (ops_avx512.c; a few ulps from the portable path). The unfused form
+ * (-fa off) is attn_unfused.c. */
 #include <math.h>
 #include <stdatomic.h>
 #include <stdlib.h>
@@ -18,14 +23,10 @@
 #include "backend/cpu/kernels_isa.h"
 
 static size_t kv_row_bytes(uint32_t kv_type, int64_t kv_dim) {
-    switch (kv_type) {
-    case MF_TYPE_F32: return (size_t)kv_dim * 4;
-    case MF_TYPE_F16: return (size_t)kv_dim * 2;
-    case MF_TYPE_Q8_0:
-        MF_ASSERT(kv_dim % MF_QK8_0 == 0);
-        return (size_t)(kv_dim / MF_QK8_0) * sizeof(mf_block_q8_0);
-    default: MF_ASSERT(!"unsupported KV cache type"); return 0;
-    }
+    MF_ASSERT(mf_kv_type_ok(kv_type));
+    const size_t rb = mf_type_row_size(kv_type, kv_dim);
+    MF_ASSERT(rb > 0); /* block types: kv_dim % 32 == 0, checked by the engine */
+    return rb;
 }
 
 void mf_cpu_kv_store(uint32_t kv_type, void *cache, int64_t kv_dim, int64_t pos0,
@@ -40,8 +41,10 @@ void mf_cpu_kv_store(uint32_t kv_type, void *cache, int64_t kv_dim, int64_t pos0
             uint16_t *h = (uint16_t *)dst;
             for (int64_t i = 0; i < kv_dim; i++)
                 h[i] = mf_fp32_to_fp16(s[i]);
-        } else {
+        } else if (kv_type == MF_TYPE_Q8_0) {
             mf_cpu_quantize_act(MF_TYPE_Q8_0, s, dst, kv_dim, MF_ISA_COUNT);
+        } else {
+            mf_type_get(kv_type)->from_float(s, dst, kv_dim);
         }
     }
 }
@@ -56,7 +59,7 @@ static void kv_slice(uint32_t kv_type, const void *cache, size_t rb, int64_t r, 
         const uint16_t *h = (const uint16_t *)row + e0;
         for (int64_t i = 0; i < len; i++)
             dst[i] = mf_fp16_to_fp32(h[i]);
-    } else {
+    } else if (kv_type == MF_TYPE_Q8_0) {
         const mf_block_q8_0 *b = (const mf_block_q8_0 *)row;
         int64_t i = 0;
         while (i < len) {
@@ -66,7 +69,17 @@ static void kv_slice(uint32_t kv_type, const void *cache, size_t rb, int64_t r, 
             for (; i < end; i++)
                 dst[i] = d * (float)b[blk].qs[(e0 + i) % MF_QK8_0];
         }
+    } else {
+        /* 4/5-bit blocks of 32: a head's slice is whole blocks */
+        const mf_type_traits *tt = mf_type_get(kv_type);
+        MF_ASSERT(e0 % tt->block_size == 0 && len % tt->block_size == 0);
+        tt->to_float(row + (size_t)(e0 / tt->block_size) * tt->type_size, dst, len);
     }
+}
+
+void mf_cpu_kv_slice(uint32_t kv_type, const void *cache, int64_t kv_dim, int64_t r, int64_t e0,
+                     int64_t len, float *dst) {
+    kv_slice(kv_type, cache, kv_row_bytes(kv_type, kv_dim), r, e0, len, dst);
 }
 
 void mf_cpu_kv_load(uint32_t kv_type, const void *cache, int64_t kv_dim, int64_t n, float *dst) {
@@ -84,8 +97,8 @@ typedef struct attn_job {
     int32_t n_head, head_dim, group; /* group: query heads per KV head */
     int64_t kv_dim;
     const void *k, *v;
-    uint32_t kv_type;
-    size_t rb;
+    uint32_t k_type, v_type;
+    size_t rbk, rbv; /* row bytes of K / V */
     float scale;
     float *scratch; /* per thread: stride floats */
     size_t stride;
@@ -117,7 +130,7 @@ static void attn_one(const attn_job *j, int64_t t, int32_t h, float *scr) {
     const int64_t e0 = (int64_t)(h / j->group) * hd;
     const float *q = j->q + (t * j->n_head + h) * hd;
     float *acc = scr, *row = scr + ((hd + 15) & ~15), *sc = row + ((hd + 15) & ~15);
-    const bool f32 = j->kv_type == MF_TYPE_F32;
+    const bool f32k = j->k_type == MF_TYPE_F32, f32v = j->v_type == MF_TYPE_F32;
     const void *kc, *vc;
     int64_t n_kv;
     tok_kv(j, t, &kc, &vc, &n_kv);
@@ -125,10 +138,10 @@ static void attn_one(const attn_job *j, int64_t t, int32_t h, float *scr) {
     float mx = -INFINITY;
     for (int64_t r = 0; r < n_kv; r++) {
         const float *k = row;
-        if (f32)
-            k = (const float *)((const uint8_t *)kc + (size_t)r * j->rb) + e0;
+        if (f32k)
+            k = (const float *)((const uint8_t *)kc + (size_t)r * j->rbk) + e0;
         else
-            kv_slice(j->kv_type, kc, j->rb, r, e0, hd, row);
+            kv_slice(j->k_type, kc, j->rbk, r, e0, hd, row);
         sc[r] = mf_cpu_dot_f32(q, k, hd) * j->scale;
         mx = fmaxf(mx, sc[r]);
     }
@@ -141,10 +154,10 @@ static void attn_one(const attn_job *j, int64_t t, int32_t h, float *scr) {
         acc[i] = 0;
     for (int64_t r = 0; r < n_kv; r++) {
         const float *v = row;
-        if (f32)
-            v = (const float *)((const uint8_t *)vc + (size_t)r * j->rb) + e0;
+        if (f32v)
+            v = (const float *)((const uint8_t *)vc + (size_t)r * j->rbv) + e0;
         else
-            kv_slice(j->kv_type, vc, j->rb, r, e0, hd, row);
+            kv_slice(j->v_type, vc, j->rbv, r, e0, hd, row);
         const float p = sc[r];
         for (int64_t i = 0; i < hd; i++)
             acc[i] += p * v[i];
@@ -164,7 +177,7 @@ static void attn_group(const attn_job *j, int64_t t, int32_t g, float *scr) {
     const void *kc, *vc;
     int64_t n_kv;
     tok_kv(j, t, &kc, &vc, &n_kv);
-    mf_cpu_attn_group_avx512(q, j->group, hd, kc, vc, j->kv_type == MF_TYPE_F16, j->rb, (int64_t)g * hd,
+    mf_cpu_attn_group_avx512(q, j->group, hd, kc, vc, j->k_type == MF_TYPE_F16, j->rbk, (int64_t)g * hd,
                              n_kv, j->scale, o, scr, j->ld);
 }
 #endif
@@ -200,8 +213,8 @@ static void attn_worker(void *vjob, int ith, int nth) {
 /* Fills the job for nt tokens whose longest row has max_kv positions and
  * runs it on the pool (or inline when it is too small to wake the pool). */
 static void attn_run(mf_cpu_ctx *c, attn_job *j, const float *q, int64_t nt, int32_t n_head,
-                     int32_t n_head_kv, int32_t head_dim, uint32_t kv_type, int64_t max_kv,
-                     float scale, float *out) {
+                     int32_t n_head_kv, int32_t head_dim, uint32_t k_type, uint32_t v_type,
+                     int64_t max_kv, float scale, float *out) {
     j->q = q;
     j->out = out;
     j->nt = nt;
@@ -209,14 +222,17 @@ static void attn_run(mf_cpu_ctx *c, attn_job *j, const float *q, int64_t nt, int
     j->head_dim = head_dim;
     j->group = n_head / n_head_kv;
     j->kv_dim = (int64_t)n_head_kv * head_dim;
-    j->kv_type = kv_type;
-    j->rb = kv_row_bytes(kv_type, j->kv_dim);
+    j->k_type = k_type;
+    j->v_type = v_type;
+    j->rbk = kv_row_bytes(k_type, j->kv_dim);
+    j->rbv = kv_row_bytes(v_type, j->kv_dim);
     j->scale = scale;
     const int nth = mf_cpu_ctx_threads(c);
     j->ld = (max_kv + 15) & ~(int64_t)15;
     j->stride = 2 * (((size_t)head_dim + 15) & ~(size_t)15) + (size_t)j->ld;
-    j->avx512 = mf_cpu_ctx_isa(c) == MF_ISA_AVX512 && head_dim % 16 == 0 &&
-                (kv_type == MF_TYPE_F32 || kv_type == MF_TYPE_F16);
+    /* the group kernel reads K and V with one element type and row stride */
+    j->avx512 = mf_cpu_ctx_isa(c) == MF_ISA_AVX512 && head_dim % 16 == 0 && k_type == v_type &&
+                (k_type == MF_TYPE_F32 || k_type == MF_TYPE_F16);
     if (j->avx512)
         j->stride = (size_t)j->group * (size_t)j->ld;
     j->scratch = mf_cpu_ctx_attn_scratch(c, j->stride * (size_t)nth);
@@ -230,16 +246,29 @@ static void attn_run(mf_cpu_ctx *c, attn_job *j, const float *q, int64_t nt, int
 }
 
 void mf_cpu_attn(mf_cpu_ctx *c, const float *q, int64_t nt, int32_t n_head, int32_t n_head_kv,
-                 int32_t head_dim, const void *k_cache, const void *v_cache, uint32_t kv_type,
-                 int64_t n_past, float scale, float *out) {
+                 int32_t head_dim, const void *k_cache, const void *v_cache, uint32_t k_type,
+                 uint32_t v_type, int64_t n_past, float scale, bool unfused, float *out) {
     MF_ASSERT(n_head_kv > 0 && n_head % n_head_kv == 0 && head_dim > 0);
     if (nt <= 0)
         return;
+    if (unfused) {
+        const void **tk = mf_malloc((size_t)nt * 2 * sizeof *tk), **tv = tk + nt;
+        int64_t *tn = mf_malloc((size_t)nt * sizeof *tn);
+        for (int64_t t = 0; t < nt; t++) {
+            tk[t] = k_cache;
+            tv[t] = v_cache;
+            tn[t] = n_past + t + 1;
+        }
+        mf_cpu_attn_unfused(c, q, nt, n_head, n_head_kv, head_dim, tk, tv, tn, k_type, v_type, scale, out);
+        free(tk);
+        free(tn);
+        return;
+    }
     attn_job *j = mf_calloc(1, sizeof *j);
     j->n_past = n_past;
     j->k = k_cache;
     j->v = v_cache;
-    attn_run(c, j, q, nt, n_head, n_head_kv, head_dim, kv_type, n_past + nt, scale, out);
+    attn_run(c, j, q, nt, n_head, n_head_kv, head_dim, k_type, v_type, n_past + nt, scale, out);
     free(j);
 }
 
@@ -251,19 +280,19 @@ static int64_t paged_row(const mf_cpu_paged *pg, int32_t s, int64_t p) {
 
 void mf_cpu_attn_paged(mf_cpu_ctx *c, const mf_cpu_paged *pg, const float *q, const float *k_new,
                        const float *v_new, int64_t nt, int32_t n_head, int32_t n_head_kv,
-                       int32_t head_dim, void *k_cache, void *v_cache, uint32_t kv_type,
-                       float scale, float *out) {
+                       int32_t head_dim, void *k_cache, void *v_cache, uint32_t k_type,
+                       uint32_t v_type, float scale, bool unfused, float *out) {
     MF_ASSERT(n_head_kv > 0 && n_head % n_head_kv == 0 && head_dim > 0 && pg->block_size > 0);
     if (nt <= 0)
         return;
     const int64_t kv_dim = (int64_t)n_head_kv * head_dim;
-    const size_t rb = kv_row_bytes(kv_type, kv_dim);
+    const size_t rbk = kv_row_bytes(k_type, kv_dim), rbv = kv_row_bytes(v_type, kv_dim);
     /* every token's row is written before any token reads: a prefill chunk
      * sees its own earlier tokens */
     for (int64_t t = 0; t < nt; t++) {
         const int64_t r = paged_row(pg, pg->seq[t], pg->pos[t]);
-        mf_cpu_kv_store(kv_type, k_cache, kv_dim, r, k_new + t * kv_dim, 1);
-        mf_cpu_kv_store(kv_type, v_cache, kv_dim, r, v_new + t * kv_dim, 1);
+        mf_cpu_kv_store(k_type, k_cache, kv_dim, r, k_new + t * kv_dim, 1);
+        mf_cpu_kv_store(v_type, v_cache, kv_dim, r, v_new + t * kv_dim, 1);
     }
     /* Per sequence of the batch: its rows [0, max pos] contiguous, in place
      * when its blocks follow each other in the pool, else gathered (bytes
@@ -284,22 +313,23 @@ void mf_cpu_attn_paged(mf_cpu_ctx *c, const mf_cpu_paged *pg, const float *q, co
         bool contiguous = true;
         for (int64_t b = 1; b < nb && contiguous; b++)
             contiguous = pg->tables[s][b] == pg->tables[s][0] + b;
-        const size_t base = (size_t)pg->tables[s][0] * (size_t)pg->block_size * rb;
+        const size_t base = (size_t)pg->tables[s][0] * (size_t)pg->block_size;
         if (contiguous) {
-            sk[s] = (const uint8_t *)k_cache + base;
-            sv[s] = (const uint8_t *)v_cache + base;
+            sk[s] = (const uint8_t *)k_cache + base * rbk;
+            sv[s] = (const uint8_t *)v_cache + base * rbv;
             continue;
         }
-        own[s] = mf_malloc(2 * (size_t)n * rb);
+        own[s] = mf_malloc((size_t)n * (rbk + rbv));
         for (int64_t b = 0; b < nb; b++) {
             const int64_t r0 = b * pg->block_size;
             const int64_t len = n - r0 < pg->block_size ? n - r0 : pg->block_size;
-            const size_t src = (size_t)pg->tables[s][b] * (size_t)pg->block_size * rb;
-            memcpy(own[s] + (size_t)r0 * rb, (const uint8_t *)k_cache + src, (size_t)len * rb);
-            memcpy(own[s] + (size_t)(n + r0) * rb, (const uint8_t *)v_cache + src, (size_t)len * rb);
+            const size_t src = (size_t)pg->tables[s][b] * (size_t)pg->block_size;
+            memcpy(own[s] + (size_t)r0 * rbk, (const uint8_t *)k_cache + src * rbk, (size_t)len * rbk);
+            memcpy(own[s] + (size_t)n * rbk + (size_t)r0 * rbv, (const uint8_t *)v_cache + src * rbv,
+                   (size_t)len * rbv);
         }
         sk[s] = own[s];
-        sv[s] = own[s] + (size_t)n * rb;
+        sv[s] = own[s] + (size_t)n * rbk;
     }
     attn_job *j = mf_calloc(1, sizeof *j);
     const void **tk = mf_malloc((size_t)nt * 2 * sizeof *tk), **tv = tk + nt;
@@ -312,7 +342,10 @@ void mf_cpu_attn_paged(mf_cpu_ctx *c, const mf_cpu_paged *pg, const float *q, co
     j->tk = tk;
     j->tv = tv;
     j->tn = tn;
-    attn_run(c, j, q, nt, n_head, n_head_kv, head_dim, kv_type, max_kv, scale, out);
+    if (unfused)
+        mf_cpu_attn_unfused(c, q, nt, n_head, n_head_kv, head_dim, tk, tv, tn, k_type, v_type, scale, out);
+    else
+        attn_run(c, j, q, nt, n_head, n_head_kv, head_dim, k_type, v_type, max_kv, scale, out);
     free(j);
     free(tk);
     free(tn);

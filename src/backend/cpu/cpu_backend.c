@@ -247,6 +247,25 @@ static void exec_permute(cpu_be *c, const mf_node *n, const mf_node *a, const fl
         memcpy(y, dst, (size_t)nel * sizeof *y);
 }
 
+/* The cache types: known, whole blocks per row, and for attention whole
+ * blocks per head (a head's slice is dequantized alone). */
+static int check_kv_types(const mf_graph *g, int32_t id, const mf_exec_args *a, mf_error *err) {
+    const mf_node *n = &g->nodes[id];
+    const uint32_t t[2] = {a->k_type, a->v_type};
+    const bool attn = n->op == MF_OP_ATTN || n->op == MF_OP_ATTN_PAGED;
+    for (int w = 0; w < 2; w++) {
+        if (!mf_kv_type_ok(t[w]))
+            return NODE_ERR("%s cache type %s (%u) is not f32, f16, q8_0, q4_0, q4_1, q5_0 or q5_1", w ? "V" : "K",
+                            mf_type_name(t[w]), t[w]);
+        const int64_t bs = mf_type_get(t[w])->block_size;
+        if (g->kv_dim % bs || (attn && n->meta.attn.head_dim % bs))
+            return NODE_ERR("%s cache type %s needs head_dim and kv_dim %% %lld == 0 (head_dim %d, kv_dim %lld)",
+                            w ? "V" : "K", mf_type_name(t[w]), (long long)bs, attn ? n->meta.attn.head_dim : 0,
+                            (long long)g->kv_dim);
+    }
+    return 0;
+}
+
 static int check_kv(const mf_graph *g, int32_t id, mf_kv_pair kv, const mf_exec_args *a, int64_t nt,
                     mf_error *err) {
     const mf_node *n = &g->nodes[id];
@@ -255,7 +274,7 @@ static int check_kv(const mf_graph *g, int32_t id, mf_kv_pair kv, const mf_exec_
     if (a->n_past < 0 || a->n_past + nt > a->n_ctx)
         return NODE_ERR("positions [%d, %lld) outside the context of %d", a->n_past,
                         (long long)(a->n_past + nt), a->n_ctx);
-    return 0;
+    return check_kv_types(g, id, a, err);
 }
 
 /* The shared tail of the fused attention input, in place on q (nt rows of
@@ -297,8 +316,8 @@ static int qkv_tail(cpu_be *c, const mf_graph *g, int32_t id, float *q, float *k
                 rq->freq_scale);
     mf_cpu_rope(c->cpu, k, nt, rk->n_head, rk->head_dim, rk->n_rot, pos, rk->mode, rk->theta,
                 rk->freq_scale);
-    mf_cpu_kv_store(a->kv_type, bufp(c, kv.k), g->kv_dim, a->n_past, k, nt);
-    mf_cpu_kv_store(a->kv_type, bufp(c, kv.v), g->kv_dim, a->n_past, v, nt);
+    mf_cpu_kv_store(a->k_type, bufp(c, kv.k), g->kv_dim, a->n_past, k, nt);
+    mf_cpu_kv_store(a->v_type, bufp(c, kv.v), g->kv_dim, a->n_past, v, nt);
     memcpy(y, q, (size_t)(m->q.n_out * nt) * sizeof *y);
     return 0;
 }
@@ -494,8 +513,8 @@ CPU_OP(op_kv_store) {
     IO();
     if (check_kv(g, id, k->kv, a, io.a0->ne[1], err))
         return -1;
-    mf_cpu_kv_store(a->kv_type, bufp(io.c, k->kv.k), g->kv_dim, a->n_past, io.x0, io.a0->ne[1]);
-    mf_cpu_kv_store(a->kv_type, bufp(io.c, k->kv.v), g->kv_dim, a->n_past, io.x1, io.a1->ne[1]);
+    mf_cpu_kv_store(a->k_type, bufp(io.c, k->kv.k), g->kv_dim, a->n_past, io.x0, io.a0->ne[1]);
+    mf_cpu_kv_store(a->v_type, bufp(io.c, k->kv.v), g->kv_dim, a->n_past, io.x1, io.a1->ne[1]);
     return 0;
 }
 
@@ -505,7 +524,8 @@ CPU_OP(op_kv_load) {
         return -1;
     if (n->ne[1] > a->n_ctx)
         return NODE_ERR("%lld rows of a %d-row cache", (long long)n->ne[1], a->n_ctx);
-    mf_cpu_kv_load(a->kv_type, bufp(io.c, n->meta.kv.which ? k->kv.v : k->kv.k), g->kv_dim, n->ne[1], io.y);
+    mf_cpu_kv_load(n->meta.kv.which ? a->v_type : a->k_type, bufp(io.c, n->meta.kv.which ? k->kv.v : k->kv.k),
+                   g->kv_dim, n->ne[1], io.y);
     return 0;
 }
 
@@ -516,7 +536,7 @@ CPU_OP(op_attn) {
         return -1;
     float *dst = (io.x0 == (void *)io.y) ? scratch(io.c, 0, (size_t)io.nel) : io.y;
     mf_cpu_attn(io.c->cpu, io.x0, n->ne[1], m->n_head, m->n_head_kv, m->head_dim, bufp(io.c, k->kv.k),
-                bufp(io.c, k->kv.v), a->kv_type, a->n_past, m->scale, dst);
+                bufp(io.c, k->kv.v), a->k_type, a->v_type, a->n_past, m->scale, m->unfused, dst);
     if (dst != io.y)
         memcpy(io.y, dst, (size_t)io.nel * sizeof *io.y);
     return 0;
@@ -528,6 +548,8 @@ CPU_OP(op_attn_paged) {
     const mf_kv_batch *kb = a->batch;
     if (k->kv.k < 0 || k->kv.v < 0)
         return NODE_ERR("no KV regions for layer %d", m->layer);
+    if (check_kv_types(g, id, a, err))
+        return -1;
     if (!kb || kb->n_tokens != n->ne[1])
         return NODE_ERR("a paged forward of %lld tokens without its batch (%d tokens)",
                         (long long)n->ne[1], kb ? kb->n_tokens : 0);
@@ -536,7 +558,8 @@ CPU_OP(op_attn_paged) {
     const float *xk = bufp(io.c, k->in[1]), *xv = bufp(io.c, k->in[2]);
     float *dst = (io.x0 == (void *)io.y) ? scratch(io.c, 0, (size_t)io.nel) : io.y;
     mf_cpu_attn_paged(io.c->cpu, &pg, io.x0, xk, xv, n->ne[1], m->n_head, m->n_head_kv, m->head_dim,
-                      bufp(io.c, k->kv.k), bufp(io.c, k->kv.v), a->kv_type, m->scale, dst);
+                      bufp(io.c, k->kv.k), bufp(io.c, k->kv.v), a->k_type, a->v_type, m->scale, m->unfused,
+                      dst);
     if (dst != io.y)
         memcpy(io.y, dst, (size_t)io.nel * sizeof *io.y);
     return 0;

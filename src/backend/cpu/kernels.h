@@ -99,18 +99,32 @@ void mf_cpu_softmax(float *x, int64_t n, float scale); /* one row, in place */
 /* ---- KV cache and attention -------------------------------------------------------- */
 
 /* Writes nt rows of kv_dim floats at rows [pos0, pos0 + nt) of a cache region
- * of kv_type (f32, f16 or q8_0: then kv_dim % 32 == 0). */
+ * of kv_type (mf_kv_type_ok: f32, f16, or a 32-element block type q8_0 /
+ * q4_0 / q4_1 / q5_0 / q5_1, then kv_dim % 32 == 0). */
 void mf_cpu_kv_store(uint32_t kv_type, void *cache, int64_t kv_dim, int64_t pos0,
                      const float *src, int64_t nt);
 /* Reads rows [0, n) of a cache region as floats. */
 void mf_cpu_kv_load(uint32_t kv_type, const void *cache, int64_t kv_dim, int64_t n, float *dst);
+/* Elements [e0, e0 + len) of row r as floats (block types: e0 and len whole blocks). */
+void mf_cpu_kv_slice(uint32_t kv_type, const void *cache, int64_t kv_dim, int64_t r, int64_t e0,
+                     int64_t len, float *dst);
 
 /* Causal GQA attention: token t of the batch sits at position n_past + t and
  * attends to cache rows [0, n_past + t]. q and out are nt rows of
  * n_head * head_dim; head h reads KV head h / (n_head / n_head_kv). */
 void mf_cpu_attn(mf_cpu_ctx *c, const float *q, int64_t nt, int32_t n_head, int32_t n_head_kv,
-                 int32_t head_dim, const void *k_cache, const void *v_cache, uint32_t kv_type,
-                 int64_t n_past, float scale, float *out);
+                 int32_t head_dim, const void *k_cache, const void *v_cache, uint32_t k_type,
+                 uint32_t v_type, int64_t n_past, float scale, bool unfused, float *out);
+
+/* Attention without the fused kernel (-fa off): token t reads rows
+ * [0, tn[t]) of K at tk[t] / V at tv[t]. Consecutive tokens with the same
+ * K/V form a run; per (run, KV head) the K and V slices are dequantized,
+ * the score matrix (run tokens x query heads of the group, n_kv columns,
+ * masked past each token's tn) is computed, softmaxed row by row, then
+ * multiplied by V. f32 throughout; independent of the thread count. */
+void mf_cpu_attn_unfused(mf_cpu_ctx *c, const float *q, int64_t nt, int32_t n_head, int32_t n_head_kv,
+                         int32_t head_dim, const void *const *tk, const void *const *tv, const int64_t *tn,
+                         uint32_t k_type, uint32_t v_type, float scale, float *out);
 
 /* The sequences of a paged forward (backend.h's mf_kv_batch, as the kernels
  * see it): token t of sequence seq[t] at position pos[t]; sequence s's
@@ -128,7 +142,7 @@ typedef struct mf_cpu_paged {
  * batch (the same per-(token, head) work on the same row values). */
 void mf_cpu_attn_paged(mf_cpu_ctx *c, const mf_cpu_paged *pg, const float *q, const float *k_new,
                        const float *v_new, int64_t nt, int32_t n_head, int32_t n_head_kv,
-                       int32_t head_dim, void *k_cache, void *v_cache, uint32_t kv_type,
-                       float scale, float *out);
+                       int32_t head_dim, void *k_cache, void *v_cache, uint32_t k_type,
+                       uint32_t v_type, float scale, bool unfused, float *out);
 
 #endif

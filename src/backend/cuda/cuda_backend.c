@@ -75,11 +75,22 @@ static void cu_free(mf_backend *b) {
 
 static mf_cuda_args cu_args_of(const mf_exec_args *a) {
     return (mf_cuda_args){.n_past = a->n_past, .n_tokens = a->n_tokens, .n_ctx = a->n_ctx,
-                          .kv_type = a->kv_type, .out_node = -1, .batch = a->batch};
+                          .kv_type = a->k_type, .out_node = -1, .batch = a->batch};
+}
+
+/* The kernels read K and V with one cache type: different ones are refused
+ * (the runtime says so at session creation; this guards direct callers). */
+static int cu_kv_types(const mf_exec_args *a, mf_error *err) {
+    if (a->k_type != a->v_type)
+        return mf_errorf(err, "cuda: K cache type %s and V cache type %s differ; this backend keeps one type "
+                              "for both", mf_type_name(a->k_type), mf_type_name(a->v_type));
+    return 0;
 }
 
 static int cu_op_exec(mf_backend *b, const mf_graph *g, const mf_node_call *k, const mf_exec_args *a,
                       mf_error *err) {
+    if (cu_kv_types(a, err))
+        return -1;
     const mf_cuda_args ca = cu_args_of(a);
     mf_cub_paged_forget(CX(b)); /* a lone node: its batch may be new */
     return mf_cub_execute_node(b, g, k->node, k->in, k->out, k->kv, &ca, err);
@@ -94,6 +105,8 @@ static int split_run(mf_backend *b, const mf_split_call *s, mf_error *err);
  * (its B rows are B sequences' decode steps, where the wmma tier measured
  * slowest), restored after the split. */
 static int cu_execute_split(mf_backend *b, const mf_split_call *s, mf_error *err) {
+    if (cu_kv_types(s->args, err))
+        return -1;
     cu_ctx *c = CX(b);
     const int keep = c->t.mma_min_nt;
     if (s->args->batch)

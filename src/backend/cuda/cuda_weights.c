@@ -147,8 +147,9 @@ bool mf_cub_supports_op(const mf_backend *b, const mf_node *n) {
     case MF_OP_RMSNORM:
     case MF_OP_QKNORM:
         return norm_weight_ok(c, n->meta.norm.weight);
-    case MF_OP_ATTN:
-        return n->meta.attn.head_dim > 0 && n->meta.attn.head_dim <= MF_CU_ATTN_MAX_HEAD_DIM;
+    case MF_OP_ATTN: /* fused kernels only: unfused attention (-fa off) is the CPU's */
+        return !n->meta.attn.unfused && n->meta.attn.head_dim > 0 &&
+               n->meta.attn.head_dim <= MF_CU_ATTN_MAX_HEAD_DIM;
     case MF_OP_ATTN_PAGED:
         return mf_cub_paged_ok(n);
     case MF_OP_FUSED_QKV:

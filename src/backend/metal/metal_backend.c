@@ -436,8 +436,9 @@ static bool metal_can_run(const mf_backend *b, const mf_node *n) {
     case MF_OP_KVCACHE_STORE:
     case MF_OP_KVCACHE_LOAD:
         return true;
-    case MF_OP_ATTN:
-        return attn_ok(n->meta.attn.n_head, n->meta.attn.n_head_kv, n->meta.attn.head_dim);
+    case MF_OP_ATTN: /* fused kernel only: unfused attention (-fa off) is the CPU's */
+        return !n->meta.attn.unfused &&
+               attn_ok(n->meta.attn.n_head, n->meta.attn.n_head_kv, n->meta.attn.head_dim);
     case MF_OP_MATMUL:
         return mm_ok(&n->meta.matmul);
     case MF_OP_GETROWS:
@@ -824,7 +825,7 @@ static int op_permute(xc *x) {
 /* ---- KV cache and attention ---------------------------------------------------------- */
 
 static int kv_kind(xc *x, size_t *row_bytes) {
-    uint32_t t = x->a->kv_type;
+    uint32_t t = x->a->k_type;
     *row_bytes = mf_type_row_size(t, x->g->kv_dim);
     if (t == MF_TYPE_F32)
         return 0;
@@ -838,12 +839,15 @@ static int kv_kind(xc *x, size_t *row_bytes) {
 }
 
 static int check_kv(xc *x, int64_t nt) {
+    if (x->a->v_type != x->a->k_type) /* the runtime refuses it first; this guards direct callers */
+        return XERR(x, "K cache type %s and V cache type %s differ; this backend keeps one type for both",
+                    mf_type_name(x->a->k_type), mf_type_name(x->a->v_type));
     if (x->kv.k < 0 || x->kv.v < 0 || !pb(x->m, x->kv.k) || !pb(x->m, x->kv.v))
         return XERR(x, "no KV regions for layer %d", mf_node_kv_layer(x->n));
     if (x->a->n_past < 0 || x->a->n_past + nt > x->a->n_ctx)
         return XERR(x, "positions [%d, %lld) outside the context of %d", x->a->n_past,
                     (long long)(x->a->n_past + nt), x->a->n_ctx);
-    size_t rb = mf_type_row_size(x->a->kv_type, x->g->kv_dim);
+    size_t rb = mf_type_row_size(x->a->k_type, x->g->kv_dim);
     size_t need = rb * (size_t)x->a->n_ctx;
     if (pb(x->m, x->kv.k)->bytes < need || pb(x->m, x->kv.v)->bytes < need)
         return XERR(x, "KV regions of %zu / %zu bytes, %d rows of %zu need %zu", pb(x->m, x->kv.k)->bytes,

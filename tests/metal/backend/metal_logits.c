@@ -107,7 +107,7 @@ int main(int argc, char **argv) {
         kv_type = mf_metal_auto_cache_type(m->hp.n_layer, (int64_t)m->hp.n_head_kv * m->hp.head_dim);
     const int n_ctx = n_prompt + n_dec + 1;
     mf_engine_opts eo = {.n_layers = m->hp.n_layer, .kv_dim = (int64_t)m->hp.n_head_kv * m->hp.head_dim,
-                         .n_ctx = n_ctx, .kv_type = kv_type, .n_vocab = m->hp.n_vocab,
+                         .n_ctx = n_ctx, .k_type = kv_type, .v_type = kv_type, .n_vocab = m->hp.n_vocab,
                          /* the engine's levers, as the runtime passes them */
                          .trace = (int32_t)mf_lever_int("MINFER_GRAPH_TRACE"),
                          .profile = mf_lever_flag("MINFER_OP_PROFILE")};
@@ -126,7 +126,8 @@ int main(int argc, char **argv) {
     const bool qwen3 = m->arch == MF_ARCH_QWEN3;
     for (int step = 0; step <= n_dec && !rc; step++) {
         const int nt = step ? 1 : n_prompt, n_past = step ? n_prompt + step - 1 : 0;
-        mf_graph_params p = {.n_tokens = nt, .n_outputs = nt, .n_ctx = n_ctx, .kv_type = kv_type, .gpu = gpu};
+        mf_graph_params p = {.n_tokens = nt, .n_outputs = nt, .n_ctx = n_ctx, .k_type = kv_type, .v_type = kv_type,
+                             .gpu = gpu};
         p.fuse_swiglu = mf_engine_supports_fused(e, &p, MF_FUSE_SWIGLU);
         if (step && !no_fuse) {
             p.fuse_qkv = mf_engine_supports_fused(e, &p, qwen3 ? MF_FUSE_QKV_NORM : MF_FUSE_QKV);

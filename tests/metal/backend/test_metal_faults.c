@@ -50,7 +50,7 @@ static float X[256 * 3];
 /* One forward on [metal, cpu]; returns its rc, err filled. */
 static int forward(mf_engine *e, float *out, mf_error *err) {
     mf_engine_set_external(e, 0, X, sizeof X);
-    mf_graph_params p = {.n_tokens = 3, .n_outputs = 1, .kv_type = MF_TYPE_F32, .gpu = true};
+    mf_graph_params p = {.n_tokens = 3, .n_outputs = 1, .k_type = MF_TYPE_F32, .v_type = MF_TYPE_F32, .gpu = true};
     return mf_engine_forward(e, &p, build, NULL, NULL, 0, out, err);
 }
 
@@ -63,7 +63,8 @@ static mf_engine *engine(mf_error *err) {
     if (mf_backend_metal_new(W, &mo, &b[0], err))
         return NULL;
     MF_ASSERT(mf_backend_cpu_new(W, 1, &b[1], err) == 0);
-    mf_engine_opts eo = {.n_layers = 1, .kv_dim = 64, .n_ctx = 8, .kv_type = MF_TYPE_F32, .n_vocab = 64 * 3};
+    mf_engine_opts eo = {.n_layers = 1, .kv_dim = 64, .n_ctx = 8, .k_type = MF_TYPE_F32, .v_type = MF_TYPE_F32,
+                         .n_vocab = 64 * 3};
     mf_engine *e = NULL;
     if (mf_engine_new(&eo, b, 2, &e, err))
         return NULL;

@@ -214,13 +214,13 @@ static int run_on(int on, tcase *c, const run_opts *ro, float *out, int64_t out_
     }
     MF_ASSERT(mf_backend_cpu_new(W, 2, &b[nb++], err) == 0);
     mf_engine_opts eo = {.n_layers = 1, .kv_dim = ro->kv_dim ? ro->kv_dim : 64, .n_ctx = ro->n_ctx ? ro->n_ctx : 128,
-                         .kv_type = ro->kv_type, .n_vocab = out_n};
+                         .k_type = ro->kv_type, .v_type = ro->kv_type, .n_vocab = out_n};
     mf_engine *e;
     if (mf_engine_new(&eo, b, nb, &e, err))
         return -1;
     for (int k = 0; k < ro->n_ext; k++)
         mf_engine_set_external(e, k, ro->ext[k], (size_t)ro->ext_n[k] * 4);
-    mf_graph_params p = {.n_tokens = (int32_t)c->nt, .n_outputs = 1, .kv_type = ro->kv_type,
+    mf_graph_params p = {.n_tokens = (int32_t)c->nt, .n_outputs = 1, .k_type = ro->kv_type, .v_type = ro->kv_type,
                          .gpu = on == ON_METAL, .fuse_swiglu = ro->fuse_swiglu};
     int rc = 0;
     if (ro->n_past > 0) {
