@@ -449,6 +449,30 @@ static inline void k4_unpack(const uint8_t s[12], int sc[8], int m[8]) {
     }
 }
 
+/* The 6-bit scales (bytes 0-7 of *sc) and mins (*mn) of a Q4_K/Q5_K block,
+ * four at a time with 32-bit word operations (the values k4_unpack gives). */
+static inline void k4_unpack8(const uint8_t s[12], uint64_t *sc, uint64_t *mn) {
+    uint32_t u0, u1, u2;
+    memcpy(&u0, s, 4);
+    memcpy(&u1, s + 4, 4);
+    memcpy(&u2, s + 8, 4);
+    const uint32_t lo6 = 0x3f3f3f3f, lo4 = 0x0f0f0f0f, lo2 = 0x03030303;
+    const uint32_t sc47 = (u2 & lo4) | (((u0 >> 6) & lo2) << 4);
+    const uint32_t m47 = ((u2 >> 4) & lo4) | (((u1 >> 6) & lo2) << 4);
+    *sc = (u0 & lo6) | (uint64_t)sc47 << 32;
+    *mn = (u1 & lo6) | (uint64_t)m47 << 32;
+}
+
+/* int16 lane k of v (k < 8, both 128-bit halves of v equal) in every lane */
+static inline __m256i bcast16(__m256i v, int k) {
+    return _mm256_shuffle_epi8(v, _mm256_set1_epi16((short)(((2 * k + 1) << 8) | (2 * k))));
+}
+
+/* Scales, mins and the min correction come out of vector integer ops, not
+ * a scalar loop per block: the integers, the lanes and the float operations
+ * are the ones of the plain form (per 32 elements madd(maddubs(levels, a),
+ * scale), fma per block, the min term in a float chain), so the result has
+ * the same bits, at about twice the speed on one Zen 3 core. */
 static void dot_q4_K(int64_t n, float *s, const void *vw, const void *va) {
     const mf_block_q4_K *w = vw;
     const mf_block_q8_K *a = va;
@@ -456,16 +480,21 @@ static void dot_q4_K(int64_t n, float *s, const void *vw, const void *va) {
     __m256 acc = _mm256_setzero_ps();
     float sm = 0;
     for (int64_t b = 0; b < n / MF_QK_K; b++) {
-        int sc[8], m[8], summ = 0;
-        k4_unpack(w[b].scales, sc, m);
-        for (int j = 0; j < 8; j++)
-            summ += m[j] * (a[b].bsums[2 * j] + a[b].bsums[2 * j + 1]);
+        uint64_t scb, mnb;
+        k4_unpack8(w[b].scales, &scb, &mnb);
+        /* summ = sum_j m[j] * (bsums[2j] + bsums[2j+1]): each min twice, one madd */
+        const __m128i mb = _mm_cvtsi64_si128((long long)mnb);
+        const __m256i m2 = _mm256_cvtepu8_epi16(_mm_unpacklo_epi8(mb, mb));
+        const int summ = hsum_epi32(_mm256_madd_epi16(m2, load256(a[b].bsums)));
+        const __m256i sc16 = _mm256_broadcastsi128_si256(_mm_cvtepu8_epi16(_mm_cvtsi64_si128((long long)scb)));
         __m256i isum = _mm256_setzero_si256();
         for (int p = 0; p < 4; p++) {
             const __m256i q = load256(w[b].qs + 32 * p);
             const __m256i lo = _mm256_and_si256(q, m4), hi = _mm256_and_si256(_mm256_srli_epi16(q, 4), m4);
-            isum = _mm256_add_epi32(isum, mad_scaled16(lo, load256(a[b].qs + 64 * p), sc[2 * p], sc[2 * p]));
-            isum = _mm256_add_epi32(isum, mad_scaled16(hi, load256(a[b].qs + 64 * p + 32), sc[2 * p + 1], sc[2 * p + 1]));
+            isum = _mm256_add_epi32(isum, _mm256_madd_epi16(_mm256_maddubs_epi16(lo, load256(a[b].qs + 64 * p)),
+                                                            bcast16(sc16, 2 * p)));
+            isum = _mm256_add_epi32(isum, _mm256_madd_epi16(_mm256_maddubs_epi16(hi, load256(a[b].qs + 64 * p + 32)),
+                                                            bcast16(sc16, 2 * p + 1)));
         }
         acc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(isum), _mm256_set1_ps(a[b].d * h2f(w[b].d)), acc);
         sm += a[b].d * h2f(w[b].dmin) * (float)summ;
@@ -502,19 +531,24 @@ static void dot_q5_K(int64_t n, float *s, const void *vw, const void *va) {
     *s = hsum_ps(acc) - sm;
 }
 
+/* As dot_q4_K: the sixteen signed scales widened once per block, each
+ * half's pair broadcast by a shuffle, the bias term one madd; same lanes,
+ * integers and float operations as the plain form, so the same bits. */
 static void dot_q6_K(int64_t n, float *s, const void *vw, const void *va) {
     const mf_block_q6_K *w = vw;
     const mf_block_q8_K *a = va;
     const __m256i m4 = _mm256_set1_epi8(0x0f), m3 = _mm256_set1_epi8(3);
     float sum = 0;
     for (int64_t b = 0; b < n / MF_QK_K; b++) {
-        const int8_t *sc = w[b].scales;
+        const __m256i sc16 = _mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i *)w[b].scales));
         /* levels are stored biased by 32: sum (q-32)*a = sum q*a - 32 sum a */
-        int corr = 0;
-        for (int j = 0; j < 16; j++)
-            corr += sc[j] * a[b].bsums[j];
+        const int corr = hsum_epi32(_mm256_madd_epi16(sc16, load256(a[b].bsums)));
         __m256i isum = _mm256_setzero_si256();
         for (int h = 0; h < 2; h++) {
+            /* scales 8h..8h+7 in both halves: the low half of a group takes
+             * scale j = 8h + 2g, the high half j + 1 */
+            const __m256i sh = h ? _mm256_permute2x128_si256(sc16, sc16, 0x11)
+                                 : _mm256_permute2x128_si256(sc16, sc16, 0x00);
             const __m256i l0 = load256(w[b].ql + 64 * h), l1 = load256(w[b].ql + 64 * h + 32);
             const __m256i qh = load256(w[b].qh + 32 * h);
             const __m256i lo[4] = {_mm256_and_si256(l0, m4), _mm256_and_si256(l1, m4),
@@ -523,8 +557,10 @@ static void dot_q6_K(int64_t n, float *s, const void *vw, const void *va) {
             for (int g = 0; g < 4; g++) {
                 const __m256i hi = _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(qh, 2 * g), m3), 4);
                 const __m256i u = _mm256_or_si256(lo[g], hi);
-                const int j = 8 * h + 2 * g;
-                isum = _mm256_add_epi32(isum, mad_scaled16(u, load256(a[b].qs + 128 * h + 32 * g), sc[j], sc[j + 1]));
+                const __m256i idx = _mm256_set_m128i(_mm_set1_epi16((short)(((4 * g + 3) << 8) | (4 * g + 2))),
+                                                     _mm_set1_epi16((short)(((4 * g + 1) << 8) | (4 * g))));
+                isum = _mm256_add_epi32(isum, _mm256_madd_epi16(_mm256_maddubs_epi16(u, load256(a[b].qs + 128 * h + 32 * g)),
+                                                                _mm256_shuffle_epi8(sh, idx)));
             }
         }
         const int total = hsum_epi32(isum) - 32 * corr;
