@@ -625,6 +625,18 @@ static int open_one(const char *path, const mf_gguf_open_options *o, mf_gguf **o
             free(g);
             return -1;
         }
+#ifdef MADV_HUGEPAGE
+        /* A decode streams every weight once per token, so with 4 KiB pages
+         * each 4 KiB of it costs a TLB miss. Where the page cache can give
+         * 2 MiB folios (ext4 and others on recent kernels), this asks for
+         * them when the file is read in, and the mapping then takes PMD
+         * entries: measured 88 % -> 99.6 % of a 341 MB file PMD-mapped after
+         * a cold read (smaps FilePmdMapped). Pages already cached keep their
+         * size; an advice the kernel refuses changes nothing, so its result
+         * is not checked. */
+        if (!o->read)
+            (void)madvise(map, size, MADV_HUGEPAGE);
+#endif
         if (o->lock && mlock(map, size) != 0)
             mf_log(MF_LOG_WARN, "cannot lock '%s' (%zu bytes) in memory: %s (see ulimit -l)", path,
                    size, strerror(errno));

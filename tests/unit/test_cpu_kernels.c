@@ -564,6 +564,48 @@ MF_TEST(dot4_equals_scalar_bits) {
         }
     printf("  %d four-row cases bit-identical to the scalar twin\n", cases);
 }
+
+/* The AVX2 four-row decode kernels equal the AVX2 one-row kernel bit for
+ * bit on every row (so a thread's grouping of rows never shows in the
+ * result), with random valid bytes (q8_0 weights include -128) and
+ * quantized activations, at the real widths and a single block. */
+MF_TEST(dot4_avx2_equals_one_row_bits) {
+    if (mf_cpu_isa_best() < MF_ISA_AVX2) {
+        printf("  (avx2 not available here)\n");
+        return;
+    }
+    const uint32_t types[] = {MF_TYPE_Q4_0, MF_TYPE_Q5_0, MF_TYPE_Q8_0};
+    const int64_t ns[] = {32, 96, 896, 1536, 3584, 4864, 8960, 18944};
+    int cases = 0;
+    for (size_t ti = 0; ti < sizeof types / sizeof *types; ti++)
+        for (size_t ni = 0; ni < sizeof ns / sizeof *ns; ni++) {
+            const uint32_t wt = types[ti];
+            const int64_t n = ns[ni];
+            const mf_vec_dot4_fn d4 = mf_cpu_dot4_avx2(wt);
+            const mf_cpu_dot *d1 = mf_cpu_dot_avx2(wt);
+            CHECK(d4 != NULL && d1 != NULL);
+            if (!d4 || !d1)
+                continue;
+            const size_t wr = mf_type_row_size(wt, n);
+            uint8_t *w = malloc(wr * 4), *a = malloc(mf_type_row_size(MF_TYPE_Q8_0, n));
+            float *x = malloc(sizeof(float) * (size_t)n);
+            make_weights(wt, w, n, 4, ni % 2 == 0);
+            rand_floats(x, n, 3.0f);
+            mf_cpu_quantize_act(MF_TYPE_Q8_0, x, a, n, MF_ISA_AVX2);
+            float s4[4] = {0}, s1;
+            d4(n, s4, w, wr, a, NULL, NULL);
+            for (int r = 0; r < 4; r++) {
+                d1->dot(n, &s1, w + (size_t)r * wr, a);
+                CHECK_MSG(memcmp(&s1, &s4[r], sizeof s1) == 0 && s1 != 0, "%s n=%lld row %d: %.9g vs one-row %.9g",
+                          mf_type_name(wt), (long long)n, r, s4[r], s1);
+            }
+            cases++;
+            free(w);
+            free(a);
+            free(x);
+        }
+    printf("  %d four-row AVX2 cases bit-identical to the one-row kernel\n", cases);
+}
 #endif
 
 MF_TEST(dot_get_rejects_non_weights) {
@@ -578,6 +620,6 @@ MF_TEST_MAIN(MF_T(scalar_dot_vs_f64), MF_T(act_quant_matches_reference), MF_T(is
              MF_T(matmul_vs_f64_and_threads), MF_T(matmul_equals_dot_real_width), MF_T(matmul_multi_equals_single),
              MF_T(tiles_equal_scalar_twin_bits),
 #if defined(__x86_64__)
-             MF_T(dot4_equals_scalar_bits),
+             MF_T(dot4_equals_scalar_bits), MF_T(dot4_avx2_equals_one_row_bits),
 #endif
              MF_T(dot_get_rejects_non_weights))

@@ -51,6 +51,8 @@ const mf_cpu_dot *mf_cpu_dot_avx2(uint32_t wtype);
 /* IQ4_NL / IQ4_XS (dot_iq4_avx2.c), bit-equal to the scalar kernels. */
 const mf_cpu_dot *mf_cpu_dot_iq4_avx2(uint32_t wtype);
 mf_vec_dotn_fn mf_cpu_dotn_avx2(uint32_t wtype);
+/* four rows, one token, each bit-equal to the one-row AVX2 kernel (ad / as unused) */
+mf_vec_dot4_fn mf_cpu_dot4_avx2(uint32_t wtype);
 bool mf_cpu_quantize_act_avx2(uint32_t act_type, const float *x, void *y, int64_t n);
 const mf_cpu_dot *mf_cpu_dot_avx512(uint32_t wtype);
 bool mf_cpu_quantize_act_avx512(uint32_t act_type, const float *x, void *y, int64_t n);

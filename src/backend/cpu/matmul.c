@@ -296,6 +296,9 @@ void mf_cpu_matmul_multi(mf_cpu_ctx *c, const mf_cpu_mm *mm, int n_mm, int64_t n
         if (nt == 1 && c->isa >= MF_ISA_AVX512)
             dot4[i] = mf_cpu_dot4_avx512(mm[i].wtype);
         any_aux |= gemm[i] || dot4[i];
+        /* the AVX2 four-row kernels read no aux (not counted above) */
+        if (nt == 1 && c->isa == MF_ISA_AVX2)
+            dot4[i] = mf_cpu_dot4_avx2(mm[i].wtype);
 #endif
         if (dots[i]->act_type == MF_TYPE_F32)
             continue;
@@ -310,7 +313,7 @@ void mf_cpu_matmul_multi(mf_cpu_ctx *c, const mf_cpu_mm *mm, int n_mm, int64_t n
             total += (q.row[k] * (size_t)nt + 63) & ~(size_t)63;
             kind_of[i] = k;
         }
-        if ((gemm[i] || dot4[i]) && dots[i]->act_type == MF_TYPE_Q8_0)
+        if ((gemm[i] || (dot4[i] && c->isa >= MF_ISA_AVX512)) && dots[i]->act_type == MF_TYPE_Q8_0)
             q.aux_kind = kind_of[i];
     }
     const size_t aux_bytes = any_aux ? (size_t)(nt * (n_in / MF_QK8_0)) * 4 : 0;
