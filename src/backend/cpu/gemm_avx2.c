@@ -14,6 +14,7 @@
  * as a broadcast load, and the eight accumulators stay in registers across
  * the whole row. */
 #include <immintrin.h>
+#include <string.h>
 
 #include "backend/cpu/kernels_isa.h"
 
@@ -48,12 +49,12 @@ static inline __m256i madd_u8i8(__m256i u, __m256i s) {
     static ALWAYS_INLINE void name(int64_t nb, const wblock *w, const uint8_t *a, size_t a_row,             \
                                    const float *da, float *y, int64_t ldy, const int T) {                  \
         __m256 acc[GROUP];                                                                                  \
+        _Alignas(32) float sc[GROUP];                                                                       \
         for (int t = 0; t < T; t++)                                                                         \
             acc[t] = _mm256_setzero_ps();                                                                   \
         for (int64_t b = 0; b < nb; b++) {                                                                  \
             const __m256i q = LEVELS;                                                                       \
             const __m256i aq = _mm256_sign_epi8(q, q);                                                      \
-            _Alignas(32) float sc[GROUP];                                                                   \
             _mm256_store_ps(sc, _mm256_mul_ps(_mm256_set1_ps(h2f(w[b].d)), _mm256_load_ps(da + GROUP * b))); \
             for (int t = 0; t < T; t++) {                                                                   \
                 const mf_block_q8_0 *x = (const mf_block_q8_0 *)(a + (size_t)t * a_row) + b;              \
@@ -68,29 +69,34 @@ static inline __m256i madd_u8i8(__m256i u, __m256i s) {
 SIGNED_ROW(row_q4_0, mf_block_q4_0, _mm256_sub_epi8(nibbles32(w[b].qs), _mm256_set1_epi8(8)))
 SIGNED_ROW(row_q8_0, mf_block_q8_0, _mm256_loadu_si256((const __m256i *)w[b].qs))
 
-/* Q4_1: unsigned levels, so no sign step; the offset term m * s is summed
- * per token in the one-token kernel's scalar form (sa: the activation block
- * sums as floats, laid out like da). */
+/* Q4_1: unsigned levels, so no sign step. The offset term m * s of the
+ * eight tokens is one C expression on a vector type, written as the
+ * one-token kernel writes it for a scalar (sm += mw * sa): the compiler
+ * contracts both into an fma or neither, so each lane keeps that kernel's
+ * bits under either compiler's default (sa: the activation block sums as
+ * floats, laid out like da). */
+typedef float v8f __attribute__((vector_size(32)));
+
 static ALWAYS_INLINE void row_q4_1(int64_t nb, const mf_block_q4_1 *w, const uint8_t *a, size_t a_row,
                                    const float *da, const float *sa, float *y, int64_t ldy, const int T) {
     __m256 acc[GROUP];
-    float sm[GROUP];
-    for (int t = 0; t < T; t++) {
+    v8f sm = {0};
+    _Alignas(32) float sc[GROUP];
+    for (int t = 0; t < T; t++)
         acc[t] = _mm256_setzero_ps();
-        sm[t] = 0;
-    }
     for (int64_t b = 0; b < nb; b++) {
         const __m256i q = nibbles32(w[b].qs);
         const float mw = h2f(w[b].m);
-        _Alignas(32) float sc[GROUP];
+        const v8f mwv = {mw, mw, mw, mw, mw, mw, mw, mw};
         _mm256_store_ps(sc, _mm256_mul_ps(_mm256_set1_ps(h2f(w[b].d)), _mm256_load_ps(da + GROUP * b)));
         for (int t = 0; t < T; t++) {
             const mf_block_q8_1 *x = (const mf_block_q8_1 *)(a + (size_t)t * a_row) + b;
             const __m256i p = madd_u8i8(q, _mm256_loadu_si256((const __m256i *)x->qs));
             acc[t] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(p), _mm256_broadcast_ss(&sc[t]), acc[t]);
         }
-        for (int t = 0; t < T; t++)
-            sm[t] += mw * sa[GROUP * b + t];
+        v8f sav;
+        memcpy(&sav, sa + GROUP * b, sizeof sav);
+        sm += mwv * sav;
     }
     for (int t = 0; t < T; t++)
         y[t * ldy] = hsum_ps(acc[t]) + sm[t];
