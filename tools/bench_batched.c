@@ -7,7 +7,11 @@
  * tokens (timed: T_PP, S_PP = B*PP / T_PP), then TG steps each decode one
  * token of every sequence in one forward (T_TG, S_TG = B*TG / T_TG).
  * N_KV = B*(PP+TG), T = T_PP + T_TG, S = N_KV / T. One untimed warm-up
- * forward per case builds the step's graph. Uses only include/minfer.h. */
+ * forward per case builds the step's graph. With -r N every case runs N
+ * times in interleaved rounds (all cases once, then all again, ...) and a
+ * row reports the median T_PP and T_TG: on a shared machine the load moves
+ * during a run, and only cases measured side by side compare. Uses only
+ * include/minfer.h. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -31,7 +35,7 @@ typedef struct bb_list {
 typedef struct bb_opts {
     const char *model, *ctk, *ctv, *device;
     bb_list pp, tg, pl;
-    int32_t n_threads, n_batch;
+    int32_t n_threads, n_batch, reps;
     bool json;
 } bb_opts;
 
@@ -50,6 +54,8 @@ static void bb_usage(FILE *f) {
             "  -npl LIST                sequences decoded together (default 1,2,4,8,16)\n"
             "  -t, --threads N          CPU threads (default: all cores)\n"
             "  -b, --batch-size N       tokens per prefill forward (default 2048)\n"
+            "  -r, --repetitions N      run every case N times in interleaved rounds and\n"
+            "                           report the median times (default 1)\n"
             "  -ctk, --cache-type-k T   K cache type f32, f16, q8_0, q4_0, q4_1, q5_0, q5_1\n"
             "                           (default f32; also V's unless -ctv)\n"
             "  -ctv, --cache-type-v T   V cache type (default: -ctk's)\n"
@@ -96,6 +102,7 @@ static int bb_parse(int argc, char **argv, bb_opts *o) {
     o->tg = (bb_list){{128}, 1};
     o->pl = (bb_list){{1, 2, 4, 8, 16}, 5};
     o->n_batch = 2048;
+    o->reps = 1;
     o->device = "auto";
     mf_error e = {{0}};
     for (int i = 1; i < argc; i++) {
@@ -128,6 +135,9 @@ static int bb_parse(int argc, char **argv, bb_opts *o) {
                 return mf_arg_fail(cmd, &e);
         } else if (VAL("-b") || VAL("--batch-size")) {
             if (r < 0 || mf_arg_i32(a, v, 1, 1 << 20, &o->n_batch, &e))
+                return mf_arg_fail(cmd, &e);
+        } else if (VAL("-r") || VAL("--repetitions")) {
+            if (r < 0 || mf_arg_i32(a, v, 1, 1000, &o->reps, &e))
                 return mf_arg_fail(cmd, &e);
         } else if (VAL("-ctk") || VAL("--cache-type-k")) {
             OK();
@@ -163,6 +173,17 @@ typedef struct bb_row {
     int64_t n_kv;
     double t_pp, t_tg;
 } bb_row;
+
+static int bb_cmp_double(const void *a, const void *b) {
+    const double x = *(const double *)a, y = *(const double *)b;
+    return x < y ? -1 : x > y;
+}
+
+/* The median of v[0..n) (sorts v). */
+static double bb_median(double *v, int n) {
+    qsort(v, (size_t)n, sizeof *v, bb_cmp_double);
+    return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
+}
 
 static uint64_t bb_rng = 0x2545F4914F6CDD1Dull;
 static int32_t bb_token(int32_t n_vocab) {
@@ -276,38 +297,54 @@ int mf_cmd_bench_batched(int argc, char **argv) {
         return 1;
     }
     int n_out = 0, failed = 0;
-    for (int i = 0; i < o.pp.n; i++)
-        for (int k = 0; k < o.tg.n; k++)
-            for (int j = 0; j < o.pl.n; j++) {
-                bb_row r = {.pp = o.pp.v[i], .tg = o.tg.v[k], .b = o.pl.v[j]};
-                if (bb_case(m, &o, &r)) {
-                    failed = 1;
-                    continue;
-                }
-                const double s_pp = (double)r.b * r.pp / r.t_pp, s_tg = (double)r.b * r.tg / r.t_tg,
-                             t = r.t_pp + r.t_tg, s = (double)r.n_kv / t;
-                if (n_out == 0 && !o.json) /* the head with the first row: a failed run prints none */
-                    printf("model: %s (%s), backend %s, n_batch %d, commit %s\n\n"
-                           "|    PP |     TG |    B |   N_KV |   T_PP s | S_PP t/s |   T_TG s | S_TG t/s |      T s |    S t/s |\n"
-                           "|-------|--------|------|--------|----------|----------|----------|----------|----------|----------|\n",
-                           o.model, minfer_model_desc(m), minfer_model_backend(m), o.n_batch,
-                           MINFER_BUILD_COMMIT);
-                if (n_out == 0 && o.json)
-                    printf("[");
-                if (o.json)
-                    printf("%s\n  {\"pp\": %d, \"tg\": %d, \"pl\": %d, \"n_kv\": %lld, \"t_pp\": %.6f, "
-                           "\"speed_pp\": %.3f, \"t_tg\": %.6f, \"speed_tg\": %.3f, \"t\": %.6f, "
-                           "\"speed\": %.3f, \"model\": \"%s\", \"backend\": \"%s\", \"commit\": \"%s\"}",
-                           n_out ? "," : "", r.pp, r.tg, r.b, (long long)r.n_kv, r.t_pp, s_pp, r.t_tg,
-                           s_tg, t, s, minfer_model_desc(m), minfer_model_backend(m), MINFER_BUILD_COMMIT);
-                else
-                    printf("| %5d | %6d | %4d | %6lld | %8.3f | %8.2f | %8.3f | %8.2f | %8.3f | %8.2f |\n",
-                           r.pp, r.tg, r.b, (long long)r.n_kv, r.t_pp, s_pp, r.t_tg, s_tg, t, s);
-                fflush(stdout);
-                n_out++;
+    const int n_case = o.pp.n * o.tg.n * o.pl.n;
+    double *t_pp = calloc((size_t)n_case * (size_t)o.reps, sizeof *t_pp);
+    double *t_tg = calloc((size_t)n_case * (size_t)o.reps, sizeof *t_tg);
+    bool *bad = calloc((size_t)n_case, sizeof *bad);
+    for (int rep = 0; rep < o.reps; rep++)
+        for (int c = 0; c < n_case; c++) {
+            const int j = c % o.pl.n, k = c / o.pl.n % o.tg.n, i = c / (o.pl.n * o.tg.n);
+            bb_row r = {.pp = o.pp.v[i], .tg = o.tg.v[k], .b = o.pl.v[j]};
+            if (bad[c])
+                continue;
+            if (bb_case(m, &o, &r)) {
+                failed = 1;
+                bad[c] = true;
+                continue;
             }
+            t_pp[(size_t)c * o.reps + rep] = r.t_pp;
+            t_tg[(size_t)c * o.reps + rep] = r.t_tg;
+            if (rep < o.reps - 1)
+                continue;
+            r.t_pp = bb_median(t_pp + (size_t)c * o.reps, o.reps);
+            r.t_tg = bb_median(t_tg + (size_t)c * o.reps, o.reps);
+            const double s_pp = (double)r.b * r.pp / r.t_pp, s_tg = (double)r.b * r.tg / r.t_tg,
+                         t = r.t_pp + r.t_tg, s = (double)r.n_kv / t;
+            if (n_out == 0 && !o.json) /* the head with the first row: a failed run prints none */
+                printf("model: %s (%s), backend %s, n_batch %d, commit %s\n\n"
+                       "|    PP |     TG |    B |   N_KV |   T_PP s | S_PP t/s |   T_TG s | S_TG t/s |      T s |    S t/s |\n"
+                       "|-------|--------|------|--------|----------|----------|----------|----------|----------|----------|\n",
+                       o.model, minfer_model_desc(m), minfer_model_backend(m), o.n_batch,
+                       MINFER_BUILD_COMMIT);
+            if (n_out == 0 && o.json)
+                printf("[");
+            if (o.json)
+                printf("%s\n  {\"pp\": %d, \"tg\": %d, \"pl\": %d, \"n_kv\": %lld, \"t_pp\": %.6f, "
+                       "\"speed_pp\": %.3f, \"t_tg\": %.6f, \"speed_tg\": %.3f, \"t\": %.6f, "
+                       "\"speed\": %.3f, \"model\": \"%s\", \"backend\": \"%s\", \"commit\": \"%s\"}",
+                       n_out ? "," : "", r.pp, r.tg, r.b, (long long)r.n_kv, r.t_pp, s_pp, r.t_tg,
+                       s_tg, t, s, minfer_model_desc(m), minfer_model_backend(m), MINFER_BUILD_COMMIT);
+            else
+                printf("| %5d | %6d | %4d | %6lld | %8.3f | %8.2f | %8.3f | %8.2f | %8.3f | %8.2f |\n",
+                       r.pp, r.tg, r.b, (long long)r.n_kv, r.t_pp, s_pp, r.t_tg, s_tg, t, s);
+            fflush(stdout);
+            n_out++;
+        }
     if (o.json && n_out)
         printf("\n]\n");
+    free(t_pp);
+    free(t_tg);
+    free(bad);
     minfer_model_free(m);
     return failed;
 }

@@ -39,6 +39,17 @@ if "$BIN" bench -m "$M" -npp 4 -ntg 2 -npl 2 -t 1 --device cpu >"$TMP/b.md" 2>"$
 grep -q "|    PP |     TG |    B |   N_KV |" "$TMP/b.md" && pass || fail "md header: $(cat "$TMP/b.md")"
 [ "$(grep -c '^|     4 |      2 |    2 |     12 |' "$TMP/b.md")" = 1 ] && pass || fail "md row: $(cat "$TMP/b.md")"
 
+# -r: interleaved rounds, still one row per combination, each with the median times
+if "$BIN" bench -m "$M" -npp 4 -ntg 2 -npl 1,2 -r 3 -t 1 --device cpu -o json >"$TMP/r.json" 2>"$TMP/err"; then
+    pass; else fail "batched bench -r 3 failed: $(cat "$TMP/err")"; fi
+"$PY" - "$TMP/r.json" <<'PYEOF' && pass || fail "batched bench -r json content"
+import json, sys
+rows = json.load(open(sys.argv[1]))
+assert [r["pl"] for r in rows] == [1, 2], rows
+assert all(r["t_pp"] > 0 and r["t_tg"] > 0 for r in rows), rows
+PYEOF
+expect_fail 2 "-r: 0 is out of range" "$BIN" bench -m "$M" -npl 1 -r 0
+
 expect_fail 2 "-npl: 0 is out of range" "$BIN" bench -m "$M" -npl 0
 expect_fail 2 "-npp: '4,,8' is not a comma-separated list" "$BIN" bench -m "$M" -npp 4,,8
 expect_fail 2 "unknown option '--bogus' in batched mode" "$BIN" bench -m "$M" -npl 1 --bogus

@@ -237,9 +237,11 @@ static void attn_run(mf_cpu_ctx *c, attn_job *j, const float *q, int64_t nt, int
         j->stride = (size_t)j->group * (size_t)j->ld;
     j->scratch = mf_cpu_ctx_attn_scratch(c, j->stride * (size_t)nth);
     atomic_init(&j->next, 0);
-    /* a short decode row is a microsecond of work: less than waking the pool */
+    /* a short decode row is a microsecond of work: less than waking the
+     * pool (on every ISA; which thread computes a (token, head) does not
+     * change its bits) */
     const bool small = (double)nt * (double)max_kv * n_head * head_dim < 65536.0;
-    if (nt * n_head == 1 || (j->avx512 && (nt * n_head_kv == 1 || small)))
+    if (nt * n_head == 1 || small || (j->avx512 && nt * n_head_kv == 1))
         attn_worker(j, 0, 1);
     else
         mf_pool_run(mf_cpu_ctx_pool(c), attn_worker, j);

@@ -54,6 +54,25 @@ mf_vec_dotn_fn mf_cpu_dotn_avx2(uint32_t wtype);
 /* four rows, one token, each bit-equal to the one-row AVX2 kernel (ad / as unused) */
 mf_vec_dot4_fn mf_cpu_dot4_avx2(uint32_t wtype);
 bool mf_cpu_quantize_act_avx2(uint32_t act_type, const float *x, void *y, int64_t n);
+
+/* Multi-token tile on AVX2 (gemm_avx2.c): rows weight rows of wtype at w
+ * (w_row bytes apart) times nt tokens of activations (rows of a_row bytes
+ * at act, the dot's activation format) into y[t * ldy + r], each output
+ * bit-equal to the one-token dot of dot_avx2.c. scratch holds
+ * mf_cpu_avx2_tile_scratch(n_in) bytes private to the caller. */
+typedef struct mf_cpu_avx2_tile {
+    const uint8_t *w;
+    size_t w_row;
+    int64_t rows, n_in, nt;
+    const uint8_t *act;
+    size_t a_row;
+    float *y;
+    int64_t ldy;
+    float *scratch;
+} mf_cpu_avx2_tile;
+typedef void (*mf_cpu_avx2_tile_fn)(const mf_cpu_avx2_tile *g);
+mf_cpu_avx2_tile_fn mf_cpu_avx2_tile_get(uint32_t wtype); /* NULL: no tile for wtype */
+size_t mf_cpu_avx2_tile_scratch(int64_t n_in);
 const mf_cpu_dot *mf_cpu_dot_avx512(uint32_t wtype);
 bool mf_cpu_quantize_act_avx512(uint32_t act_type, const float *x, void *y, int64_t n);
 mf_vec_dot4_fn mf_cpu_dot4_avx512(uint32_t wtype);

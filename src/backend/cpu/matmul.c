@@ -124,6 +124,9 @@ typedef struct mm_part {
     mf_vec_dotn_fn dotn; /* one row, up to four tokens at a time (NULL: none) */
     uint32_t wtype;
     bool gemm; /* multi-token tiles of gemm_avx512.c (tile_rows == 32) */
+#if MF_CPU_X86
+    mf_cpu_avx2_tile_fn avx2_tile; /* multi-token tiles of gemm_avx2.c (NULL: none) */
+#endif
     const uint8_t *a;
     size_t a_row; /* bytes per activation row */
     float *y;
@@ -178,6 +181,15 @@ static void mm_tile(const mm_job *j, const mm_part *p, int64_t k, int ith, const
             .ad = j->ad ? j->ad + t0 * nb : NULL, .as = j->as ? j->as + t0 * nb : NULL, .y = p->y + t0 * p->n_out + r0, .ldy = p->n_out,
             .scratch = j->pack + (size_t)ith * j->pack_stride, .pf = pf, .pf_bytes = pf_bytes};
         mf_cpu_gemm_avx512(&g);
+        return;
+    }
+    if (p->avx2_tile) {
+        const mf_cpu_avx2_tile g = {
+            .w = p->w + (size_t)r0 * p->w_row, .w_row = p->w_row, .rows = r1 - r0, .n_in = j->n_in,
+            .nt = t1 - t0, .act = p->a + (size_t)t0 * p->a_row, .a_row = p->a_row,
+            .y = p->y + t0 * p->n_out + r0, .ldy = p->n_out,
+            .scratch = (float *)(j->pack + (size_t)ith * j->pack_stride)};
+        p->avx2_tile(&g);
         return;
     }
 #else
@@ -275,7 +287,7 @@ void mf_cpu_matmul_multi(mf_cpu_ctx *c, const mf_cpu_mm *mm, int n_mm, int64_t n
     quant_job q = {.x = x, .n_in = n_in, .nt = nt, .isa = c->isa, .aux_kind = -1};
     const mf_cpu_dot *dots[MM_MAX_PARTS];
     int kind_of[MM_MAX_PARTS];
-    bool gemm[MM_MAX_PARTS], any_gemm = false, any_aux = false;
+    bool gemm[MM_MAX_PARTS], any_gemm = false, any_aux = false, any_avx2_tile = false;
     mf_vec_dot4_fn dot4[MM_MAX_PARTS];
     size_t total = 0;
     int64_t sum_out = 0;
@@ -293,6 +305,7 @@ void mf_cpu_matmul_multi(mf_cpu_ctx *c, const mf_cpu_mm *mm, int n_mm, int64_t n
          * tiles does not); it computes the same bits */
         gemm[i] = nt > 1 && c->isa >= MF_ISA_AVX512 && mf_cpu_gemm_supported(mm[i].wtype);
         any_gemm |= gemm[i];
+        any_avx2_tile |= nt > 1 && c->isa == MF_ISA_AVX2 && mf_cpu_avx2_tile_get(mm[i].wtype);
         if (nt == 1 && c->isa >= MF_ISA_AVX512)
             dot4[i] = mf_cpu_dot4_avx512(mm[i].wtype);
         any_aux |= gemm[i] || dot4[i];
@@ -361,6 +374,16 @@ void mf_cpu_matmul_multi(mf_cpu_ctx *c, const mf_cpu_mm *mm, int n_mm, int64_t n
         j->tile_rows = j->tile_rows < 4 ? 4 : j->tile_rows > 64 ? 64 : j->tile_rows & ~(int64_t)3; /* dot4 groups */
         j->ad = q.ad;
         j->as = q.as;
+    } else if (any_avx2_tile) {
+        /* 16 rows x 16 tokens: each row's blocks are unpacked once per
+         * eight tokens, and the tile's activations (16 tokens) stay in L1/L2
+         * while its rows stream past them */
+        j->tile_toks = nt < 16 ? nt : 16;
+        j->tile_rows = 16;
+#if MF_CPU_X86
+        j->pack_stride = (mf_cpu_avx2_tile_scratch(n_in) + 63) & ~(size_t)63;
+        j->pack = ctx_scratch(&c->pack, &c->pack_cap, j->pack_stride * (size_t)nth);
+#endif
     } else {
         j->tile_toks = nt < 16 ? nt : 16;
         j->tile_rows = 8;
@@ -379,6 +402,7 @@ void mf_cpu_matmul_multi(mf_cpu_ctx *c, const mf_cpu_mm *mm, int n_mm, int64_t n
          * tiles have their own kernel) */
         if (nt > 1 && !gemm[i] && c->isa == MF_ISA_AVX2)
             p->dotn = mf_cpu_dotn_avx2(mm[i].wtype);
+        p->avx2_tile = nt > 1 && c->isa == MF_ISA_AVX2 ? mf_cpu_avx2_tile_get(mm[i].wtype) : NULL;
 #endif
         p->wtype = mm[i].wtype;
         p->gemm = gemm[i];

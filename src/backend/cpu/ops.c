@@ -55,7 +55,9 @@ void mf_cpu_rmsnorm(mf_cpu_ctx *c, const float *x, const float *w, float *y, int
                     int64_t nrows, float eps) {
     const mf_cpu_isa isa = c ? mf_cpu_ctx_isa(c) : mf_cpu_isa_default();
     norm_job j = {x, w, y, n, nrows, eps, isa == MF_ISA_AVX512};
-    if (c && nrows >= 8)
+    /* a batch of decode rows (8 x 896) is microseconds of work: less than
+     * waking the pool, which on a loaded machine costs far more */
+    if (c && nrows >= 8 && nrows * n >= 32768)
         mf_pool_run(mf_cpu_ctx_pool(c), norm_worker, &j);
     else
         norm_worker(&j, 0, 1);
