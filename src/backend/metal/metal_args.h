@@ -123,6 +123,22 @@ typedef struct mf_mtl_attn_args {
     float scale;
 } mf_mtl_attn_args;
 
+/* ATTN_PAGED (paged.metal): nt tokens of n_head heads, each over its own
+ * sequence's positions [0, pos] in a pool of block_size-row blocks (rows
+ * row_bytes apart, kv_dim = n_head_kv * head_dim); the batch buffer's layout
+ * is paged.metal's (n_seqs sequences). */
+typedef struct mf_mtl_paged_args {
+    int64_t row_bytes;
+    int32_t nt;
+    int32_t n_seqs;
+    int32_t n_head;
+    int32_t n_head_kv;
+    int32_t head_dim;
+    int32_t kv_dim;
+    int32_t block_size;
+    float scale;
+} mf_mtl_paged_args;
+
 #ifndef __METAL_VERSION__
 _Static_assert(sizeof(mf_mtl_ew_args) == 24, "ew args");
 _Static_assert(sizeof(mf_mtl_copy_args) == 40, "copy args");
@@ -134,6 +150,7 @@ _Static_assert(sizeof(mf_mtl_mm_args) == 24, "mm args");
 _Static_assert(sizeof(mf_mtl_mm3_args) == 32, "mm3 args");
 _Static_assert(sizeof(mf_mtl_kv_args) == 24, "kv args");
 _Static_assert(sizeof(mf_mtl_attn_args) == 40, "attn args");
+_Static_assert(sizeof(mf_mtl_paged_args) == 40, "paged args");
 #endif
 
 #endif

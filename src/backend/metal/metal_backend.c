@@ -41,7 +41,10 @@
     K(kv_store_q8_0, "mf_kv_store_q8_0") K(kv_load_f32, "mf_kv_load_f32")                       \
     K(kv_load_f16, "mf_kv_load_f16") K(kv_load_q8_0, "mf_kv_load_q8_0")                         \
     K(attn_part_f32, "mf_attn_part_f32") K(attn_part_f16, "mf_attn_part_f16")                   \
-    K(attn_part_q8_0, "mf_attn_part_q8_0") K(attn_combine, "mf_attn_combine")
+    K(attn_part_q8_0, "mf_attn_part_q8_0") K(attn_combine, "mf_attn_combine")                  \
+    K(paged_store_f32, "mf_paged_store_f32") K(paged_store_f16, "mf_paged_store_f16")           \
+    K(paged_store_q8_0, "mf_paged_store_q8_0") K(paged_attn_f32, "mf_paged_attn_f32")           \
+    K(paged_attn_f16, "mf_paged_attn_f16") K(paged_attn_q8_0, "mf_paged_attn_q8_0")
 
 /* Every kernel, once: the fixed ones, then each per-type family in turn
  * (K is defined at each use: the enum, then the name table). */
@@ -148,6 +151,15 @@ typedef struct metal_be {
     mf_mtl_buf **grave;       /* replaced scratch still referenced by the open command buffer */
     int n_grave, cap_grave;
     mf_mtl_buf *dummy;        /* bound where a kernel's optional buffer is absent */
+    /* ATTN_PAGED: the batch buffer (paged.metal's layout) as last uploaded,
+     * and its host copy to tell a new batch from the same one */
+    mf_mtl_buf *paged;
+    int32_t *paged_dev;       /* the buffer's contents */
+    size_t paged_cap;         /* ints the buffer holds */
+    int32_t *paged_host;      /* the ints of the batch being checked */
+    size_t paged_host_cap;
+    size_t paged_n;           /* ints of the uploaded batch (0: none) */
+    int64_t paged_max_block;  /* the largest block id it lists */
     int64_t n_dispatch;
 } metal_be;
 
@@ -377,6 +389,17 @@ static int metal_synchronize(mf_backend *b, mf_error *err) {
     return rc;
 }
 
+/* A buffer the open command buffer may still read: freed at the next
+ * submit. */
+static void bury(metal_be *m, mf_mtl_buf *b) {
+    if (m->n_grave == m->cap_grave) {
+        m->cap_grave = m->cap_grave ? 2 * m->cap_grave : 8;
+        m->grave = realloc(m->grave, (size_t)m->cap_grave * sizeof *m->grave);
+        MF_ASSERT(m->grave);
+    }
+    m->grave[m->n_grave++] = b;
+}
+
 /* Scratch slot s of at least nbytes (its old buffer stays alive until the
  * open command buffer is submitted). */
 static mf_mtl_buf *scratch(metal_be *m, int s, size_t nbytes, mf_error *err) {
@@ -386,14 +409,8 @@ static mf_mtl_buf *scratch(metal_be *m, int s, size_t nbytes, mf_error *err) {
         mf_mtl_buf *nb = mf_mtl_buf_new(m->dev, want, &host, err);
         if (!nb)
             return NULL;
-        if (m->scratch[s]) {
-            if (m->n_grave == m->cap_grave) {
-                m->cap_grave = m->cap_grave ? 2 * m->cap_grave : 8;
-                m->grave = realloc(m->grave, (size_t)m->cap_grave * sizeof *m->grave);
-                MF_ASSERT(m->grave);
-            }
-            m->grave[m->n_grave++] = m->scratch[s];
-        }
+        if (m->scratch[s])
+            bury(m, m->scratch[s]);
         m->scratch[s] = nb;
         m->scratch_n[s] = want;
     }
@@ -436,7 +453,8 @@ static bool metal_can_run(const mf_backend *b, const mf_node *n) {
     case MF_OP_KVCACHE_STORE:
     case MF_OP_KVCACHE_LOAD:
         return true;
-    case MF_OP_ATTN: /* fused kernel only: unfused attention (-fa off) is the CPU's */
+    case MF_OP_ATTN: /* fused kernels only: unfused attention (-fa off) is the CPU's */
+    case MF_OP_ATTN_PAGED:
         return !n->meta.attn.unfused &&
                attn_ok(n->meta.attn.n_head, n->meta.attn.n_head_kv, n->meta.attn.head_dim);
     case MF_OP_MATMUL:
@@ -935,6 +953,137 @@ static int op_attn(xc *x) {
                      x->n->ne[1]);
 }
 
+/* The forward's batch in paged.metal's layout, into m->paged_host; returns
+ * its ints, or -1 (err) for a token without a sequence, a position or a
+ * table, or a negative block id. */
+static int64_t paged_build(xc *x, const mf_kv_batch *kb) {
+    metal_be *m = x->m;
+    const int32_t nt = kb->n_tokens, bs = kb->block_size;
+    int32_t *need = mf_calloc((size_t)kb->n_seqs, sizeof *need); /* max pos + 1 per sequence */
+    for (int32_t t = 0; t < nt; t++) {
+        const int32_t s = kb->seq[t];
+        if (s < 0 || s >= kb->n_seqs || kb->pos[t] < 0 || !kb->tables[s]) {
+            free(need);
+            return XERR(x, "batch token %d: sequence %d of %d at position %d (no block table)", t, s,
+                        kb->n_seqs, kb->pos[t]);
+        }
+        need[s] = kb->pos[t] + 1 > need[s] ? kb->pos[t] + 1 : need[s];
+    }
+    int64_t n_blocks = 0;
+    for (int32_t s = 0; s < kb->n_seqs; s++)
+        n_blocks += (need[s] + bs - 1) / bs;
+    const int64_t n = 2 * (int64_t)nt + kb->n_seqs + n_blocks;
+    if (n > INT32_MAX) {
+        free(need);
+        return XERR(x, "a paged batch of %lld ints", (long long)n);
+    }
+    if (m->paged_host_cap < (size_t)n) {
+        free(m->paged_host);
+        m->paged_host_cap = (size_t)n + (size_t)n / 2 + 64;
+        m->paged_host = mf_malloc(m->paged_host_cap * sizeof *m->paged_host);
+    }
+    int32_t *h = m->paged_host, *off = h + 2 * (int64_t)nt, *blk = off + kb->n_seqs;
+    memcpy(h, kb->seq, (size_t)nt * sizeof *h);
+    memcpy(h + nt, kb->pos, (size_t)nt * sizeof *h);
+    int64_t k = 0, max_block = 0;
+    for (int32_t s = 0; s < kb->n_seqs; s++) {
+        off[s] = (int32_t)k;
+        for (int32_t b = 0; b < (need[s] + bs - 1) / bs; b++) {
+            const int32_t id = kb->tables[s][b];
+            if (id < 0) {
+                free(need);
+                return XERR(x, "sequence %d: block %d of its table is %d", s, b, id);
+            }
+            max_block = id > max_block ? id : max_block;
+            blk[k++] = id;
+        }
+    }
+    free(need);
+    m->paged_max_block = max_block;
+    return n;
+}
+
+/* The batch on the device: built each call (cheap: a few ints a token and a
+ * block), uploaded only when it differs from the buffer's, so the layers of
+ * one forward share one upload. A buffer the open command buffer may read is
+ * never rewritten: a new one takes its place. */
+static int paged_upload(xc *x, const mf_kv_batch *kb) {
+    metal_be *m = x->m;
+    const int64_t n = paged_build(x, kb);
+    if (n < 0)
+        return -1;
+    const size_t bytes = (size_t)n * sizeof(int32_t);
+    if (m->paged && m->paged_n == (size_t)n && !memcmp(m->paged_dev, m->paged_host, bytes))
+        return 0;
+    if (!m->paged || m->paged_cap < (size_t)n || mf_mtl_dev_pending(m->dev)) {
+        const size_t cap = (size_t)n + (size_t)n / 2 + 1024;
+        void *host;
+        mf_mtl_buf *nb = mf_mtl_buf_new(m->dev, cap * sizeof(int32_t), &host, x->err);
+        if (!nb)
+            return -1;
+        if (m->paged) {
+            if (mf_mtl_dev_pending(m->dev))
+                bury(m, m->paged);
+            else
+                mf_mtl_buf_free(m->paged);
+        }
+        m->paged = nb;
+        m->paged_dev = host;
+        m->paged_cap = cap;
+    }
+    memcpy(m->paged_dev, m->paged_host, bytes);
+    m->paged_n = (size_t)n;
+    return 0;
+}
+
+/* ATTN_PAGED: each token's K/V rows into its sequence's slot, then causal
+ * GQA attention of each token over its own sequence's blocks. */
+static int op_attn_paged(xc *x) {
+    const mf_node *n = x->n;
+    const mf_attn_meta *am = &n->meta.attn;
+    const mf_kv_batch *kb = x->a->batch;
+    const int64_t nt = n->ne[1];
+    if (!attn_ok(am->n_head, am->n_head_kv, am->head_dim) || (int64_t)am->n_head * am->head_dim != n->ne[0] ||
+        (int64_t)am->n_head_kv * am->head_dim != x->g->kv_dim)
+        return XERR(x, "n_head %d n_head_kv %d head_dim %d for width %lld, kv_dim %lld: needs n_head %% "
+                    "n_head_kv == 0 and head_dim <= 256", am->n_head, am->n_head_kv, am->head_dim,
+                    (long long)n->ne[0], (long long)x->g->kv_dim);
+    if (!kb || kb->n_tokens != nt || kb->block_size <= 0 || kb->n_seqs <= 0 || !kb->seq || !kb->pos ||
+        !kb->tables)
+        return XERR(x, "a paged forward of %lld tokens without its batch (%d tokens, %d sequences, block size %d)",
+                    (long long)nt, kb ? kb->n_tokens : 0, kb ? kb->n_seqs : 0, kb ? kb->block_size : 0);
+    size_t rb;
+    const int kind = kv_kind(x, &rb);
+    if (kind < 0)
+        return -1;
+    if (x->kv.k < 0 || x->kv.v < 0 || !pb(x->m, x->kv.k) || !pb(x->m, x->kv.v))
+        return XERR(x, "no KV regions for layer %d", am->layer);
+    if (nt <= 0)
+        return 0;
+    if (paged_upload(x, kb))
+        return -1;
+    const size_t pool = rb * (size_t)(x->m->paged_max_block + 1) * (size_t)kb->block_size;
+    if (pb(x->m, x->kv.k)->bytes < pool || pb(x->m, x->kv.v)->bytes < pool)
+        return XERR(x, "KV pools of %zu / %zu bytes, block %lld of %d rows of %zu needs %zu",
+                    pb(x->m, x->kv.k)->bytes, pb(x->m, x->kv.v)->bytes, (long long)x->m->paged_max_block,
+                    kb->block_size, rb, pool);
+    const mf_mtl_paged_args a = {.row_bytes = (int64_t)rb, .nt = (int32_t)nt, .n_seqs = kb->n_seqs,
+                                 .n_head = am->n_head, .n_head_kv = am->n_head_kv, .head_dim = am->head_dim,
+                                 .kv_dim = (int32_t)x->g->kv_dim, .block_size = kb->block_size,
+                                 .scale = am->scale};
+    const mf_mtl_bind bt = B(x->m->paged, 0), kc = BID(x, x->kv.k), vc = BID(x, x->kv.v);
+    const mf_mtl_bind bs[5] = {BID(x, x->in[1]), BID(x, x->in[2]), kc, vc, bt};
+    const int rc = kind == 2 ? launch(x, KN_paged_store_q8_0, bs, 5, &a, sizeof a, 0,
+                                      (uint32_t)(x->g->kv_dim / 32), (uint32_t)nt, 1, 32)
+                             : launch(x, kind ? KN_paged_store_f16 : KN_paged_store_f32, bs, 5, &a, sizeof a, 0,
+                                      cdiv(x->g->kv_dim, 256), (uint32_t)nt, 1, 256);
+    if (rc)
+        return -1;
+    const mf_mtl_bind ba[5] = {BID(x, x->in[0]), kc, vc, bt, BID(x, x->out)};
+    const int kn = kind == 2 ? KN_paged_attn_q8_0 : kind ? KN_paged_attn_f16 : KN_paged_attn_f32;
+    return launch(x, kn, ba, 5, &a, sizeof a, 0, (uint32_t)am->n_head, (uint32_t)nt, 1, 32);
+}
+
 /* ---- the decode fusions ----------------------------------------------------------------- */
 
 /* FUSED_QKV / FUSED_QKV_NORM: the three projections into scratch (the output
@@ -1040,6 +1189,7 @@ MF_METAL_EXEC(op_rope)
 MF_METAL_EXEC(op_kv_store)
 MF_METAL_EXEC(op_kv_load)
 MF_METAL_EXEC(op_attn)
+MF_METAL_EXEC(op_attn_paged)
 MF_METAL_EXEC(op_view)
 MF_METAL_EXEC(op_permute)
 MF_METAL_EXEC(op_fused_qkv)
@@ -1071,8 +1221,7 @@ static const mf_op_entry metal_op_table[] = {
     [MF_OP_FUSED_FFN] = RUN(op_fused_ffn),
     /* the CUDA epilogue fusion; the session asks for it only when FUSED_QKV is off */
     [MF_OP_QKV_BIAS_ROPE_STORE] = {NULL, NULL},
-    /* many sequences over the paged KV pool: the CPU's until Metal has a paged kernel */
-    [MF_OP_ATTN_PAGED] = {NULL, NULL},
+    [MF_OP_ATTN_PAGED] = RUN(op_attn_paged),
 };
 MF_OP_TABLE_CHECK(metal_op_table);
 #undef RUN
@@ -1107,6 +1256,8 @@ static void metal_free(mf_backend *b) {
     }
     bury_scratch(m);
     free(m->grave);
+    mf_mtl_buf_free(m->paged);
+    free(m->paged_host);
     for (int i = 0; i < N_SCRATCH; i++)
         mf_mtl_buf_free(m->scratch[i]);
     for (int32_t i = 0; i < m->n_pool; i++)
