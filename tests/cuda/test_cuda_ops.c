@@ -295,7 +295,7 @@ static void check_vs_first(char *name, size_t cap, const char *suffix, int varia
 
 static mf_exec_args args(int64_t n_past, int64_t nt, int32_t n_ctx, uint32_t kv_type) {
     return (mf_exec_args){.n_past = (int32_t)n_past, .n_tokens = (int32_t)nt, .n_ctx = n_ctx,
-                          .k_type = kv_type, .v_type = kv_type};
+                          .kv_type = kv_type};
 }
 
 /* ---- random weights ------------------------------------------------------------------ */
