@@ -202,10 +202,11 @@ if want ops; then
     else note ops FAIL "rc $rc: $last"; grep FAIL "$LOG/ops.log" | cut -c1-140 | head -60 >>"$SUMMARY"; fi
 fi
 if want ops-suite; then # the backend-independent op suite (tests/ops) on cuda, with its sweep
-    # SUITE_SHARDS processes share the GPU (--shard K/N), all under one time limit
+    # SUITE_SHARDS processes share the GPU (--shard K/N), all under one time limit;
+    # SUITE_SWEEP= (empty) runs the table without its sweep
     t=$(date +%s); n=${SUITE_SHARDS:-4}; pids=()
     for ((k = 0; k < n; k++)); do
-        timeout "$(tmo "${SUITE_TIMEOUT:-300}")" "$SUITE" cuda --sweep --shard "$k/$n" >"$LOG/ops-suite-$k.log" 2>&1 &
+        timeout "$(tmo "${SUITE_TIMEOUT:-300}")" "$SUITE" cuda ${SUITE_SWEEP---sweep} --shard "$k/$n" >"$LOG/ops-suite-$k.log" 2>&1 &
         pids+=($!)
     done
     rc=0; pass=0; fail=0
