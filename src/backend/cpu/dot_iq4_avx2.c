@@ -11,18 +11,10 @@
 #include <immintrin.h>
 #include <math.h>
 
+#include "backend/cpu/avx2_inline.h"
 #include "backend/cpu/kernels_isa.h"
 #include "quant/blocks.h"
 #include "quant/quant.h"
-
-static inline float h2f(uint16_t h) { return _cvtsh_ss(h); }
-
-static inline int hsum_epi32(__m256i v) {
-    __m128i s = _mm_add_epi32(_mm256_castsi256_si128(v), _mm256_extracti128_si256(v, 1));
-    s = _mm_add_epi32(s, _mm_shuffle_epi32(s, _MM_SHUFFLE(1, 0, 3, 2)));
-    s = _mm_add_epi32(s, _mm_shuffle_epi32(s, _MM_SHUFFLE(2, 3, 0, 1)));
-    return _mm_cvtsi128_si32(s);
-}
 
 /* The codebook in both 128-bit lanes, for _mm256_shuffle_epi8. */
 static inline __m256i levels_table(void) {

@@ -16,29 +16,10 @@
 #include <immintrin.h>
 #include <string.h>
 
+#include "backend/cpu/avx2_inline.h"
 #include "backend/cpu/kernels_isa.h"
 
 #define GROUP 8 /* tokens sharing one unpacked weight block */
-
-static inline float h2f(uint16_t h) { return _cvtsh_ss(h); }
-
-/* The same reduction as dot_avx2.c's, so the last step matches too. */
-static inline float hsum_ps(__m256 v) {
-    __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
-    s = _mm_add_ps(s, _mm_movehl_ps(s, s));
-    s = _mm_add_ss(s, _mm_movehdup_ps(s));
-    return _mm_cvtss_f32(s);
-}
-
-static inline __m256i nibbles32(const uint8_t *qs) {
-    const __m128i t = _mm_loadu_si128((const __m128i *)qs);
-    const __m256i b = _mm256_set_m128i(_mm_srli_epi16(t, 4), t);
-    return _mm256_and_si256(b, _mm256_set1_epi8(0x0f));
-}
-
-static inline __m256i madd_u8i8(__m256i u, __m256i s) {
-    return _mm256_madd_epi16(_mm256_maddubs_epi16(u, s), _mm256_set1_epi16(1));
-}
 
 #define ALWAYS_INLINE inline __attribute__((always_inline))
 
@@ -58,7 +39,7 @@ static inline __m256i madd_u8i8(__m256i u, __m256i s) {
             _mm256_store_ps(sc, _mm256_mul_ps(_mm256_set1_ps(h2f(w[b].d)), _mm256_load_ps(da + GROUP * b))); \
             for (int t = 0; t < T; t++) {                                                                   \
                 const mf_block_q8_0 *x = (const mf_block_q8_0 *)(a + (size_t)t * a_row) + b;              \
-                const __m256i p = madd_u8i8(aq, _mm256_sign_epi8(_mm256_loadu_si256((const __m256i *)x->qs), q)); \
+                const __m256i p = mad_u8i8(aq, _mm256_sign_epi8(_mm256_loadu_si256((const __m256i *)x->qs), q)); \
                 acc[t] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(p), _mm256_broadcast_ss(&sc[t]), acc[t]);      \
             }                                                                                               \
         }                                                                                                   \
@@ -91,7 +72,7 @@ static ALWAYS_INLINE void row_q4_1(int64_t nb, const mf_block_q4_1 *w, const uin
         _mm256_store_ps(sc, _mm256_mul_ps(_mm256_set1_ps(h2f(w[b].d)), _mm256_load_ps(da + GROUP * b)));
         for (int t = 0; t < T; t++) {
             const mf_block_q8_1 *x = (const mf_block_q8_1 *)(a + (size_t)t * a_row) + b;
-            const __m256i p = madd_u8i8(q, _mm256_loadu_si256((const __m256i *)x->qs));
+            const __m256i p = mad_u8i8(q, _mm256_loadu_si256((const __m256i *)x->qs));
             acc[t] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(p), _mm256_broadcast_ss(&sc[t]), acc[t]);
         }
         v8f sav;
