@@ -205,6 +205,18 @@ static int check_gpu_layers(const minfer_model *mm, const minfer_model_options *
     return 0;
 }
 
+/* llama.cpp warns when -ngl asks for GPU layers that no GPU takes; so do
+ * we (the model still runs, on what the build and machine have). */
+static void warn_no_gpu(const minfer_model *mm, const minfer_model_options *o) {
+    if (o->n_gpu_layers <= 0)
+        return;
+    for (int i = 0; i < mm->n_be; i++)
+        if (mm->be[i]->is_gpu)
+            return;
+    mf_log(MF_LOG_WARN, "-ngl %d asks for the GPU, but no GPU backend is in use (this build: %s); "
+           "running on %s", o->n_gpu_layers, mf_registry_names(), mm->backend_name);
+}
+
 /* Far more threads than cores only adds switching (4096 on 2 cores: tens of
  * seconds a token); allowed, but said once per process. */
 static void warn_threads(int32_t n_threads) {
@@ -242,6 +254,7 @@ minfer_model *minfer_model_load(const minfer_model_options *o, char *err, size_t
         check_gpu_layers(mm, o, &e) || make_gpus(mm, o, gpu_required, &e))
         goto fail;
     name_backends(mm);
+    warn_no_gpu(mm, o);
     mf_log(MF_LOG_DEBUG, "model: %s, %d layers, %lld parameters, %llu weight bytes, backends %s",
            mm->m->desc, mm->m->hp.n_layer, (long long)mm->m->n_params,
            (unsigned long long)mm->m->weight_bytes, mm->backend_name);

@@ -18,6 +18,10 @@ echo -n "$Q" | "${R[@]}" --chat -f - -n 12 >"$TMP/stdin" 2>/dev/null
 cmp -s "$TMP/stdin" "$TMP/p" && grep -q Paris "$TMP/p" && pass || fail "-f - differs from -p: $(cat "$TMP/stdin")"
 # -ngl 99 means all layers (this CPU build: nothing to offload, so it runs); a partial count is refused
 "${R[@]}" -p hi -n 2 -ngl 99 --device cpu >/dev/null 2>"$TMP/err" && pass || fail "-ngl 99: $(cat "$TMP/err")"
+# ... and says so when no GPU takes them (as llama.cpp warns); -ngl 0 and the default say nothing
+grep -q "asks for the GPU, but no GPU backend is in use" "$TMP/err" && pass || fail "-ngl 99 on the CPU without a warning: $(cat "$TMP/err")"
+"${R[@]}" -p hi -n 2 --device cpu >/dev/null 2>"$TMP/err0"
+grep -q "asks for the GPU" "$TMP/err0" && fail "warned without -ngl: $(cat "$TMP/err0")" || pass
 expect_fail 1 "partial offload" "${R[@]}" -p hi -n 2 -ngl 7
 "${R[@]}" -p hi -n 2 -ngl 0 >/dev/null 2>&1 && pass || fail "-ngl 0 failed"
 # -fa on / auto accepted, off runs the unfused attention (same greedy text), junk refused
