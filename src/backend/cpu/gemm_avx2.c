@@ -118,33 +118,24 @@ static void fill_scales(int64_t nb, const uint8_t *a, size_t a_row, int T, bool 
         }
 }
 
-static void tile_q4_0(const mf_cpu_avx2_tile *g) {
-    const int64_t nb = g->n_in / MF_QK4_0;
-    const uint8_t *w = g->w;
-    const size_t w_row = g->w_row;
-    const int64_t rows = g->rows, ldy = g->ldy;
-    for (int64_t t0 = 0; t0 < g->nt; t0 += GROUP) {
-        const int T = g->nt - t0 < GROUP ? (int)(g->nt - t0) : GROUP;
-        const uint8_t *a = g->act + (size_t)t0 * g->a_row;
-        float *y = g->y + t0 * ldy;
-        fill_scales(nb, a, g->a_row, T, false, g->scratch, NULL);
-        ROWS_FOR_T(row_q4_0, mf_block_q4_0, a, g->a_row, g->scratch)
+/* The tile of a signed block type: tokens in groups of GROUP, each group's
+ * activation scales converted once, then every row against the group. */
+#define SIGNED_TILE(name, row, wblock, QK)                                                                  \
+    static void name(const mf_cpu_avx2_tile *g) {                                                           \
+        const int64_t nb = g->n_in / QK;                                                                    \
+        const uint8_t *w = g->w;                                                                            \
+        const size_t w_row = g->w_row;                                                                      \
+        const int64_t rows = g->rows, ldy = g->ldy;                                                         \
+        for (int64_t t0 = 0; t0 < g->nt; t0 += GROUP) {                                                     \
+            const int T = g->nt - t0 < GROUP ? (int)(g->nt - t0) : GROUP;                                   \
+            const uint8_t *a = g->act + (size_t)t0 * g->a_row;                                              \
+            float *y = g->y + t0 * ldy;                                                                     \
+            fill_scales(nb, a, g->a_row, T, false, g->scratch, NULL);                                       \
+            ROWS_FOR_T(row, wblock, a, g->a_row, g->scratch)                                                \
+        }                                                                                                   \
     }
-}
-
-static void tile_q8_0(const mf_cpu_avx2_tile *g) {
-    const int64_t nb = g->n_in / MF_QK8_0;
-    const uint8_t *w = g->w;
-    const size_t w_row = g->w_row;
-    const int64_t rows = g->rows, ldy = g->ldy;
-    for (int64_t t0 = 0; t0 < g->nt; t0 += GROUP) {
-        const int T = g->nt - t0 < GROUP ? (int)(g->nt - t0) : GROUP;
-        const uint8_t *a = g->act + (size_t)t0 * g->a_row;
-        float *y = g->y + t0 * ldy;
-        fill_scales(nb, a, g->a_row, T, false, g->scratch, NULL);
-        ROWS_FOR_T(row_q8_0, mf_block_q8_0, a, g->a_row, g->scratch)
-    }
-}
+SIGNED_TILE(tile_q4_0, row_q4_0, mf_block_q4_0, MF_QK4_0)
+SIGNED_TILE(tile_q8_0, row_q8_0, mf_block_q8_0, MF_QK8_0)
 
 static void tile_q4_1(const mf_cpu_avx2_tile *g) {
     const int64_t nb = g->n_in / MF_QK4_1;
